@@ -1,0 +1,69 @@
+# hyla build.  `make` builds build/hyla and build/libhyla.a; `make asan` the sanitizer build in
+# build-asan/; `make test` runs the whole test suite (tests/run.sh).
+# Options: ARCH=-march=x86-64-v3 (e.g. for valgrind), HYLA_GEMM=dnnl|openblas, BUILD=dir.
+
+CC      ?= gcc
+ARCH    ?= -march=native
+OPT     ?= -O2
+BUILD   ?= build
+HYLA_GEMM ?= dnnl
+EXTRA   ?=
+
+CFLAGS  := -std=c11 $(OPT) $(ARCH) -fopenmp -Wall -Wextra -Wshadow -Wno-unused-parameter \
+           -D_GNU_SOURCE -Isrc -Iinclude $(EXTRA)
+LDLIBS  := -lcjson -lm -lpthread
+
+ifeq ($(HYLA_GEMM),openblas)
+  CFLAGS += -DHYLA_GEMM_OPENBLAS -I/usr/include/x86_64-linux-gnu/openblas-pthread
+  LDLIBS += -lopenblas
+else
+  LDLIBS += -ldnnl
+endif
+
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/io/*.c src/model/*.c src/ops/*.c src/train/*.c src/infer/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+TEST_SRC := $(sort $(wildcard tests/*.c))
+BENCH_SRC := $(sort $(wildcard bench/*.c))
+
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all asan test run clean tests benches
+all: $(BUILD)/hyla $(BUILD)/libhyla.a tests benches
+tests: $(TESTS)
+benches: $(BENCHES)
+
+$(BUILD)/libhyla.a: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	ar rcs $@ $^
+
+$(BUILD)/hyla: $(CLI_OBJ) $(BUILD)/libhyla.a
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhyla.a $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libhyla.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libhyla.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libhyla.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -I/usr/include/x86_64-linux-gnu/openblas-pthread -o $@ $< $(BUILD)/libhyla.a $(LDLIBS) -lopenblas
+
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
+
+asan:
+	$(MAKE) BUILD=build-asan OPT=-O1 EXTRA="-g -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" all
+
+test:
+	./tests/run.sh
+
+run:
+	./run.sh
+
+clean:
+	rm -rf build build-asan
+
+-include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)

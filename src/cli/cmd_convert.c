@@ -1,0 +1,51 @@
+/* hyla convert IN OUT: re-save a model in another tensor layout, dtype-preserving. */
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "model/model.h"
+
+int hyla_cmd_convert(int argc, char **argv)
+{
+    const char *gdn = NULL, *experts = NULL, *prefix = NULL;
+    int64_t shard_mb = 0;
+    const hyla_opt opts[] = {
+        {"--gdn-layout", OPT_STRING, &gdn, "grouped|separate", "Qwen3-Next in_proj_qkvz/ba or Qwen3.5 in_proj_qkv/z/b/a", 0, 0},
+        {"--experts", OPT_STRING, &experts, "fused|per-expert", "experts.gate_up_proj/down_proj or experts.J.*_proj", 0, 0},
+        {"--prefix", OPT_STRING, &prefix, "model|language_model", "tensor name prefix model. or model.language_model.", 0, 0},
+        {"--shard-mb", OPT_INT, &shard_mb, "N", "split into shards of at most N MiB (0: one file)", 0, 1 << 20},
+        {0},
+    };
+    const hyla_command_spec spec = {"convert", "IN OUT [options]",
+                                    "Load the model in IN and save it to OUT (tensor bytes preserved exactly).", opts, 2, 2};
+    const char *pos[2];
+    int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
+    if (r)
+        return r < 0 ? 2 : 0;
+    struct { const char *val, *flag, *a, *b; } choices[3] = {
+        {gdn, "--gdn-layout", "grouped", "separate"},
+        {experts, "--experts", "fused", "per-expert"},
+        {prefix, "--prefix", "language_model", "model"},
+    };
+    for (int i = 0; i < 3; i++)
+        if (choices[i].val && strcmp(choices[i].val, choices[i].a) && strcmp(choices[i].val, choices[i].b)) {
+            fprintf(stderr, "hyla convert: %s must be %s or %s, got '%s'\n", choices[i].flag, choices[i].a, choices[i].b,
+                    choices[i].val);
+            return 2;
+        }
+    hyla_model m;
+    if (hyla_model_load(&m, pos[0]))
+        return hyla_cli_fail("convert");
+    hyla_layout lay = m.table.layout;
+    if (gdn)
+        lay.gdn_grouped = !strcmp(gdn, "grouped");
+    if (experts)
+        lay.experts_fused = !strcmp(experts, "fused");
+    if (prefix)
+        lay.language_model_prefix = !strcmp(prefix, "language_model");
+    int rc = hyla_model_save(&m, pos[1], &lay, (size_t)shard_mb << 20) ? hyla_cli_fail("convert") : 0;
+    if (!rc)
+        printf("wrote %s (%zu tensors)\n", pos[1], m.table.n_hf);
+    hyla_model_free(&m);
+    return rc;
+}

@@ -1,0 +1,17 @@
+/* Subcommand entry points: each returns the process exit status. */
+#ifndef HYLA_CLI_COMMANDS_H
+#define HYLA_CLI_COMMANDS_H
+
+#include <stdint.h>
+
+int hyla_cmd_inspect(int argc, char **argv);
+int hyla_cmd_forward(int argc, char **argv);
+int hyla_cmd_init(int argc, char **argv);
+int hyla_cmd_convert(int argc, char **argv);
+
+/* Print "hyla CMD: <library error message>" and return 1. */
+int hyla_cli_fail(const char *cmd);
+/* Apply --threads (0 = leave OpenMP's default). */
+void hyla_cli_set_threads(int64_t threads);
+
+#endif

@@ -1,0 +1,61 @@
+/* hyla: command-line entry point. */
+#include <omp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "core/gemm.h"
+
+typedef struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"inspect", hyla_cmd_inspect, "config summary, block schedule, parameter counts, tensor table"},
+    {"forward", hyla_cmd_forward, "run a forward pass: logits and loss for a token sequence"},
+    {"init", hyla_cmd_init, "write a randomly initialised model (spec init) as a Hugging Face directory"},
+    {"convert", hyla_cmd_convert, "re-save a model, optionally in another tensor layout or sharding"},
+};
+
+int hyla_cli_fail(const char *cmd)
+{
+    fprintf(stderr, "hyla %s: error: %s\n", cmd, hyla_error_message());
+    return 1;
+}
+
+void hyla_cli_set_threads(int64_t threads)
+{
+    if (threads > 0)
+        omp_set_num_threads((int)threads);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f, "hyla — training and inference engine for hybrid linear/full-attention MoE models\n\n"
+               "usage: hyla COMMAND [options]   (hyla COMMAND --help for its options)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nGEMM backend: %s\n", hyla_gemm_backend_name());
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "hyla: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,36 @@
+/* One option table per subcommand: it parses argv and prints --help, so the two never disagree.
+ * Numbers are parsed with end-pointer and range checks; unknown flags and bad values are errors. */
+#ifndef HYLA_CLI_OPTIONS_H
+#define HYLA_CLI_OPTIONS_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+typedef enum { OPT_FLAG, OPT_INT, OPT_DOUBLE, OPT_STRING } opt_kind;
+
+typedef struct {
+    const char *name;    /* "--steps" */
+    opt_kind kind;
+    void *dst;           /* int* for FLAG, int64_t* for INT, double* for DOUBLE, const char** for STRING */
+    const char *metavar; /* "N", "FILE"; NULL for flags */
+    const char *help;
+    int64_t min, max;    /* INT range (inclusive) */
+} hyla_opt;
+
+typedef struct {
+    const char *name;     /* "inspect" */
+    const char *synopsis; /* "PATH [options]" */
+    const char *summary;
+    const hyla_opt *opts; /* terminated by {0} */
+    int min_positional, max_positional;
+} hyla_command_spec;
+
+/* Parses argv[1..] (argv[0] is the subcommand). Returns 0 on success, 1 if --help was printed,
+ * or -1 after printing an error. Positionals go to pos[0..*n_pos). */
+int hyla_opts_parse(const hyla_command_spec *spec, int argc, char **argv, const char **pos, int *n_pos);
+void hyla_opts_usage(FILE *f, const hyla_command_spec *spec);
+
+/* Parse "1,2,3" into a malloc'd int32 array. Returns -1 after printing an error. */
+int hyla_parse_int_list(const char *flag, const char *text, int32_t **out, int64_t *count);
+
+#endif

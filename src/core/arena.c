@@ -1,0 +1,47 @@
+#include "core/arena.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+int hyla_arena_init(hyla_arena *a, const char *name, size_t capacity)
+{
+    memset(a, 0, sizeof *a);
+    a->name = name;
+    capacity = hyla_align_up(capacity ? capacity : HYLA_ALIGN);
+    a->base = aligned_alloc(HYLA_ALIGN, capacity);
+    if (!a->base)
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s arena: cannot allocate %zu bytes", name, capacity);
+    a->capacity = capacity;
+    return HYLA_OK;
+}
+
+void hyla_arena_free(hyla_arena *a)
+{
+    free(a->base);
+    memset(a, 0, sizeof *a);
+}
+
+void *hyla_arena_alloc(hyla_arena *a, size_t bytes)
+{
+    size_t need = hyla_align_up(bytes);
+    if (need > a->capacity - a->used) {
+        fprintf(stderr, "hyla: internal error: %s arena exhausted (used %zu + %zu > %zu)\n",
+                a->name, a->used, need, a->capacity);
+        abort();
+    }
+    void *p = a->base + a->used;
+    a->used += need;
+    if (a->used > a->high_water)
+        a->high_water = a->used;
+    return p;
+}
+
+float *hyla_arena_floats(hyla_arena *a, size_t count) { return hyla_arena_alloc(a, count * sizeof(float)); }
+size_t hyla_arena_mark(const hyla_arena *a) { return a->used; }
+void hyla_arena_reset_to(hyla_arena *a, size_t mark)
+{
+    HYLA_ASSERT(mark <= a->used);
+    a->used = mark;
+}

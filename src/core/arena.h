@@ -1,0 +1,29 @@
+/* Bump arena: one allocation carved into buffers, with a high-water mark.
+ *
+ * A step's activations and workspace come from arenas sized before the step; nothing inside a
+ * step calls malloc. Buffers are 64-byte aligned. hyla_arena_alloc() on an exhausted arena is a
+ * programmer error (the size table was wrong) and aborts with the sizes involved. */
+#ifndef HYLA_CORE_ARENA_H
+#define HYLA_CORE_ARENA_H
+
+#include <stddef.h>
+
+typedef struct {
+    unsigned char *base; /* owned; [capacity] bytes */
+    size_t capacity;
+    size_t used;
+    size_t high_water;
+    const char *name;    /* for diagnostics */
+} hyla_arena;
+
+#define HYLA_ALIGN 64
+static inline size_t hyla_align_up(size_t n) { return (n + HYLA_ALIGN - 1) & ~(size_t)(HYLA_ALIGN - 1); }
+
+int hyla_arena_init(hyla_arena *a, const char *name, size_t capacity);
+void hyla_arena_free(hyla_arena *a);
+void *hyla_arena_alloc(hyla_arena *a, size_t bytes);       /* uninitialised */
+float *hyla_arena_floats(hyla_arena *a, size_t count);     /* uninitialised */
+size_t hyla_arena_mark(const hyla_arena *a);
+void hyla_arena_reset_to(hyla_arena *a, size_t mark);
+
+#endif

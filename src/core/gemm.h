@@ -1,0 +1,24 @@
+/* The GEMM seam: every matrix product in hyla goes through here.
+ *
+ * Row-major single-precision C[M,N] = alpha * op(A) * op(B) + beta * C, where op(A) is [M,K]
+ * (A stored [M,K] with lda, or [K,M] if trans_a) and op(B) is [K,N] (B stored [K,N] with ldb,
+ * or [N,K] if trans_b). Linear layers y = x W^T are hyla_gemm(0, 1, ...).
+ *
+ * Backend chosen at build time (see Makefile: HYLA_GEMM=dnnl|openblas); bench/gemm_bench
+ * measures both on hyla's shapes. Threads come from OpenMP. */
+#ifndef HYLA_CORE_GEMM_H
+#define HYLA_CORE_GEMM_H
+
+#include <stdint.h>
+
+void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+               int64_t ldc);
+
+/* y[n_rows, out] = x[n_rows, in] W[out, in]^T (+ y if accumulate) */
+void hyla_linear(float *y, const float *x, const float *W, int64_t n_rows, int64_t in,
+                 int64_t out, int accumulate);
+
+const char *hyla_gemm_backend_name(void);
+
+#endif

@@ -1,0 +1,100 @@
+#include "io/fileio.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/error.h"
+
+int hyla_read_text_file(const char *path, char **out_text, size_t *out_len)
+{
+    *out_text = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot seek", path);
+    }
+    long size = ftell(f);
+    rewind(f);
+    if (size < 0) {
+        fclose(f);
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot determine size", path);
+    }
+    char *buf = malloc((size_t)size + 1);
+    if (!buf) {
+        fclose(f);
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, size);
+    }
+    size_t got = fread(buf, 1, (size_t)size, f);
+    fclose(f);
+    if (got != (size_t)size) {
+        free(buf);
+        return hyla_error_set(HYLA_ERR_IO, "%s: short read (%zu of %ld bytes)", path, got, size);
+    }
+    buf[size] = '\0';
+    *out_text = buf;
+    if (out_len)
+        *out_len = (size_t)size;
+    return HYLA_OK;
+}
+
+int hyla_write_file_atomic(const char *path, const void *data, size_t len)
+{
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
+        return hyla_error_set(HYLA_ERR_IO, "%s: path too long", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f)
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    int ok = fwrite(data, 1, len, f) == len;
+    ok = (fflush(f) == 0) && ok;
+    ok = (fsync(fileno(f)) == 0) && ok;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) {
+        unlink(tmp);
+        return hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
+    }
+    return HYLA_OK;
+}
+
+int hyla_file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int hyla_mkdir_p(const char *dir)
+{
+    char buf[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof buf)
+        return hyla_error_set(HYLA_ERR_IO, "bad directory path '%s'", dir);
+    memcpy(buf, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (buf[i] == '/' || buf[i] == '\0') {
+            char saved = buf[i];
+            buf[i] = '\0';
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return hyla_error_set(HYLA_ERR_IO, "%s: cannot create directory: %s", buf, strerror(errno));
+            buf[i] = saved;
+        }
+    }
+    return HYLA_OK;
+}
+
+int hyla_path_join(char *dst, size_t cap, const char *dir, const char *name)
+{
+    if ((size_t)snprintf(dst, cap, "%s/%s", dir, name) >= cap)
+        return hyla_error_set(HYLA_ERR_IO, "path too long: %s/%s", dir, name);
+    return HYLA_OK;
+}

@@ -1,0 +1,17 @@
+/* Small file helpers shared by the readers and writers. */
+#ifndef HYLA_IO_FILEIO_H
+#define HYLA_IO_FILEIO_H
+
+#include <stddef.h>
+
+/* Read a whole file into a NUL-terminated malloc'd buffer (owned by the caller). */
+int hyla_read_text_file(const char *path, char **out_text, size_t *out_len);
+/* Write `len` bytes to `path` atomically: write to a temporary name in the same directory,
+ * flush, then rename over `path`. On failure nothing replaces an existing file. */
+int hyla_write_file_atomic(const char *path, const void *data, size_t len);
+int hyla_file_exists(const char *path);
+int hyla_mkdir_p(const char *dir);
+/* dst = dir + "/" + name; error if it does not fit. */
+int hyla_path_join(char *dst, size_t cap, const char *dir, const char *name);
+
+#endif

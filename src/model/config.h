@@ -1,0 +1,74 @@
+/* Model configuration: the Hugging Face config.json fields (spec §1), validated.
+ *
+ * Families: qwen3_next, qwen3_5 (dense; text_config wrapper), qwen3_5_moe. Layer kinds come
+ * from `layer_types` or `full_attention_interval`; MoE vs dense from the family,
+ * `decoder_sparse_step` and `mlp_only_layers`. */
+#ifndef HYLA_MODEL_CONFIG_H
+#define HYLA_MODEL_CONFIG_H
+
+#include <stdint.h>
+
+#define HYLA_MAX_LAYERS 512
+
+typedef enum {
+    HYLA_FAMILY_QWEN3_NEXT = 0,
+    HYLA_FAMILY_QWEN3_5 = 1,     /* dense SwiGLU every layer */
+    HYLA_FAMILY_QWEN3_5_MOE = 2, /* MoE every layer, top-k always renormalised */
+} hyla_family;
+
+typedef enum { HYLA_LAYER_LINEAR = 0, HYLA_LAYER_FULL = 1 } hyla_layer_kind;
+
+typedef struct {
+    hyla_family family;
+    char model_type[32];      /* as written in config.json (outer model_type) */
+    int text_config_wrapped;  /* fields came from config["text_config"] */
+
+    int64_t vocab;            /* V */
+    int64_t hidden;           /* H */
+    int64_t n_layers;         /* N */
+    /* full attention */
+    int64_t n_heads;          /* Hq */
+    int64_t n_kv_heads;       /* Hkv */
+    int64_t head_dim;         /* hd */
+    int64_t rotary_dim;       /* R = int(hd * partial_rotary_factor), even */
+    double partial_rotary_factor;
+    double rope_theta;
+    /* linear attention (Gated DeltaNet) */
+    int64_t lin_k_heads;      /* Hk */
+    int64_t lin_v_heads;      /* Hv, multiple of Hk */
+    int64_t lin_k_dim;        /* dk */
+    int64_t lin_v_dim;        /* dv */
+    int64_t conv_kernel;      /* K */
+    /* feed-forward */
+    int64_t n_experts;        /* E (0: no MoE layers) */
+    int64_t top_k;            /* k */
+    int64_t moe_inter;        /* I_e */
+    int64_t shared_inter;     /* I_s (0: no shared expert) */
+    int64_t inter;            /* I_d, dense SwiGLU width */
+    int norm_topk_prob;
+    double router_aux_loss_coef;
+    /* misc */
+    double rms_norm_eps;
+    int tie_word_embeddings;
+    double initializer_range;
+    int64_t max_position_embeddings;
+
+    hyla_layer_kind layer_kind[HYLA_MAX_LAYERS];
+    unsigned char layer_is_moe[HYLA_MAX_LAYERS];
+} hyla_config;
+
+/* Derived sizes. */
+static inline int64_t hyla_cfg_key_dim(const hyla_config *c) { return c->lin_k_heads * c->lin_k_dim; }
+static inline int64_t hyla_cfg_value_dim(const hyla_config *c) { return c->lin_v_heads * c->lin_v_dim; }
+static inline int64_t hyla_cfg_conv_dim(const hyla_config *c) { return 2 * hyla_cfg_key_dim(c) + hyla_cfg_value_dim(c); }
+
+/* Parse and validate a config.json file. On error, the message names the file and field. */
+int hyla_config_load(hyla_config *cfg, const char *path);
+/* Same, from a JSON text; `origin` names the source in error messages. */
+int hyla_config_parse(hyla_config *cfg, const char *json_text, const char *origin);
+/* Write a config.json for `cfg` (used when creating models from scratch). Atomic (tmp+rename). */
+int hyla_config_write(const hyla_config *cfg, const char *path);
+
+const char *hyla_family_name(hyla_family f);
+
+#endif

@@ -1,0 +1,349 @@
+/* Model load / init / save through the parameter table. */
+#include "model/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/rng.h"
+#include "io/fileio.h"
+
+static int alloc_weights(hyla_model *m)
+{
+    size_t bytes = m->table.total_floats * sizeof(float);
+    m->w = aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
+    m->hf_dtype = calloc(m->table.n_hf ? m->table.n_hf : 1, 1);
+    m->param_dtype = calloc(m->table.n_params ? (size_t)m->table.n_params : 1, 1);
+    if (!m->w || !m->hf_dtype || !m->param_dtype)
+        return hyla_error_set(HYLA_ERR_NOMEM, "cannot allocate %zu bytes of weights", bytes);
+    memset(m->w, 0, bytes);
+    return HYLA_OK;
+}
+
+float *hyla_model_param(const hyla_model *m, hyla_role role, int layer)
+{
+    if (role == HYLA_P_LM_HEAD && m->cfg.tie_word_embeddings)
+        role = HYLA_P_EMBED, layer = -1;
+    int i = hyla_param_find(&m->table, role, layer);
+    return i < 0 ? NULL : m->w + m->table.params[i].offset;
+}
+
+static float *row_ptr(const hyla_model *m, int param, int64_t row)
+{
+    const hyla_param *p = &m->table.params[param];
+    return m->w + p->offset + (size_t)row * (size_t)p->shape[p->ndim - 1];
+}
+
+int hyla_model_is_ignored_tensor(const char *name, const hyla_config *cfg)
+{
+    if (!strncmp(name, "mtp.", 4) || !strncmp(name, "model.visual.", 13) || !strncmp(name, "model.mtp.", 10))
+        return 1;
+    /* HF ties lm_head to the embedding and ignores a stored copy. */
+    return cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight");
+}
+
+int hyla_model_detect_layout(const hyla_st_set *set, const hyla_config *cfg, hyla_layout *lay, const char *dir)
+{
+    int grouped = 0, separate = 0, fused = 0, per_expert = 0, lm = 0, plain = 0;
+    for (size_t i = 0; i < hyla_st_count(set); i++) {
+        const char *n = hyla_st_at(set, i)->name;
+        if (hyla_model_is_ignored_tensor(n, cfg))
+            continue;
+        grouped |= strstr(n, ".linear_attn.in_proj_qkvz.") != NULL;
+        separate |= strstr(n, ".linear_attn.in_proj_qkv.") != NULL;
+        fused |= strstr(n, ".mlp.experts.gate_up_proj") != NULL;
+        per_expert |= strstr(n, ".mlp.experts.0.gate_proj.") != NULL;
+        lm |= !strncmp(n, "model.language_model.", 21);
+        plain |= !strncmp(n, "model.layers.", 13) || !strncmp(n, "model.embed_tokens.", 19);
+    }
+    if (grouped && separate)
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: both in_proj_qkvz and in_proj_qkv tensors present (mixed GDN layouts)", dir);
+    if (fused && per_expert)
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: both fused and per-expert expert tensors present", dir);
+    if (lm && plain)
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: both 'model.language_model.' and 'model.' tensor prefixes present", dir);
+    hyla_default_layout(cfg, lay);
+    if (grouped || separate)
+        lay->gdn_grouped = grouped;
+    if (fused || per_expert)
+        lay->experts_fused = fused;
+    if (lm || plain)
+        lay->language_model_prefix = lm;
+    return HYLA_OK;
+}
+
+void hyla_default_layout(const hyla_config *cfg, hyla_layout *lay)
+{
+    lay->gdn_grouped = cfg->family == HYLA_FAMILY_QWEN3_NEXT;
+    lay->experts_fused = cfg->family != HYLA_FAMILY_QWEN3_NEXT;
+    lay->language_model_prefix = cfg->text_config_wrapped;
+}
+
+static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
+{
+    size_t o = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && o < cap; i++)
+        o += (size_t)snprintf(buf + o, cap - o, i ? ", %lld" : "%lld", (long long)shape[i]);
+    if (o < cap)
+        snprintf(buf + o, cap - o, "]");
+}
+
+static int load_tensor(hyla_model *m, size_t h, const hyla_st_tensor *st, const char *dir)
+{
+    const hyla_hf_tensor *ht = &m->table.hf[h];
+    int same = st->ndim == ht->ndim;
+    for (int i = 0; same && i < ht->ndim; i++)
+        same = st->shape[i] == ht->shape[i];
+    if (!same) {
+        char got[96], want[96];
+        shape_str(got, sizeof got, st->ndim, st->shape);
+        shape_str(want, sizeof want, ht->ndim, ht->shape);
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' has shape %s but the config implies %s", dir,
+                              ht->name, got, want);
+    }
+    size_t esz = hyla_dtype_size(st->dtype);
+    const unsigned char *src = st->data;
+    for (int64_t r = 0; r < ht->rows; r++) {
+        int param;
+        int64_t row;
+        hyla_hf_row_dest(&m->table, ht, r, &param, &row);
+        hyla_dtype_to_f32(row_ptr(m, param, row), src + (size_t)r * (size_t)ht->row_len * esz, st->dtype,
+                          (size_t)ht->row_len);
+    }
+    m->hf_dtype[h] = (unsigned char)st->dtype;
+    if (ht->map == HYLA_HF_ROWS)
+        m->param_dtype[ht->param] = (unsigned char)st->dtype;
+    else
+        for (int64_t r = 0; r < ht->rows; r++) { /* grouped tensors feed several params */
+            int param;
+            int64_t row;
+            hyla_hf_row_dest(&m->table, ht, r, &param, &row);
+            m->param_dtype[param] = (unsigned char)st->dtype;
+        }
+    return HYLA_OK;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+/* Every stored tensor must be one the table expects (or an ignored one). */
+static int check_unexpected(const hyla_model *m, const hyla_st_set *set, const char *dir)
+{
+    size_t n = m->table.n_hf;
+    const char **names = malloc((n ? n : 1) * sizeof *names);
+    if (!names)
+        return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n; i++)
+        names[i] = m->table.hf[i].name;
+    qsort(names, n, sizeof *names, cmp_str);
+    int st = HYLA_OK;
+    for (size_t i = 0; i < hyla_st_count(set) && st == HYLA_OK; i++) {
+        const char *name = hyla_st_at(set, i)->name;
+        if (!hyla_model_is_ignored_tensor(name, &m->cfg) && !bsearch(&name, names, n, sizeof *names, cmp_str))
+            st = hyla_error_set(HYLA_ERR_MODEL, "%s: unexpected tensor '%s' (not part of a %s model with this config)",
+                                dir, name, hyla_family_name(m->cfg.family));
+    }
+    free(names);
+    return st;
+}
+
+int hyla_model_load(hyla_model *m, const char *dir)
+{
+    memset(m, 0, sizeof *m);
+    char path[4096];
+    HYLA_TRY(hyla_path_join(path, sizeof path, dir, "config.json"));
+    size_t len;
+    HYLA_TRY(hyla_read_text_file(path, &m->config_json, &len));
+    int st = hyla_config_parse(&m->cfg, m->config_json, path);
+    if (st) {
+        hyla_model_free(m);
+        return st;
+    }
+    hyla_schedule_build(&m->sched, &m->cfg);
+    hyla_st_set set;
+    if ((st = hyla_st_open(&set, dir)) != HYLA_OK) {
+        hyla_model_free(m);
+        return st;
+    }
+    hyla_layout layout;
+    if ((st = hyla_model_detect_layout(&set, &m->cfg, &layout, dir)) == HYLA_OK &&
+        (st = hyla_params_build(&m->table, &m->cfg, &layout)) == HYLA_OK &&
+        (st = alloc_weights(m)) == HYLA_OK)
+        st = check_unexpected(m, &set, dir);
+    for (size_t h = 0; st == HYLA_OK && h < m->table.n_hf; h++) {
+        const hyla_st_tensor *t = hyla_st_find(&set, m->table.hf[h].name);
+        if (!t)
+            st = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", dir, m->table.hf[h].name);
+        else
+            st = load_tensor(m, h, t, dir);
+    }
+    hyla_st_close(&set);
+    if (st)
+        hyla_model_free(m);
+    return st;
+}
+
+void hyla_model_free(hyla_model *m)
+{
+    hyla_params_free(&m->table);
+    free(m->w);
+    free(m->hf_dtype);
+    free(m->param_dtype);
+    free(m->config_json);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- initialisation (spec §6) ------------------------------------------------------------- */
+
+static void init_param(float *w, const hyla_param *p, const hyla_config *cfg, hyla_rng *rng)
+{
+    double std = cfg->initializer_range;
+    switch (p->role) {
+    case HYLA_P_FINAL_NORM: case HYLA_P_INPUT_NORM: case HYLA_P_POST_NORM:
+    case HYLA_P_ATTN_Q_NORM: case HYLA_P_ATTN_K_NORM:
+        memset(w, 0, (size_t)p->numel * sizeof *w); /* zero-centred: effective scale 1 + 0 */
+        return;
+    case HYLA_P_GDN_NORM: case HYLA_P_GDN_DT_BIAS:
+        for (int64_t i = 0; i < p->numel; i++)
+            w[i] = 1.0f;
+        return;
+    case HYLA_P_GDN_A_LOG: {
+        double lo = cfg->family == HYLA_FAMILY_QWEN3_NEXT ? 0.0 : 0.01;
+        for (int64_t i = 0; i < p->numel; i++) {
+            double u = lo + (16.0 - lo) * (1.0 - hyla_rng_uniform(rng)); /* (lo, 16] avoids log 0 */
+            w[i] = (float)log(u);
+        }
+        return;
+    }
+    default:
+        for (int64_t i = 0; i < p->numel; i++)
+            w[i] = (float)(std * hyla_rng_normal(rng));
+    }
+}
+
+int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, uint64_t seed,
+                    hyla_dtype dtype)
+{
+    memset(m, 0, sizeof *m);
+    m->cfg = *cfg;
+    hyla_schedule_build(&m->sched, cfg);
+    int st = hyla_params_build(&m->table, cfg, layout);
+    if (st == HYLA_OK)
+        st = alloc_weights(m);
+    if (st) {
+        hyla_model_free(m);
+        return st;
+    }
+    hyla_rng rng;
+    hyla_rng_seed(&rng, seed);
+    for (int i = 0; i < m->table.n_params; i++) {
+        const hyla_param *p = &m->table.params[i];
+        float *w = m->w + p->offset;
+        init_param(w, p, cfg, &rng);
+        /* Store exactly what the saved dtype can represent, so save -> load is the identity. */
+        if (dtype != HYLA_DT_F32) {
+            unsigned short tmp;
+            for (int64_t j = 0; j < p->numel; j++) {
+                hyla_dtype_from_f32(&tmp, &w[j], dtype, 1);
+                hyla_dtype_to_f32(&w[j], &tmp, dtype, 1);
+            }
+        }
+    }
+    memset(m->hf_dtype, (int)dtype, m->table.n_hf);
+    memset(m->param_dtype, (int)dtype, (size_t)m->table.n_params);
+    return HYLA_OK;
+}
+
+/* ---- save ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    const hyla_model *m;
+    const hyla_param_table *t; /* table of the output layout */
+    const unsigned char *dtype; /* [t->n_hf] */
+} save_ctx;
+
+static int fill_tensor(void *vctx, size_t index, void *dst)
+{
+    const save_ctx *c = vctx;
+    const hyla_hf_tensor *ht = &c->t->hf[index];
+    hyla_dtype dt = (hyla_dtype)c->dtype[index];
+    size_t esz = hyla_dtype_size(dt);
+    for (int64_t r = 0; r < ht->rows; r++) {
+        int param;
+        int64_t row;
+        hyla_hf_row_dest(c->t, ht, r, &param, &row);
+        /* Same (role, layer) in both tables: find it in the model's own table. */
+        const hyla_param *p = &c->t->params[param];
+        int own = hyla_param_find(&c->m->table, p->role, p->layer);
+        HYLA_ASSERT(own >= 0);
+        hyla_dtype_from_f32((unsigned char *)dst + (size_t)r * (size_t)ht->row_len * esz,
+                            row_ptr(c->m, own, row), dt, (size_t)ht->row_len);
+    }
+    return HYLA_OK;
+}
+
+/* Dtype of each output tensor: as loaded when the layout is unchanged, else the dtype of the
+ * parameter holding its first row. */
+static void output_dtypes(const hyla_model *m, const hyla_param_table *out, unsigned char *dt)
+{
+    int same = !memcmp(&out->layout, &m->table.layout, sizeof out->layout) && out->n_hf == m->table.n_hf;
+    for (size_t i = 0; i < out->n_hf; i++) {
+        if (same) {
+            dt[i] = m->hf_dtype[i];
+            continue;
+        }
+        int param;
+        int64_t row;
+        hyla_hf_row_dest(out, &out->hf[i], 0, &param, &row);
+        int own = hyla_param_find(&m->table, out->params[param].role, out->params[param].layer);
+        dt[i] = m->param_dtype[own];
+    }
+}
+
+int hyla_model_save(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes)
+{
+    hyla_param_table out;
+    HYLA_TRY(hyla_params_build(&out, &m->cfg, layout ? layout : &m->table.layout));
+    int st = HYLA_OK;
+    hyla_st_entry *entries = calloc(out.n_hf ? out.n_hf : 1, sizeof *entries);
+    unsigned char *dt = malloc(out.n_hf ? out.n_hf : 1);
+    if (!entries || !dt) {
+        st = hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", dir);
+        goto done;
+    }
+    output_dtypes(m, &out, dt);
+    for (size_t i = 0; i < out.n_hf; i++) {
+        entries[i].name = out.hf[i].name;
+        entries[i].dtype = (hyla_dtype)dt[i];
+        entries[i].ndim = out.hf[i].ndim;
+        for (int d = 0; d < out.hf[i].ndim; d++)
+            entries[i].shape[d] = out.hf[i].shape[d];
+    }
+    char probe[4096];
+    for (int i = 0; i < 2; i++) {
+        const char *existing = i ? "model.safetensors.index.json" : "model.safetensors";
+        if ((st = hyla_path_join(probe, sizeof probe, dir, existing)) != HYLA_OK)
+            goto done;
+        if (hyla_file_exists(probe)) {
+            st = hyla_error_set(HYLA_ERR_IO, "%s: already holds a model (%s); save to a new directory", dir, existing);
+            goto done;
+        }
+    }
+    if ((st = hyla_mkdir_p(dir)) != HYLA_OK)
+        goto done;
+    save_ctx ctx = {m, &out, dt};
+    if ((st = hyla_st_write(dir, entries, out.n_hf, max_shard_bytes, fill_tensor, &ctx)) != HYLA_OK)
+        goto done;
+    char path[4096];
+    if ((st = hyla_path_join(path, sizeof path, dir, "config.json")) != HYLA_OK)
+        goto done;
+    if (m->config_json)
+        st = hyla_write_file_atomic(path, m->config_json, strlen(m->config_json));
+    else
+        st = hyla_config_write(&m->cfg, path);
+done:
+    free(entries);
+    free(dt);
+    hyla_params_free(&out);
+    return st;
+}

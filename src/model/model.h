@@ -1,0 +1,54 @@
+/* A loaded model: validated config, block schedule, parameter table and the fp32 weight arena.
+ *
+ * Weights are converted to fp32 on load (F32 / BF16 / F16 sources; the conversions are exact
+ * so saving in the source dtype reproduces the original bytes). The model owns everything it
+ * points to. */
+#ifndef HYLA_MODEL_MODEL_H
+#define HYLA_MODEL_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "io/safetensors.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "model/schedule.h"
+
+typedef struct {
+    hyla_config cfg;
+    hyla_schedule sched;
+    hyla_param_table table;
+    float *w;                  /* [table.total_floats], 64-byte aligned, owned */
+    unsigned char *hf_dtype;   /* [table.n_hf] hyla_dtype each HF tensor was loaded from / saves as */
+    unsigned char *param_dtype; /* [table.n_params] dtype of the HF tensor that filled each param */
+    char *config_json;         /* original config.json text (saved verbatim), owned */
+} hyla_model;
+
+/* Load DIR (config.json + model.safetensors or a sharded index). Checks every tensor: missing,
+ * unexpected (mtp.* and model.visual.* are ignored) and mis-shaped tensors are named. */
+int hyla_model_load(hyla_model *m, const char *dir);
+
+/* Create a model with spec §6 initialisation (seeded). Tensors save as `dtype`. */
+int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, uint64_t seed,
+                    hyla_dtype dtype);
+
+/* Save as a Hugging Face directory: config.json and safetensors (sharded when larger than
+ * max_shard_bytes; 0 = one file) in `layout` (NULL: the layout it was loaded with). Each file
+ * is written to a temporary name and renamed. */
+int hyla_model_save(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes);
+
+void hyla_model_free(hyla_model *m);
+
+/* The HF layout of the tensors in `set` (grouped/separate GDN projections, fused/per-expert
+ * experts, name prefix); defaults by family where the model has no such tensors. */
+int hyla_model_detect_layout(const hyla_st_set *set, const hyla_config *cfg, hyla_layout *lay, const char *dir);
+/* Layout a family's Hugging Face checkpoints use by default. */
+void hyla_default_layout(const hyla_config *cfg, hyla_layout *lay);
+/* mtp.*, model.visual.* and (tied models) lm_head.weight are skipped on load, as in HF. */
+int hyla_model_is_ignored_tensor(const char *name, const hyla_config *cfg);
+
+/* View of a parameter's fp32 data; NULL if the model has no such parameter.
+ * LM_HEAD of a tied model returns EMBED. */
+float *hyla_model_param(const hyla_model *m, hyla_role role, int layer);
+
+#endif

@@ -1,0 +1,120 @@
+/* hyla kernels: forward (and, as they arrive, backward) of every op, fp32, row-major.
+ *
+ * Conventions:
+ *  - Shapes are given on every argument as [dims], last index fastest.
+ *  - "n" is a number of rows (tokens, or tokens x heads). B sequences of T tokens are stored
+ *    [B, T, ...] contiguous.
+ *  - Kernels never allocate: scratch comes in through `work` arguments sized by the matching
+ *    *_work_floats() function.
+ *  - Kernels are deterministic for a given thread count; OpenMP parallelism is over rows /
+ *    heads / experts whose results do not depend on the split.
+ *  - Saved-for-backward outputs (rstd, pre-activations, lse) are optional: pass NULL to skip.
+ */
+#ifndef HYLA_OPS_H
+#define HYLA_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- norms (ops/norm.c) ------------------------------------------------------------------ */
+
+/* Zero-centred RMSNorm: y = x * rsqrt(mean(x^2) + eps) * (1 + w).  y may alias x. */
+void hyla_rmsnorm1p_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const float *x /*[n,d]*/,
+                        const float *w /*[d]*/, int64_t n, int64_t d, float eps);
+
+/* Gated RMSNorm (GDN output): y = w * (x * rsqrt(mean(x^2) + eps)) * silu(z). */
+void hyla_gated_rmsnorm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/,
+                            const float *x /*[n,d]*/, const float *z /*[n,d]*/,
+                            const float *w /*[d]*/, int64_t n, int64_t d, float eps);
+
+/* L2 norm: y = x * rsqrt(sum(x^2) + eps) * scale.  y may alias x. */
+void hyla_l2norm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const float *x /*[n,d]*/,
+                     int64_t n, int64_t d, float eps, float scale);
+
+/* ---- activations (ops/activation.c) ------------------------------------------------------ */
+
+/* SwiGLU on a fused gate|up row: h[i] = silu(gu[i]) * gu[I + i]. */
+void hyla_swiglu_fwd(float *h /*[n,I]*/, const float *gu /*[n,2I]*/, int64_t n, int64_t I);
+
+/* ---- rotary embedding (ops/rope.c) ------------------------------------------------------- */
+
+/* cos/sin tables for positions pos[t]: cos[t, i] = cos(pos[t] * theta^(-2i/R)), i < R/2,
+ * computed in fp32 as HF does (inv_freq in fp32, product in fp32). */
+void hyla_rope_table(float *cos_t /*[n,R/2]*/, float *sin_t /*[n,R/2]*/, const int64_t *pos /*[n]*/,
+                     int64_t n, int64_t R, double theta);
+
+/* Partial rotate-half RoPE in place on the first R dims of every head:
+ * out[i] = x[i] cos_i - x[i+R/2] sin_i ; out[i+R/2] = x[i+R/2] cos_i + x[i] sin_i. */
+void hyla_rope_fwd(float *x /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/,
+                   const float *sin_t /*[n,R/2]*/, int64_t n, int64_t heads, int64_t hd, int64_t R);
+
+/* ---- softmax attention (ops/attention.c) ------------------------------------------------- */
+
+/* Causal GQA attention for one sequence. Query t (absolute position past + t) attends to keys
+ * 0..past+t. Query head h uses kv head h / (Hq/Hkv).
+ * lse[t,h] = log-sum-exp of the scaled scores (saved for backward).
+ * work: hyla_attention_work_floats(S) floats. */
+void hyla_attention_fwd(float *out /*[T,Hq,hd]*/, float *lse /*[T,Hq] or NULL*/,
+                        const float *q /*[T,Hq,hd]*/, const float *k /*[S,Hkv,hd]*/,
+                        const float *v /*[S,Hkv,hd]*/, int64_t T, int64_t past, int64_t Hq,
+                        int64_t Hkv, int64_t hd, float scale, float *work);
+size_t hyla_attention_work_floats(int64_t S /* = past + T */);
+
+/* ---- Gated DeltaNet pieces (ops/gdn.c, ops/delta_rule.c) --------------------------------- */
+
+/* Causal depthwise conv + SiLU over time for one sequence:
+ * pre[t,c] = sum_j w[c,j] * x[t-(K-1)+j, c], x[t<0] = hist (the K-1 newest entries of the
+ * K raw previous inputs, oldest first) or 0 when hist is NULL; y = silu(pre). */
+void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const float *x /*[T,C]*/,
+                        const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/, int64_t T,
+                        int64_t C, int64_t K);
+
+/* Gates: g = -exp(A_log) * softplus(a + dt_bias) (softplus(x) = x for x > 20), beta = sigmoid(b). */
+void hyla_gdn_gates_fwd(float *g /*[n,Hv]*/, float *beta /*[n,Hv]*/, const float *a /*[n,Hv]*/,
+                        const float *b /*[n,Hv]*/, const float *A_log /*[Hv]*/,
+                        const float *dt_bias /*[Hv]*/, int64_t n, int64_t Hv);
+
+/* Gated delta rule for one sequence, all value heads. q, k are already l2-normalised (q also
+ * scaled by 1/sqrt(dk)); value head h reads q/k head h / (Hv/Hk).
+ * state: [Hv,dk,dv] in/out: the initial state on entry (zeros for a fresh sequence), the state
+ * after the last token on return.
+ * Recurrent (spec §4.1): token by token. Chunked (spec §4.2): chunks of HYLA_DELTA_CHUNK,
+ * last chunk padded; same result up to rounding. */
+#define HYLA_DELTA_CHUNK 64
+void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk,dv]*/,
+                                   const float *q /*[T,Hk,dk]*/, const float *k /*[T,Hk,dk]*/,
+                                   const float *v /*[T,Hv,dv]*/, const float *g /*[T,Hv]*/,
+                                   const float *beta /*[T,Hv]*/, int64_t T, int64_t Hk,
+                                   int64_t Hv, int64_t dk, int64_t dv);
+void hyla_delta_rule_chunked_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk,dv]*/,
+                                 const float *q /*[T,Hk,dk]*/, const float *k /*[T,Hk,dk]*/,
+                                 const float *v /*[T,Hv,dv]*/, const float *g /*[T,Hv]*/,
+                                 const float *beta /*[T,Hv]*/, int64_t T, int64_t Hk, int64_t Hv,
+                                 int64_t dk, int64_t dv, float *work);
+size_t hyla_delta_rule_chunked_work_floats(int64_t Hv, int64_t dk, int64_t dv);
+
+/* ---- MoE routing (ops/moe_route.c) ------------------------------------------------------- */
+
+/* probs = softmax(logits) over all E; (top_w, top_idx) = top-k of probs, descending, ties to
+ * the lower expert index; if renorm, top_w /= sum(top_w). */
+void hyla_moe_route_fwd(int32_t *top_idx /*[n,k]*/, float *top_w /*[n,k]*/,
+                        float *probs /*[n,E]*/, const float *logits /*[n,E]*/, int64_t n,
+                        int64_t E, int64_t k, int renorm);
+
+/* ---- losses (ops/loss.c) ----------------------------------------------------------------- */
+
+/* Cross-entropy: returns the SUM over rows with labels[i] >= 0 of -log softmax(logits[i])[label]
+ * (accumulated in double), and their count in *count. Labels < 0 are ignored. */
+double hyla_cross_entropy_fwd(const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
+                              int64_t n, int64_t V, int64_t *count);
+
+/* Router load-balancing loss, streamed over MoE layers (spec §3.8):
+ * accumulate per layer: counts[e] += #(row, slot) selecting e; psum[e] += sum_rows probs[row,e];
+ * rows += n. Finish: aux = E * sum_e (counts[e]/rows) * (psum[e]/rows). */
+void hyla_aux_loss_accumulate(double *counts /*[E]*/, double *psum /*[E]*/,
+                              const int32_t *top_idx /*[n,k]*/, const float *probs /*[n,E]*/,
+                              int64_t n, int64_t E, int64_t k);
+double hyla_aux_loss_finish(const double *counts /*[E]*/, const double *psum /*[E]*/, int64_t rows,
+                            int64_t E);
+
+#endif

@@ -1,0 +1,688 @@
+#!/usr/bin/python3
+"""hyla_ref.py - independent float64 PyTorch oracle for Qwen3-Next / Qwen3.5 hybrid models.
+
+Written from the model specification (/work/shared/spec/qwen3next.md, sections 1-4, 3.8, 7)
+in Hugging Face transformers semantics for a float32 model (every bf16 cast in the spec is a
+no-op).  It shares no code with the C engine in src/: it reads the same model directory
+(config.json + safetensors, single file or sharded) with its own safetensors reader and
+recomputes everything in float64.
+
+Run with Debian's python (torch 1.13 + numpy):
+
+    /usr/bin/python3 tests/reference/hyla_ref.py MODEL_DIR --tokens 1,2,3 [--logits-out F]
+    /usr/bin/python3 tests/reference/hyla_ref.py MODEL_DIR --verify      # re-check expected.json
+
+Library use:  m = HylaRef(model_dir); out = m.forward(tokens)
+  out["logits"]  float64 [T, V];  out["ce_loss"], out["aux_loss"], out["total_loss"]
+  (None where undefined); out["router_logits"] list of [T, E] per MoE layer;
+  out["min_router_gap"] smallest p_(k) - p_(k+1) over MoE layers and tokens (None: no MoE).
+"""
+import argparse
+import json
+import math
+import os
+import struct
+import sys
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+torch.set_default_dtype(torch.float64)
+DT = torch.float64
+
+# --------------------------------------------------------------------------------------------
+# safetensors (own implementation; no `safetensors` package)
+# --------------------------------------------------------------------------------------------
+
+_ST_NP = {"F32": np.float32, "F16": np.float16, "F64": np.float64}
+
+
+def bf16_bits_from_f32(a):
+    """Round float32 values to bfloat16 (round to nearest even); returns uint16 bit patterns."""
+    u = np.ascontiguousarray(a, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    if not np.all(np.isfinite(np.asarray(a, dtype=np.float32))):
+        raise ValueError("bf16 rounding of non-finite values not supported")
+    rnd = ((u >> 16) & 1) + 0x7FFF
+    return ((u + rnd) >> 16).astype(np.uint16)
+
+
+def bf16_bits_to_f32(bits):
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def round_to_dtype(a, dtype):
+    """Values (float64 array) exactly representable in the storage dtype, as float64."""
+    a = np.asarray(a, dtype=np.float64)
+    if dtype == "F32":
+        return a.astype(np.float32).astype(np.float64)
+    if dtype == "F16":
+        return a.astype(np.float16).astype(np.float64)
+    if dtype == "BF16":
+        return bf16_bits_to_f32(bf16_bits_from_f32(a.astype(np.float32))).astype(np.float64)
+    if dtype == "F64":
+        return a
+    raise ValueError(dtype)
+
+
+def encode_tensor(a, dtype):
+    a = np.asarray(a)
+    if dtype == "BF16":
+        return bf16_bits_from_f32(a.astype(np.float32)).astype("<u2").tobytes()
+    return np.ascontiguousarray(a.astype(np.dtype(_ST_NP[dtype]).newbyteorder("<"))).tobytes()
+
+
+def st_write(path, tensors, metadata=None):
+    """tensors: list of (name, ndarray, dtype_str).  Writes the safetensors format:
+    u64 LE header length N, N bytes JSON header (space padded to a multiple of 8), raw data."""
+    header = {"__metadata__": dict(metadata or {"format": "pt"})}
+    blobs, off = [], 0
+    for name, a, dtype in tensors:
+        b = encode_tensor(a, dtype)
+        header[name] = {"dtype": dtype, "shape": [int(s) for s in np.shape(a)],
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    hj = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    hj += b" " * ((-len(hj)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hj)))
+        f.write(hj)
+        for b in blobs:
+            f.write(b)
+    return 8 + len(hj) + off
+
+
+def st_read(path):
+    """Returns {name: (float64 ndarray, dtype_str)}.  Validates offsets/sizes strictly."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 8:
+        raise ValueError(f"{path}: too short")
+    n = struct.unpack("<Q", raw[:8])[0]
+    if 8 + n > len(raw):
+        raise ValueError(f"{path}: header length {n} exceeds file")
+    header = json.loads(raw[8:8 + n].decode("utf-8"))
+    data = raw[8 + n:]
+    out = {}
+    spans = []
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape, (b, e) = info["dtype"], info["shape"], info["data_offsets"]
+        numel = int(np.prod(shape)) if shape else 1
+        esz = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8}[dtype]
+        if e - b != numel * esz or e > len(data) or b < 0:
+            raise ValueError(f"{path}: bad offsets for {name}")
+        spans.append((b, e))
+        buf = data[b:e]
+        if dtype == "BF16":
+            arr = bf16_bits_to_f32(np.frombuffer(buf, dtype="<u2"))
+        else:
+            arr = np.frombuffer(buf, dtype=np.dtype(_ST_NP[dtype]).newbyteorder("<"))
+        out[name] = (arr.astype(np.float64).reshape(shape), dtype)
+    spans.sort()
+    for (b0, e0), (b1, e1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise ValueError(f"{path}: overlapping tensors")
+    return out
+
+
+def read_model_tensors(model_dir):
+    """All tensors of a model directory: sharded (model.safetensors.index.json) or single file."""
+    idx = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(idx):
+        with open(idx) as f:
+            wm = json.load(f)["weight_map"]
+        files = sorted(set(wm.values()))
+        tensors = {}
+        for fn in files:
+            part = st_read(os.path.join(model_dir, fn))
+            for name, v in part.items():
+                if wm.get(name) != fn:
+                    raise ValueError(f"{fn}: tensor {name} not mapped to this file in the index")
+                tensors[name] = v
+        missing = set(wm) - set(tensors)
+        if missing:
+            raise ValueError(f"index names tensors not found in shards: {sorted(missing)[:5]}")
+        return tensors
+    single = os.path.join(model_dir, "model.safetensors")
+    if os.path.exists(single):
+        return st_read(single)
+    raise FileNotFoundError(f"no model.safetensors(.index.json) in {model_dir}")
+
+
+# --------------------------------------------------------------------------------------------
+# config
+# --------------------------------------------------------------------------------------------
+
+def load_config(model_dir):
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return load_config_from_dict(json.load(f))
+
+
+def load_config_from_dict(raw):
+    """Normalise a config.json dict (Qwen3-Next flat, or Qwen3.5 text_config wrapper)."""
+    outer_type = raw.get("model_type", "")
+    tc = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
+    inner_type = tc.get("model_type", outer_type)
+
+    def get(key, default=None):
+        if key in tc and tc[key] is not None:
+            return tc[key]
+        if key in raw and raw[key] is not None:
+            return raw[key]
+        return default
+
+    types = {outer_type, inner_type}
+    if types & {"qwen3_5_moe", "qwen3_5_moe_text"}:
+        family = "qwen3_5_moe"
+    elif types & {"qwen3_5", "qwen3_5_text"}:
+        family = "qwen3_5"
+    elif "qwen3_next" in types:
+        family = "qwen3_next"
+    else:
+        raise ValueError(f"unsupported model_type {outer_type!r}/{inner_type!r}")
+
+    c = {"family": family}
+    c["vocab_size"] = int(get("vocab_size"))
+    c["hidden_size"] = H = int(get("hidden_size"))
+    c["num_hidden_layers"] = N = int(get("num_hidden_layers"))
+    c["num_attention_heads"] = int(get("num_attention_heads"))
+    c["num_key_value_heads"] = int(get("num_key_value_heads", c["num_attention_heads"]))
+    c["head_dim"] = int(get("head_dim", H // c["num_attention_heads"]))
+    c["linear_num_key_heads"] = int(get("linear_num_key_heads"))
+    c["linear_num_value_heads"] = int(get("linear_num_value_heads"))
+    c["linear_key_head_dim"] = int(get("linear_key_head_dim"))
+    c["linear_value_head_dim"] = int(get("linear_value_head_dim"))
+    c["linear_conv_kernel_dim"] = int(get("linear_conv_kernel_dim", 4))
+    c["rms_norm_eps"] = float(get("rms_norm_eps", 1e-6))
+    c["tie_word_embeddings"] = bool(get("tie_word_embeddings", False))
+    c["intermediate_size"] = int(get("intermediate_size", 0) or 0)
+    c["num_experts"] = int(get("num_experts", 0) or 0)
+    c["num_experts_per_tok"] = int(get("num_experts_per_tok", 0) or 0)
+    c["moe_intermediate_size"] = int(get("moe_intermediate_size", 0) or 0)
+    c["shared_expert_intermediate_size"] = int(get("shared_expert_intermediate_size", 0) or 0)
+    c["router_aux_loss_coef"] = float(get("router_aux_loss_coef", 0.001))
+    if family == "qwen3_5_moe":
+        c["norm_topk_prob"] = True            # always renormalised (field removed)
+    else:
+        c["norm_topk_prob"] = bool(get("norm_topk_prob", True))
+    act = get("hidden_act", "silu")
+    if act != "silu":
+        raise ValueError(f"hidden_act {act} unsupported")
+    if get("attention_bias", False):
+        raise ValueError("attention_bias=true unsupported")
+
+    # RoPE: top level (Qwen3-Next v4.57 style) or rope_parameters / rope_scaling (v5, Qwen3.5).
+    rp = get("rope_parameters") or get("rope_scaling") or {}
+    rtype = rp.get("rope_type", rp.get("type", "default")) if rp else "default"
+    if rtype not in ("default", None):
+        raise ValueError(f"rope_type {rtype} unsupported by the reference")
+    c["rope_theta"] = float(get("rope_theta", rp.get("rope_theta", 10000.0)))
+    c["partial_rotary_factor"] = float(get("partial_rotary_factor",
+                                           rp.get("partial_rotary_factor", 0.25)))
+
+    lt = get("layer_types")
+    if lt is not None:
+        lt = list(lt)
+        if len(lt) < N:
+            raise ValueError("layer_types shorter than num_hidden_layers")
+        lt = lt[:N]
+    else:
+        iv = int(get("full_attention_interval", 4))
+        lt = ["full_attention" if (i + 1) % iv == 0 else "linear_attention" for i in range(N)]
+    for t in lt:
+        if t not in ("full_attention", "linear_attention"):
+            raise ValueError(f"layer type {t}")
+    c["layer_types"] = lt
+
+    if family == "qwen3_next":
+        step = int(get("decoder_sparse_step", 1) or 1)
+        mlp_only = set(int(x) for x in (get("mlp_only_layers", []) or []))
+        E = c["num_experts"]
+        c["moe_layers"] = [E > 0 and i not in mlp_only and (i + 1) % step == 0 for i in range(N)]
+    elif family == "qwen3_5":
+        c["moe_layers"] = [False] * N
+    else:
+        c["moe_layers"] = [True] * N
+    return c
+
+
+# --------------------------------------------------------------------------------------------
+# ops
+# --------------------------------------------------------------------------------------------
+
+def rmsnorm1p(x, w, eps):
+    """Zero-centred RMSNorm: x * rsqrt(mean(x^2) + eps) * (1 + w) over the last dim."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w)
+
+
+def gated_rmsnorm(x, w, z, eps):
+    """Plain-weight gated RMSNorm (norm before gate): w * norm(x) * silu(z)."""
+    n = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+    return w * n * F.silu(z)
+
+
+def l2norm(x, eps=1e-6):
+    return x * torch.rsqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+
+
+def swiglu(x, wg, wu, wd):
+    return (F.silu(x @ wg.t()) * (x @ wu.t())) @ wd.t()
+
+
+def delta_rule_recurrent(q, k, v, beta, g, S0=None):
+    """Recurrent gated delta rule (spec 4.1).  q,k [T,Hv,dk] (q already scaled), v [T,Hv,dv],
+    beta, g [T,Hv].  State S [Hv,dk,dv] (k-index first).  Returns (o [T,Hv,dv], S_final)."""
+    T, Hv, dk = k.shape
+    dv = v.shape[-1]
+    S = torch.zeros(Hv, dk, dv, dtype=DT) if S0 is None else S0.clone()
+    o = torch.empty(T, Hv, dv, dtype=DT)
+    for t in range(T):
+        S = S * torch.exp(g[t])[:, None, None]                    # decay first
+        m = torch.einsum("hij,hi->hj", S, k[t])                   # read with decayed state
+        delta = beta[t][:, None] * (v[t] - m)
+        S = S + k[t][:, :, None] * delta[:, None, :]              # write
+        o[t] = torch.einsum("hij,hi->hj", S, q[t])                # read out with updated state
+    return o, S
+
+
+def delta_rule_chunked(q, k, v, beta, g, S0=None, C=64):
+    """Chunked gated delta rule (spec 4.2, HF torch fallback), chunk size C."""
+    T, Hv, dk = k.shape
+    dv = v.shape[-1]
+    pad = (-T) % C
+    if pad:
+        # padded tokens: q = k = v = 0, beta = 0, g = 0 (no decay, no write)
+        q = torch.cat([q, torch.zeros(pad, Hv, dk, dtype=DT)])
+        k = torch.cat([k, torch.zeros(pad, Hv, dk, dtype=DT)])
+        v = torch.cat([v, torch.zeros(pad, Hv, dv, dtype=DT)])
+        beta = torch.cat([beta, torch.zeros(pad, Hv, dtype=DT)])
+        g = torch.cat([g, torch.zeros(pad, Hv, dtype=DT)])
+    Tp = T + pad
+    n = Tp // C
+    # -> [Hv, n, C, ...]
+    Q = q.permute(1, 0, 2).reshape(Hv, n, C, dk)
+    K = k.permute(1, 0, 2).reshape(Hv, n, C, dk)
+    V = v.permute(1, 0, 2).reshape(Hv, n, C, dv)
+    B = beta.permute(1, 0).reshape(Hv, n, C)
+    G = g.permute(1, 0).reshape(Hv, n, C)
+
+    gam = G.cumsum(-1)                                            # inclusive, within chunk
+    diff = gam[..., :, None] - gam[..., None, :]                  # gamma_r - gamma_s
+    lower_incl = torch.tril(torch.ones(C, C, dtype=torch.bool))
+    Gam = torch.exp(diff.masked_fill(~lower_incl, float("-inf")))  # never exp positive uppers
+    strict = torch.tril(torch.ones(C, C, dtype=torch.bool), -1)
+    M = (B[..., :, None] * (K @ K.transpose(-1, -2)) * Gam).masked_fill(~strict, 0.0)
+    # T = (I + M)^-1 by HF's forward substitution on A = -M
+    A = -M
+    for i in range(1, C):
+        row = A[..., i, :i].clone()
+        sub = A[..., :i, :i].clone()
+        A[..., i, :i] = row + (row.unsqueeze(-1) * sub).sum(-2)
+    eye = torch.eye(C, dtype=DT)
+    Tm = A + eye
+    resid = (Tm @ (eye + M) - eye).abs().max().item()
+    assert resid < (1e-8 if Tm.dtype == torch.float64 else 1e-3), f"chunk T inverse residual {resid}"
+    U = Tm @ (B[..., None] * V)
+    W = Tm @ ((B * torch.exp(gam))[..., None] * K)
+
+    S = torch.zeros(Hv, dk, dv, dtype=DT) if S0 is None else S0.clone()
+    O = torch.empty(Hv, n, C, dv, dtype=DT)
+    for c in range(n):
+        Qc, Kc, gc = Q[:, c], K[:, c], gam[:, c]
+        Vnew = U[:, c] - W[:, c] @ S
+        O[:, c] = torch.exp(gc)[..., None] * (Qc @ S) + ((Qc @ Kc.transpose(-1, -2)) * Gam[:, c]) @ Vnew
+        glast = gc[:, -1]
+        S = torch.exp(glast)[:, None, None] * S + \
+            Kc.transpose(-1, -2) @ (torch.exp(glast[:, None] - gc)[..., None] * Vnew)
+    o = O.reshape(Hv, Tp, dv).permute(1, 0, 2)[:T]
+    return o.contiguous(), S
+
+
+def rope_cos_sin(T, R, theta):
+    inv_freq = theta ** (-torch.arange(0, R, 2, dtype=DT) / R)   # theta^(-2i/R), i < R/2
+    f = torch.arange(T, dtype=DT)[:, None] * inv_freq[None, :]
+    emb = torch.cat([f, f], dim=-1)                                # [T, R]
+    return emb.cos(), emb.sin()
+
+
+def apply_partial_rope(x, cos, sin, R):
+    """x [T, heads, hd]; rotate-half on the first R dims, pairs (i, i + R/2)."""
+    if R == 0:
+        return x
+    xr, xp = x[..., :R], x[..., R:]
+    x1, x2 = xr[..., :R // 2], xr[..., R // 2:]
+    rot = torch.cat([-x2, x1], dim=-1)
+    xr = xr * cos[:, None, :] + rot * sin[:, None, :]
+    return torch.cat([xr, xp], dim=-1)
+
+
+# --------------------------------------------------------------------------------------------
+# model
+# --------------------------------------------------------------------------------------------
+
+class HylaRef:
+    def __init__(self, model_dir, check_delta=True, delta_tol=1e-10):
+        self.dir = model_dir
+        self.cfg = c = load_config(model_dir)
+        self.check_delta = check_delta
+        self.delta_tol = delta_tol
+        self.max_delta_diff = 0.0
+        raw = read_model_tensors(model_dir)
+        self.dtypes = {k: v[1] for k, v in raw.items()}
+        # prefix detection: VL wrapper (model.language_model.) or plain (model.)
+        if "model.language_model.embed_tokens.weight" in raw:
+            self.prefix = "model.language_model."
+        elif "model.embed_tokens.weight" in raw:
+            self.prefix = "model."
+        else:
+            raise ValueError("no embed_tokens.weight found")
+        self.W = {}
+        for name, (a, _) in raw.items():
+            if name.startswith("mtp.") or name.startswith("model.visual.") or name.startswith("visual."):
+                continue                                           # ignored by HF on load
+            self.W[name] = torch.from_numpy(a.copy())
+        self.used = set()
+        self._build()
+        unused = set(self.W) - self.used
+        if unused:
+            raise ValueError(f"unused tensors in checkpoint: {sorted(unused)[:8]}")
+
+    def w(self, name, shape=None, full=False):
+        key = name if full else self.prefix + name
+        if key not in self.W:
+            raise KeyError(f"missing tensor {key}")
+        t = self.W[key]
+        if shape is not None and list(t.shape) != list(shape):
+            raise ValueError(f"{key}: shape {list(t.shape)} != expected {list(shape)}")
+        self.used.add(key)
+        return t
+
+    def has(self, name):
+        return (self.prefix + name) in self.W
+
+    def _build(self):
+        c = self.cfg
+        H, V = c["hidden_size"], c["vocab_size"]
+        self.embed = self.w("embed_tokens.weight", [V, H])
+        self.final_norm = self.w("norm.weight", [H])
+        if c["tie_word_embeddings"]:
+            self.lm_head = self.embed
+            if "lm_head.weight" in self.W:
+                raise ValueError("tie_word_embeddings=true but lm_head.weight present")
+        else:
+            self.lm_head = self.w("lm_head.weight", [V, H], full=True)
+        self.layers = []
+        for i in range(c["num_hidden_layers"]):
+            p = f"layers.{i}."
+            L = {"type": c["layer_types"][i], "moe": c["moe_layers"][i]}
+            L["in_norm"] = self.w(p + "input_layernorm.weight", [H])
+            L["post_norm"] = self.w(p + "post_attention_layernorm.weight", [H])
+            if L["type"] == "linear_attention":
+                L.update(self._build_gdn(p + "linear_attn."))
+            else:
+                L.update(self._build_attn(p + "self_attn."))
+            if L["moe"]:
+                L.update(self._build_moe(p + "mlp."))
+            else:
+                I = c["intermediate_size"]
+                L["mlp"] = (self.w(p + "mlp.gate_proj.weight", [I, H]),
+                            self.w(p + "mlp.up_proj.weight", [I, H]),
+                            self.w(p + "mlp.down_proj.weight", [H, I]))
+            self.layers.append(L)
+
+    def _build_gdn(self, p):
+        c = self.cfg
+        H = c["hidden_size"]
+        Hk, Hv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+        dk, dv, Kc = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
+        assert Hv % Hk == 0
+        r = Hv // Hk
+        key_dim, value_dim = Hk * dk, Hv * dv
+        conv_dim = 2 * key_dim + value_dim
+        L = {}
+        if self.has(p + "in_proj_qkvz.weight"):
+            # Qwen3-Next grouped layout (spec 2.3): convert to [q|k|v], z, b, a row order.
+            wqkvz = self.w(p + "in_proj_qkvz.weight", [2 * key_dim + 2 * value_dim, H])
+            wba = self.w(p + "in_proj_ba.weight", [2 * Hv, H])
+            Gq = 2 * dk + 2 * r * dv
+            grp = wqkvz.reshape(Hk, Gq, H)
+            wq = grp[:, :dk].reshape(key_dim, H)
+            wk = grp[:, dk:2 * dk].reshape(key_dim, H)
+            wv = grp[:, 2 * dk:2 * dk + r * dv].reshape(value_dim, H)   # head g*r+i, dim d
+            wz = grp[:, 2 * dk + r * dv:].reshape(value_dim, H)
+            gb = wba.reshape(Hk, 2 * r, H)
+            L["w_b"] = gb[:, :r].reshape(Hv, H)                         # b's first in a group
+            L["w_a"] = gb[:, r:].reshape(Hv, H)
+            L["w_qkv"] = torch.cat([wq, wk, wv], 0)
+            L["w_z"] = wz
+        else:
+            L["w_qkv"] = self.w(p + "in_proj_qkv.weight", [conv_dim, H])
+            L["w_z"] = self.w(p + "in_proj_z.weight", [value_dim, H])
+            L["w_b"] = self.w(p + "in_proj_b.weight", [Hv, H])
+            L["w_a"] = self.w(p + "in_proj_a.weight", [Hv, H])
+        L["conv"] = self.w(p + "conv1d.weight", [conv_dim, 1, Kc])[:, 0, :]
+        L["dt_bias"] = self.w(p + "dt_bias", [Hv])
+        L["A_log"] = self.w(p + "A_log", [Hv])
+        L["gnorm"] = self.w(p + "norm.weight", [dv])
+        L["out_proj"] = self.w(p + "out_proj.weight", [H, value_dim])
+        return L
+
+    def _build_attn(self, p):
+        c = self.cfg
+        H, Hq, Hkv, hd = c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        return {"wq": self.w(p + "q_proj.weight", [Hq * hd * 2, H]),
+                "wk": self.w(p + "k_proj.weight", [Hkv * hd, H]),
+                "wv": self.w(p + "v_proj.weight", [Hkv * hd, H]),
+                "wo": self.w(p + "o_proj.weight", [H, Hq * hd]),
+                "q_norm": self.w(p + "q_norm.weight", [hd]),
+                "k_norm": self.w(p + "k_norm.weight", [hd])}
+
+    def _build_moe(self, p):
+        c = self.cfg
+        H, E, Ie, Is = c["hidden_size"], c["num_experts"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+        L = {"router": self.w(p + "gate.weight", [E, H])}
+        if self.has(p + "experts.gate_up_proj"):
+            gu = self.w(p + "experts.gate_up_proj", [E, 2 * Ie, H])
+            dn = self.w(p + "experts.down_proj", [E, H, Ie])
+            L["experts"] = [(gu[e, :Ie], gu[e, Ie:], dn[e]) for e in range(E)]
+        else:
+            L["experts"] = [(self.w(p + f"experts.{e}.gate_proj.weight", [Ie, H]),
+                             self.w(p + f"experts.{e}.up_proj.weight", [Ie, H]),
+                             self.w(p + f"experts.{e}.down_proj.weight", [H, Ie])) for e in range(E)]
+        L["shared"] = (self.w(p + "shared_expert.gate_proj.weight", [Is, H]),
+                       self.w(p + "shared_expert.up_proj.weight", [Is, H]),
+                       self.w(p + "shared_expert.down_proj.weight", [H, Is]))
+        L["shared_gate"] = self.w(p + "shared_expert_gate.weight", [1, H])
+        return L
+
+    # ---------------------------------------------------------------------------- mixers
+    def gdn(self, L, x):
+        c = self.cfg
+        T = x.shape[0]
+        Hk, Hv = c["linear_num_key_heads"], c["linear_num_value_heads"]
+        dk, dv, Kc = c["linear_key_head_dim"], c["linear_value_head_dim"], c["linear_conv_kernel_dim"]
+        r = Hv // Hk
+        key_dim = Hk * dk
+        cin = x @ L["w_qkv"].t()                                   # [T, conv_dim] = q | k | v
+        z = (x @ L["w_z"].t()).reshape(T, Hv, dv)
+        b = x @ L["w_b"].t()                                       # [T, Hv]
+        a = x @ L["w_a"].t()
+        # causal depthwise conv, zero left padding; w[:, K-1] multiplies the current token
+        cp = torch.cat([torch.zeros(Kc - 1, cin.shape[1], dtype=DT), cin], 0)
+        pre = torch.zeros_like(cin)
+        for j in range(Kc):
+            pre = pre + L["conv"][:, j][None, :] * cp[j:j + T]
+        cc = F.silu(pre)
+        q = cc[:, :key_dim].reshape(T, Hk, dk)
+        k = cc[:, key_dim:2 * key_dim].reshape(T, Hk, dk)
+        v = cc[:, 2 * key_dim:].reshape(T, Hv, dv)
+        beta = torch.sigmoid(b)
+        g = -torch.exp(L["A_log"])[None, :] * F.softplus(a + L["dt_bias"][None, :])
+        q = l2norm(q) * dk ** -0.5
+        k = l2norm(k)
+        q = q.repeat_interleave(r, dim=1)                          # value head h -> key head h//r
+        k = k.repeat_interleave(r, dim=1)
+        o, S = delta_rule_chunked(q, k, v, beta, g, C=64)
+        if self.check_delta:
+            o2, S2 = delta_rule_recurrent(q, k, v, beta, g)
+            d = max((o - o2).abs().max().item(), (S - S2).abs().max().item())
+            self.max_delta_diff = max(self.max_delta_diff, d)
+            assert d < self.delta_tol, f"recurrent vs chunked delta rule differ by {d}"
+        y = gated_rmsnorm(o, L["gnorm"], z, c["rms_norm_eps"])     # per value head over dv
+        return y.reshape(T, Hv * dv) @ L["out_proj"].t()
+
+    def attn(self, L, x):
+        c = self.cfg
+        T = x.shape[0]
+        Hq, Hkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+        eps = c["rms_norm_eps"]
+        qg = (x @ L["wq"].t()).reshape(T, Hq, 2 * hd)              # per head: query | gate
+        Q, G = qg[..., :hd], qg[..., hd:]
+        K = (x @ L["wk"].t()).reshape(T, Hkv, hd)
+        Vv = (x @ L["wv"].t()).reshape(T, Hkv, hd)
+        Q = rmsnorm1p(Q, L["q_norm"], eps)
+        K = rmsnorm1p(K, L["k_norm"], eps)
+        R = int(hd * c["partial_rotary_factor"])
+        cos, sin = rope_cos_sin(T, R, c["rope_theta"])
+        Q = apply_partial_rope(Q, cos, sin, R)
+        K = apply_partial_rope(K, cos, sin, R)
+        grp = Hq // Hkv
+        Kx = K.repeat_interleave(grp, dim=1)                       # head h -> kv head h//grp
+        Vx = Vv.repeat_interleave(grp, dim=1)
+        s = torch.einsum("thd,shd->hts", Q, Kx) * hd ** -0.5
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        s = s.masked_fill(mask[None], float("-inf"))
+        P = torch.softmax(s, -1)
+        A = torch.einsum("hts,shd->thd", P, Vx).reshape(T, Hq * hd)
+        A = A * torch.sigmoid(G.reshape(T, Hq * hd))
+        return A @ L["wo"].t()
+
+    def moe(self, L, x):
+        c = self.cfg
+        E, k = c["num_experts"], c["num_experts_per_tok"]
+        logits = x @ L["router"].t()                               # [T, E]
+        p = torch.softmax(logits, -1)
+        vals, idx = torch.topk(p, k, dim=-1)
+        if c["norm_topk_prob"]:
+            vals = vals / vals.sum(-1, keepdim=True)
+        ps = torch.sort(p, -1, descending=True).values
+        gap = (ps[:, k - 1] - ps[:, k]).min().item() if k < E else float("inf")
+        y = torch.zeros_like(x)
+        for e in range(E):
+            sel = (idx == e)                                       # [T, k]
+            rows = sel.any(-1).nonzero().flatten()
+            if rows.numel() == 0:
+                continue
+            wts = (vals * sel).sum(-1)[rows]
+            y[rows] += wts[:, None] * swiglu(x[rows], *L["experts"][e])
+        y = y + torch.sigmoid(x @ L["shared_gate"].t()) * swiglu(x, *L["shared"])
+        return y, logits, gap
+
+    # ---------------------------------------------------------------------------- forward
+    def forward(self, tokens):
+        c = self.cfg
+        tokens = [int(t) for t in tokens]
+        T = len(tokens)
+        if T == 0:
+            raise ValueError("empty token sequence")
+        if min(tokens) < 0 or max(tokens) >= c["vocab_size"]:
+            raise ValueError("token id out of range")
+        eps = c["rms_norm_eps"]
+        h = self.embed[torch.tensor(tokens)]
+        router_logits, min_gap = [], None
+        for L in self.layers:
+            xn = rmsnorm1p(h, L["in_norm"], eps)
+            h = h + (self.gdn(L, xn) if L["type"] == "linear_attention" else self.attn(L, xn))
+            xn = rmsnorm1p(h, L["post_norm"], eps)
+            if L["moe"]:
+                y, rl, gap = self.moe(L, xn)
+                router_logits.append(rl)
+                min_gap = gap if min_gap is None else min(min_gap, gap)
+            else:
+                y = swiglu(xn, *L["mlp"])
+            h = h + y
+        logits = rmsnorm1p(h, self.final_norm, eps) @ self.lm_head.t()
+        ce = None
+        if T >= 2:
+            lp = torch.log_softmax(logits[:-1], -1)
+            tgt = torch.tensor(tokens[1:])
+            ce = (-lp[torch.arange(T - 1), tgt]).mean().item()
+        aux = None
+        if router_logits:
+            aux = router_aux_loss(router_logits, c["num_experts"], c["num_experts_per_tok"])
+        total = None
+        if ce is not None:
+            total = ce + (c["router_aux_loss_coef"] * aux if aux is not None else 0.0)
+        return {"logits": logits, "ce_loss": ce, "aux_loss": aux, "total_loss": total,
+                "router_logits": router_logits, "min_router_gap": min_gap}
+
+
+def router_aux_loss(router_logits, E, k):
+    """Switch-style load balancing over ALL MoE layers' raw logits (spec 3.8):
+    aux = E * sum_e (count_e / N_tot) * mean_prob_e, counts over all k slots."""
+    lam = torch.cat(router_logits, 0)                              # [N_tot, E]
+    P = torch.softmax(lam, -1)
+    sel = torch.topk(P, k, dim=-1).indices
+    counts = F.one_hot(sel, E).to(DT).sum((0, 1))                  # [E], sums to k*N_tot
+    frac = counts / lam.shape[0]
+    return (E * (frac * P.mean(0)).sum()).item()
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+def verify_case(model_dir, atol_logits=1e-9):
+    with open(os.path.join(model_dir, "expected.json")) as f:
+        exp = json.load(f)
+    m = HylaRef(model_dir)
+    worst = 0.0
+    for run in exp["runs"]:
+        out = m.forward(run["tokens"])
+        T = len(run["tokens"])
+        ref = np.fromfile(os.path.join(model_dir, run["logits"]), dtype="<f4").reshape(T, -1)
+        d = float(np.abs(ref.astype(np.float64) - out["logits"].numpy()).max())
+        # stored as float32: allow its rounding
+        lim = atol_logits + 1e-7 * max(1.0, float(np.abs(ref).max()))
+        worst = max(worst, d)
+        assert d <= lim, f"{model_dir} T={T}: logits diff {d}"
+        for key in ("ce_loss", "aux_loss", "total_loss"):
+            a, b = run[key], out[key]
+            assert (a is None) == (b is None), key
+            if a is not None:
+                assert abs(a - b) <= 1e-9 * max(1.0, abs(a)), (key, a, b)
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("--tokens", help="comma-separated token ids")
+    ap.add_argument("--logits-out", help="write logits as raw little-endian float32 [T, V]")
+    ap.add_argument("--no-delta-check", action="store_true",
+                    help="skip the recurrent-vs-chunked delta-rule cross-check")
+    ap.add_argument("--verify", action="store_true",
+                    help="recompute MODEL_DIR/expected.json and compare")
+    a = ap.parse_args()
+    if a.verify:
+        d = verify_case(a.model_dir)
+        print(f"OK {a.model_dir} (max logits diff vs stored f32 {d:.3g})")
+        return
+    if not a.tokens:
+        ap.error("--tokens required (or --verify)")
+    m = HylaRef(a.model_dir, check_delta=not a.no_delta_check)
+    out = m.forward([int(t) for t in a.tokens.split(",") if t.strip()])
+    if a.logits_out:
+        out["logits"].numpy().astype("<f4").tofile(a.logits_out)
+    print(json.dumps({"T": out["logits"].shape[0], "ce_loss": out["ce_loss"],
+                      "aux_loss": out["aux_loss"], "total_loss": out["total_loss"],
+                      "min_router_gap": out["min_router_gap"],
+                      "max_delta_rule_diff": m.max_delta_diff,
+                      "last_logits_head": out["logits"][-1, :8].tolist()}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

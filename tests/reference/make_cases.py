@@ -1,0 +1,395 @@
+#!/usr/bin/python3
+"""make_cases.py OUTDIR [--only NAME,...]
+
+Creates tiny random Hugging Face-format Qwen3-Next / Qwen3.5 model directories under OUTDIR and,
+for each, expected outputs computed by the independent float64 oracle hyla_ref.py (which
+re-reads the files just written).  Deterministic (fixed seeds).  See README.md.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import hyla_ref as ref  # noqa: E402
+
+SEQ_LENS = [1, 63, 64, 65, 200]
+GAP_MIN = 1e-5
+
+BASE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
+            linear_value_head_dim=12, linear_conv_kernel_dim=4, num_experts=8,
+            num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24,
+            intermediate_size=40, rms_norm_eps=1e-6, hidden_act="silu")
+
+# name -> description.  "layout": per_expert | fused; "dtype": storage policy; "shards": files.
+MODELS = {
+    "next_moe_8l": dict(family="qwen3_next", seed=11, vocab=101, layers=8, prf=0.25,
+                        interval=4, experts="per_expert", dtype="F32", shards=1, extra_mtp=True),
+    "next_moe_6l": dict(family="qwen3_next", seed=12, vocab=128, layers=6, prf=0.5, interval=4,
+                        experts="fused", dtype="F32", shards=3, sparse_step=1, mlp_only=[1],
+                        aux_coef=0.01),
+    "q35_dense": dict(family="qwen3_5", seed=13, vocab=120, layers=4, prf=0.5, interval=4,
+                      dtype="BF16", shards=1, tied=True, extra_mtp=True, extra_visual=True),
+    "q35_moe": dict(family="qwen3_5_moe", seed=14, vocab=113, layers=4, prf=0.25, interval=4,
+                    experts="fused", dtype="F16_MIX", shards=1, extra_visual=True),
+    "irregular": dict(family="qwen3_next", seed=15, vocab=107, layers=7, prf=0.25, interval=4,
+                      layer_types=["full_attention", "linear_attention", "linear_attention",
+                                   "full_attention", "full_attention", "linear_attention",
+                                   "linear_attention"],
+                      experts="per_expert", dtype="F32", shards=1),
+    "all_linear": dict(family="qwen3_next", seed=16, vocab=97, layers=3, prf=0.25, interval=4,
+                       layer_types=["linear_attention"] * 3, experts="per_expert", dtype="F32",
+                       shards=1, sparse_step=2),
+    "all_attention": dict(family="qwen3_next", seed=17, vocab=130, layers=3, prf=0.5, interval=4,
+                          layer_types=["full_attention"] * 3, experts="per_expert", dtype="F32",
+                          shards=1),
+}
+
+# A_log ranges cycled over value heads: slow-decaying heads make the recurrent state carry
+# information across chunk boundaries (64), fast ones test strong decay.
+A_RANGES = [(0.01, 0.1), (0.1, 1.0), (1.0, 4.0), (4.0, 16.0)]
+
+
+# --------------------------------------------------------------------------------------------
+def make_config(name, m):
+    fam = m["family"]
+    t = dict(BASE)
+    t.update(vocab_size=m["vocab"], num_hidden_layers=m["layers"],
+             full_attention_interval=m["interval"], initializer_range=0.02,
+             max_position_embeddings=4096, attention_bias=False, attention_dropout=0.0,
+             tie_word_embeddings=bool(m.get("tied", False)),
+             router_aux_loss_coef=m.get("aux_coef", 0.001))
+    if "layer_types" in m:
+        t["layer_types"] = list(m["layer_types"])
+    if fam == "qwen3_next":
+        t.update(model_type="qwen3_next", architectures=["Qwen3NextForCausalLM"],
+                 rope_theta=10000.0, rope_scaling=None, partial_rotary_factor=m["prf"],
+                 decoder_sparse_step=m.get("sparse_step", 1), mlp_only_layers=m.get("mlp_only", []),
+                 norm_topk_prob=True, output_router_logits=False, torch_dtype="float32",
+                 use_cache=True)
+        return t
+    # Qwen3.5: VL wrapper with text_config, v5-style rope_parameters, explicit layer_types.
+    R2 = int(t["head_dim"] * m["prf"]) // 2
+    sec = [R2 - 2 * (R2 // 3), R2 // 3, R2 // 3]
+    t.update(model_type="qwen3_5_text" if fam == "qwen3_5" else "qwen3_5_moe_text",
+             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                              "partial_rotary_factor": m["prf"], "mrope_section": sec,
+                              "mrope_interleaved": True},
+             attn_output_gate=True, mtp_num_hidden_layers=1, mamba_ssm_dtype="float32",
+             dtype={"BF16": "bfloat16", "F16_MIX": "float16"}.get(m["dtype"], "float32"))
+    if "layer_types" not in t:
+        t["layer_types"] = ["full_attention" if (i + 1) % m["interval"] == 0 else
+                            "linear_attention" for i in range(m["layers"])]
+    if fam == "qwen3_5":
+        for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                  "shared_expert_intermediate_size", "router_aux_loss_coef"):
+            t.pop(k)
+    else:
+        t.pop("intermediate_size")
+    outer = {"model_type": fam,
+             "architectures": ["Qwen3_5ForConditionalGeneration" if fam == "qwen3_5"
+                               else "Qwen3_5MoeForConditionalGeneration"],
+             "text_config": t, "tie_word_embeddings": t["tie_word_embeddings"],
+             "vision_config": {"depth": 1, "hidden_size": 8}, "image_token_id": 248056}
+    return outer
+
+
+def gen_weights(cfg, m):
+    """Canonical weights (float64, unrounded), names relative to the text-model prefix, GDN in
+    the separate (Qwen3.5) layout, experts per expert.  Returns ordered dict."""
+    rs = np.random.RandomState(m["seed"])
+    n = lambda std, *shape, mean=0.0: rs.normal(mean, std, size=shape)  # noqa: E731
+    c = ref.load_config_from_dict(cfg)
+    H, V = c["hidden_size"], c["vocab_size"]
+    Hq, Hkv, hd = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
+    Hk, Hv, dk, dv, K = (c["linear_num_key_heads"], c["linear_num_value_heads"],
+                         c["linear_key_head_dim"], c["linear_value_head_dim"],
+                         c["linear_conv_kernel_dim"])
+    W = {}
+    W["embed_tokens.weight"] = n(0.2 if c["tie_word_embeddings"] else 0.5, V, H)
+    for i in range(c["num_hidden_layers"]):
+        p = f"layers.{i}."
+        W[p + "input_layernorm.weight"] = n(0.1, H)
+        W[p + "post_attention_layernorm.weight"] = n(0.1, H)
+        if c["layer_types"][i] == "linear_attention":
+            q = p + "linear_attn."
+            W[q + "in_proj_qkv.weight"] = n(0.2, 2 * Hk * dk + Hv * dv, H)
+            W[q + "in_proj_z.weight"] = n(0.2, Hv * dv, H)
+            W[q + "in_proj_b.weight"] = n(0.2, Hv, H)
+            W[q + "in_proj_a.weight"] = n(0.1, Hv, H)
+            W[q + "conv1d.weight"] = n(0.35, 2 * Hk * dk + Hv * dv, 1, K)
+            W[q + "dt_bias"] = n(0.5, Hv, mean=-0.3)
+            W[q + "A_log"] = np.log(np.array([rs.uniform(*A_RANGES[(h + i) % 4]) for h in range(Hv)]))
+            W[q + "norm.weight"] = n(0.1, dv, mean=1.0)
+            W[q + "out_proj.weight"] = n(0.2, H, Hv * dv)
+        else:
+            q = p + "self_attn."
+            W[q + "q_proj.weight"] = n(0.2, Hq * hd * 2, H)
+            W[q + "k_proj.weight"] = n(0.2, Hkv * hd, H)
+            W[q + "v_proj.weight"] = n(0.3, Hkv * hd, H)
+            W[q + "o_proj.weight"] = n(0.3, H, Hq * hd)
+            W[q + "q_norm.weight"] = n(0.1, hd)
+            W[q + "k_norm.weight"] = n(0.1, hd)
+        q = p + "mlp."
+        if c["moe_layers"][i]:
+            E, Ie, Is = c["num_experts"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+            W[q + "gate.weight"] = n(0.3, E, H)
+            for e in range(E):
+                W[q + f"experts.{e}.gate_proj.weight"] = n(0.2, Ie, H)
+                W[q + f"experts.{e}.up_proj.weight"] = n(0.2, Ie, H)
+                W[q + f"experts.{e}.down_proj.weight"] = n(0.2, H, Ie)
+            W[q + "shared_expert.gate_proj.weight"] = n(0.2, Is, H)
+            W[q + "shared_expert.up_proj.weight"] = n(0.2, Is, H)
+            W[q + "shared_expert.down_proj.weight"] = n(0.2, H, Is)
+            W[q + "shared_expert_gate.weight"] = n(0.3, 1, H)
+        else:
+            I = c["intermediate_size"]
+            W[q + "gate_proj.weight"] = n(0.2, I, H)
+            W[q + "up_proj.weight"] = n(0.2, I, H)
+            W[q + "down_proj.weight"] = n(0.2, H, I)
+    W["norm.weight"] = n(0.1, H)
+    if not c["tie_word_embeddings"]:
+        W["lm_head.weight"] = n(0.2, V, H)
+    return W, c
+
+
+def pack_qkvz_ba(c, wqkv, wz, wb, wa):
+    """Qwen3-Next grouped layout written with the explicit row formulas of spec 2.3
+    (deliberately not a reshape, so it is an independent check of the reference's unpacking)."""
+    Hk, Hv, dk, dv = (c["linear_num_key_heads"], c["linear_num_value_heads"],
+                      c["linear_key_head_dim"], c["linear_value_head_dim"])
+    r = Hv // Hk
+    kd = Hk * dk
+    Gq = 2 * dk + 2 * r * dv
+    H = wqkv.shape[1]
+    qkvz = np.full((Hk * Gq, H), np.nan)
+    ba = np.full((2 * Hv, H), np.nan)
+    for g in range(Hk):
+        for d in range(dk):
+            qkvz[g * Gq + d] = wqkv[g * dk + d]                    # q
+            qkvz[g * Gq + dk + d] = wqkv[kd + g * dk + d]          # k
+        for i in range(r):
+            h = g * r + i
+            for d in range(dv):
+                qkvz[g * Gq + 2 * dk + i * dv + d] = wqkv[2 * kd + h * dv + d]       # v
+                qkvz[g * Gq + 2 * dk + r * dv + i * dv + d] = wz[h * dv + d]        # z
+            ba[g * 2 * r + i] = wb[h]
+            ba[g * 2 * r + r + i] = wa[h]
+    assert not np.isnan(qkvz).any() and not np.isnan(ba).any()
+    return qkvz, ba
+
+
+def to_file_layout(W, c, m, gdn_layout, expert_layout):
+    """Convert canonical weights to the stored tensor names/layouts (without prefix)."""
+    out = {}
+    for name, a in W.items():
+        out[name] = a
+    for i in range(c["num_hidden_layers"]):
+        p = f"layers.{i}."
+        q = p + "linear_attn."
+        if gdn_layout == "grouped" and (q + "in_proj_qkv.weight") in out:
+            qkvz, ba = pack_qkvz_ba(c, out.pop(q + "in_proj_qkv.weight"), out.pop(q + "in_proj_z.weight"),
+                                    out.pop(q + "in_proj_b.weight"), out.pop(q + "in_proj_a.weight"))
+            out[q + "in_proj_qkvz.weight"] = qkvz
+            out[q + "in_proj_ba.weight"] = ba
+        q = p + "mlp."
+        if expert_layout == "fused" and (q + "experts.0.gate_proj.weight") in out:
+            E = c["num_experts"]
+            g = [out.pop(q + f"experts.{e}.gate_proj.weight") for e in range(E)]
+            u = [out.pop(q + f"experts.{e}.up_proj.weight") for e in range(E)]
+            d = [out.pop(q + f"experts.{e}.down_proj.weight") for e in range(E)]
+            out[q + "experts.gate_up_proj"] = np.stack([np.concatenate([g[e], u[e]], 0) for e in range(E)])
+            out[q + "experts.down_proj"] = np.stack(d)
+    return out
+
+
+def storage_dtype(policy, name):
+    if policy in ("F32", "BF16"):
+        return policy
+    if policy == "F16_MIX":
+        # 1-D tensors (norms, A_log, dt_bias) in F32 like real checkpoints keep A_log; rest F16
+        if name.endswith("norm.weight") or name.endswith("A_log") or name.endswith("dt_bias"):
+            return "F32"
+        return "F16"
+    raise ValueError(policy)
+
+
+def write_model(d, cfg, tensors, shards):
+    """tensors: list of (full_name, array, dtype).  Writes config + safetensors (+ index)."""
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    if shards == 1:
+        ref.st_write(os.path.join(d, "model.safetensors"), tensors)
+        return
+    # split in order, roughly equal counts
+    per = (len(tensors) + shards - 1) // shards
+    weight_map, total = {}, 0
+    for s in range(shards):
+        part = tensors[s * per:(s + 1) * per]
+        fn = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        ref.st_write(os.path.join(d, fn), part)
+        for nme, a, dt in part:
+            weight_map[nme] = fn
+            total += len(ref.encode_tensor(a, dt))
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def build_tensor_list(W, c, m, cfg, gdn_layout, expert_layout):
+    fam = m["family"]
+    prefix = "model." if fam == "qwen3_next" else "model.language_model."
+    fl = to_file_layout(W, c, m, gdn_layout, expert_layout)
+    tensors = []
+    for name, a in fl.items():
+        full = name if name == "lm_head.weight" else prefix + name
+        dt = storage_dtype(m["dtype"], name)
+        tensors.append((full, ref.round_to_dtype(a, dt), dt))
+    rs = np.random.RandomState(m["seed"] + 999)
+    if m.get("extra_mtp"):   # must be ignored by a loader
+        tensors.append(("mtp.fc.weight", ref.round_to_dtype(rs.normal(0, 1, (c["hidden_size"], 2 * c["hidden_size"])), "F32"), "F32"))
+        tensors.append(("mtp.norm.weight", ref.round_to_dtype(rs.normal(0, 1, (c["hidden_size"],)), "F32"), "F32"))
+    if m.get("extra_visual"):
+        tensors.append(("model.visual.patch_embed.proj.weight", ref.round_to_dtype(rs.normal(0, 1, (8, 3, 2, 2)), "F32"), "F32"))
+    return tensors
+
+
+def check_readback(d, tensors):
+    back = ref.read_model_tensors(d)
+    assert set(back) == {t[0] for t in tensors}, "tensor name set mismatch on read-back"
+    for name, a, dt in tensors:
+        b, bdt = back[name]
+        assert bdt == dt and b.shape == np.shape(a), (name, bdt, dt, b.shape)
+        assert np.array_equal(b, a), f"read-back mismatch {name}"
+
+
+# --------------------------------------------------------------------------------------------
+def selftests(outdir, timings):
+    """Cross-checks of the reference itself (independent code paths must agree)."""
+    t0 = time.time()
+    tmp = tempfile.mkdtemp(prefix="hyla_ref_selftest_", dir=outdir)
+    try:
+        m = dict(MODELS["next_moe_8l"])
+        cfg = make_config("x", m)
+        W, c = gen_weights(cfg, m)
+        toks = list(np.random.RandomState(5).randint(0, c["vocab_size"], 130))
+        outs = {}
+        for gl, el in (("grouped", "per_expert"), ("separate", "fused")):
+            d = os.path.join(tmp, f"{gl}_{el}")
+            tl = build_tensor_list(W, c, m, cfg, gl, el)
+            write_model(d, cfg, tl, 2 if el == "fused" else 1)
+            check_readback(d, tl)
+            outs[gl] = ref.HylaRef(d).forward(toks)
+        diff = float((outs["grouped"]["logits"] - outs["separate"]["logits"]).abs().max())
+        assert diff < 1e-12, f"grouped/per-expert vs separate/fused layouts differ: {diff}"
+        # causality: a prefix run equals the first rows of the full run
+        mm = ref.HylaRef(os.path.join(tmp, "grouped_per_expert"))
+        pre = mm.forward(toks[:70])["logits"]
+        pdiff = float((pre - outs["grouped"]["logits"][:70]).abs().max())
+        assert pdiff < 1e-11, f"prefix run differs from full run: {pdiff}"
+        # delta rule with a non-zero initial state: chunked == recurrent
+        import torch
+        g = torch.Generator().manual_seed(3)
+        T, Hv, dk, dv = 150, 3, 5, 7
+        q = ref.l2norm(torch.randn(T, Hv, dk, generator=g)) * dk ** -0.5
+        k = ref.l2norm(torch.randn(T, Hv, dk, generator=g))
+        v = torch.randn(T, Hv, dv, generator=g)
+        beta = torch.rand(T, Hv, generator=g)
+        gg = -torch.rand(T, Hv, generator=g) * 0.3
+        S0 = torch.randn(Hv, dk, dv, generator=g)
+        o1, s1 = ref.delta_rule_recurrent(q, k, v, beta, gg, S0)
+        o2, s2 = ref.delta_rule_chunked(q, k, v, beta, gg, S0)
+        ddiff = max(float((o1 - o2).abs().max()), float((s1 - s2).abs().max()))
+        assert ddiff < 1e-10, ddiff
+        # conv/recurrence split: running [0:a) then [a:T) from the carried state == whole
+        oa, sa = ref.delta_rule_recurrent(q[:77], k[:77], v[:77], beta[:77], gg[:77], S0)
+        ob, sb = ref.delta_rule_chunked(q[77:], k[77:], v[77:], beta[77:], gg[77:], sa)
+        sdiff = float((torch.cat([oa, ob]) - o1).abs().max())
+        assert sdiff < 1e-10, sdiff
+    finally:
+        shutil.rmtree(tmp)
+    timings["selftest"] = time.time() - t0
+    return {"layout_equivalence_max_diff": diff, "prefix_causality_max_diff": pdiff,
+            "delta_rule_S0_max_diff": ddiff, "delta_rule_split_max_diff": sdiff}
+
+
+def make_case(outdir, name, m):
+    d = os.path.join(outdir, name)
+    if os.path.exists(d):
+        shutil.rmtree(d)
+    cfg = make_config(name, m)
+    W, c = gen_weights(cfg, m)
+    gdn_layout = "grouped" if m["family"] == "qwen3_next" else "separate"
+    tl = build_tensor_list(W, c, m, cfg, gdn_layout, m.get("experts", "per_expert"))
+    write_model(d, cfg, tl, m["shards"])
+    check_readback(d, tl)
+    model = ref.HylaRef(d)
+    V = c["vocab_size"]
+    has_moe = any(c["moe_layers"])
+    runs = []
+    for li, T in enumerate(SEQ_LENS):
+        attempt = 0
+        while True:
+            seed = m["seed"] * 1000 + li * 50 + attempt
+            toks = [int(x) for x in np.random.RandomState(seed).randint(0, V, T)]
+            out = model.forward(toks)
+            gap = out["min_router_gap"]
+            if gap is None or gap >= GAP_MIN:
+                break
+            attempt += 1
+            assert attempt < 50, "could not find a sequence without router near-ties"
+        lg = out["logits"].numpy()
+        assert np.all(np.isfinite(lg))
+        fn = f"logits_{T}.f32"
+        lg.astype("<f4").tofile(os.path.join(d, fn))
+        run = {"tokens": toks, "logits": fn, "ce_loss": out["ce_loss"],
+               "aux_loss": out["aux_loss"], "total_loss": out["total_loss"], "seed": seed}
+        if has_moe:
+            run["min_router_gap"] = gap
+        runs.append(run)
+    exp = {"model": name, "family": c["family"], "layer_types": c["layer_types"],
+           "moe_layers": [i for i, x in enumerate(c["moe_layers"]) if x],
+           "vocab_size": V, "router_aux_loss_coef": c["router_aux_loss_coef"] if has_moe else None,
+           "logits_format": "raw little-endian float32, row-major [T, vocab_size]",
+           "max_delta_rule_recurrent_vs_chunked_diff": model.max_delta_diff,
+           "runs": runs}
+    with open(os.path.join(d, "expected.json"), "w") as f:
+        json.dump(exp, f, indent=1)
+    return exp
+
+
+def main():
+    ap = argparse.ArgumentParser(description="make tiny Qwen3-Next/Qwen3.5 reference cases")
+    ap.add_argument("outdir")
+    ap.add_argument("--only", help="comma-separated model names")
+    ap.add_argument("--no-selftest", action="store_true")
+    a = ap.parse_args()
+    os.makedirs(a.outdir, exist_ok=True)
+    names = a.only.split(",") if a.only else list(MODELS)
+    timings = {}
+    if not a.no_selftest:
+        st = selftests(a.outdir, timings)
+        print("selftest:", json.dumps(st))
+    for name in names:
+        t0 = time.time()
+        exp = make_case(a.outdir, name, MODELS[name])
+        timings[name] = time.time() - t0
+        V = exp["vocab_size"]
+        desc = ", ".join(
+            f"T={len(r['tokens'])}: ce={r['ce_loss'] if r['ce_loss'] is None else round(r['ce_loss'], 4)}"
+            + ("" if r["aux_loss"] is None else f" aux={r['aux_loss']:.4f}")
+            + ("" if r.get("min_router_gap") is None else f" gap={r['min_router_gap']:.1e}")
+            for r in exp["runs"])
+        print(f"{name}: log(V)={np.log(V):.3f} delta_diff={exp['max_delta_rule_recurrent_vs_chunked_diff']:.1e} "
+              f"({timings[name]:.1f}s)\n   {desc}")
+    print("timings:", {k: round(v, 2) for k, v in timings.items()})
+
+
+if __name__ == "__main__":
+    main()
