@@ -88,14 +88,28 @@ out=$("$HYLA" inspect configs/qwen3-next-80b-a3b.json) || fail "inspect 80B conf
 echo "$out" | grep -q "schedule: 48 layers (36 linear, 12 full; 48 MoE, 0 dense) in 12 blocks" || fail "80B schedule line"
 [ "$(echo "$out" | grep -c 'linear + 1 full')" -eq 12 ] || fail "80B: 12 blocks of 3+1"
 json=$("$HYLA" inspect configs/qwen3-next-80b-a3b.json --json) || fail "inspect --json"
-$PY - "$json" <<'PYEOF' || fail "80B parameter counts"
+$PY - "$json" configs/qwen3-next-80b-a3b.json <<'PYEOF' || fail "80B parameter counts"
 import json, sys
 j = json.loads(sys.argv[1])
-total, active, emb = j["params_total"], j["params_active"], j["params_embedding"]
-# 80B total within 1%; active per token: the model card's "3B activated" counts the
-# transformer without the embedding matrices (3.0e9 +- 1%... see README); check both figures.
-assert abs(total / 80e9 - 1) < 0.01 * 1.5, total
-print(f"  ok  80B: total {total/1e9:.3f}B, active {active/1e9:.3f}B, active w/o embeddings {(active-emb)/1e9:.3f}B")
+c = json.load(open(sys.argv[2]))
+# Independent count from the config (spec section 2.1 shapes).
+H, V, N = c["hidden_size"], c["vocab_size"], c["num_hidden_layers"]
+kd, vd = c["linear_num_key_heads"] * c["linear_key_head_dim"], c["linear_num_value_heads"] * c["linear_value_head_dim"]
+Hv, hd, Hq, Hkv = c["linear_num_value_heads"], c["head_dim"], c["num_attention_heads"], c["num_key_value_heads"]
+E, k, Ie, Is = c["num_experts"], c["num_experts_per_tok"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+gdn = (2 * kd + 2 * vd) * H + 2 * Hv * H + (2 * kd + vd) * c["linear_conv_kernel_dim"] + 2 * Hv + c["linear_value_head_dim"] + H * vd
+attn = Hq * 2 * hd * H + 2 * Hkv * hd * H + H * Hq * hd + 2 * hd
+moe_fixed = E * H + 3 * Is * H + H
+expert = 3 * Ie * H
+n_full = N // c["full_attention_interval"]
+common = N * 2 * H + (N - n_full) * gdn + n_full * attn + N * moe_fixed + H + 2 * V * H
+total, active = common + N * E * expert, common + N * k * expert
+assert j["params_total"] == total, (j["params_total"], total)
+assert j["params_active"] == active, (j["params_active"], active)
+assert abs(total / 80e9 - 1) < 0.01, total          # "80B total", within 1%
+emb = j["params_embedding"]
+print(f"  ok  80B: total {total/1e9:.3f}B ({100*(total/80e9-1):+.2f}% of 80B), active per token {active/1e9:.3f}B, "
+      f"active without embedding/lm_head {(active-emb)/1e9:.3f}B (the name's 'A3B' is rounded)")
 PYEOF
 for c in configs/*.json; do "$HYLA" inspect "$c" >/dev/null || fail "inspect $c"; done
 

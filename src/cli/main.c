@@ -55,7 +55,6 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         if (!strcmp(argv[1], commands[i].name))
             return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "hyla: unknown command '%s'\n\n", argv[1]);
-    usage(stderr);
+    fprintf(stderr, "hyla: unknown command '%s' (see hyla --help)\n", argv[1]);
     return 2;
 }

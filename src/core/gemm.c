@@ -7,6 +7,7 @@
 #endif
 
 #include "core/error.h"
+#include "core/profile.h"
 
 void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
@@ -14,6 +15,7 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
 {
     if (M == 0 || N == 0)
         return;
+    double t0 = HYLA_PROF_BEGIN();
 #if defined(HYLA_GEMM_OPENBLAS)
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
@@ -23,6 +25,10 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
                                   lda, B, ldb, beta, C, ldc);
     HYLA_ASSERT(st == dnnl_success);
 #endif
+    if (hyla_prof.enabled) {
+        HYLA_PROF_END(HYLA_PROF_GEMM, t0);
+        hyla_prof.gemm_flops += 2.0 * (double)M * (double)N * (double)K;
+    }
 }
 
 void hyla_linear(float *y, const float *x, const float *W, int64_t n_rows, int64_t in,

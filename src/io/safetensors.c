@@ -353,7 +353,7 @@ static int parse_shape(const char *path, const char *name, const cJSON *j, hyla_
     return HYLA_OK;
 }
 
-/* Parse one header entry into *t (name and file set by the caller); *begin gets the offset. */
+/* Parse one header entry into *t (the caller sets name and file); t->data points into `data`. */
 static int parse_entry(const char *path, const cJSON *item, const unsigned char *data, size_t data_size,
                        hyla_st_tensor *t)
 {
@@ -873,7 +873,7 @@ static int write_index(out_file *o, const hyla_st_entry *e, size_t n, const out_
         }
     }
     sb_str(&b, "\n  }\n}\n");
-    int fd, st = b.oom ? hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", o->final) : tmp_open(o, &fd);
+    int fd = -1, st = b.oom ? hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", o->final) : tmp_open(o, &fd);
     if (st == HYLA_OK)
         st = tmp_close(o, fd, write_all(fd, b.buf, b.len) == 0);
     free(b.buf);

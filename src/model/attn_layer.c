@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/profile.h"
 #include "model/layers.h"
 #include "ops/ops.h"
 
@@ -26,6 +27,7 @@ void hyla_attn_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
     size_t mark = hyla_arena_mark(c->arena);
     hyla_arena *a = c->arena;
 
+    double t0 = HYLA_PROF_BEGIN();
     float *qg = hyla_arena_floats(a, (size_t)(n * Hq * 2 * hd)); /* [n, Hq, 2, hd] query | gate */
     float *k = hyla_arena_floats(a, (size_t)(n * Hkv * hd));     /* [n, Hkv, hd] key_proj */
     float *v = hyla_arena_floats(a, (size_t)(n * Hkv * hd));     /* [n, Hkv, hd] value_proj */
@@ -33,6 +35,8 @@ void hyla_attn_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
     hyla_linear(k, x, hyla_model_param(m, HYLA_P_ATTN_K, l), n, H, Hkv * hd, 0);
     hyla_linear(v, x, hyla_model_param(m, HYLA_P_ATTN_V, l), n, H, Hkv * hd, 0);
 
+    HYLA_PROF_END(HYLA_PROF_ATTN_PROJ, t0);
+    t0 = HYLA_PROF_BEGIN();
     float *q = hyla_arena_floats(a, (size_t)(n * Hq * hd));      /* [n, Hq, hd] query_proj */
     float *gate = hyla_arena_floats(a, (size_t)(n * Hq * hd));   /* [n, Hq, hd] */
     for (int64_t i = 0; i < n * Hq; i++) {
@@ -56,6 +60,9 @@ void hyla_attn_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
                            v + b * T * Hkv * hd, T, 0, Hq, Hkv, hd, scale, work);
     for (int64_t i = 0; i < n * Hq * hd; i++) /* sigmoid output gate, before o_proj */
         att[i] *= 1.0f / (1.0f + expf(-gate[i]));
+    HYLA_PROF_END(HYLA_PROF_ATTN_CORE, t0);
+    t0 = HYLA_PROF_BEGIN();
     hyla_linear(y, att, hyla_model_param(m, HYLA_P_ATTN_O, l), n, Hq * hd, H, 0);
+    HYLA_PROF_END(HYLA_PROF_ATTN_PROJ, t0);
     hyla_arena_reset_to(a, mark);
 }

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/profile.h"
 #include "model/layers.h"
 #include "ops/ops.h"
 
@@ -25,10 +26,12 @@ void hyla_mlp_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
 {
     const hyla_config *cfg = &c->m->cfg;
     size_t mark = hyla_arena_mark(c->arena);
+    double t0 = HYLA_PROF_BEGIN();
     float *gu = hyla_arena_floats(c->arena, (size_t)(c->n * 2 * cfg->inter)); /* [n, 2I] mlpwi_0|mlpwi_1 */
     float *h = hyla_arena_floats(c->arena, (size_t)(c->n * cfg->inter));      /* [n, I] */
     swiglu_ffn(y, x, hyla_model_param(c->m, HYLA_P_MLP_GATE_UP, l), hyla_model_param(c->m, HYLA_P_MLP_DOWN, l),
                c->n, cfg->hidden, cfg->inter, gu, h);
+    HYLA_PROF_END(HYLA_PROF_MLP, t0);
     hyla_arena_reset_to(c->arena, mark);
 }
 
@@ -77,6 +80,7 @@ void hyla_moe_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
     hyla_arena *a = c->arena;
     size_t mark = hyla_arena_mark(a);
 
+    double t0 = HYLA_PROF_BEGIN();
     float *logits = hyla_arena_floats(a, (size_t)(n * E));             /* [n, E] router_logits */
     float *probs = hyla_arena_floats(a, (size_t)(n * E));              /* [n, E] */
     int32_t *idx = hyla_arena_alloc(a, (size_t)(n * k) * sizeof(int32_t)); /* [n, k] */
@@ -91,6 +95,8 @@ void hyla_moe_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
     float *slot_w = hyla_arena_floats(a, (size_t)(n * k));
     group_by_expert(offs, slot_tok, slot_w, idx, w, n, k, E);
 
+    HYLA_PROF_END(HYLA_PROF_MOE_ROUTE, t0);
+    t0 = HYLA_PROF_BEGIN();
     float *xe = hyla_arena_floats(a, (size_t)(n * k * H));        /* [n*k, H] tokens grouped by expert */
     float *ye = hyla_arena_floats(a, (size_t)(n * k * H));        /* [n*k, H] moe_mlpwo */
     float *gu = hyla_arena_floats(a, (size_t)(n * k * 2 * Ie));   /* [n*k, 2Ie] moe_mlpwi_0|moe_mlpwi_1 */
@@ -115,6 +121,8 @@ void hyla_moe_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
         for (int64_t j = 0; j < H; j++)
             yt[j] += ws * src[j];
     }
+    HYLA_PROF_END(HYLA_PROF_MOE_EXPERTS, t0);
+    t0 = HYLA_PROF_BEGIN();
     if (Is > 0) {
         float *sgu = hyla_arena_floats(a, (size_t)(n * 2 * Is)); /* [n, 2Is] mlpwi_0|mlpwi_1 */
         float *sh = hyla_arena_floats(a, (size_t)(n * Is));      /* [n, Is] */
@@ -129,5 +137,6 @@ void hyla_moe_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
                 y[t * H + j] += gt * ys[t * H + j];
         }
     }
+    HYLA_PROF_END(HYLA_PROF_MOE_SHARED, t0);
     hyla_arena_reset_to(a, mark);
 }

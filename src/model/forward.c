@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/gemm.h"
+#include "core/profile.h"
 #include "model/layers.h"
 #include "ops/ops.h"
 
@@ -79,22 +80,31 @@ int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labe
     for (int b = 0; b < m->sched.n_blocks; b++) {
         const hyla_block *blk = &m->sched.blocks[b];
         for (int l = blk->first_layer; l < blk->first_layer + blk->n_layers; l++) {
+            double t0 = HYLA_PROF_BEGIN();
             hyla_rmsnorm1p_fwd(xn, NULL, x, hyla_model_param(m, HYLA_P_INPUT_NORM, l), n, H, eps);
+            HYLA_PROF_END(HYLA_PROF_NORM, t0);
             if (cfg->layer_kind[l] == HYLA_LAYER_FULL)
                 hyla_attn_layer_fwd(&ctx, l, part, xn);
             else
                 hyla_gdn_layer_fwd(&ctx, l, part, xn);
+            t0 = HYLA_PROF_BEGIN();
             add_inplace(x, part, n * H);
             hyla_rmsnorm1p_fwd(xn, NULL, x, hyla_model_param(m, HYLA_P_POST_NORM, l), n, H, eps);
+            HYLA_PROF_END(HYLA_PROF_NORM, t0);
             if (cfg->layer_is_moe[l])
                 hyla_moe_layer_fwd(&ctx, l, part, xn);
             else
                 hyla_mlp_layer_fwd(&ctx, l, part, xn);
+            t0 = HYLA_PROF_BEGIN();
             add_inplace(x, part, n * H);
+            HYLA_PROF_END(HYLA_PROF_NORM, t0);
         }
     }
+    double t0 = HYLA_PROF_BEGIN();
     hyla_rmsnorm1p_fwd(xn, NULL, x, hyla_model_param(m, HYLA_P_FINAL_NORM, -1), n, H, eps);
     hyla_linear(logits, xn, hyla_model_param(m, HYLA_P_LM_HEAD, -1), n, H, V, 0);
+    HYLA_PROF_END(HYLA_PROF_LM_HEAD, t0);
+    t0 = HYLA_PROF_BEGIN();
 
     int64_t count = 0;
     double ce_sum = hyla_cross_entropy_fwd(logits, lab, n, V, &count);
@@ -102,6 +112,7 @@ int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labe
     out->ce_loss = count > 0 ? ce_sum / (double)count : NAN;
     out->aux_loss = ctx.aux_rows > 0 ? hyla_aux_loss_finish(aux_counts, aux_psum, ctx.aux_rows, cfg->n_experts) : NAN;
     out->total_loss = ctx.aux_rows > 0 ? out->ce_loss + cfg->router_aux_loss_coef * out->aux_loss : out->ce_loss;
+    HYLA_PROF_END(HYLA_PROF_LOSS, t0);
     hyla_arena_free(&arena);
     return HYLA_OK;
 }

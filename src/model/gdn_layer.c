@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/profile.h"
 #include "model/layers.h"
 #include "ops/ops.h"
 
@@ -34,6 +35,7 @@ void hyla_gdn_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
     size_t mark = hyla_arena_mark(c->arena);
     hyla_arena *a = c->arena;
 
+    double t0 = HYLA_PROF_BEGIN();
     float *qkv = hyla_arena_floats(a, (size_t)(n * cd));   /* [n, cd] gdn_in_proj */
     float *z = hyla_arena_floats(a, (size_t)(n * vd));     /* [n, Hv, dv] */
     float *bl = hyla_arena_floats(a, (size_t)(n * Hv));    /* [n, Hv] beta logits */
@@ -43,6 +45,8 @@ void hyla_gdn_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
     hyla_linear(bl, x, hyla_model_param(m, HYLA_P_GDN_B, l), n, H, Hv, 0);
     hyla_linear(al, x, hyla_model_param(m, HYLA_P_GDN_A, l), n, H, Hv, 0);
 
+    HYLA_PROF_END(HYLA_PROF_GDN_PROJ, t0);
+    t0 = HYLA_PROF_BEGIN();
     float *conv = hyla_arena_floats(a, (size_t)(n * cd));  /* [n, cd] gdn_conv */
     const float *conv_w = hyla_model_param(m, HYLA_P_GDN_CONV, l);
     for (int64_t b = 0; b < c->B; b++)
@@ -62,6 +66,8 @@ void hyla_gdn_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
     hyla_gdn_gates_fwd(g, beta, al, bl, hyla_model_param(m, HYLA_P_GDN_A_LOG, l),
                        hyla_model_param(m, HYLA_P_GDN_DT_BIAS, l), n, Hv);
 
+    HYLA_PROF_END(HYLA_PROF_GDN_CONV, t0);
+    t0 = HYLA_PROF_BEGIN();
     float *core = hyla_arena_floats(a, (size_t)(n * vd));  /* [n, Hv, dv] gdn_core */
     float *state = hyla_arena_floats(a, (size_t)(Hv * dk * dv));
     float *work = hyla_arena_floats(a, hyla_delta_rule_chunked_work_floats(Hv, dk, dv));
@@ -76,9 +82,14 @@ void hyla_gdn_layer_fwd(hyla_fwd_ctx *c, int l, float *y, const float *x)
                                         beta + o * Hv, T, Hk, Hv, dk, dv, work);
     }
 
+    HYLA_PROF_END(HYLA_PROF_GDN_DELTA, t0);
+    t0 = HYLA_PROF_BEGIN();
     float *normed = hyla_arena_floats(a, (size_t)(n * vd)); /* [n, Hv, dv] gdn_norm */
     hyla_gated_rmsnorm_fwd(normed, NULL, core, z, hyla_model_param(m, HYLA_P_GDN_NORM, l), n * Hv, dv,
                            (float)cfg->rms_norm_eps);
+    HYLA_PROF_END(HYLA_PROF_GDN_NORM, t0);
+    t0 = HYLA_PROF_BEGIN();
     hyla_linear(y, normed, hyla_model_param(m, HYLA_P_GDN_OUT, l), n, vd, H, 0);
+    HYLA_PROF_END(HYLA_PROF_GDN_PROJ, t0);
     hyla_arena_reset_to(a, mark);
 }

@@ -277,8 +277,9 @@ def delta_rule_recurrent(q, k, v, beta, g, S0=None):
     beta, g [T,Hv].  State S [Hv,dk,dv] (k-index first).  Returns (o [T,Hv,dv], S_final)."""
     T, Hv, dk = k.shape
     dv = v.shape[-1]
-    S = torch.zeros(Hv, dk, dv, dtype=DT) if S0 is None else S0.clone()
-    o = torch.empty(T, Hv, dv, dtype=DT)
+    dt = v.dtype
+    S = torch.zeros(Hv, dk, dv, dtype=dt) if S0 is None else S0.clone()
+    o = torch.empty(T, Hv, dv, dtype=dt)
     for t in range(T):
         S = S * torch.exp(g[t])[:, None, None]                    # decay first
         m = torch.einsum("hij,hi->hj", S, k[t])                   # read with decayed state
@@ -292,14 +293,15 @@ def delta_rule_chunked(q, k, v, beta, g, S0=None, C=64):
     """Chunked gated delta rule (spec 4.2, HF torch fallback), chunk size C."""
     T, Hv, dk = k.shape
     dv = v.shape[-1]
+    dt = v.dtype
     pad = (-T) % C
     if pad:
         # padded tokens: q = k = v = 0, beta = 0, g = 0 (no decay, no write)
-        q = torch.cat([q, torch.zeros(pad, Hv, dk, dtype=DT)])
-        k = torch.cat([k, torch.zeros(pad, Hv, dk, dtype=DT)])
-        v = torch.cat([v, torch.zeros(pad, Hv, dv, dtype=DT)])
-        beta = torch.cat([beta, torch.zeros(pad, Hv, dtype=DT)])
-        g = torch.cat([g, torch.zeros(pad, Hv, dtype=DT)])
+        q = torch.cat([q, torch.zeros(pad, Hv, dk, dtype=dt)])
+        k = torch.cat([k, torch.zeros(pad, Hv, dk, dtype=dt)])
+        v = torch.cat([v, torch.zeros(pad, Hv, dv, dtype=dt)])
+        beta = torch.cat([beta, torch.zeros(pad, Hv, dtype=dt)])
+        g = torch.cat([g, torch.zeros(pad, Hv, dtype=dt)])
     Tp = T + pad
     n = Tp // C
     # -> [Hv, n, C, ...]
@@ -321,15 +323,15 @@ def delta_rule_chunked(q, k, v, beta, g, S0=None, C=64):
         row = A[..., i, :i].clone()
         sub = A[..., :i, :i].clone()
         A[..., i, :i] = row + (row.unsqueeze(-1) * sub).sum(-2)
-    eye = torch.eye(C, dtype=DT)
+    eye = torch.eye(C, dtype=dt)
     Tm = A + eye
     resid = (Tm @ (eye + M) - eye).abs().max().item()
     assert resid < (1e-8 if Tm.dtype == torch.float64 else 1e-3), f"chunk T inverse residual {resid}"
     U = Tm @ (B[..., None] * V)
     W = Tm @ ((B * torch.exp(gam))[..., None] * K)
 
-    S = torch.zeros(Hv, dk, dv, dtype=DT) if S0 is None else S0.clone()
-    O = torch.empty(Hv, n, C, dv, dtype=DT)
+    S = torch.zeros(Hv, dk, dv, dtype=dt) if S0 is None else S0.clone()
+    O = torch.empty(Hv, n, C, dv, dtype=dt)
     for c in range(n):
         Qc, Kc, gc = Q[:, c], K[:, c], gam[:, c]
         Vnew = U[:, c] - W[:, c] @ S
@@ -341,9 +343,9 @@ def delta_rule_chunked(q, k, v, beta, g, S0=None, C=64):
     return o.contiguous(), S
 
 
-def rope_cos_sin(T, R, theta):
-    inv_freq = theta ** (-torch.arange(0, R, 2, dtype=DT) / R)   # theta^(-2i/R), i < R/2
-    f = torch.arange(T, dtype=DT)[:, None] * inv_freq[None, :]
+def rope_cos_sin(T, R, theta, dt=DT):
+    inv_freq = theta ** (-torch.arange(0, R, 2, dtype=dt) / R)    # theta^(-2i/R), i < R/2
+    f = torch.arange(T, dtype=dt)[:, None] * inv_freq[None, :]
     emb = torch.cat([f, f], dim=-1)                                # [T, R]
     return emb.cos(), emb.sin()
 
@@ -364,8 +366,13 @@ def apply_partial_rope(x, cos, sin, R):
 # --------------------------------------------------------------------------------------------
 
 class HylaRef:
-    def __init__(self, model_dir, check_delta=True, delta_tol=1e-10):
+    def __init__(self, model_dir, check_delta=True, delta_tol=1e-10, dtype=DT):
+        """dtype: compute dtype.  float64 is the oracle; float32 only estimates how far a
+        plain fp32 implementation of the same math lands from it (delta check disabled)."""
         self.dir = model_dir
+        self.dt = dtype
+        if dtype != torch.float64:
+            check_delta = False
         self.cfg = c = load_config(model_dir)
         self.check_delta = check_delta
         self.delta_tol = delta_tol
@@ -383,7 +390,7 @@ class HylaRef:
         for name, (a, _) in raw.items():
             if name.startswith("mtp.") or name.startswith("model.visual.") or name.startswith("visual."):
                 continue                                           # ignored by HF on load
-            self.W[name] = torch.from_numpy(a.copy())
+            self.W[name] = torch.from_numpy(a.copy()).to(dtype)
         self.used = set()
         self._build()
         unused = set(self.W) - self.used
@@ -511,7 +518,7 @@ class HylaRef:
         b = x @ L["w_b"].t()                                       # [T, Hv]
         a = x @ L["w_a"].t()
         # causal depthwise conv, zero left padding; w[:, K-1] multiplies the current token
-        cp = torch.cat([torch.zeros(Kc - 1, cin.shape[1], dtype=DT), cin], 0)
+        cp = torch.cat([torch.zeros(Kc - 1, cin.shape[1], dtype=cin.dtype), cin], 0)
         pre = torch.zeros_like(cin)
         for j in range(Kc):
             pre = pre + L["conv"][:, j][None, :] * cp[j:j + T]
@@ -546,7 +553,7 @@ class HylaRef:
         Q = rmsnorm1p(Q, L["q_norm"], eps)
         K = rmsnorm1p(K, L["k_norm"], eps)
         R = int(hd * c["partial_rotary_factor"])
-        cos, sin = rope_cos_sin(T, R, c["rope_theta"])
+        cos, sin = rope_cos_sin(T, R, c["rope_theta"], x.dtype)
         Q = apply_partial_rope(Q, cos, sin, R)
         K = apply_partial_rope(K, cos, sin, R)
         grp = Hq // Hkv
@@ -626,7 +633,7 @@ def router_aux_loss(router_logits, E, k):
     lam = torch.cat(router_logits, 0)                              # [N_tot, E]
     P = torch.softmax(lam, -1)
     sel = torch.topk(P, k, dim=-1).indices
-    counts = F.one_hot(sel, E).to(DT).sum((0, 1))                  # [E], sums to k*N_tot
+    counts = F.one_hot(sel, E).to(lam.dtype).sum((0, 1))                  # [E], sums to k*N_tot
     frac = counts / lam.shape[0]
     return (E * (frac * P.mean(0)).sum()).item()
 
@@ -664,6 +671,8 @@ def main():
     ap.add_argument("--logits-out", help="write logits as raw little-endian float32 [T, V]")
     ap.add_argument("--no-delta-check", action="store_true",
                     help="skip the recurrent-vs-chunked delta-rule cross-check")
+    ap.add_argument("--fp32", action="store_true",
+                    help="compute in float32 instead (estimate of plain-fp32 deviation; not the oracle)")
     ap.add_argument("--verify", action="store_true",
                     help="recompute MODEL_DIR/expected.json and compare")
     a = ap.parse_args()
@@ -673,7 +682,8 @@ def main():
         return
     if not a.tokens:
         ap.error("--tokens required (or --verify)")
-    m = HylaRef(a.model_dir, check_delta=not a.no_delta_check)
+    m = HylaRef(a.model_dir, check_delta=not a.no_delta_check,
+                dtype=torch.float32 if a.fp32 else torch.float64)
     out = m.forward([int(t) for t in a.tokens.split(",") if t.strip()])
     if a.logits_out:
         out["logits"].numpy().astype("<f4").tofile(a.logits_out)

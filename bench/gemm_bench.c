@@ -1,0 +1,92 @@
+/* GEMM seam benchmark: oneDNN (dnnl_sgemm) vs OpenBLAS (cblas_sgemm) on hyla's shapes.
+ * Prints one JSON object per shape and a summary; GFLOP/s and % of the machine's measured
+ * FP32 peak (435 GFLOP/s on the 2-core reference machine; override with HYLA_PEAK_GFLOPS).
+ * Linear layers are y[M,N] = x[M,K] W[N,K]^T (trans_b). */
+#include <cblas.h>
+#include <dnnl.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    const char *what;
+    int M, N, K;
+} shape;
+
+static double run(int backend, const shape *s, float *A, float *B, float *C)
+{
+    double flops = 2.0 * s->M * s->N * s->K, best = 1e30;
+    int reps = (int)(2e9 / flops) + 2;
+    if (reps > 2000)
+        reps = 2000;
+    for (int trial = 0; trial < 3; trial++) {
+        double t0 = now();
+        for (int r = 0; r < reps; r++) {
+            if (backend == 0)
+                dnnl_sgemm('N', 'T', s->M, s->N, s->K, 1.0f, A, s->K, B, s->K, 0.0f, C, s->N);
+            else
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->M, s->N, s->K, 1.0f, A, s->K, B, s->K, 0.0f, C,
+                            s->N);
+        }
+        double dt = (now() - t0) / reps;
+        if (dt < best)
+            best = dt;
+    }
+    return flops / best / 1e9;
+}
+
+int main(void)
+{
+    const char *peak_env = getenv("HYLA_PEAK_GFLOPS");
+    double peak = peak_env ? atof(peak_env) : 435.0;
+    const shape shapes[] = {
+        {"gdn in_proj_qkv (bench-100m, T=512)", 512, 1024, 512},
+        {"attn q_proj (bench-100m)", 512, 1024, 512},
+        {"out_proj (bench-100m)", 512, 512, 512},
+        {"expert gate_up (128 tokens)", 128, 1024, 512},
+        {"expert down (128 tokens)", 128, 512, 512},
+        {"shared gate_up (bench-100m)", 512, 2048, 512},
+        {"lm_head (bench-100m)", 512, 32000, 512},
+        {"in_proj_qkv (bench-387m, T=512)", 512, 2048, 1024},
+        {"decode qkv (M=1, bench-387m)", 1, 2048, 1024},
+        {"decode expert gate_up (M=1)", 1, 512, 1024},
+        {"decode lm_head (M=1)", 1, 8192, 1024},
+    };
+    size_t maxA = 0, maxB = 0, maxC = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        const shape *s = &shapes[i];
+        if ((size_t)s->M * s->K > maxA) maxA = (size_t)s->M * s->K;
+        if ((size_t)s->N * s->K > maxB) maxB = (size_t)s->N * s->K;
+        if ((size_t)s->M * s->N > maxC) maxC = (size_t)s->M * s->N;
+    }
+    float *A = aligned_alloc(64, maxA * 4), *B = aligned_alloc(64, maxB * 4), *C = aligned_alloc(64, maxC * 4);
+    for (size_t i = 0; i < maxA; i++) A[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    for (size_t i = 0; i < maxB; i++) B[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
+    const char *core = getenv("OPENBLAS_CORETYPE");
+    printf("{\"threads\": %d, \"peak_gflops\": %.0f, \"openblas_coretype\": \"%s\", \"shapes\": [\n", omp_get_max_threads(),
+           peak, core ? core : "(auto)");
+    double sum_ratio = 0;
+    int n = (int)(sizeof shapes / sizeof *shapes);
+    for (int i = 0; i < n; i++) {
+        const shape *s = &shapes[i];
+        double d = run(0, s, A, B, C), o = run(1, s, A, B, C);
+        sum_ratio += d / o;
+        printf("  {\"shape\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"onednn_gflops\": %.1f, \"openblas_gflops\": %.1f, "
+               "\"onednn_pct_peak\": %.1f, \"openblas_pct_peak\": %.1f, \"onednn_over_openblas\": %.2f}%s\n",
+               s->what, s->M, s->N, s->K, d, o, 100 * d / peak, 100 * o / peak, d / o, i + 1 < n ? "," : "");
+    }
+    printf("], \"mean_onednn_over_openblas\": %.2f}\n", sum_ratio / n);
+    free(A);
+    free(B);
+    free(C);
+    return 0;
+}

@@ -1,0 +1,39 @@
+/* hyla — public C API (link with libhyla.a; see README).
+ *
+ * Conventions: functions return 0 on success or a negative status; hyla_last_error() then
+ * holds a one-line message naming the file, field or tensor at fault (per thread). Handles are
+ * opaque and owned by the caller until the matching close/free. Token ids are int32. */
+#ifndef HYLA_H
+#define HYLA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct hyla_engine hyla_engine;
+
+/* Load a Hugging Face model directory (config.json + safetensors, single or sharded). */
+int hyla_open(const char *model_dir, hyla_engine **out);
+void hyla_close(hyla_engine *e);
+const char *hyla_last_error(void);
+
+int64_t hyla_vocab_size(const hyla_engine *e);
+int64_t hyla_num_layers(const hyla_engine *e);
+
+/* Forward over B sequences of T tokens ([B, T] row-major). logits: [B*T, vocab] or NULL.
+ * ce_loss / aux_loss: next-token cross-entropy (NaN if T == 1) and router aux loss (NaN
+ * without MoE layers); either pointer may be NULL. */
+int hyla_forward_tokens(hyla_engine *e, const int32_t *tokens, int64_t B, int64_t T, float *logits,
+                        double *ce_loss, double *aux_loss);
+
+/* Save the model to a new directory in the layout it was loaded with (max_shard_bytes 0 = one file). */
+int hyla_save(const hyla_engine *e, const char *out_dir, size_t max_shard_bytes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

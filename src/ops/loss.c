@@ -1,0 +1,74 @@
+/* Losses (spec §3.8): summed cross-entropy with ignored labels, router load-balancing loss.
+ *
+ * Cross-entropy rows are split into HYLA_CE_CHUNKS contiguous chunks fixed by n alone; each
+ * chunk is summed in row order by one thread and the chunk sums are added in chunk order, so
+ * the result is the same for any thread count. */
+#include <math.h>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+#define HYLA_CE_CHUNKS 64
+
+/* -log softmax(l)[label] = logsumexp(l) - l[label]; exp in fp32 of arguments <= 0, sum and
+ * log in double. */
+static double ce_row(const float *l /*[V]*/, int64_t V, int32_t label)
+{
+    float mx = l[0];
+    for (int64_t j = 1; j < V; j++)
+        mx = l[j] > mx ? l[j] : mx;
+    double sum = 0.0;
+    for (int64_t j = 0; j < V; j++)
+        sum += expf(l[j] - mx);
+    return (double)mx + log(sum) - (double)l[label];
+}
+
+double hyla_cross_entropy_fwd(const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
+                              int64_t n, int64_t V, int64_t *count)
+{
+    double part[HYLA_CE_CHUNKS] = {0};
+    int64_t cnt[HYLA_CE_CHUNKS] = {0};
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int c = 0; c < HYLA_CE_CHUNKS; c++) {
+        int64_t r0 = n * c / HYLA_CE_CHUNKS, r1 = n * (c + 1) / HYLA_CE_CHUNKS;
+        for (int64_t i = r0; i < r1; i++) {
+            if (labels[i] < 0)
+                continue;
+            HYLA_ASSERT(labels[i] < V);
+            part[c] += ce_row(logits + i * V, V, labels[i]);
+            cnt[c]++;
+        }
+    }
+    double sum = 0.0;
+    int64_t total = 0;
+    for (int c = 0; c < HYLA_CE_CHUNKS; c++) {
+        sum += part[c];
+        total += cnt[c];
+    }
+    if (count)
+        *count = total;
+    return sum;
+}
+
+void hyla_aux_loss_accumulate(double *counts /*[E]*/, double *psum /*[E]*/,
+                              const int32_t *top_idx /*[n,k]*/, const float *probs /*[n,E]*/,
+                              int64_t n, int64_t E, int64_t k)
+{
+    for (int64_t i = 0; i < n * k; i++) {
+        HYLA_ASSERT(top_idx[i] >= 0 && top_idx[i] < E);
+        counts[top_idx[i]] += 1.0;
+    }
+    for (int64_t i = 0; i < n; i++) /* row order: deterministic */
+        for (int64_t e = 0; e < E; e++)
+            psum[e] += probs[i * E + e];
+}
+
+double hyla_aux_loss_finish(const double *counts /*[E]*/, const double *psum /*[E]*/, int64_t rows,
+                            int64_t E)
+{
+    HYLA_ASSERT(rows > 0);
+    double s = 0.0;
+    for (int64_t e = 0; e < E; e++)
+        s += (counts[e] / (double)rows) * (psum[e] / (double)rows);
+    return (double)E * s;
+}

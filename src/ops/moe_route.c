@@ -1,0 +1,63 @@
+/* MoE router (spec §3.7 steps 2-4): softmax over all experts, top-k, optional renorm.
+ * One row per OpenMP iteration, reduced by one thread in a fixed order: thread-count invariant. */
+#include <math.h>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+/* Does (pa, a) come before (pb, b) in the order "probability descending, index ascending"? */
+static int route_before(float pa, int64_t a, float pb, int64_t b)
+{
+    return pa > pb || (pa == pb && a < b);
+}
+
+void hyla_moe_route_fwd(int32_t *top_idx /*[n,k]*/, float *top_w /*[n,k]*/,
+                        float *probs /*[n,E]*/, const float *logits /*[n,E]*/, int64_t n,
+                        int64_t E, int64_t k, int renorm)
+{
+    HYLA_ASSERT(E > 0 && k > 0 && k <= E && E <= INT32_MAX);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const float *l = logits + i * E;
+        float *p = probs + i * E;
+        int32_t *idx = top_idx + i * k;
+        float *w = top_w + i * k;
+
+        /* softmax with max subtraction: exp in fp32 (arguments <= 0), sum in double */
+        float mx = l[0];
+        for (int64_t e = 1; e < E; e++)
+            mx = l[e] > mx ? l[e] : mx;
+        double sum = 0.0;
+        for (int64_t e = 0; e < E; e++) {
+            p[e] = expf(l[e] - mx);
+            sum += p[e];
+        }
+        double inv = 1.0 / sum;
+        for (int64_t e = 0; e < E; e++)
+            p[e] = (float)(p[e] * inv);
+
+        /* top-k by repeated selection: slot s takes the first expert (in the order above) that
+         * comes after slot s-1's; no scratch needed, ties go to the lower index. O(k E). */
+        float prev_p = INFINITY;
+        int64_t prev_e = -1;
+        double wsum = 0.0;
+        for (int64_t s = 0; s < k; s++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < E; e++) {
+                if (!route_before(prev_p, prev_e, p[e], e))
+                    continue; /* already taken (or ahead of the previous slot) */
+                if (best < 0 || route_before(p[e], e, p[best], best))
+                    best = e;
+            }
+            HYLA_ASSERT(best >= 0); /* only fails on NaN probabilities */
+            idx[s] = (int32_t)best;
+            w[s] = p[best];
+            wsum += p[best];
+            prev_p = p[best];
+            prev_e = best;
+        }
+        if (renorm)
+            for (int64_t s = 0; s < k; s++)
+                w[s] = (float)(w[s] / wsum);
+    }
+}

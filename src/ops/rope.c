@@ -1,0 +1,49 @@
+/* Rotary position embedding, rotate-half, partial (spec §3.6).
+ *
+ * The table follows HF fp32 semantics exactly where the order of operations is visible:
+ * inv_freq[i] = 1 / theta^(float(2i) / R) with the exponent, the power and the reciprocal each
+ * rounded to fp32; angle = float(pos) * inv_freq[i] rounded to fp32; cos/sin of that fp32
+ * angle evaluated in double and rounded to fp32 (HF's fp32 cos/sin differ by at most an ulp). */
+#include <math.h>
+
+#include "core/error.h"
+#include "ops/ops.h"
+
+void hyla_rope_table(float *cos_t /*[n,R/2]*/, float *sin_t /*[n,R/2]*/, const int64_t *pos /*[n]*/,
+                     int64_t n, int64_t R, double theta)
+{
+    HYLA_ASSERT(R > 0 && R % 2 == 0);
+    int64_t half = R / 2;
+    float base = (float)theta;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; t++) {
+        float p = (float)pos[t];
+        for (int64_t i = 0; i < half; i++) {
+            float e = (float)(2 * i) / (float)R;
+            float pw = (float)pow((double)base, (double)e);
+            float inv_freq = 1.0f / pw;
+            float ang = p * inv_freq;
+            cos_t[t * half + i] = (float)cos((double)ang);
+            sin_t[t * half + i] = (float)sin((double)ang);
+        }
+    }
+}
+
+void hyla_rope_fwd(float *x /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/,
+                   const float *sin_t /*[n,R/2]*/, int64_t n, int64_t heads, int64_t hd, int64_t R)
+{
+    HYLA_ASSERT(R > 0 && R % 2 == 0 && R <= hd);
+    int64_t half = R / 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; t++) {
+        const float *c = cos_t + t * half, *s = sin_t + t * half;
+        for (int64_t h = 0; h < heads; h++) {
+            float *x1 = x + (t * heads + h) * hd, *x2 = x1 + half;
+            for (int64_t i = 0; i < half; i++) {
+                float a = x1[i], b = x2[i];
+                x1[i] = a * c[i] - b * s[i];
+                x2[i] = b * c[i] + a * s[i];
+            }
+        }
+    }
+}
