@@ -1,5 +1,6 @@
 #include "core/arena.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,13 @@ int hyla_arena_init(hyla_arena *a, const char *name, size_t capacity)
     return HYLA_OK;
 }
 
+void hyla_arena_init_dry(hyla_arena *a, const char *name)
+{
+    memset(a, 0, sizeof *a);
+    a->name = name;
+    a->capacity = (size_t)1 << 60;
+}
+
 void hyla_arena_free(hyla_arena *a)
 {
     free(a->base);
@@ -31,7 +39,7 @@ void *hyla_arena_alloc(hyla_arena *a, size_t bytes)
                 a->name, a->used, need, a->capacity);
         abort();
     }
-    void *p = a->base + a->used;
+    void *p = a->base ? (void *)(a->base + a->used) : (void *)(uintptr_t)(HYLA_ALIGN + a->used);
     a->used += need;
     if (a->used > a->high_water)
         a->high_water = a->used;

@@ -9,7 +9,7 @@
 #include <stddef.h>
 
 typedef struct {
-    unsigned char *base; /* owned; [capacity] bytes */
+    unsigned char *base; /* owned; [capacity] bytes; NULL for a dry (counting-only) arena */
     size_t capacity;
     size_t used;
     size_t high_water;
@@ -20,6 +20,10 @@ typedef struct {
 static inline size_t hyla_align_up(size_t n) { return (n + HYLA_ALIGN - 1) & ~(size_t)(HYLA_ALIGN - 1); }
 
 int hyla_arena_init(hyla_arena *a, const char *name, size_t capacity);
+/* A dry arena allocates nothing: it hands out distinct non-NULL placeholder addresses that
+ * must never be dereferenced, and records the high-water mark a real arena would reach. The
+ * executor's planning pass runs the exact allocation sequence of a step on dry arenas. */
+void hyla_arena_init_dry(hyla_arena *a, const char *name);
 void hyla_arena_free(hyla_arena *a);
 void *hyla_arena_alloc(hyla_arena *a, size_t bytes);       /* uninitialised */
 float *hyla_arena_floats(hyla_arena *a, size_t count);     /* uninitialised */

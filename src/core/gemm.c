@@ -1,5 +1,7 @@
 #include "core/gemm.h"
 
+#include <omp.h>
+
 #if defined(HYLA_GEMM_OPENBLAS)
 #include <cblas.h>
 #else
@@ -15,7 +17,8 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
 {
     if (M == 0 || N == 0)
         return;
-    double t0 = HYLA_PROF_BEGIN();
+    int profiled = hyla_prof.enabled && !omp_in_parallel(); /* counters are not thread-safe */
+    double t0 = profiled ? hyla_now() : 0.0;
 #if defined(HYLA_GEMM_OPENBLAS)
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
@@ -25,8 +28,8 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
                                   lda, B, ldb, beta, C, ldc);
     HYLA_ASSERT(st == dnnl_success);
 #endif
-    if (hyla_prof.enabled) {
-        HYLA_PROF_END(HYLA_PROF_GEMM, t0);
+    if (profiled) {
+        hyla_prof.gemm_seconds += hyla_now() - t0;
         hyla_prof.gemm_flops += 2.0 * (double)M * (double)N * (double)K;
     }
 }

@@ -12,17 +12,32 @@ double hyla_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static const char *const names[HYLA_PROF__COUNT] = {
-    "gemm (all)", "norms+residual+embed", "gdn projections", "gdn conv+l2norm+gates", "gdn delta rule",
-    "gdn gated norm", "attn projections", "attn core", "moe routing", "moe experts", "moe shared expert",
-    "dense mlp", "final norm+lm_head", "losses",
-};
-
-const char *hyla_prof_name(hyla_prof_section s) { return names[s]; }
-
 void hyla_prof_reset(void)
 {
     int enabled = hyla_prof.enabled;
     memset(&hyla_prof, 0, sizeof hyla_prof);
     hyla_prof.enabled = enabled;
+}
+
+void hyla_prof_add(const char *name, double seconds)
+{
+    int i = 0;
+    while (i < hyla_prof.n && hyla_prof.name[i] != name && strcmp(hyla_prof.name[i], name))
+        i++;
+    if (i == hyla_prof.n) {
+        if (hyla_prof.n == HYLA_PROF_MAX)
+            return;
+        hyla_prof.name[hyla_prof.n++] = name;
+    }
+    hyla_prof.seconds[i] += seconds;
+    hyla_prof.calls[i] += 1;
+}
+
+void hyla_prof_print_json(FILE *f)
+{
+    fprintf(f, "[");
+    for (int i = 0; i < hyla_prof.n; i++)
+        fprintf(f, "%s{\"op\": \"%s\", \"seconds\": %.6f, \"calls\": %.0f}", i ? ", " : "", hyla_prof.name[i],
+                hyla_prof.seconds[i], hyla_prof.calls[i]);
+    fprintf(f, "]");
 }

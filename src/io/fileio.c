@@ -1,6 +1,8 @@
 #include "io/fileio.h"
 
+#define _XOPEN_SOURCE 700
 #include <errno.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -96,5 +98,21 @@ int hyla_path_join(char *dst, size_t cap, const char *dir, const char *name)
 {
     if ((size_t)snprintf(dst, cap, "%s/%s", dir, name) >= cap)
         return hyla_error_set(HYLA_ERR_IO, "path too long: %s/%s", dir, name);
+    return HYLA_OK;
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int hyla_remove_tree(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0)
+        return HYLA_OK;
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot remove: %s", path, strerror(errno));
     return HYLA_OK;
 }

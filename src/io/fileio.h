@@ -11,6 +11,8 @@ int hyla_read_text_file(const char *path, char **out_text, size_t *out_len);
 int hyla_write_file_atomic(const char *path, const void *data, size_t len);
 int hyla_file_exists(const char *path);
 int hyla_mkdir_p(const char *dir);
+/* Remove a directory tree (like rm -rf); missing is not an error. */
+int hyla_remove_tree(const char *path);
 /* dst = dir + "/" + name; error if it does not fit. */
 int hyla_path_join(char *dst, size_t cap, const char *dir, const char *name);
 

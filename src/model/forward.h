@@ -5,7 +5,6 @@
 
 #include <stdint.h>
 
-#include "core/arena.h"
 #include "model/model.h"
 
 typedef enum { HYLA_DELTA_CHUNKED = 0, HYLA_DELTA_RECURRENT = 1 } hyla_delta_mode;
@@ -17,25 +16,10 @@ typedef struct {
     double total_loss;   /* ce_loss + router_aux_loss_coef * aux_loss (ce_loss if no MoE) */
 } hyla_forward_out;
 
-/* Per-call state shared by the layer functions (layers.h). */
-typedef struct {
-    const hyla_model *m;
-    int64_t B, T, n;         /* n = B * T rows, stored [B, T, ...] */
-    const int64_t *pos;      /* [n] absolute positions */
-    hyla_delta_mode delta_mode;
-    hyla_arena *arena;       /* scratch; each layer function restores the mark it found */
-    double *aux_counts;      /* [E] router selections over all MoE layers so far */
-    double *aux_psum;        /* [E] summed router probabilities */
-    int64_t aux_rows;
-} hyla_fwd_ctx;
-
 /* tokens [B,T] in [0, V). labels [B,T] (-100 = ignore) or NULL for next-token labels within
  * each sequence. logits [B*T, V] or NULL (then computed in scratch and discarded).
  * Bad token ids are an HYLA_ERR_ARG error naming the position. */
 int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
                  hyla_delta_mode mode, float *logits, hyla_forward_out *out);
-
-/* Scratch bytes hyla_forward needs for B x T tokens. */
-size_t hyla_forward_work_bytes(const hyla_config *cfg, int64_t B, int64_t T);
 
 #endif

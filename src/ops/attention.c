@@ -1,133 +1,236 @@
 /* Causal GQA softmax attention, forward (spec §3.5 step 5), flash-style.
  *
- * Work is split into tasks (query head h, block of HYLA_ATT_BQ query rows); each task is done
- * by one thread, walking the visible keys in blocks of HYLA_ATT_BK with an online softmax
- * (running max m, running sum l, output rescaled when the max grows). The arithmetic of a task
- * does not depend on which thread runs it or on how many there are, so results are bitwise
- * thread-count invariant. The output rows themselves are the accumulators, so no scratch is
- * needed beyond small fixed-size stack arrays; hyla_attention_work_floats() is 0.
+ * Work is split into tasks (kv head g, block of ATT_BQ = 16 of the T x Hq/Hkv query rows
+ * (position, query head) that share g); each task is done by one thread, walking the visible
+ * keys in blocks of ATT_BK with an online softmax (running max m, running sum l; the output
+ * rows, which double as accumulators, are rescaled when the max grows). The arithmetic of a
+ * task does not depend on which thread runs it or on how many there are, so results are
+ * bitwise thread-count invariant. Scratch is a few fixed-size stack arrays
+ * (the largest, the task's transposed queries, ATT_MAX_HD x 16 floats = 64 KiB), so
+ * hyla_attention_work_floats() is 0.
  *
- * Rounding vs the two-pass softmax: scores are dots of length hd (fmaf, vector order), the
- * online rescaling adds one rounding per key block, the P.V sum has S terms. */
+ * The 16 rows of a task are the vector lanes: queries are transposed once per task into
+ * qT [hd, 16], scores are kept key-major sT [key, 16], and the softmax (mask, max, exp, sums)
+ * runs across rows in vector registers. Inner kernels are plain C loops over fixed-size local
+ * arrays, fully unrolled (`GCC unroll 16`) so that GCC's SLP vectoriser keeps them in vector
+ * registers for AVX2 (2 x 8 lanes) and AVX-512 (16 lanes) alike:
+ *   scores: 16 rows x 4 keys, rank-1 updates over d (qT column times a key element);
+ *   P.V:    4 rows x 16 output dims, rank-1 updates over keys (probability times a value row).
+ * Lanes past the task's rows are zero queries whose results are never stored.
+ *
+ * Rounding vs a two-pass softmax in exact arithmetic: scores are length-hd fma dots; exp
+ * arguments, exp itself (att_exp, <= 1.02 ulp) and the per-block rescaling each add a rounding;
+ * the P.V and l sums have S terms. tests/test_core_ops.c derives the resulting bound. */
 #include <math.h>
 #include <string.h>
 
 #include "core/error.h"
 #include "ops/ops.h"
 
-#define HYLA_ATT_BQ 16 /* query rows per task */
-#define HYLA_ATT_BK 64 /* keys per block */
+#define ATT_BQ 16        /* query rows per task = vector lanes of the softmax */
+#define ATT_BK 64        /* keys per online-softmax block */
+#define ATT_KG 4         /* keys per score micro-kernel */
+#define ATT_RG 4         /* query rows per P.V micro-kernel */
+#define ATT_DC 16        /* output dims per P.V micro-kernel */
+#define ATT_MAX_HD 1024  /* bounds qT on the stack */
+
+/* Fused multiply-add where the hardware has one; elsewhere fmaf would be a slow libm call. */
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+#define ATT_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define ATT_FMA(a, b, c) ((a) * (b) + (c))
+#endif
 
 size_t hyla_attention_work_floats(int64_t S) { return 0; }
 
-/* s[j] = scale * q . k_j for j < nk, four queries at a time sharing each key load. */
-static void att_scores(float s[][HYLA_ATT_BK] /*[nq][BK]*/, const float *const *qr /*[nq]->[hd]*/,
-                       int nq, const float *k /*[nk, ld]*/, int64_t ld, int nk, int64_t hd,
-                       float scale)
+/* e^x for x <= 0, vectorisable (Cody-Waite reduction by ln 2, degree-7 Cephes polynomial; 2^n
+ * built from the bits of a magic-number rounding, so there is no float->int conversion and GCC
+ * vectorises it for AVX2 and AVX-512). Max error 1.02 ulp measured over [-87.3, 0] (FMA
+ * build); results below 2^-126 may flush to 0 (abs error < 1.2e-38); -inf -> 0. */
+static inline float att_exp(float x)
 {
-    int i = 0;
-    for (; i + 4 <= nq; i += 4) {
-        const float *q0 = qr[i], *q1 = qr[i + 1], *q2 = qr[i + 2], *q3 = qr[i + 3];
+    float xc = x > -100.0f ? x : -100.0f;
+    union { float f; int32_t i; } t = {.f = ATT_FMA(xc, 1.44269504088896341f, 12582912.0f)};
+    float n = t.f - 12582912.0f;          /* round(xc / ln 2), exact */
+    int32_t b = (t.i - 0x4b400000) + 127; /* biased exponent of 2^n */
+    b = b > 0 ? b : 0;                    /* 2^n -> 0 below 2^-126 */
+    float r = ATT_FMA(n, -0.693145751953125f, xc); /* ln 2 split: n * hi is exact */
+    r = ATT_FMA(n, -1.428606765330187e-06f, r);
+    float p = 1.9875691500e-4f;
+    p = ATT_FMA(p, r, 1.3981999507e-3f);
+    p = ATT_FMA(p, r, 8.3334519073e-3f);
+    p = ATT_FMA(p, r, 4.1665795894e-2f);
+    p = ATT_FMA(p, r, 1.6666665459e-1f);
+    p = ATT_FMA(p, r, 5.0000001201e-1f);
+    p = ATT_FMA(p * r, r, r) + 1.0f;
+    union { int32_t i; float f; } two_n = {.i = b << 23};
+    return p * two_n.f;
+}
+
+/* sT[j][i] = scale * q_i . k_j for 16 rows i and 4 keys j, from qT [hd, 16]. */
+static void att_scores_16x4(float *sT /*[4, 16]*/, const float *qT /*[hd, 16]*/,
+                            const float *const *kr /*[4]->[hd]*/, int64_t hd, float scale)
+{
+    float a0[ATT_BQ] = {0}, a1[ATT_BQ] = {0}, a2[ATT_BQ] = {0}, a3[ATT_BQ] = {0};
+    const float *k0 = kr[0], *k1 = kr[1], *k2 = kr[2], *k3 = kr[3];
+    for (int64_t d = 0; d < hd; d++) {
+        const float *qd = qT + d * ATT_BQ;
+        float x0 = k0[d], x1 = k1[d], x2 = k2[d], x3 = k3[d];
+#pragma GCC unroll 16
+        for (int i = 0; i < ATT_BQ; i++) {
+            a0[i] = ATT_FMA(qd[i], x0, a0[i]);
+            a1[i] = ATT_FMA(qd[i], x1, a1[i]);
+            a2[i] = ATT_FMA(qd[i], x2, a2[i]);
+            a3[i] = ATT_FMA(qd[i], x3, a3[i]);
+        }
+    }
+#pragma omp simd
+    for (int i = 0; i < ATT_BQ; i++) {
+        sT[i] = a0[i] * scale;
+        sT[ATT_BQ + i] = a1[i] * scale;
+        sT[2 * ATT_BQ + i] = a2[i] * scale;
+        sT[3 * ATT_BQ + i] = a3[i] * scale;
+    }
+}
+
+/* o_r[c] += sum_{j < nk} pT[j][r] v_j[c] for 4 rows r and c < w (w = ATT_DC on the fast path). */
+static void att_pv_4xw(float *const *o /*[4]->[w]*/, const float *pT /*[nk, 16], lane 0 = row 0*/,
+                       const float *v /*[nk, ldv]*/, int64_t ldv, int nk, int w)
+{
+    float *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
+    if (w == ATT_DC) {
+        float a0[ATT_DC], a1[ATT_DC], a2[ATT_DC], a3[ATT_DC];
+        memcpy(a0, o0, sizeof a0), memcpy(a1, o1, sizeof a1);
+        memcpy(a2, o2, sizeof a2), memcpy(a3, o3, sizeof a3);
         for (int j = 0; j < nk; j++) {
-            const float *kj = k + j * ld;
-            float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-            for (int64_t d = 0; d < hd; d++) {
-                a0 = fmaf(q0[d], kj[d], a0);
-                a1 = fmaf(q1[d], kj[d], a1);
-                a2 = fmaf(q2[d], kj[d], a2);
-                a3 = fmaf(q3[d], kj[d], a3);
+            const float *vr = v + j * ldv, *p = pT + j * ATT_BQ;
+            float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];
+#pragma GCC unroll 16
+            for (int c = 0; c < ATT_DC; c++) {
+                a0[c] = ATT_FMA(x0, vr[c], a0[c]);
+                a1[c] = ATT_FMA(x1, vr[c], a1[c]);
+                a2[c] = ATT_FMA(x2, vr[c], a2[c]);
+                a3[c] = ATT_FMA(x3, vr[c], a3[c]);
             }
-            s[i][j] = a0 * scale;
-            s[i + 1][j] = a1 * scale;
-            s[i + 2][j] = a2 * scale;
-            s[i + 3][j] = a3 * scale;
         }
+        memcpy(o0, a0, sizeof a0), memcpy(o1, a1, sizeof a1);
+        memcpy(o2, a2, sizeof a2), memcpy(o3, a3, sizeof a3);
+        return;
     }
-    for (; i < nq; i++) {
-        const float *q0 = qr[i];
-        for (int j = 0; j < nk; j++) {
-            const float *kj = k + j * ld;
-            float a0 = 0.0f;
-#pragma omp simd reduction(+ : a0)
-            for (int64_t d = 0; d < hd; d++)
-                a0 = fmaf(q0[d], kj[d], a0);
-            s[i][j] = a0 * scale;
+    for (int j = 0; j < nk; j++) { /* tail: same operations, same order per element */
+        const float *vr = v + j * ldv, *p = pT + j * ATT_BQ;
+        for (int c = 0; c < w; c++) {
+            o0[c] = ATT_FMA(p[0], vr[c], o0[c]);
+            o1[c] = ATT_FMA(p[1], vr[c], o1[c]);
+            o2[c] = ATT_FMA(p[2], vr[c], o2[c]);
+            o3[c] = ATT_FMA(p[3], vr[c], o3[c]);
         }
     }
 }
 
-/* o += sum_j p[j] v_j over j < nk (p[j] = 0 beyond a row's causal limit). */
-static void att_pv(float *o /*[hd]*/, const float *p /*[nk]*/, const float *v /*[nk, ld]*/,
-                   int64_t ld, int nk, int64_t hd)
+/* Online-softmax step for one key block across the 16 rows: masks keys j >= lim[i], turns sT
+ * into probabilities relative to the new running max, updates m and l, returns the factor
+ * corr[i] by which row i's output must be rescaled. */
+static void att_softmax_block(float *sT /*[nk, 16]*/, int nk, const int *lim /*[16]*/,
+                              float *m /*[16]*/, float *l /*[16]*/, float *corr /*[16]*/)
 {
-    int j = 0;
-    for (; j + 4 <= nk; j += 4) {
-        const float *v0 = v + j * ld, *v1 = v0 + ld, *v2 = v1 + ld, *v3 = v2 + ld;
-        float p0 = p[j], p1 = p[j + 1], p2 = p[j + 2], p3 = p[j + 3];
+    float mx[ATT_BQ], sum[ATT_BQ] = {0};
+    memcpy(mx, m, sizeof mx);
+    for (int j = 0; j < nk; j++) {
+        float *s = sT + j * ATT_BQ;
 #pragma omp simd
-        for (int64_t d = 0; d < hd; d++)
-            o[d] = fmaf(p3, v3[d], fmaf(p2, v2[d], fmaf(p1, v1[d], fmaf(p0, v0[d], o[d]))));
+        for (int i = 0; i < ATT_BQ; i++) {
+            s[i] = j < lim[i] ? s[i] : -INFINITY;
+            mx[i] = s[i] > mx[i] ? s[i] : mx[i];
+        }
     }
-    for (; j < nk; j++) {
-        const float *vj = v + j * ld;
-        float pj = p[j];
+    for (int j = 0; j < nk; j++) {
+        float *s = sT + j * ATT_BQ;
 #pragma omp simd
-        for (int64_t d = 0; d < hd; d++)
-            o[d] = fmaf(pj, vj[d], o[d]);
+        for (int i = 0; i < ATT_BQ; i++) {
+            s[i] = att_exp(s[i] - mx[i]);
+            sum[i] += s[i];
+        }
+    }
+#pragma omp simd
+    for (int i = 0; i < ATT_BQ; i++) {
+        corr[i] = att_exp(m[i] - mx[i]); /* 0 on the first block (m = -inf), 1 if max holds */
+        l[i] = l[i] * corr[i] + sum[i];
+        m[i] = mx[i];
     }
 }
 
-/* One task: query head h (kv head g), query rows t0 .. t0+nq-1. */
+/* One task: kv head g, rows row0 .. row0+nq-1 of that head's T * r query rows, row = t r + hh
+ * for position t and query head h = g r + hh (the r heads sharing g fill the lanes together,
+ * which also keeps decode, T = 1, from wasting lanes). */
 static void att_task(float *out, float *lse, const float *q, const float *k, const float *v,
-                     int64_t t0, int nq, int64_t past, int64_t h, int64_t g, int64_t Hq,
+                     int64_t row0, int nq, int64_t past, int64_t g, int64_t r, int64_t Hq,
                      int64_t Hkv, int64_t hd, float scale)
 {
-    float s[HYLA_ATT_BQ][HYLA_ATT_BK]; /* scores, then probabilities */
-    float m[HYLA_ATT_BQ], l[HYLA_ATT_BQ];
-    const float *qr[HYLA_ATT_BQ];
-    float *orow[HYLA_ATT_BQ];
-    for (int i = 0; i < nq; i++) {
-        qr[i] = q + ((t0 + i) * Hq + h) * hd;
-        orow[i] = out + ((t0 + i) * Hq + h) * hd;
-        memset(orow[i], 0, (size_t)hd * sizeof(float));
+    float qT[ATT_MAX_HD * ATT_BQ];      /* [hd, 16] queries, transposed; zero past nq */
+    float sT[ATT_BK * ATT_BQ];          /* [BK, 16] scores, then probabilities */
+    float m[ATT_BQ], l[ATT_BQ], corr[ATT_BQ];
+    float dummy[ATT_DC];                /* output of rows past nq */
+    int64_t last[ATT_BQ];               /* last key row i sees: past + t */
+    int lim[ATT_BQ];
+    float *orow[ATT_BQ];
+    for (int i = 0; i < ATT_BQ; i++) {
+        int64_t row = row0 + (i < nq ? i : nq - 1);
+        int64_t t = row / r, h = g * r + row % r;
+        const float *qi = q + (t * Hq + h) * hd;
+        for (int64_t d = 0; d < hd; d++)
+            qT[d * ATT_BQ + i] = i < nq ? qi[d] : 0.0f;
+        orow[i] = i < nq ? out + (t * Hq + h) * hd : NULL;
+        if (orow[i])
+            memset(orow[i], 0, (size_t)hd * sizeof(float));
+        last[i] = past + t;
         m[i] = -INFINITY;
         l[i] = 0.0f;
     }
     int64_t ld = Hkv * hd;
-    int64_t kend = past + t0 + nq; /* keys visible to the last row: 0 .. kend-1 */
-    for (int64_t j0 = 0; j0 < kend; j0 += HYLA_ATT_BK) {
-        int nk = (int)(kend - j0 < HYLA_ATT_BK ? kend - j0 : HYLA_ATT_BK);
+    int64_t kend = last[nq - 1] + 1; /* keys visible to the last row: 0 .. kend-1 */
+    for (int64_t j0 = 0; j0 < kend; j0 += ATT_BK) {
+        int nk = (int)(kend - j0 < ATT_BK ? kend - j0 : ATT_BK);
         const float *kb = k + j0 * ld + g * hd, *vb = v + j0 * ld + g * hd;
-        att_scores(s, qr, nq, kb, ld, nk, hd, scale);
-        for (int i = 0; i < nq; i++) {
-            int64_t lim = past + t0 + i + 1 - j0; /* visible keys of row i in this block */
-            int n_vis = (int)(lim < 0 ? 0 : lim < nk ? lim : nk);
-            float mx = m[i];
-            for (int j = 0; j < n_vis; j++)
-                mx = s[i][j] > mx ? s[i][j] : mx;
-            float corr = expf(m[i] - mx); /* 0 on the first block (m = -inf) */
-            float sum = 0.0f;
-            for (int j = 0; j < n_vis; j++) {
-                s[i][j] = expf(s[i][j] - mx);
-                sum += s[i][j];
-            }
-            for (int j = n_vis; j < nk; j++)
-                s[i][j] = 0.0f;
-            l[i] = l[i] * corr + sum;
-            m[i] = mx;
-            if (corr != 1.0f)
+        for (int j = 0; j < nk; j += ATT_KG) { /* keys past nk repeat the last one (masked) */
+            const float *kr[ATT_KG];
+            for (int c = 0; c < ATT_KG; c++)
+                kr[c] = kb + (j + c < nk ? j + c : nk - 1) * ld;
+            float s4[ATT_KG * ATT_BQ];
+            att_scores_16x4(s4, qT, kr, hd, scale);
+            int nc = nk - j < ATT_KG ? nk - j : ATT_KG;
+            memcpy(sT + j * ATT_BQ, s4, (size_t)nc * ATT_BQ * sizeof(float));
+        }
+        for (int i = 0; i < ATT_BQ; i++) { /* row i sees keys j0 + j for j < lim[i] */
+            int64_t li = last[i] + 1 - j0;
+            lim[i] = (int)(li < 0 ? 0 : li < nk ? li : nk);
+        }
+        att_softmax_block(sT, nk, lim, m, l, corr);
+        for (int i = 0; i < nq; i++)
+            if (corr[i] != 1.0f)
                 for (int64_t d = 0; d < hd; d++)
-                    orow[i][d] *= corr;
-            att_pv(orow[i], s[i], vb, ld, n_vis, hd);
+                    orow[i][d] *= corr[i];
+        for (int i = 0; i < nq; i += ATT_RG) { /* o += P V */
+            int nj = 0;
+            for (int rr = 0; rr < ATT_RG && i + rr < nq; rr++)
+                nj = lim[i + rr] > nj ? lim[i + rr] : nj;
+            for (int64_t d0 = 0; d0 < hd; d0 += ATT_DC) {
+                int w = (int)(hd - d0 < ATT_DC ? hd - d0 : ATT_DC);
+                float *o4[ATT_RG];
+                for (int rr = 0; rr < ATT_RG; rr++)
+                    o4[rr] = i + rr < nq ? orow[i + rr] + d0 : dummy;
+                att_pv_4xw(o4, sT + i, vb + d0, ld, nj, w);
+            }
         }
     }
     for (int i = 0; i < nq; i++) {
         float inv = 1.0f / l[i];
         for (int64_t d = 0; d < hd; d++)
             orow[i][d] *= inv;
-        if (lse)
-            lse[(t0 + i) * Hq + h] = m[i] + logf(l[i]);
+        if (lse) {
+            int64_t row = row0 + i, t = row / r, h = g * r + row % r;
+            lse[t * Hq + h] = m[i] + logf(l[i]);
+        }
     }
 }
 
@@ -136,15 +239,273 @@ void hyla_attention_fwd(float *out /*[T,Hq,hd]*/, float *lse /*[T,Hq] or NULL*/,
                         const float *v /*[S,Hkv,hd]*/, int64_t T, int64_t past, int64_t Hq,
                         int64_t Hkv, int64_t hd, float scale, float *work)
 {
-    HYLA_ASSERT(T >= 0 && past >= 0 && Hkv > 0 && Hq % Hkv == 0 && hd > 0);
+    HYLA_ASSERT(T >= 0 && past >= 0 && Hkv > 0 && Hq % Hkv == 0 && hd > 0 && hd <= ATT_MAX_HD);
     int64_t r = Hq / Hkv;
-    int64_t nqb = (T + HYLA_ATT_BQ - 1) / HYLA_ATT_BQ;
-    /* later query blocks have more keys: hand them out first */
+    int64_t nb = (T * r + ATT_BQ - 1) / ATT_BQ; /* row blocks per kv head */
+    /* later row blocks see more keys: hand them out first */
 #pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t task = 0; task < nqb * Hq; task++) {
-        int64_t qb = nqb - 1 - task / Hq, h = task % Hq;
-        int64_t t0 = qb * HYLA_ATT_BQ;
-        int nq = (int)(T - t0 < HYLA_ATT_BQ ? T - t0 : HYLA_ATT_BQ);
-        att_task(out, lse, q, k, v, t0, nq, past, h, h / r, Hq, Hkv, hd, scale);
+    for (int64_t task = 0; task < nb * Hkv; task++) {
+        int64_t b = nb - 1 - task / Hkv, g = task % Hkv;
+        int64_t row0 = b * ATT_BQ;
+        int nq = (int)(T * r - row0 < ATT_BQ ? T * r - row0 : ATT_BQ);
+        att_task(out, lse, q, k, v, row0, nq, past, g, r, Hq, Hkv, hd, scale);
+    }
+}
+
+/* ==== backward =============================================================================
+ * Causal GQA attention backward for one sequence (past = 0), flash-style, in two passes:
+ *   A. task (kv head g, block of ATB_BK keys) owns d_k, d_v of those keys. It walks the query
+ *      rows that see them (t >= first key) in tiles of ATB_BQ rows, recomputes
+ *      S = scale q.k, P = exp(S - lse), dP = dout.v, dS = scale P (dP - D) with
+ *      D = rowsum(dout * out) (computed once up front), and accumulates dv += P^T dout and
+ *      dk += dS^T q.
+ *   B. task (kv head g, block of ATB_BQ query rows) owns d_q of those rows. It walks their
+ *      visible keys in blocks of ATB_BK, recomputes the tile the same way and accumulates
+ *      dq += dS k.
+ * Recomputing the tile in B costs 7 tile products instead of 5, but needs neither atomics nor
+ * T^2 scratch: every output element is written by exactly one task, and a task's arithmetic does
+ * not depend on which thread runs it, so results are bitwise thread-count invariant.
+ * Rows are (position t, query head h = g r + hh) packed as row = t r + hh like the forward, so
+ * the r query heads sharing a kv head share tiles and their d_k/d_v contributions are summed
+ * inside the task (in row order).
+ * All five products are one micro-kernel, atb_mk_4x16 (4 output rows x 16 columns, rank-1
+ * updates over the contraction index), run on operands copied into per-thread scratch with
+ * hd padded to hdp (a multiple of 16) with zeros, so there are no tails. */
+#include <omp.h>
+
+#define ATB_BQ 32 /* query rows per tile */
+#define ATB_BK 64 /* keys per tile */
+#define ATB_NC 16 /* columns per micro-kernel call */
+
+static int64_t atb_hdp(int64_t hd) { return (hd + ATB_NC - 1) / ATB_NC * ATB_NC; }
+
+/* One thread's scratch: kT, vT [hdp, BK]; K rows / dK [BK, hdp]; dV [BK, hdp]; Q, dout, dQ
+ * [BQ, hdp]; P, dS [BQ, BK]; lse, D [BQ]. Rounded up to 64 bytes. */
+static size_t atb_thread_floats(int64_t hd)
+{
+    size_t hdp = (size_t)atb_hdp(hd);
+    size_t f = 4 * ATB_BK * hdp + 3 * ATB_BQ * hdp + 2 * ATB_BQ * ATB_BK + 2 * ATB_BQ;
+    return (f + 15) / 16 * 16;
+}
+
+size_t hyla_attention_bwd_work_floats(int64_t T, int64_t Hq, int64_t hd)
+{
+    size_t shared = ((size_t)(T * Hq) + 15) / 16 * 16; /* D [T, Hq] */
+    return shared + (size_t)omp_get_max_threads() * atb_thread_floats(hd);
+}
+
+/* C[r][c] += sum_{x < nx} A[r ars + x axs] B[x ldb + c] for r < 4, c < 16 (C rows ldc apart). */
+static void atb_mk_4x16(float *C, int64_t ldc, const float *A, int64_t ars, int64_t axs,
+                        const float *B, int64_t ldb, int64_t nx)
+{
+    float a0[ATB_NC], a1[ATB_NC], a2[ATB_NC], a3[ATB_NC];
+    memcpy(a0, C, sizeof a0), memcpy(a1, C + ldc, sizeof a1);
+    memcpy(a2, C + 2 * ldc, sizeof a2), memcpy(a3, C + 3 * ldc, sizeof a3);
+    for (int64_t x = 0; x < nx; x++) {
+        const float *b = B + x * ldb, *ax = A + x * axs;
+        float x0 = ax[0], x1 = ax[ars], x2 = ax[2 * ars], x3 = ax[3 * ars];
+#pragma GCC unroll 16
+        for (int c = 0; c < ATB_NC; c++) {
+            a0[c] = ATT_FMA(x0, b[c], a0[c]);
+            a1[c] = ATT_FMA(x1, b[c], a1[c]);
+            a2[c] = ATT_FMA(x2, b[c], a2[c]);
+            a3[c] = ATT_FMA(x3, b[c], a3[c]);
+        }
+    }
+    memcpy(C, a0, sizeof a0), memcpy(C + ldc, a1, sizeof a1);
+    memcpy(C + 2 * ldc, a2, sizeof a2), memcpy(C + 3 * ldc, a3, sizeof a3);
+}
+
+typedef struct {
+    const float *dout, *q, *k, *v, *lse, *D; /* D [T, Hq] = rowsum(dout * out) */
+    int64_t T, Hq, Hkv, hd, hdp, r;
+    float scale;
+} atb_args;
+
+/* One thread's scratch, carved from atb_thread_floats(hd) floats. */
+typedef struct {
+    float *kT, *vT;  /* [hdp, BK] keys / values of the current key block, transposed */
+    float *Kb, *dV;  /* [BK, hdp] pass A: dK, dV accumulators; pass B: Kb = key rows */
+    float *Qb, *dOb; /* [BQ, hdp] query / dout rows of the current tile */
+    float *dQ;       /* [BQ, hdp] pass B accumulator */
+    float *P, *dS;   /* [BQ, BK] */
+    float *lse_b, *D_b; /* [BQ] */
+    int64_t t_b[ATB_BQ]; /* position of each tile row, -1 past the last row */
+} atb_scratch;
+
+static atb_scratch atb_carve(float *w, int64_t hdp)
+{
+    atb_scratch s;
+    s.kT = w, w += ATB_BK * hdp;
+    s.vT = w, w += ATB_BK * hdp;
+    s.Kb = w, w += ATB_BK * hdp;
+    s.dV = w, w += ATB_BK * hdp;
+    s.Qb = w, w += ATB_BQ * hdp;
+    s.dOb = w, w += ATB_BQ * hdp;
+    s.dQ = w, w += ATB_BQ * hdp;
+    s.P = w, w += ATB_BQ * ATB_BK;
+    s.dS = w, w += ATB_BQ * ATB_BK;
+    s.lse_b = w, w += ATB_BQ;
+    s.D_b = w;
+    return s;
+}
+
+/* Tile rows row0 .. row0+nq-1 of kv head g: q and dout rows into Qb, dOb (zero padded), with
+ * their lse, D and position. */
+static void atb_gather_rows(atb_scratch *s, const atb_args *a, int64_t g, int64_t row0, int nq)
+{
+    size_t hdb = (size_t)a->hd * sizeof(float);
+    memset(s->Qb, 0, (size_t)(ATB_BQ * a->hdp) * sizeof(float));
+    memset(s->dOb, 0, (size_t)(ATB_BQ * a->hdp) * sizeof(float));
+    for (int i = 0; i < ATB_BQ; i++) {
+        s->t_b[i] = -1, s->lse_b[i] = 0.0f, s->D_b[i] = 0.0f;
+        if (i >= nq)
+            continue;
+        int64_t row = row0 + i, t = row / a->r, h = g * a->r + row % a->r;
+        memcpy(s->Qb + i * a->hdp, a->q + (t * a->Hq + h) * a->hd, hdb);
+        memcpy(s->dOb + i * a->hdp, a->dout + (t * a->Hq + h) * a->hd, hdb);
+        s->t_b[i] = t;
+        s->lse_b[i] = a->lse[t * a->Hq + h];
+        s->D_b[i] = a->D[t * a->Hq + h];
+    }
+}
+
+/* Keys j0 .. j0+nk-1 of kv head g of x [T, Hkv, hd] into xT [hdp, BK], zero padded. */
+static void atb_transpose_keys(float *xT, const float *x, const atb_args *a, int64_t g, int64_t j0,
+                               int nk)
+{
+    memset(xT, 0, (size_t)(a->hdp * ATB_BK) * sizeof(float));
+    for (int j = 0; j < nk; j++) {
+        const float *row = x + ((j0 + j) * a->Hkv + g) * a->hd;
+        for (int64_t d = 0; d < a->hd; d++)
+            xT[d * ATB_BK + j] = row[d];
+    }
+}
+
+/* The tile of the rows in s (Qb, dOb, ...) and keys j0 .. j0+nk-1 (kT, vT):
+ * P = exp(scale q.k - lse), dS = scale P (dout.v - D); 0 where the key is masked (j0 + j > t),
+ * past nk, or the row is past nq. */
+static void atb_tile(atb_scratch *s, const atb_args *a, int nq, int64_t j0, int nk)
+{
+    int lim[ATB_BQ];
+    for (int i = 0; i < ATB_BQ; i++) {
+        int64_t li = s->t_b[i] + 1 - j0;
+        lim[i] = (int)(li < 0 ? 0 : li < nk ? li : nk);
+    }
+    memset(s->P, 0, sizeof(float) * ATB_BQ * ATB_BK);
+    memset(s->dS, 0, sizeof(float) * ATB_BQ * ATB_BK);
+    for (int i = 0; i < nq; i += 4) {
+        int lmax = 0; /* rows i..i+3 have non-decreasing t: the last valid one sees the most */
+        for (int rr = 0; rr < 4 && i + rr < nq; rr++)
+            lmax = lim[i + rr] > lmax ? lim[i + rr] : lmax;
+        for (int j = 0; j < lmax; j += ATB_NC) {
+            atb_mk_4x16(s->P + i * ATB_BK + j, ATB_BK, s->Qb + i * a->hdp, a->hdp, 1, s->kT + j,
+                        ATB_BK, a->hd);
+            atb_mk_4x16(s->dS + i * ATB_BK + j, ATB_BK, s->dOb + i * a->hdp, a->hdp, 1, s->vT + j,
+                        ATB_BK, a->hd);
+        }
+    }
+    float scale = a->scale;
+    for (int i = 0; i < nq; i++) {
+        float *p = s->P + i * ATB_BK, *ds = s->dS + i * ATB_BK;
+        float l = s->lse_b[i], D = s->D_b[i];
+        int li = lim[i];
+#pragma omp simd
+        for (int j = 0; j < ATB_BK; j++) {
+            float pj = j < li ? att_exp(p[j] * scale - l) : 0.0f;
+            p[j] = pj;
+            ds[j] = (pj * (ds[j] - D)) * scale;
+        }
+    }
+}
+
+/* Pass A: d_k, d_v of keys kb*BK .. of kv head g. */
+static void atb_task_kv(float *d_k, float *d_v, const atb_args *a, int64_t g, int64_t kb, atb_scratch *s)
+{
+    int64_t j0 = kb * ATB_BK, hdp = a->hdp, nrows = a->T * a->r;
+    int nk = (int)(a->T - j0 < ATB_BK ? a->T - j0 : ATB_BK);
+    atb_transpose_keys(s->kT, a->k, a, g, j0, nk);
+    atb_transpose_keys(s->vT, a->v, a, g, j0, nk);
+    float *dK = s->Kb, *dV = s->dV;
+    memset(dK, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
+    memset(dV, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
+    for (int64_t row0 = j0 * a->r; row0 < nrows; row0 += ATB_BQ) {
+        int nq = (int)(nrows - row0 < ATB_BQ ? nrows - row0 : ATB_BQ);
+        atb_gather_rows(s, a, g, row0, nq);
+        atb_tile(s, a, nq, j0, nk);
+        for (int j = 0; j < nk; j += 4) /* dV[j] += sum_i P[i][j] dout_i ; dK likewise with dS, q */
+            for (int64_t c = 0; c < hdp; c += ATB_NC) {
+                atb_mk_4x16(dV + j * hdp + c, hdp, s->P + j, 1, ATB_BK, s->dOb + c, hdp, nq);
+                atb_mk_4x16(dK + j * hdp + c, hdp, s->dS + j, 1, ATB_BK, s->Qb + c, hdp, nq);
+            }
+    }
+    size_t hdb = (size_t)a->hd * sizeof(float);
+    for (int j = 0; j < nk; j++) {
+        memcpy(d_k + ((j0 + j) * a->Hkv + g) * a->hd, dK + j * hdp, hdb);
+        memcpy(d_v + ((j0 + j) * a->Hkv + g) * a->hd, dV + j * hdp, hdb);
+    }
+}
+
+/* Pass B: d_q of rows row0 .. row0+nq-1 of kv head g. */
+static void atb_task_q(float *d_q, const atb_args *a, int64_t g, int64_t row0, int nq, atb_scratch *s)
+{
+    int64_t hdp = a->hdp;
+    atb_gather_rows(s, a, g, row0, nq);
+    memset(s->dQ, 0, (size_t)(ATB_BQ * hdp) * sizeof(float));
+    int64_t kend = s->t_b[nq - 1] + 1; /* keys visible to the last row */
+    for (int64_t j0 = 0; j0 < kend; j0 += ATB_BK) {
+        int nk = (int)(kend - j0 < ATB_BK ? kend - j0 : ATB_BK);
+        atb_transpose_keys(s->kT, a->k, a, g, j0, nk);
+        atb_transpose_keys(s->vT, a->v, a, g, j0, nk);
+        memset(s->Kb, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
+        for (int j = 0; j < nk; j++)
+            memcpy(s->Kb + j * hdp, a->k + ((j0 + j) * a->Hkv + g) * a->hd,
+                   (size_t)a->hd * sizeof(float));
+        atb_tile(s, a, nq, j0, nk);
+        for (int i = 0; i < nq; i += 4) /* dQ[i] += sum_j dS[i][j] k_j */
+            for (int64_t c = 0; c < hdp; c += ATB_NC)
+                atb_mk_4x16(s->dQ + i * hdp + c, hdp, s->dS + i * ATB_BK, ATB_BK, 1, s->Kb + c,
+                            hdp, nk);
+    }
+    for (int i = 0; i < nq; i++) {
+        int64_t row = row0 + i, t = row / a->r, h = g * a->r + row % a->r;
+        memcpy(d_q + (t * a->Hq + h) * a->hd, s->dQ + i * hdp, (size_t)a->hd * sizeof(float));
+    }
+}
+
+void hyla_attention_bwd(float *d_q /*[T,Hq,hd]*/, float *d_k /*[T,Hkv,hd]*/, float *d_v /*[T,Hkv,hd]*/,
+                        const float *dout /*[T,Hq,hd]*/, const float *out /*[T,Hq,hd]*/,
+                        const float *lse /*[T,Hq]*/, const float *q /*[T,Hq,hd]*/,
+                        const float *k /*[T,Hkv,hd]*/, const float *v /*[T,Hkv,hd]*/, int64_t T, int64_t Hq,
+                        int64_t Hkv, int64_t hd, float scale, float *work)
+{
+    HYLA_ASSERT(T >= 0 && Hkv > 0 && Hq % Hkv == 0 && hd > 0);
+    if (T == 0)
+        return;
+    float *D = work;
+    float *thread_work = work + ((size_t)(T * Hq) + 15) / 16 * 16;
+    size_t per_thread = atb_thread_floats(hd);
+    atb_args a = {dout, q, k, v, lse, D, T, Hq, Hkv, hd, atb_hdp(hd), Hq / Hkv, scale};
+    int64_t nkb = (T + ATB_BK - 1) / ATB_BK, nqb = (T * a.r + ATB_BQ - 1) / ATB_BQ;
+#pragma omp parallel
+    {
+        atb_scratch s = atb_carve(thread_work + (size_t)omp_get_thread_num() * per_thread, a.hdp);
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < T * Hq; i++) { /* D = rowsum(dout * out), in double */
+            double acc = 0.0;
+            for (int64_t d = 0; d < hd; d++)
+                acc += (double)dout[i * hd + d] * (double)out[i * hd + d];
+            D[i] = (float)acc;
+        }
+        /* early key blocks see the most rows, late query blocks the most keys: those first */
+#pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t task = 0; task < nkb * Hkv; task++)
+            atb_task_kv(d_k, d_v, &a, task % Hkv, task / Hkv, &s);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < nqb * Hkv; task++) {
+            int64_t b = nqb - 1 - task / Hkv, row0 = b * ATB_BQ;
+            int nq = (int)(T * a.r - row0 < ATB_BQ ? T * a.r - row0 : ATB_BQ);
+            atb_task_q(d_q, &a, task % Hkv, row0, nq, &s);
+        }
     }
 }

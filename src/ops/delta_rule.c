@@ -8,15 +8,23 @@
  * Threads: OpenMP over value heads; every head is computed by one thread in a fixed order, so
  * results are bit-identical for any thread count.
  *
- * Both forms use explicit fmaf (the build is ISO C, where GCC does not contract a*b+c), so the
- * rounding is the same whatever the compiler decides about contraction. */
+ * Where a fused multiply-add is meant the code says MADD: fmaf when the target has hardware FMA
+ * (the build is ISO C, where GCC does not contract a*b+c by itself), else a*b+c, since a
+ * software fmaf is ~20x slower. Either way the rounding is fixed for a given build. */
 #include <math.h>
 #include <omp.h>
+#include <string.h>
 
 #include "core/gemm.h"
 #include "ops/ops.h"
 
 #define CH HYLA_DELTA_CHUNK
+
+#ifdef FP_FAST_FMAF
+#define MADD(a, b, c) fmaf(a, b, c)
+#else
+#define MADD(a, b, c) ((a) * (b) + (c))
+#endif
 
 /* ---- recurrent form (spec §4.1) --------------------------------------------------------------
  * One token at a time, in column blocks of RJ state columns so that the two sweeps over a block
@@ -38,7 +46,7 @@ static void recurrent_step_block(float *o /*[nj]*/, float *S /*[dk,dv] at column
 #pragma omp simd
         for (int64_t j = 0; j < nj; j++) {
             Si[j] = decay * Si[j];
-            m[j] = fmaf(ki, Si[j], m[j]);
+            m[j] = MADD(ki, Si[j], m[j]);
         }
     }
     for (int64_t j = 0; j < nj; j++) {
@@ -49,8 +57,8 @@ static void recurrent_step_block(float *o /*[nj]*/, float *S /*[dk,dv] at column
         float *Si = S + i * dv, ki = k[i], qi = q[i];
 #pragma omp simd
         for (int64_t j = 0; j < nj; j++) {
-            Si[j] = fmaf(ki, d[j], Si[j]);
-            acc[j] = fmaf(qi, Si[j], acc[j]);
+            Si[j] = MADD(ki, d[j], Si[j]);
+            acc[j] = MADD(qi, Si[j], acc[j]);
         }
     }
     for (int64_t j = 0; j < nj; j++)
@@ -101,22 +109,37 @@ void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,
  * and leaves gam_{L-1} unchanged, so the kernel simply runs that chunk with L rows; the outputs
  * and the final state are those of the padded computation.
  *
- * Products go through the GEMM seam (hyla_gemm: oneDNN's sgemm by default). Called from inside
- * the parallel region, oneDNN runs each product on the calling thread; with one thread the region
- * is inactive and oneDNN gets omp_get_max_threads() = 1 anyway, so the summation order never
- * depends on the team size. Measured on the 2-core AVX-512 machine, one thread, 64x128x128:
- * oneDNN ~150-200 GFLOP/s vs ~50-75 for register-blocked intrinsics without packing. */
+ * Products go through the GEMM seam (hyla_gemm: oneDNN's sgemm by default): four calls per chunk
+ * plus the solve's off-diagonal updates (three for a full chunk). Called from inside the parallel region, oneDNN runs each
+ * product on the calling thread; with one thread the region is inactive and oneDNN sees
+ * omp_get_max_threads() = 1 anyway, so the summation order never depends on the team size.
+ * Measured on the 2-core AVX-512 machine (one thread, 64x128x128): oneDNN 150-200 GFLOP/s,
+ * register-blocked AVX-512 intrinsics without packing 50-75. Whole kernel, T=512, Hk=4, Hv=8,
+ * dk=dv=128 (FLOPs as in the test): 140-150 GFLOP/s on one thread, 265-280 on two, on a quiet
+ * machine (oneDNN itself: 184 / 373 on a 2048^3 sgemm).
+ * Note: hyla_gemm's opt-in profile counters (core/profile.h) are not thread-safe; with profiling
+ * enabled, calls from these worker threads race on them. */
 
 #define SOLVE_BLOCK 16 /* rows per diagonal block of the triangular solve */
 
-/* Per-thread scratch: M (and K K^T before masking) [CH,CH], P [CH,CH], R/X [CH,dv]. */
-static size_t chunk_slot_floats(int64_t dv) { return (size_t)(2 * CH * CH + CH * dv); }
+/* Per-thread scratch (floats): KQ [2CH,dk] (the chunk's K rows, then its Q rows, contiguous),
+ * MP [2CH,CH] (M rows, then P rows), Y [2CH,dv] (R = X rows, then Q S rows). Stacking K and Q
+ * lets one GEMM form K K^T and Q K^T, and one K S and Q S. */
+static size_t chunk_slot_floats(int64_t dk, int64_t dv)
+{
+    return (size_t)(2 * CH * (dk + CH + dv));
+}
 
+/* Scratch for hyla_delta_rule_chunked_fwd: one slot per OpenMP thread, for the
+ * omp_get_max_threads() threads current at this call. The kernel's team never exceeds
+ * omp_get_max_threads() at its own call, so size the buffer under the same thread setting as the
+ * kernel call (raising omp_set_num_threads in between would overrun it). Concurrent calls (e.g.
+ * from inside an outer parallel region, where every inner team's thread 0 uses slot 0) need
+ * separate work buffers. */
 size_t hyla_delta_rule_chunked_work_floats(int64_t Hv, int64_t dk, int64_t dv)
 {
     (void)Hv;
-    (void)dk;
-    return (size_t)omp_get_max_threads() * chunk_slot_floats(dv);
+    return (size_t)omp_get_max_threads() * chunk_slot_floats(dk, dv);
 }
 
 /* In place: X = (I + M)^{-1} X for unit lower-triangular I + M (M [L,L] strictly lower, row
@@ -136,7 +159,7 @@ static void solve_unit_lower(float *X /*[L,dv]*/, const float *M /*[L,CH]*/, int
                 float mrs = -M[r * CH + s];
 #pragma omp simd
                 for (int64_t j = 0; j < dv; j++)
-                    Xr[j] = fmaf(mrs, Xs[j], Xr[j]);
+                    Xr[j] = MADD(mrs, Xs[j], Xr[j]);
             }
         }
     }
@@ -149,8 +172,9 @@ static void chunk_step(float *O /*[L,ldvo]*/, float *S /*[dk,dv]*/, const float 
                        int64_t Hv, int64_t dk, int64_t dv, int64_t ldqk, int64_t ldvo,
                        float *slot)
 {
-    float *M = slot, *P = slot + CH * CH, *R = slot + 2 * CH * CH;
-    double gam[CH];
+    float *KQ = slot, *MP = KQ + 2 * CH * dk, *Y = MP + 2 * CH * CH;
+    float *M = MP, *P = MP + L * CH, *X = Y, *QS = Y + L * dv;
+    double gam[CH] = {0}; /* L >= 1 */
     float b[CH], eg[CH], fg[CH];
 
     double acc = 0.0;
@@ -165,9 +189,13 @@ static void chunk_step(float *O /*[L,ldvo]*/, float *S /*[dk,dv]*/, const float 
     }
     float eL = (float)exp(gam[L - 1]);
 
-    /* M = mask(beta K K^T Gam), P = mask(Q K^T Gam) */
-    hyla_gemm(0, 1, L, L, dk, 1.0f, K, ldqk, K, ldqk, 0.0f, M, CH);
-    hyla_gemm(0, 1, L, L, dk, 1.0f, Q, ldqk, K, ldqk, 0.0f, P, CH);
+    for (int64_t r = 0; r < L; r++) {
+        memcpy(KQ + r * dk, K + r * ldqk, sizeof(float) * (size_t)dk);
+        memcpy(KQ + (L + r) * dk, Q + r * ldqk, sizeof(float) * (size_t)dk);
+    }
+
+    /* [K K^T ; Q K^T] -> M = mask(beta K K^T Gam), P = mask(Q K^T Gam) */
+    hyla_gemm(0, 1, 2 * L, L, dk, 1.0f, KQ, dk, KQ, dk, 0.0f, MP, CH);
     for (int64_t r = 0; r < L; r++) {
         float *Mr = M + r * CH, *Pr = P + r * CH;
         for (int64_t s = 0; s <= r; s++) {
@@ -179,28 +207,35 @@ static void chunk_step(float *O /*[L,ldvo]*/, float *S /*[dk,dv]*/, const float 
             Pr[s] = 0.0f;
     }
 
-    /* R = diag(beta) (V - diag(e^gam) K S), then X = (I + M)^{-1} R in place */
-    hyla_gemm(0, 0, L, dv, dk, 1.0f, K, ldqk, S, dv, 0.0f, R, dv);
+    /* [K S ; Q S]; R = diag(beta) (V - diag(e^gam) K S), then X = (I + M)^{-1} R in place */
+    hyla_gemm(0, 0, 2 * L, dv, dk, 1.0f, KQ, dk, S, dv, 0.0f, Y, dv);
     for (int64_t r = 0; r < L; r++) {
-        float *Rr = R + r * dv;
+        float *Xr = X + r * dv;
         const float *Vr = V + r * ldvo;
+#pragma omp simd
         for (int64_t j = 0; j < dv; j++)
-            Rr[j] = b[r] * (Vr[j] - eg[r] * Rr[j]);
+            Xr[j] = b[r] * (Vr[j] - eg[r] * Xr[j]);
     }
-    solve_unit_lower(R, M, L, dv);
+    solve_unit_lower(X, M, L, dv);
 
     /* O = diag(e^gam) Q S + P X */
-    hyla_gemm(0, 0, L, dv, dk, 1.0f, Q, ldqk, S, dv, 0.0f, O, ldvo);
-    for (int64_t r = 0; r < L; r++)
+    for (int64_t r = 0; r < L; r++) {
+        float *Or = O + r * ldvo;
+        const float *QSr = QS + r * dv;
+#pragma omp simd
         for (int64_t j = 0; j < dv; j++)
-            O[r * ldvo + j] *= eg[r];
-    hyla_gemm(0, 0, L, dv, L, 1.0f, P, CH, R, dv, 1.0f, O, ldvo);
+            Or[j] = eg[r] * QSr[j];
+    }
+    hyla_gemm(0, 0, L, dv, L, 1.0f, P, CH, X, dv, 1.0f, O, ldvo);
 
     /* S = e^{gam_L-1} S + K^T diag(e^{gam_L-1 - gam}) X */
-    for (int64_t r = 0; r < L; r++)
+    for (int64_t r = 0; r < L; r++) {
+        float *Xr = X + r * dv;
+#pragma omp simd
         for (int64_t j = 0; j < dv; j++)
-            R[r * dv + j] *= fg[r];
-    hyla_gemm(1, 0, dk, dv, L, 1.0f, K, ldqk, R, dv, eL, S, dv);
+            Xr[j] *= fg[r];
+    }
+    hyla_gemm(1, 0, dk, dv, L, 1.0f, KQ, dk, X, dv, eL, S, dv);
 }
 
 void hyla_delta_rule_chunked_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk,dv]*/,
@@ -210,7 +245,7 @@ void hyla_delta_rule_chunked_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk
                                  int64_t dk, int64_t dv, float *work)
 {
     int64_t rep = Hv / Hk;
-    size_t slot_floats = chunk_slot_floats(dv);
+    size_t slot_floats = chunk_slot_floats(dk, dv);
 #pragma omp parallel for schedule(static)
     for (int64_t h = 0; h < Hv; h++) {
         float *slot = work + (size_t)omp_get_thread_num() * slot_floats;

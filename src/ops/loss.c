@@ -72,3 +72,32 @@ double hyla_aux_loss_finish(const double *counts /*[E]*/, const double *psum /*[
         s += (counts[e] / (double)rows) * (psum[e] / (double)rows);
     return (double)E * s;
 }
+
+/* dlogits = scale (softmax(l) - onehot(label)), softmax as in the forward (max subtracted, exp in
+ * fp32, sum in double); 0 on ignored rows. Each row is read whole (max, sum) before it is
+ * written, element j is read before it is overwritten: dlogits may alias logits. */
+void hyla_cross_entropy_bwd(float *dlogits /*[n,V]*/, const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
+                            int64_t n, int64_t V, float scale)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const float *l = logits + i * V;
+        float *dl = dlogits + i * V;
+        int32_t lab = labels[i];
+        if (lab < 0) {
+            for (int64_t j = 0; j < V; j++)
+                dl[j] = 0.0f;
+            continue;
+        }
+        HYLA_ASSERT(lab < V);
+        float mx = l[0];
+        for (int64_t j = 1; j < V; j++)
+            mx = l[j] > mx ? l[j] : mx;
+        double sum = 0.0;
+        for (int64_t j = 0; j < V; j++)
+            sum += expf(l[j] - mx);
+        double inv = (double)scale / sum;
+        for (int64_t j = 0; j < V; j++) /* the onehot is subtracted in double */
+            dl[j] = (float)(expf(l[j] - mx) * inv - (j == lab ? (double)scale : 0.0));
+    }
+}

@@ -61,3 +61,41 @@ void hyla_moe_route_fwd(int32_t *top_idx /*[n,k]*/, float *top_w /*[n,k]*/,
                 w[s] = (float)(w[s] / wsum);
     }
 }
+
+/* Backward (spec §8.8), one row per OpenMP iteration. top-k indices are constants; with renorm
+ * w_s = v_s / V, v_s = probs[idx_s], V = sum_u v_u (summed in slot order in double, as the
+ * forward): dv_s = (dw_s - sum_u w_u dw_u) / V; without, dv_s = dw_s. dp_e = aux_dprob[e] +
+ * (dv_s if e = idx_s); dlogits = p (dp - <p, dp>). Everything per row in double, rounded once. */
+void hyla_moe_route_bwd(float *dlogits /*[n,E]*/, const float *dtop_w /*[n,k]*/, const int32_t *top_idx /*[n,k]*/,
+                        const float *probs /*[n,E]*/, const double *aux_dprob /*[E] or NULL*/, int64_t n,
+                        int64_t E, int64_t k, int renorm)
+{
+    HYLA_ASSERT(E > 0 && k > 0 && k <= E);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const float *p = probs + i * E, *dw = dtop_w + i * k;
+        const int32_t *idx = top_idx + i * k;
+        float *dl = dlogits + i * E;
+        double vsum = 0.0, wdw = 0.0, pdp = 0.0;
+        for (int64_t s = 0; s < k; s++) {
+            HYLA_ASSERT(idx[s] >= 0 && idx[s] < E);
+            vsum += p[idx[s]];
+        }
+        if (renorm)
+            for (int64_t s = 0; s < k; s++)
+                wdw += (double)p[idx[s]] / vsum * (double)dw[s];
+#define ROUTE_DV(s) (renorm ? ((double)dw[s] - wdw) / vsum : (double)dw[s])
+        if (aux_dprob)
+            for (int64_t e = 0; e < E; e++)
+                pdp += (double)p[e] * aux_dprob[e];
+        for (int64_t s = 0; s < k; s++)
+            pdp += (double)p[idx[s]] * ROUTE_DV(s);
+        for (int64_t e = 0; e < E; e++)
+            dl[e] = (float)((double)p[e] * ((aux_dprob ? aux_dprob[e] : 0.0) - pdp));
+        for (int64_t s = 0; s < k; s++) {
+            int32_t e = idx[s];
+            dl[e] = (float)((double)p[e] * ((aux_dprob ? aux_dprob[e] : 0.0) + ROUTE_DV(s) - pdp));
+        }
+#undef ROUTE_DV
+    }
+}

@@ -33,8 +33,11 @@ void hyla_l2norm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const floa
 
 /* ---- activations (ops/activation.c) ------------------------------------------------------ */
 
-/* SwiGLU on a fused gate|up row: h[i] = silu(gu[i]) * gu[I + i]. */
-void hyla_swiglu_fwd(float *h /*[n,I]*/, const float *gu /*[n,2I]*/, int64_t n, int64_t I);
+/* SwiGLU: h = silu(gate) * up (elementwise). */
+void hyla_swiglu_fwd(float *h /*[n,I]*/, const float *gate /*[n,I]*/, const float *up /*[n,I]*/, int64_t n,
+                     int64_t I);
+void hyla_swiglu_bwd(float *dgate /*[n,I]*/, float *dup /*[n,I]*/, const float *dh /*[n,I]*/,
+                     const float *gate /*[n,I]*/, const float *up /*[n,I]*/, int64_t n, int64_t I);
 
 /* ---- rotary embedding (ops/rope.c) ------------------------------------------------------- */
 
@@ -116,5 +119,61 @@ void hyla_aux_loss_accumulate(double *counts /*[E]*/, double *psum /*[E]*/,
                               int64_t n, int64_t E, int64_t k);
 double hyla_aux_loss_finish(const double *counts /*[E]*/, const double *psum /*[E]*/, int64_t rows,
                             int64_t E);
+
+/* ==== backward ==============================================================================
+ * Gradient conventions: activation gradients (dx, dq, ...) are OVERWRITTEN; parameter gradients
+ * (dw, dA_log, ...) are ACCUMULATED (+=), so micro-batches and tokens sum into one buffer.
+ * Parameter-gradient reductions over rows use a fixed row blocking, so results do not depend on
+ * the number of threads. Forward-saved values (rstd, lse) may be passed, or NULL to recompute. */
+
+void hyla_rmsnorm1p_bwd(float *dx /*[n,d]*/, float *dw /*[d] +=*/, const float *dy /*[n,d]*/,
+                        const float *x /*[n,d]*/, const float *w /*[d]*/, const float *rstd /*[n] or NULL*/,
+                        int64_t n, int64_t d, float eps);
+void hyla_gated_rmsnorm_bwd(float *dx /*[n,d]*/, float *dz /*[n,d]*/, float *dw /*[d] +=*/,
+                            const float *dy /*[n,d]*/, const float *x /*[n,d]*/, const float *z /*[n,d]*/,
+                            const float *w /*[d]*/, const float *rstd /*[n] or NULL*/, int64_t n, int64_t d,
+                            float eps);
+/* dx may alias dy. */
+void hyla_l2norm_bwd(float *dx /*[n,d]*/, const float *dy /*[n,d]*/, const float *x /*[n,d]*/,
+                     const float *rstd /*[n] or NULL*/, int64_t n, int64_t d, float eps, float scale);
+/* In place: the transpose of the rotation (rotation by -angle) on the first R dims. */
+void hyla_rope_bwd(float *dx /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/, const float *sin_t /*[n,R/2]*/,
+                   int64_t n, int64_t heads, int64_t hd, int64_t R);
+/* Causal GQA attention backward for one sequence (past = 0). dk, dv overwritten (summed over the
+ * query heads of each kv head). out and lse are the forward's. work: hyla_attention_bwd_work_floats. */
+void hyla_attention_bwd(float *d_q /*[T,Hq,hd]*/, float *d_k /*[T,Hkv,hd]*/, float *d_v /*[T,Hkv,hd]*/,
+                        const float *dout /*[T,Hq,hd]*/, const float *out /*[T,Hq,hd]*/,
+                        const float *lse /*[T,Hq]*/, const float *q /*[T,Hq,hd]*/,
+                        const float *k /*[T,Hkv,hd]*/, const float *v /*[T,Hkv,hd]*/, int64_t T, int64_t Hq,
+                        int64_t Hkv, int64_t hd, float scale, float *work);
+size_t hyla_attention_bwd_work_floats(int64_t T, int64_t Hq, int64_t hd);
+
+/* Conv + SiLU backward for one sequence with zero history: pre is recomputed from x and w. */
+void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float *dy /*[T,C]*/,
+                        const float *x /*[T,C]*/, const float *w /*[C,K]*/, int64_t T, int64_t C, int64_t K);
+void hyla_gdn_gates_bwd(float *da /*[n,Hv]*/, float *db /*[n,Hv]*/, float *dA_log /*[Hv] +=*/,
+                        float *ddt_bias /*[Hv] +=*/, const float *dg /*[n,Hv]*/, const float *dbeta /*[n,Hv]*/,
+                        const float *a /*[n,Hv]*/, const float *b /*[n,Hv]*/, const float *A_log /*[Hv]*/,
+                        const float *dt_bias /*[Hv]*/, int64_t n, int64_t Hv);
+/* Chunked delta-rule backward for one sequence from a zero initial state, final-state gradient 0
+ * (spec §8.6-8.7). dq, dk are per q/k head (summed over the Hv/Hk value heads sharing it). */
+void hyla_delta_rule_chunked_bwd(float *d_q /*[T,Hk,dk]*/, float *d_k /*[T,Hk,dk]*/, float *d_v /*[T,Hv,dv]*/,
+                                 float *d_g /*[T,Hv]*/, float *d_beta /*[T,Hv]*/, const float *dout /*[T,Hv,dv]*/,
+                                 const float *q /*[T,Hk,dk]*/, const float *k /*[T,Hk,dk]*/,
+                                 const float *v /*[T,Hv,dv]*/, const float *g /*[T,Hv]*/,
+                                 const float *beta /*[T,Hv]*/, int64_t T, int64_t Hk, int64_t Hv, int64_t dk,
+                                 int64_t dv, float *work);
+size_t hyla_delta_rule_chunked_bwd_work_floats(int64_t T, int64_t Hv, int64_t dk, int64_t dv);
+
+/* Router backward (spec §8.8): top-k indices are constants. dtop_w = dLoss/d(top_w) (after
+ * renormalisation if renorm). aux_dprob[e], if not NULL, is added to dLoss/dprobs[row, e] for every
+ * row (the load-balancing term coef * E * count_e / N_tot^2). dlogits overwritten. */
+void hyla_moe_route_bwd(float *dlogits /*[n,E]*/, const float *dtop_w /*[n,k]*/, const int32_t *top_idx /*[n,k]*/,
+                        const float *probs /*[n,E]*/, const double *aux_dprob /*[E] or NULL*/, int64_t n,
+                        int64_t E, int64_t k, int renorm);
+/* dlogits = scale * (softmax(logits) - onehot(label)) on rows with label >= 0, 0 on ignored rows.
+ * dlogits may alias logits. */
+void hyla_cross_entropy_bwd(float *dlogits /*[n,V]*/, const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
+                            int64_t n, int64_t V, float scale);
 
 #endif

@@ -47,3 +47,24 @@ void hyla_rope_fwd(float *x /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/,
         }
     }
 }
+
+/* Backward = the transpose of the rotation (rotation by -angle) on the first R dims, identity on
+ * the rest (spec §8.9): dx1 = a cos + b sin ; dx2 = b cos - a sin for (a, b) = (dy1, dy2). */
+void hyla_rope_bwd(float *dx /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/, const float *sin_t /*[n,R/2]*/,
+                   int64_t n, int64_t heads, int64_t hd, int64_t R)
+{
+    HYLA_ASSERT(R > 0 && R % 2 == 0 && R <= hd);
+    int64_t half = R / 2;
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < n; t++) {
+        const float *c = cos_t + t * half, *s = sin_t + t * half;
+        for (int64_t h = 0; h < heads; h++) {
+            float *x1 = dx + (t * heads + h) * hd, *x2 = x1 + half;
+            for (int64_t i = 0; i < half; i++) {
+                float a = x1[i], b = x2[i];
+                x1[i] = a * c[i] + b * s[i];
+                x2[i] = b * c[i] - a * s[i];
+            }
+        }
+    }
+}

@@ -11,11 +11,15 @@ Run with Debian's python (torch 1.13 + numpy):
 
     /usr/bin/python3 tests/reference/hyla_ref.py MODEL_DIR --tokens 1,2,3 [--logits-out F]
     /usr/bin/python3 tests/reference/hyla_ref.py MODEL_DIR --verify      # re-check expected.json
+                                          # (+ grads_65.safetensors, train_expected.json if present)
 
 Library use:  m = HylaRef(model_dir); out = m.forward(tokens)
   out["logits"]  float64 [T, V];  out["ce_loss"], out["aux_loss"], out["total_loss"]
   (None where undefined); out["router_logits"] list of [T, E] per MoE layer;
   out["min_router_gap"] smallest p_(k) - p_(k+1) over MoE layers and tokens (None: no MoE).
+Training:  m.batch_loss(seqs) (differentiable ce/aux/total of a batch), loss_and_grads(m, seqs)
+  (autograd float64 gradients by stored tensor name), train_adamw(m, batches) (the reference
+  10-step AdamW run; TRAIN_HP), see README.md.
 """
 import argparse
 import json
@@ -589,7 +593,10 @@ class HylaRef:
         return y, logits, gap
 
     # ---------------------------------------------------------------------------- forward
-    def forward(self, tokens):
+    def forward_core(self, tokens):
+        """One sequence (positions 0..T-1, zero initial state).  Returns (logits [T, V],
+        router_logits: list of [T, E] per MoE layer, min_router_gap or None).  Differentiable
+        with respect to the parameters (see set_params)."""
         c = self.cfg
         tokens = [int(t) for t in tokens]
         T = len(tokens)
@@ -612,11 +619,16 @@ class HylaRef:
                 y = swiglu(xn, *L["mlp"])
             h = h + y
         logits = rmsnorm1p(h, self.final_norm, eps) @ self.lm_head.t()
+        return logits, router_logits, min_gap
+
+    def forward(self, tokens):
+        c = self.cfg
+        tokens = [int(t) for t in tokens]
+        T = len(tokens)
+        logits, router_logits, min_gap = self.forward_core(tokens)
         ce = None
         if T >= 2:
-            lp = torch.log_softmax(logits[:-1], -1)
-            tgt = torch.tensor(tokens[1:])
-            ce = (-lp[torch.arange(T - 1), tgt]).mean().item()
+            ce = next_token_nll(logits, tokens).mean().item()
         aux = None
         if router_logits:
             aux = router_aux_loss(router_logits, c["num_experts"], c["num_experts_per_tok"])
@@ -626,16 +638,217 @@ class HylaRef:
         return {"logits": logits, "ce_loss": ce, "aux_loss": aux, "total_loss": total,
                 "router_logits": router_logits, "min_router_gap": min_gap}
 
+    # ---------------------------------------------------------------------------- training
+    def params(self):
+        """The trainable parameters: every stored tensor the model uses (mtp.* / model.visual.*
+        excluded), keyed by its full stored name, in its stored layout (grouped in_proj_qkvz,
+        fused experts, ... exactly as in the checkpoint), in checkpoint order."""
+        return dict(self.W)
 
-def router_aux_loss(router_logits, E, k):
-    """Switch-style load balancing over ALL MoE layers' raw logits (spec 3.8):
-    aux = E * sum_e (count_e / N_tot) * mean_prob_e, counts over all k slots."""
+    def set_params(self, P):
+        """Replace the parameters (same names and shapes as params()) and rebuild the derived
+        per-layer views, so a forward is differentiable with respect to the tensors in P
+        (e.g. leaf tensors with requires_grad).  Tied embeddings share the one tensor."""
+        if list(P) != list(self.W):
+            raise ValueError("set_params: parameter names differ from the model's")
+        for k, v in P.items():
+            if tuple(v.shape) != tuple(self.W[k].shape):
+                raise ValueError(f"set_params: {k} shape {tuple(v.shape)}")
+        self.W = dict(P)
+        self.used = set()
+        self._build()
+
+    def batch_loss(self, seqs):
+        """Losses of a batch of sequences, as (differentiable) tensors.  Each sequence is run on
+        its own (positions from 0, zero state) and predicts only its own next tokens.
+        ce: mean over ALL labelled positions of all sequences (sum_b (T_b - 1) of them).
+        aux (None without MoE layers): spec 3.8 over all MoE layers and all rows of the batch,
+        N_tot = n_moe_layers * sum_b T_b (rows concatenated layer-major, then sequence, then
+        position, as HF's cat over layers of [B*T, E]).  total = ce + coef * aux."""
+        c = self.cfg
+        nll, rls, gap = [], [], None
+        for toks in seqs:
+            toks = [int(t) for t in toks]
+            logits, rl, g = self.forward_core(toks)
+            if len(toks) >= 2:
+                nll.append(next_token_nll(logits, toks))
+            rls.append(rl)
+            if g is not None:
+                gap = g if gap is None else min(gap, g)
+        ce = torch.cat(nll).mean() if nll else None
+        aux = None
+        if rls[0]:
+            rows = [torch.cat([rl[l] for rl in rls], 0) for l in range(len(rls[0]))]
+            aux = router_aux_loss_t(rows, c["num_experts"], c["num_experts_per_tok"])
+        total = None
+        if ce is not None:
+            total = ce + c["router_aux_loss_coef"] * aux if aux is not None else ce
+        return {"ce": ce, "aux": aux, "total": total, "min_router_gap": gap}
+
+
+def next_token_nll(logits, tokens):
+    """-log softmax(logits[t])[tokens[t+1]] for t = 0..T-2 (tensor [T-1])."""
+    T = len(tokens)
+    lp = torch.log_softmax(logits[:-1], -1)
+    tgt = torch.tensor(tokens[1:])
+    return -lp[torch.arange(T - 1), tgt]
+
+
+def router_aux_loss_t(router_logits, E, k):
+    """Switch-style load balancing over ALL MoE layers' raw logits (spec 3.8), as a tensor:
+    aux = E * sum_e (count_e / N_tot) * mean_prob_e, counts over all k slots.  The top-k
+    one-hot counts are constants; the gradient flows through the softmax probabilities."""
     lam = torch.cat(router_logits, 0)                              # [N_tot, E]
     P = torch.softmax(lam, -1)
     sel = torch.topk(P, k, dim=-1).indices
     counts = F.one_hot(sel, E).to(lam.dtype).sum((0, 1))                  # [E], sums to k*N_tot
     frac = counts / lam.shape[0]
-    return (E * (frac * P.mean(0)).sum()).item()
+    return E * (frac * P.mean(0)).sum()
+
+
+def router_aux_loss(router_logits, E, k):
+    return router_aux_loss_t(router_logits, E, k).item()
+
+
+# --------------------------------------------------------------------------------------------
+# gradients and a reference AdamW training run (plain torch ops; see README.md)
+# --------------------------------------------------------------------------------------------
+
+def loss_and_grads(model, seqs, params=None, key="total"):
+    """Autograd gradient of batch_loss(seqs)["total"] with respect to EVERY parameter tensor
+    (stored names and layouts; tied embeddings get the sum of both uses, since embed and lm_head
+    are the same leaf).  Top-k indices are constants.  Parameters that the loss does not reach
+    (e.g. experts no token was routed to) get zeros.  key: "total" (default), "ce" or "aux".
+    Returns (losses as floats, {name: grad}).
+    The model is left holding detached copies of the parameters."""
+    base = model.params() if params is None else params
+    P = {k: v.detach().clone().requires_grad_(True) for k, v in base.items()}
+    model.set_params(P)
+    out = model.batch_loss(seqs)
+    gs = torch.autograd.grad(out[key], list(P.values()), allow_unused=True)
+    G = {k: (torch.zeros_like(P[k]) if g is None else g.detach()) for k, g in zip(P, gs)}
+    model.set_params({k: v.detach() for k, v in P.items()})
+    res = {k: (None if out[k] is None else out[k].item()) for k in ("ce", "aux", "total")}
+    res["min_router_gap"] = out["min_router_gap"]
+    return res, G
+
+
+def fd_check_grads(model, seqs, G, picks, h=1e-6, tol=1e-6, key="total"):
+    """Checks autograd entries G[name][idx] against a 4-point central difference of the total
+    loss (batch_loss()[key]) in the parameter's dtype (float64):
+    (8(f(+h)-f(-h)) - (f(+2h)-f(-2h))) / 12h.
+    Asserts relative error < tol.  Returns a list of {name, index, autograd, fd, rel_err}."""
+    P0 = {k: v.detach().clone() for k, v in model.params().items()}
+    res = []
+    with torch.no_grad():
+        for name, idx in picks:
+            f = {}
+            for m in (-2, -1, 1, 2):
+                P = dict(P0)
+                t = P0[name].clone()
+                t[idx] += m * h
+                P[name] = t
+                model.set_params(P)
+                f[m] = model.batch_loss(seqs)[key].item()
+            fd = (8.0 * (f[1] - f[-1]) - (f[2] - f[-2])) / (12.0 * h)
+            ad = float(G[name][idx])
+            rel = abs(fd - ad) / max(abs(ad), 1e-300)
+            res.append({"loss": key, "name": name, "index": [int(i) for i in idx], "autograd": ad,
+                        "fd": fd, "rel_err": rel})
+            assert rel < tol, f"FD check {name}{list(idx)}: autograd {ad!r} vs fd {fd!r} (rel {rel:.2e})"
+    model.set_params(P0)
+    return res
+
+
+TRAIN_HP = {"steps": 10, "batch_size": 2, "seq_len": 33, "data_seed_base": 1000,
+            "peak_lr": 3e-3, "min_lr": 3e-4, "warmup_steps": 3, "total_steps": 10,
+            "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+            "max_grad_norm": 1.0, "clip_eps": 1e-6}
+
+
+def train_lr(s, hp=TRAIN_HP):
+    """Linear warmup to peak over warmup_steps (step s uses peak*(s+1)/warmup), then cosine
+    from peak to min_lr: p = (s - warmup)/(total - warmup)."""
+    peak, lo, wu, tot = hp["peak_lr"], hp["min_lr"], hp["warmup_steps"], hp["total_steps"]
+    if s < wu:
+        return peak * (s + 1) / wu
+    p = (s - wu) / (tot - wu)
+    return lo + 0.5 * (peak - lo) * (1.0 + math.cos(math.pi * p))
+
+
+def train_batches(vocab, hp=TRAIN_HP):
+    """Step s: np.random.default_rng(data_seed_base + s).integers(0, vocab, size=(B, T))."""
+    return [np.random.default_rng(hp["data_seed_base"] + s)
+            .integers(0, vocab, size=(hp["batch_size"], hp["seq_len"])).tolist()
+            for s in range(hp["steps"])]
+
+
+def train_adamw(model, batches, hp=TRAIN_HP, snapshots=None):
+    """Reference training run, plain torch ops, in the model's dtype.  Per step s (t = s+1):
+    loss = batch_loss (ce + coef*aux) before the update; g = autograd grads;
+    grad_norm = sqrt(sum over unique parameters of sum g^2); if grad_norm > max_norm every g
+    is scaled by max_norm / (grad_norm + clip_eps); then for every parameter p:
+      if p.dim() >= 2:  p = p - lr*wd*p            (decoupled decay, >= 2-D tensors only)
+      m = b1*m + (1-b1)*g;  v = b2*v + (1-b2)*g*g
+      m_hat = m/(1-b1^t);  v_hat = v/(1-b2^t);  p = p - lr*m_hat/(sqrt(v_hat)+eps)
+    Returns (per-step records, final parameters).  snapshots: optional dict whose keys are step
+    counts n; snapshots[n] is set to a copy of the parameters after n steps.
+    Leaves the model holding the final params."""
+    b1, b2, eps, wd = hp["beta1"], hp["beta2"], hp["eps"], hp["weight_decay"]
+    P = {k: v.detach().clone() for k, v in model.params().items()}
+    M = {k: torch.zeros_like(v) for k, v in P.items()}
+    Vv = {k: torch.zeros_like(v) for k, v in P.items()}
+    steps = []
+    for s, batch in enumerate(batches):
+        t = s + 1
+        lr = train_lr(s, hp)
+        res, G = loss_and_grads(model, batch, P)
+        gn = float(torch.stack([g.norm(2) for g in G.values()]).norm(2))
+        scale = 1.0
+        if gn > hp["max_grad_norm"]:
+            scale = hp["max_grad_norm"] / (gn + hp["clip_eps"])
+            G = {k: g * scale for k, g in G.items()}
+        for k in P:
+            p, g = P[k], G[k]
+            if p.dim() >= 2:
+                p = p - lr * wd * p
+            M[k] = b1 * M[k] + (1 - b1) * g
+            Vv[k] = b2 * Vv[k] + (1 - b2) * g * g
+            m_hat = M[k] / (1 - b1 ** t)
+            v_hat = Vv[k] / (1 - b2 ** t)
+            P[k] = p - lr * m_hat / (torch.sqrt(v_hat) + eps)
+        if snapshots is not None and t in snapshots:
+            snapshots[t] = {k: v.clone() for k, v in P.items()}
+        steps.append({"step": s, "ce": res["ce"], "aux": res["aux"], "loss": res["total"],
+                      "lr": lr, "grad_norm": gn, "clip_scale": scale,
+                      "min_router_gap": res["min_router_gap"]})
+    model.set_params(P)
+    return steps, P
+
+
+def train_adamw_torch_optim(model, batches, hp=TRAIN_HP):
+    """Cross-check of train_adamw with torch.optim.AdamW (two parameter groups: weight decay for
+    >= 2-D tensors, none for 1-D) and torch.nn.utils.clip_grad_norm_.  Returns final params."""
+    P = {k: v.detach().clone().requires_grad_(True) for k, v in model.params().items()}
+    decay = [p for p in P.values() if p.dim() >= 2]
+    no_decay = [p for p in P.values() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": hp["weight_decay"]},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=hp["peak_lr"], betas=(hp["beta1"], hp["beta2"]), eps=hp["eps"])
+    for s, batch in enumerate(batches):
+        for gr in opt.param_groups:
+            gr["lr"] = train_lr(s, hp)
+        opt.zero_grad()
+        model.set_params(P)
+        model.batch_loss(batch)["total"].backward()
+        for p in P.values():
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        torch.nn.utils.clip_grad_norm_(list(P.values()), hp["max_grad_norm"])
+        opt.step()
+    P = {k: v.detach().clone() for k, v in P.items()}
+    model.set_params(P)
+    return P
 
 
 # --------------------------------------------------------------------------------------------
@@ -661,7 +874,52 @@ def verify_case(model_dir, atol_logits=1e-9):
             assert (a is None) == (b is None), key
             if a is not None:
                 assert abs(a - b) <= 1e-9 * max(1.0, abs(a)), (key, a, b)
+    if "grads" in exp:
+        verify_grads(model_dir, exp)
+    if os.path.exists(os.path.join(model_dir, "train_expected.json")):
+        verify_train(model_dir)
     return worst
+
+
+def verify_grads(model_dir, exp):
+    """Recompute grads_<T>.safetensors (stored as F32) and compare."""
+    gi = exp["grads"]
+    run = next(r for r in exp["runs"] if len(r["tokens"]) == gi["tokens_run"])
+    res, G = loss_and_grads(HylaRef(model_dir, check_delta=False), [run["tokens"]])
+    assert abs(res["total"] - gi["loss"]) <= 1e-9 * max(1.0, abs(gi["loss"])), (res, gi["loss"])
+    stored = st_read(os.path.join(model_dir, gi["file"]))
+    assert list(stored) == list(G), "gradient tensor names/order differ"
+    worst = 0.0
+    for k, g in G.items():
+        a, dt = stored[k]
+        b = g.numpy()
+        assert dt == "F32" and a.shape == b.shape, k
+        d = np.abs(a - b)
+        lim = 1.2e-7 * np.abs(b) + 1e-12 * max(1.0, float(np.abs(b).max()))
+        assert np.all(d <= lim), f"{k}: gradient differs by {float(d.max())}"
+        worst = max(worst, float(d.max()))
+    return worst
+
+
+def verify_train(model_dir):
+    """Re-run the reference AdamW training of train_expected.json and compare."""
+    with open(os.path.join(model_dir, "train_expected.json")) as f:
+        tr = json.load(f)
+    hp = tr["hyperparameters"]
+    assert tr["batches"] == train_batches(tr["vocab_size"], hp), "batches differ from the generator"
+    steps, P = train_adamw(HylaRef(model_dir, check_delta=False), tr["batches"], hp)
+    for a, b in zip(tr["steps"], steps):
+        for key in ("ce", "aux", "loss"):
+            assert (a[key] is None) == (b[key] is None), key
+            if a[key] is not None:
+                assert abs(a[key] - b[key]) <= 1e-6, (a["step"], key, a[key], b[key])
+        assert a["lr"] == b["lr"], (a["step"], a["lr"], b["lr"])
+        assert abs(a["grad_norm"] - b["grad_norm"]) <= 1e-6 * b["grad_norm"], (a["step"], "grad_norm")
+    stored = st_read(os.path.join(model_dir, tr["final_params"]))
+    assert list(stored) == list(P), "final parameter names/order differ"
+    for k, p in P.items():
+        d = np.abs(stored[k][0] - p.numpy())
+        assert np.all(d <= 1.2e-7 * np.abs(p.numpy()) + 1e-6), f"{k}: final params differ by {float(d.max())}"
 
 
 def main():
@@ -678,7 +936,13 @@ def main():
     a = ap.parse_args()
     if a.verify:
         d = verify_case(a.model_dir)
-        print(f"OK {a.model_dir} (max logits diff vs stored f32 {d:.3g})")
+        extra = ""
+        with open(os.path.join(a.model_dir, "expected.json")) as f:
+            if "grads" in json.load(f):
+                extra += ", gradients"
+        if os.path.exists(os.path.join(a.model_dir, "train_expected.json")):
+            extra += ", training run"
+        print(f"OK {a.model_dir} (max logits diff vs stored f32 {d:.3g}{extra})")
         return
     if not a.tokens:
         ap.error("--tokens required (or --verify)")

@@ -6,6 +6,7 @@ for each, expected outputs computed by the independent float64 oracle hyla_ref.p
 re-reads the files just written).  Deterministic (fixed seeds).  See README.md.
 """
 import argparse
+import fnmatch
 import json
 import os
 import shutil
@@ -21,6 +22,19 @@ import hyla_ref as ref  # noqa: E402
 
 SEQ_LENS = [1, 63, 64, 65, 200]
 GAP_MIN = 1e-5
+GRAD_T = 65                 # gradients are written for the run with this many tokens
+FD_TOL = 1e-6               # finite-difference check of autograd entries: max relative error
+TRAIN_XCHECK_STEPS = 3      # steps of the training run re-done with torch.optim.AdamW
+
+# Parameter kinds whose largest-|gradient| entry is finite-difference checked in every model
+# (name suffix patterns; the tensor of that kind with the largest max |g| is used).
+FD_KINDS = ["embed_tokens.weight", "lm_head.weight", "input_layernorm.weight",
+            "linear_attn.in_proj_qkvz.weight", "linear_attn.in_proj_ba.weight",
+            "linear_attn.in_proj_qkv.weight", "linear_attn.in_proj_a.weight",
+            "linear_attn.conv1d.weight", "linear_attn.A_log", "linear_attn.dt_bias",
+            "linear_attn.norm.weight", "self_attn.q_proj.weight", "self_attn.q_norm.weight",
+            "mlp.gate.weight", "mlp.experts.gate_up_proj", "mlp.experts.*.gate_proj.weight",
+            "mlp.shared_expert_gate.weight", "mlp.down_proj.weight"]
 
 BASE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
             linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=8,
@@ -31,12 +45,14 @@ BASE = dict(hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_d
 # name -> description.  "layout": per_expert | fused; "dtype": storage policy; "shards": files.
 MODELS = {
     "next_moe_8l": dict(family="qwen3_next", seed=11, vocab=101, layers=8, prf=0.25,
-                        interval=4, experts="per_expert", dtype="F32", shards=1, extra_mtp=True),
+                        interval=4, experts="per_expert", dtype="F32", shards=1, extra_mtp=True,
+                        train=True),
     "next_moe_6l": dict(family="qwen3_next", seed=12, vocab=128, layers=6, prf=0.5, interval=4,
                         experts="fused", dtype="F32", shards=3, sparse_step=1, mlp_only=[1],
                         aux_coef=0.01),
     "q35_dense": dict(family="qwen3_5", seed=13, vocab=120, layers=4, prf=0.5, interval=4,
-                      dtype="BF16", shards=1, tied=True, extra_mtp=True, extra_visual=True),
+                      dtype="BF16", shards=1, tied=True, extra_mtp=True, extra_visual=True,
+                      train=True),
     "q35_moe": dict(family="qwen3_5_moe", seed=14, vocab=113, layers=4, prf=0.25, interval=4,
                     experts="fused", dtype="F16_MIX", shards=1, extra_visual=True),
     "irregular": dict(family="qwen3_next", seed=15, vocab=107, layers=7, prf=0.25, interval=4,
@@ -365,9 +381,118 @@ def make_case(outdir, name, m):
            "logits_format": "raw little-endian float32, row-major [T, vocab_size]",
            "max_delta_rule_recurrent_vs_chunked_diff": model.max_delta_diff,
            "runs": runs}
+    exp["grads"] = make_grads(d, c, runs)
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(exp, f, indent=1)
+    if m.get("train"):
+        exp["train"] = make_train(d, name, c)
     return exp
+
+
+def largest_entry(G, names):
+    """(name, index) of the largest-|g| entry over the tensors `names` of G (None if all zero)."""
+    best = None
+    for k in names:
+        mx = float(G[k].abs().max())
+        if mx > 0 and (best is None or mx > best[0]):
+            best = (mx, k)
+    if best is None:
+        return None
+    g = G[best[1]].abs()
+    return best[1], tuple(int(i) for i in np.unravel_index(int(torch.argmax(g)), g.shape))
+
+
+def fd_picks(G):
+    """One entry per FD kind: the largest-|g| entry among the tensors of that kind."""
+    picks = []
+    for kind in FD_KINDS:
+        pick = largest_entry(G, [k for k in G if fnmatch.fnmatchcase(k, "*." + kind) or k == kind])
+        if pick is not None:
+            picks.append(pick)
+    return picks
+
+
+def make_grads(d, c, runs):
+    """grads_<GRAD_T>.safetensors: autograd (float64) gradient of the total loss of the
+    GRAD_T-token run w.r.t. every parameter, stored names/shapes, F32; FD-checked."""
+    run = next(r for r in runs if len(r["tokens"]) == GRAD_T)
+    seqs = [run["tokens"]]
+    gm = ref.HylaRef(d, check_delta=False)
+    res, G = ref.loss_and_grads(gm, seqs)
+    assert abs(res["total"] - run["total_loss"]) <= 1e-12 * abs(run["total_loss"]), res
+    fn = f"grads_{GRAD_T}.safetensors"
+    ref.st_write(os.path.join(d, fn), [(k, g.numpy(), "F32") for k, g in G.items()])
+    back = ref.st_read(os.path.join(d, fn))
+    assert list(back) == list(G)
+    fd = ref.fd_check_grads(gm, seqs, G, fd_picks(G), tol=FD_TOL)
+    if res["aux"] is not None:
+        # the aux loss alone (its gradient is ~coef times smaller inside the total): router entry
+        _, Ga = ref.loss_and_grads(gm, seqs, key="aux")
+        pick = largest_entry(Ga, [k for k in Ga if k.endswith("mlp.gate.weight")])
+        fd_aux = ref.fd_check_grads(gm, seqs, Ga, [pick], tol=FD_TOL, key="aux")
+        fd += fd_aux
+    # fp32 emulation of the same gradient (tolerance guidance only)
+    _, G32 = ref.loss_and_grads(ref.HylaRef(d, dtype=torch.float32), seqs)
+    dmax, rel = 0.0, 0.0
+    for k, g in G.items():
+        dd = float((G32[k].double() - g).abs().max())
+        dmax = max(dmax, dd)
+        gm_ = float(g.abs().max())
+        if gm_ > 0:
+            rel = max(rel, dd / gm_)
+    gnorm = float(torch.stack([g.norm(2) for g in G.values()]).norm(2))
+    return {"tokens_run": GRAD_T, "file": fn, "loss": res["total"], "ce_loss": res["ce"],
+            "aux_loss": res["aux"], "grad_norm": gnorm, "n_tensors": len(G),
+            "fd_check": {"tol": FD_TOL, "method": "4-point central difference, h=1e-6, float64",
+                         "max_rel_err": max(e["rel_err"] for e in fd), "entries": fd},
+            "fp32_emulation": {"max_abs_grad_diff": dmax, "max_rel_grad_diff_per_tensor": rel}}
+
+
+def make_train(d, name, c):
+    """train_expected.json + train_final.safetensors: the reference AdamW run (float64)."""
+    hp = ref.TRAIN_HP
+    batches = ref.train_batches(c["vocab_size"], hp)
+    tm = ref.HylaRef(d, check_delta=False)
+    names = list(tm.params())
+    no_decay = [k for k, v in tm.params().items() if v.dim() < 2]
+    snaps = {TRAIN_XCHECK_STEPS: None}
+    steps, P = ref.train_adamw(tm, batches, hp, snapshots=snaps)
+    P_x = snaps[TRAIN_XCHECK_STEPS]
+    ref.st_write(os.path.join(d, "train_final.safetensors"), [(k, P[k].numpy(), "F32") for k in names])
+    losses = [st["loss"] for st in steps]
+    assert all(np.isfinite(losses)), losses
+    # independent cross-check of the update rule: torch.optim.AdamW + clip_grad_norm_ over the
+    # first TRAIN_XCHECK_STEPS steps (later steps amplify float64 rounding differences, see README)
+    Pt = ref.train_adamw_torch_optim(ref.HylaRef(d, check_delta=False), batches[:TRAIN_XCHECK_STEPS], hp)
+    xdiff = max(float((Pt[k] - P_x[k]).abs().max()) for k in names)
+    assert xdiff < 1e-10, f"plain-op AdamW vs torch.optim.AdamW differ by {xdiff}"
+    # did it learn?  mean total loss over the 10 training batches, initial vs final params
+    with torch.no_grad():
+        em = ref.HylaRef(d, check_delta=False)
+        init_eval = float(np.mean([em.batch_loss(b)["total"].item() for b in batches]))
+        em.set_params(P)
+        final_eval = float(np.mean([em.batch_loss(b)["total"].item() for b in batches]))
+    assert final_eval < init_eval, (init_eval, final_eval)
+    # fp32 emulation of the same run (tolerance guidance only)
+    steps32, P32 = ref.train_adamw(ref.HylaRef(d, dtype=torch.float32), batches, hp)
+    pdiff = max(float((P32[k].double() - P[k]).abs().max()) for k in names)
+    ldiff = max(abs(a["loss"] - b["loss"]) for a, b in zip(steps, steps32))
+    gdiff = max(abs(a["grad_norm"] - b["grad_norm"]) / b["grad_norm"] for a, b in zip(steps32, steps))
+    out = {"model": name, "hyperparameters": hp,
+           "data": "step s: numpy.random.default_rng(data_seed_base + s).integers(0, vocab_size, "
+                   "size=(batch_size, seq_len)); stored below as batches[s][b][t]",
+           "vocab_size": c["vocab_size"],
+           "router_aux_loss_coef": c["router_aux_loss_coef"] if any(c["moe_layers"]) else None,
+           "batches": batches, "no_weight_decay": no_decay, "final_params": "train_final.safetensors",
+           "steps": steps,
+           "eval": {"what": "mean over the 10 training batches of the batch total loss (float64)",
+                    "initial_params": init_eval, "final_params": final_eval},
+           "torch_optim_crosscheck": {"steps": TRAIN_XCHECK_STEPS, "max_abs_param_diff": xdiff},
+           "fp32_emulation": {"max_abs_final_param_diff": pdiff, "max_abs_loss_diff": ldiff,
+                              "max_rel_grad_norm_diff": gdiff}}
+    with open(os.path.join(d, "train_expected.json"), "w") as f:
+        json.dump(out, f, indent=1)
+    return out
 
 
 def main():
@@ -393,9 +518,20 @@ def main():
             + ("" if r.get("min_router_gap") is None else f" gap={r['min_router_gap']:.1e}")
             for r in exp["runs"])
         f32 = max(r["fp32_emulation"]["max_abs_logits_diff"] for r in exp["runs"])
+        gr = exp["grads"]
         print(f"{name}: log(V)={np.log(V):.3f} delta_diff={exp['max_delta_rule_recurrent_vs_chunked_diff']:.1e} "
               f"fp32_emul_logits_diff={f32:.1e} "
-              f"({timings[name]:.1f}s)\n   {desc}")
+              f"({timings[name]:.1f}s)\n   {desc}\n"
+              f"   grads T={gr['tokens_run']}: loss={gr['loss']:.6f} |g|={gr['grad_norm']:.4f} "
+              f"FD max rel err={gr['fd_check']['max_rel_err']:.1e} over {len(gr['fd_check']['entries'])} entries, "
+              f"fp32 emul rel grad diff={gr['fp32_emulation']['max_rel_grad_diff_per_tensor']:.1e}")
+        if "train" in exp:
+            tr = exp["train"]
+            print("   train losses: " + " ".join(f"{st['loss']:.4f}" for st in tr["steps"])
+                  + f"  | mean over batches {tr['eval']['initial_params']:.4f} -> {tr['eval']['final_params']:.4f}"
+                  + f" | torch.optim diff {tr['torch_optim_crosscheck']['max_abs_param_diff']:.1e}"
+                  + f"  (fp32 emul: param diff {tr['fp32_emulation']['max_abs_final_param_diff']:.1e},"
+                  f" loss diff {tr['fp32_emulation']['max_abs_loss_diff']:.1e})")
     print("timings:", {k: round(v, 2) for k, v in timings.items()})
 
 

@@ -1,0 +1,273 @@
+/* hyla train: train from scratch (--preset / --config) or from a Hugging Face directory
+ * (--model), on a token file, a text file (byte-level tokens) or synthetic data. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/error.h"
+#include "io/fileio.h"
+#include "model/forward.h"
+#include "model/presets.h"
+#include "train/checkpoint.h"
+#include "train/data.h"
+#include "train/trainer.h"
+
+typedef struct {
+    const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
+    const char *sample_prompt;
+    int synthetic;
+    int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens;
+    double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
+} train_args;
+
+static int open_model(const train_args *a, hyla_model *m)
+{
+    if (a->resume)
+        return hyla_checkpoint_load_model(a->resume, m);
+    if (a->model)
+        return hyla_model_load(m, a->model);
+    char *text = NULL;
+    const char *origin = a->config;
+    if (a->preset) {
+        const char *j = hyla_preset_json(a->preset);
+        if (!j)
+            return hyla_error_set(HYLA_ERR_ARG, "unknown preset '%s' (known: %s)", a->preset, hyla_preset_names());
+        text = strdup(j);
+        origin = a->preset;
+    } else {
+        HYLA_TRY(hyla_read_text_file(a->config, &text, NULL));
+    }
+    hyla_config cfg;
+    int rc = hyla_config_parse(&cfg, text, origin);
+    if (rc == HYLA_OK) {
+        hyla_layout lay;
+        hyla_default_layout(&cfg, &lay);
+        rc = hyla_model_init(m, &cfg, &lay, (uint64_t)a->seed, HYLA_DT_F32);
+        if (rc == HYLA_OK) {
+            m->config_json = text;
+            text = NULL;
+        }
+    }
+    free(text);
+    return rc;
+}
+
+static int open_data(const train_args *a, const hyla_model *m, hyla_data *d)
+{
+    if (a->data)
+        return hyla_data_open_tokens(d, a->data, m->cfg.vocab);
+    if (a->text)
+        return hyla_data_open_text(d, a->text, m->cfg.vocab);
+    hyla_data_open_synthetic(d, (uint64_t)a->seed, m->cfg.vocab);
+    return HYLA_OK;
+}
+
+static void print_memory(const hyla_trainer *tr, const hyla_model *m)
+{
+    double mib = 1024.0 * 1024.0, params = (double)m->table.total_floats * 4;
+    printf("memory: parameters %.1f MiB, gradients %.1f MiB, AdamW moments %.1f MiB; activations (policy %s, unit %s): "
+           "checkpoints %.2f MiB + working set %.2f MiB + carries %.2f MiB = %.2f MiB\n",
+           params / mib, params / mib, 2 * params / mib, tr->cfg.policy.name, hyla_remat_unit_name(tr->cfg.unit),
+           tr->ex.ckpt_bytes / mib, tr->ex.work_bytes / mib,
+           (hyla_trainer_activation_bytes(tr) - tr->ex.ckpt_bytes - tr->ex.work_bytes) / mib,
+           hyla_trainer_activation_bytes(tr) / mib);
+}
+
+/* Greedy continuation of a byte-level prompt by re-running the forward over the growing prefix. */
+static int sample_greedy(const hyla_model *m, const char *prompt, int64_t n_new)
+{
+    int64_t len = (int64_t)strlen(prompt), cap = len + n_new, V = m->cfg.vocab;
+    int32_t *ids = malloc((size_t)cap * sizeof *ids);
+    float *logits = malloc((size_t)cap * (size_t)V * sizeof *logits);
+    if (!ids || !logits) {
+        free(ids);
+        free(logits);
+        return hyla_error_set(HYLA_ERR_NOMEM, "sample: out of memory");
+    }
+    for (int64_t i = 0; i < len; i++)
+        ids[i] = (unsigned char)prompt[i];
+    printf("sample> %s", prompt);
+    for (int64_t t = len; t < cap; t++) {
+        hyla_forward_out out;
+        int rc = hyla_forward(m, ids, NULL, 1, t, HYLA_DELTA_CHUNKED, logits, &out);
+        if (rc) {
+            free(ids);
+            free(logits);
+            return rc;
+        }
+        const float *last = logits + (t - 1) * V;
+        int32_t best = 0;
+        for (int32_t v = 1; v < 256 && v < V; v++) /* byte-level: only byte tokens are printable */
+            if (last[v] > last[best])
+                best = v;
+        ids[t] = best;
+        putchar(best);
+        fflush(stdout);
+    }
+    printf("\n");
+    free(ids);
+    free(logits);
+    return HYLA_OK;
+}
+
+static void log_json(FILE *f, int64_t step, const hyla_step_stats *s, size_t act_bytes)
+{
+    fprintf(f, "{\"step\": %lld, \"loss\": %.9g, \"ce\": %.9g, ", (long long)step, s->loss, s->ce);
+    if (isnan(s->aux))
+        fprintf(f, "\"aux\": null, ");
+    else
+        fprintf(f, "\"aux\": %.9g, ", s->aux);
+    fprintf(f, "\"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
+               "\"activation_bytes\": %zu}\n",
+            s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes);
+    fflush(f);
+}
+
+static int run(const train_args *a)
+{
+    hyla_model m;
+    HYLA_TRY(open_model(a, &m));
+    hyla_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    int rc = hyla_policy_parse(&tc.policy, a->remat);
+    if (rc == HYLA_OK)
+        rc = hyla_remat_unit_parse(a->unit, &tc.unit);
+    if (rc == HYLA_OK)
+        rc = hyla_lr_schedule_parse(a->schedule, &tc.schedule.kind);
+    tc.batch = a->batch, tc.seq = a->seq, tc.accum = a->accum;
+    tc.adamw = (hyla_adamw_config){a->lr, a->beta1, a->beta2, a->eps, a->wd, a->clip};
+    tc.schedule.peak = a->lr, tc.schedule.min_lr = a->min_lr, tc.schedule.warmup = a->warmup;
+    tc.schedule.total = a->steps, tc.schedule.decay_fraction = a->decay_fraction;
+    hyla_data data;
+    memset(&data, 0, sizeof data);
+    if (rc == HYLA_OK)
+        rc = open_data(a, &m, &data);
+    hyla_trainer tr;
+    memset(&tr, 0, sizeof tr);
+    if (rc == HYLA_OK)
+        rc = hyla_trainer_init(&tr, &m, &tc);
+    hyla_train_state state = {0, 0, (uint64_t)a->seed, ""};
+    if (rc == HYLA_OK && a->resume) {
+        rc = hyla_checkpoint_load_state(a->resume, &m, &tr.opt, &state);
+        if (rc == HYLA_OK && strcmp(state.data_source, data.source))
+            rc = hyla_error_set(HYLA_ERR_ARG, "--resume %s: checkpoint was trained on '%s', not '%s'", a->resume,
+                                state.data_source, data.source);
+        data.pos = state.data_pos;
+    }
+    FILE *log = NULL;
+    if (rc == HYLA_OK && a->log_json && !(log = fopen(a->log_json, state.step ? "a" : "w")))
+        rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing", a->log_json);
+    int32_t *tokens = NULL;
+    if (rc == HYLA_OK) {
+        tokens = malloc((size_t)(a->accum * a->batch * a->seq) * sizeof *tokens);
+        if (!tokens)
+            rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    }
+    if (rc == HYLA_OK) {
+        hyla_param_counts pc;
+        hyla_params_count(&m.table, &pc);
+        printf("model: %s, %lld layers in %d blocks, %.3f M parameters (%.3f M active); data: %s\n",
+               hyla_family_name(m.cfg.family), (long long)m.cfg.n_layers, m.sched.n_blocks, pc.total / 1e6,
+               pc.active / 1e6, data.source);
+        print_memory(&tr, &m);
+    }
+    for (int64_t step = state.step; rc == HYLA_OK && step < a->steps; step++) {
+        hyla_data_next(&data, tokens, a->accum * a->batch, a->seq);
+        hyla_step_stats s;
+        rc = hyla_trainer_step(&tr, tokens, &s);
+        if (rc)
+            break;
+        printf("step %5lld/%lld  loss %.4f", (long long)step + 1, (long long)a->steps, s.loss);
+        if (!isnan(s.aux))
+            printf(" (ce %.4f aux %.3f)", s.ce, s.aux);
+        printf("  lr %.2e  gnorm %.3f  %.0f tok/s  act %.1f MiB\n", s.lr, s.grad_norm, s.tokens / s.seconds,
+               hyla_trainer_activation_bytes(&tr) / 1048576.0);
+        fflush(stdout);
+        if (log)
+            log_json(log, step + 1, &s, hyla_trainer_activation_bytes(&tr));
+        state.step = step + 1;
+        state.data_pos = data.pos;
+        snprintf(state.data_source, sizeof state.data_source, "%s", data.source);
+        int last = step + 1 == a->steps;
+        if (a->save && ((a->save_every > 0 && state.step % a->save_every == 0) || last))
+            rc = hyla_checkpoint_save(a->save, &m, &tr.opt, &state);
+    }
+    if (rc == HYLA_OK && a->sample_tokens > 0)
+        rc = sample_greedy(&m, a->sample_prompt, a->sample_tokens);
+    if (log)
+        fclose(log);
+    free(tokens);
+    if (tr.grads)
+        hyla_trainer_free(&tr);
+    hyla_data_close(&data);
+    hyla_model_free(&m);
+    return rc;
+}
+
+int hyla_cmd_train(int argc, char **argv)
+{
+    train_args a = {.remat = "full", .unit = "layer", .schedule = "cosine", .sample_prompt = "And ",
+                    .steps = 100, .batch = 4, .seq = 128, .accum = 1, .warmup = 10, .seed = 1,
+                    .lr = 3e-3, .min_lr = -1, .wd = 0.1, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
+                    .decay_fraction = 0.2};
+    const hyla_opt opts[] = {
+        {"--model", OPT_STRING, &a.model, "DIR", "start from a Hugging Face model directory", 0, 0},
+        {"--config", OPT_STRING, &a.config, "FILE", "train from scratch with this config.json", 0, 0},
+        {"--preset", OPT_STRING, &a.preset, "NAME", "train from scratch with a built-in config (tiny-hybrid, ...)", 0, 0},
+        {"--resume", OPT_STRING, &a.resume, "DIR", "continue a run from a checkpoint written by --save", 0, 0},
+        {"--data", OPT_STRING, &a.data, "FILE", "token file (HYLATOK1 format, see src/train/data.h)", 0, 0},
+        {"--text", OPT_STRING, &a.text, "FILE", "text file, byte-level tokens", 0, 0},
+        {"--synthetic", OPT_FLAG, &a.synthetic, NULL, "synthetic learnable sequences (default data)", 0, 0},
+        {"--steps", OPT_INT, &a.steps, "N", "optimizer steps (default 100)", 1, INT64_MAX},
+        {"--batch", OPT_INT, &a.batch, "N", "sequences per micro-batch (default 4)", 1, 1 << 20},
+        {"--seq", OPT_INT, &a.seq, "N", "tokens per sequence (default 128)", 2, 1 << 24},
+        {"--accum", OPT_INT, &a.accum, "N", "micro-batches per step (gradient accumulation, default 1)", 1, 1 << 20},
+        {"--lr", OPT_DOUBLE, &a.lr, "X", "peak learning rate (default 3e-3)", 0, 0},
+        {"--min-lr", OPT_DOUBLE, &a.min_lr, "X", "final learning rate (default lr/10)", 0, 0},
+        {"--warmup", OPT_INT, &a.warmup, "N", "linear warmup steps (default 10)", 0, INT64_MAX},
+        {"--schedule", OPT_STRING, &a.schedule, "cosine|wsd|constant", "learning-rate schedule after warmup", 0, 0},
+        {"--decay-fraction", OPT_DOUBLE, &a.decay_fraction, "X", "wsd: fraction of steps spent decaying (0.2)", 0, 0},
+        {"--weight-decay", OPT_DOUBLE, &a.wd, "X", "AdamW decoupled weight decay on 2-D+ weights (0.1)", 0, 0},
+        {"--clip", OPT_DOUBLE, &a.clip, "X", "global gradient-norm clip, 0 = off (default 1.0)", 0, 0},
+        {"--beta1", OPT_DOUBLE, &a.beta1, "X", "AdamW beta1 (0.9)", 0, 0},
+        {"--beta2", OPT_DOUBLE, &a.beta2, "X", "AdamW beta2 (0.95)", 0, 0},
+        {"--eps", OPT_DOUBLE, &a.eps, "X", "AdamW epsilon (1e-8)", 0, 0},
+        {"--seed", OPT_INT, &a.seed, "N", "initialisation and synthetic-data seed (default 1)", 0, INT64_MAX},
+        {"--remat", OPT_STRING, &a.remat, "POLICY", "none, full (default), minimal, ..., custom:NAME=device|remat,...", 0, 0},
+        {"--remat-unit", OPT_STRING, &a.unit, "UNIT", "layer (default), block or part", 0, 0},
+        {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
+        {"--save", OPT_STRING, &a.save, "DIR", "checkpoint directory (written at the end and every --save-every)", 0, 0},
+        {"--save-every", OPT_INT, &a.save_every, "N", "also checkpoint every N steps", 0, INT64_MAX},
+        {"--log-json", OPT_STRING, &a.log_json, "FILE", "one JSON object per step", 0, 0},
+        {"--sample", OPT_INT, &a.sample_tokens, "N", "after training, greedily continue --prompt by N bytes", 0, 1 << 20},
+        {"--prompt", OPT_STRING, &a.sample_prompt, "TEXT", "prompt for --sample (default \"And \")", 0, 0},
+        {0},
+    };
+    const hyla_command_spec spec = {"train", "(--preset NAME | --config FILE | --model DIR | --resume DIR) [options]",
+                                    "Train a hybrid model; prints one line per step.", opts, 0, 0};
+    const char *pos[1];
+    int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
+    if (r)
+        return r < 0 ? 2 : 0;
+    int sources = !!a.model + !!a.config + !!a.preset + !!a.resume;
+    if (sources != 1) {
+        fprintf(stderr, "hyla train: give exactly one of --preset, --config, --model, --resume\n");
+        return 2;
+    }
+    if (!!a.data + !!a.text + a.synthetic > 1) {
+        fprintf(stderr, "hyla train: give at most one of --data, --text, --synthetic\n");
+        return 2;
+    }
+    if (!(a.lr > 0) || a.wd < 0 || a.clip < 0 || !(a.beta1 >= 0 && a.beta1 < 1) || !(a.beta2 >= 0 && a.beta2 < 1) ||
+        !(a.eps > 0) || a.decay_fraction < 0 || a.decay_fraction > 1) {
+        fprintf(stderr, "hyla train: need lr > 0, weight decay >= 0, clip >= 0, betas in [0, 1), eps > 0, "
+                        "decay fraction in [0, 1]\n");
+        return 2;
+    }
+    if (a.min_lr < 0)
+        a.min_lr = a.lr / 10;
+    hyla_cli_set_threads(a.threads);
+    return run(&a) ? hyla_cli_fail("train") : 0;
+}

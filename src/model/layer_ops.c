@@ -1,0 +1,205 @@
+/* Layer op lists, slot metadata, and the ops every layer shares: input norm, the two residual
+ * adds and the post-attention norm (forward and backward side by side). */
+#include "model/layer_ops.h"
+
+#include <string.h>
+
+#include "core/gemm.h"
+#include "ops/ops.h"
+
+static const struct {
+    const char *name;
+    hyla_ckpt_name ckpt;
+} slot_info[HYLA_S__COUNT] = {
+    [HYLA_S_X] = {"x", HYLA_CK_DECODER_LAYER_INPUT}, [HYLA_S_XN] = {"xn", HYLA_CK_INTERNAL},
+    [HYLA_S_MIX] = {"mix", HYLA_CK_OUT_PROJ}, [HYLA_S_H] = {"h", HYLA_CK_FFN_INPUT},
+    [HYLA_S_HN] = {"hn", HYLA_CK_INTERNAL}, [HYLA_S_FFN] = {"ffn", HYLA_CK_INTERNAL},
+    [HYLA_S_Y] = {"y", HYLA_CK_INTERNAL},
+    [HYLA_S_QKV] = {"qkv", HYLA_CK_GDN_IN_PROJ}, [HYLA_S_Z] = {"z", HYLA_CK_GDN_IN_PROJ},
+    [HYLA_S_BL] = {"b", HYLA_CK_GDN_IN_PROJ}, [HYLA_S_AL] = {"a", HYLA_CK_GDN_IN_PROJ},
+    [HYLA_S_CONV] = {"conv", HYLA_CK_GDN_CONV}, [HYLA_S_GQ] = {"gq", HYLA_CK_INTERNAL},
+    [HYLA_S_GK] = {"gk", HYLA_CK_INTERNAL}, [HYLA_S_GV] = {"gv", HYLA_CK_INTERNAL},
+    [HYLA_S_G] = {"g", HYLA_CK_INTERNAL}, [HYLA_S_BETA] = {"beta", HYLA_CK_INTERNAL},
+    [HYLA_S_CORE] = {"core", HYLA_CK_GDN_CORE}, [HYLA_S_GNORM] = {"gnorm", HYLA_CK_GDN_NORM},
+    [HYLA_S_QRAW] = {"q", HYLA_CK_QUERY_PROJ}, [HYLA_S_GATE] = {"gate", HYLA_CK_QUERY_PROJ},
+    [HYLA_S_KRAW] = {"k", HYLA_CK_KEY_PROJ}, [HYLA_S_VRAW] = {"v", HYLA_CK_VALUE_PROJ},
+    [HYLA_S_QR] = {"q_rope", HYLA_CK_INTERNAL}, [HYLA_S_KR] = {"k_rope", HYLA_CK_INTERNAL},
+    [HYLA_S_COS] = {"cos", HYLA_CK_INTERNAL}, [HYLA_S_SIN] = {"sin", HYLA_CK_INTERNAL},
+    [HYLA_S_CTX] = {"ctx", HYLA_CK_CONTEXT}, [HYLA_S_LSE] = {"lse", HYLA_CK_CONTEXT},
+    [HYLA_S_ATT] = {"att", HYLA_CK_ATTENTION_OUT},
+    [HYLA_S_RLOGITS] = {"router_logits", HYLA_CK_ROUTER_LOGITS}, [HYLA_S_PROBS] = {"probs", HYLA_CK_INTERNAL},
+    [HYLA_S_TOPIDX] = {"top_idx", HYLA_CK_INTERNAL}, [HYLA_S_TOPW] = {"top_w", HYLA_CK_INTERNAL},
+    [HYLA_S_OFFS] = {"expert_offsets", HYLA_CK_INTERNAL}, [HYLA_S_SLOT_TOK] = {"slot_token", HYLA_CK_INTERNAL},
+    [HYLA_S_SLOT_J] = {"slot_choice", HYLA_CK_INTERNAL}, [HYLA_S_XE] = {"expert_in", HYLA_CK_INTERNAL},
+    [HYLA_S_EGATE] = {"expert_gate", HYLA_CK_MOE_MLPWI_0}, [HYLA_S_EUP] = {"expert_up", HYLA_CK_MOE_MLPWI_1},
+    [HYLA_S_EH] = {"expert_act", HYLA_CK_INTERNAL}, [HYLA_S_EOUT] = {"expert_out", HYLA_CK_MOE_MLPWO},
+    [HYLA_S_SGATE] = {"mlp_gate", HYLA_CK_MLPWI_0}, [HYLA_S_SUP] = {"mlp_up", HYLA_CK_MLPWI_1},
+    [HYLA_S_SH] = {"mlp_act", HYLA_CK_INTERNAL}, [HYLA_S_SOUT] = {"mlp_out", HYLA_CK_MLPWO},
+    [HYLA_S_SG] = {"shared_gate", HYLA_CK_INTERNAL},
+};
+
+hyla_ckpt_name hyla_slot_ckpt(hyla_slot s) { return slot_info[s].ckpt; }
+const char *hyla_slot_name(hyla_slot s) { return slot_info[s].name; }
+
+int hyla_slot_has_grad(hyla_slot s)
+{
+    switch (s) {
+    case HYLA_S_PROBS: case HYLA_S_TOPIDX: case HYLA_S_OFFS: case HYLA_S_SLOT_TOK: case HYLA_S_SLOT_J:
+    case HYLA_S_COS: case HYLA_S_SIN: case HYLA_S_LSE:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+int64_t hyla_slot_floats(const hyla_config *c, hyla_slot s, int64_t n)
+{
+    int64_t H = c->hidden, kd = hyla_cfg_key_dim(c), vd = hyla_cfg_value_dim(c), cd = hyla_cfg_conv_dim(c);
+    int64_t Hv = c->lin_v_heads, hd = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads;
+    int64_t E = c->n_experts, k = c->top_k, nk = n * c->top_k;
+    switch (s) {
+    case HYLA_S_X: case HYLA_S_XN: case HYLA_S_MIX: case HYLA_S_H: case HYLA_S_HN: case HYLA_S_FFN:
+    case HYLA_S_Y: case HYLA_S_SOUT:
+        return n * H;
+    case HYLA_S_QKV: case HYLA_S_CONV: return n * cd;
+    case HYLA_S_Z: case HYLA_S_GV: case HYLA_S_CORE: case HYLA_S_GNORM: return n * vd;
+    case HYLA_S_BL: case HYLA_S_AL: case HYLA_S_G: case HYLA_S_BETA: return n * Hv;
+    case HYLA_S_GQ: case HYLA_S_GK: return n * kd;
+    case HYLA_S_QRAW: case HYLA_S_GATE: case HYLA_S_QR: case HYLA_S_CTX: case HYLA_S_ATT: return n * Hq * hd;
+    case HYLA_S_KRAW: case HYLA_S_VRAW: case HYLA_S_KR: return n * Hkv * hd;
+    case HYLA_S_COS: case HYLA_S_SIN: return n * (c->rotary_dim / 2);
+    case HYLA_S_LSE: return n * Hq;
+    case HYLA_S_RLOGITS: case HYLA_S_PROBS: return n * E;
+    case HYLA_S_TOPIDX: case HYLA_S_TOPW: return n * k;
+    case HYLA_S_OFFS: return E + 1;
+    case HYLA_S_SLOT_TOK: case HYLA_S_SLOT_J: return nk;
+    case HYLA_S_XE: case HYLA_S_EOUT: return nk * H;
+    case HYLA_S_EGATE: case HYLA_S_EUP: case HYLA_S_EH: return nk * c->moe_inter;
+    case HYLA_S_SGATE: case HYLA_S_SUP: case HYLA_S_SH: return n * (c->shared_inter > c->inter ? c->shared_inter : c->inter);
+    case HYLA_S_SG: return n;
+    case HYLA_S__COUNT: break;
+    }
+    return 0;
+}
+
+const float *hyla_op_w(const hyla_op_ctx *c, hyla_role role) { return hyla_model_param(c->m, role, c->layer); }
+
+float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role)
+{
+    int i = hyla_param_find(&c->m->table, role, c->layer);
+    return c->grads + c->m->table.params[i].offset;
+}
+
+void hyla_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,
+                     int64_t out)
+{
+    if (dx)
+        hyla_gemm(0, 0, n, in, out, 1.0f, dy, out, W, in, 1.0f, dx, in);
+    if (dW)
+        hyla_gemm(1, 0, out, in, n, 1.0f, dy, out, x, in, 1.0f, dW, in);
+}
+
+/* ---- input norm: XN = RMSNorm1p(X; input_layernorm) -------------------------------------- */
+static void in_norm_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    hyla_rmsnorm1p_fwd(t->p[HYLA_S_XN], NULL, t->p[HYLA_S_X], hyla_op_w(c, HYLA_P_INPUT_NORM), c->n, c->m->cfg.hidden,
+                       (float)c->m->cfg.rms_norm_eps);
+}
+/* scratch [n,H]: dX contribution, added to the accumulated dX */
+static void norm_bwd_into(const hyla_op_ctx *c, float *dx_acc, const float *dy, const float *x, hyla_role role, float *scratch)
+{
+    int64_t nH = c->n * c->m->cfg.hidden;
+    hyla_rmsnorm1p_bwd(scratch, hyla_op_dw(c, role), dy, x, hyla_op_w(c, role), NULL, c->n, c->m->cfg.hidden,
+                       (float)c->m->cfg.rms_norm_eps);
+    for (int64_t i = 0; i < nH; i++)
+        dx_acc[i] += scratch[i];
+}
+static void in_norm_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    norm_bwd_into(c, d->p[HYLA_S_X], d->p[HYLA_S_XN], t->p[HYLA_S_X], HYLA_P_INPUT_NORM, scratch);
+}
+static int64_t nH_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->hidden; }
+static int64_t no_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return 0; }
+
+const hyla_layer_op hyla_op_in_norm = {"input_norm", in_norm_fwd, in_norm_bwd, no_scratch, nH_scratch,
+                                       HYLA_IN(HYLA_S_X), HYLA_OUT(HYLA_S_XN), HYLA_READS(HYLA_S_X)};
+
+/* ---- post norm: HN = RMSNorm1p(H; post_attention_layernorm) ------------------------------ */
+static void post_norm_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    hyla_rmsnorm1p_fwd(t->p[HYLA_S_HN], NULL, t->p[HYLA_S_H], hyla_op_w(c, HYLA_P_POST_NORM), c->n, c->m->cfg.hidden,
+                       (float)c->m->cfg.rms_norm_eps);
+}
+static void post_norm_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    norm_bwd_into(c, d->p[HYLA_S_H], d->p[HYLA_S_HN], t->p[HYLA_S_H], HYLA_P_POST_NORM, scratch);
+}
+const hyla_layer_op hyla_op_post_norm = {"post_norm", post_norm_fwd, post_norm_bwd, no_scratch, nH_scratch,
+                                         HYLA_IN(HYLA_S_H), HYLA_OUT(HYLA_S_HN), HYLA_READS(HYLA_S_H)};
+
+/* ---- residual adds ------------------------------------------------------------------------ */
+static void add_into(float *out, const float *a, const float *b, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        out[i] = a[i] + b[i];
+}
+static void acc_into(float *acc, const float *g, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        acc[i] += g[i];
+}
+static void residual_mix_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    add_into(t->p[HYLA_S_H], t->p[HYLA_S_X], t->p[HYLA_S_MIX], c->n * c->m->cfg.hidden);
+}
+static void residual_mix_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    acc_into(d->p[HYLA_S_X], d->p[HYLA_S_H], c->n * c->m->cfg.hidden);
+    acc_into(d->p[HYLA_S_MIX], d->p[HYLA_S_H], c->n * c->m->cfg.hidden);
+}
+const hyla_layer_op hyla_op_residual_mix = {"residual_mix", residual_mix_fwd, residual_mix_bwd, no_scratch, no_scratch,
+                                            HYLA_IN(HYLA_S_X, HYLA_S_MIX), HYLA_OUT(HYLA_S_H), .n_reads = 0};
+
+static void residual_ffn_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    add_into(t->p[HYLA_S_Y], t->p[HYLA_S_H], t->p[HYLA_S_FFN], c->n * c->m->cfg.hidden);
+}
+static void residual_ffn_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    acc_into(d->p[HYLA_S_H], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
+    acc_into(d->p[HYLA_S_FFN], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
+}
+const hyla_layer_op hyla_op_residual_ffn = {"residual_ffn", residual_ffn_fwd, residual_ffn_bwd, no_scratch, no_scratch,
+                                            HYLA_IN(HYLA_S_H, HYLA_S_FFN), HYLA_OUT(HYLA_S_Y), .n_reads = 0};
+
+static void residual_mlp_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    add_into(t->p[HYLA_S_Y], t->p[HYLA_S_H], t->p[HYLA_S_SOUT], c->n * c->m->cfg.hidden);
+}
+static void residual_mlp_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    acc_into(d->p[HYLA_S_H], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
+    acc_into(d->p[HYLA_S_SOUT], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
+}
+const hyla_layer_op hyla_op_residual_mlp = {"residual_mlp", residual_mlp_fwd, residual_mlp_bwd, no_scratch, no_scratch,
+                                            HYLA_IN(HYLA_S_H, HYLA_S_SOUT), HYLA_OUT(HYLA_S_Y), .n_reads = 0};
+
+int hyla_layer_ops(const hyla_config *cfg, int layer, const hyla_layer_op **ops)
+{
+    int n = 0;
+    ops[n++] = &hyla_op_in_norm;
+    int full = cfg->layer_kind[layer] == HYLA_LAYER_FULL;
+    const hyla_layer_op *mix = full ? hyla_ops_attn : hyla_ops_gdn;
+    int n_mix = full ? hyla_n_ops_attn : hyla_n_ops_gdn;
+    for (int i = 0; i < n_mix; i++)
+        ops[n++] = &mix[i];
+    ops[n++] = &hyla_op_residual_mix;
+    ops[n++] = &hyla_op_post_norm;
+    int moe = cfg->layer_is_moe[layer];
+    const hyla_layer_op *ffn = !moe ? hyla_ops_mlp : cfg->shared_inter > 0 ? hyla_ops_moe : hyla_ops_moe_routed_only;
+    int n_ffn = !moe ? hyla_n_ops_mlp : cfg->shared_inter > 0 ? hyla_n_ops_moe : hyla_n_ops_moe_routed_only;
+    for (int i = 0; i < n_ffn; i++)
+        ops[n++] = &ffn[i];
+    ops[n++] = moe ? &hyla_op_residual_ffn : &hyla_op_residual_mlp;
+    return n;
+}

@@ -1,0 +1,142 @@
+/* A decoder layer as a fixed sequence of ops over named tensor slots.
+ *
+ * Every layer's forward is a list of ops; each op reads some slots and writes others, and its
+ * backward (next to it, same file) reads the forward slots and accumulates into gradient slots.
+ * The executor (src/train/executor.c) decides per slot whether it is kept (checkpoint arena),
+ * offloaded or recomputed, allocates every buffer, and in backward re-runs exactly the ops whose
+ * outputs were not kept. Inference (model/forward.c) runs the same ops with nothing kept.
+ *
+ * Gradient slots (d->p[s]) are zero-filled when first allocated and ops ACCUMULATE into them
+ * (+=), so a tensor read by several ops gets the sum. Parameter gradients accumulate into
+ * ctx->grads at the parameter table's offsets. */
+#ifndef HYLA_MODEL_LAYER_OPS_H
+#define HYLA_MODEL_LAYER_OPS_H
+
+#include <stdint.h>
+
+#include "model/forward.h"
+#include "model/model.h"
+#include "train/checkpoint_names.h"
+
+typedef enum {
+    /* shared by every layer */
+    HYLA_S_X,          /* [n,H]   decoder_layer_input */
+    HYLA_S_XN,         /* [n,H]   input-norm output */
+    HYLA_S_MIX,        /* [n,H]   mixer output (out_proj) */
+    HYLA_S_H,          /* [n,H]   ffn_input = X + MIX */
+    HYLA_S_HN,         /* [n,H]   post-norm output */
+    HYLA_S_FFN,        /* [n,H]   FFN output */
+    HYLA_S_Y,          /* [n,H]   layer output = next layer's X (never recomputed) */
+    /* Gated DeltaNet */
+    HYLA_S_QKV,        /* [n,cd]  gdn_in_proj: q|k|v head-major */
+    HYLA_S_Z,          /* [n,vd]  gdn_in_proj */
+    HYLA_S_BL,         /* [n,Hv]  gdn_in_proj: beta logits */
+    HYLA_S_AL,         /* [n,Hv]  gdn_in_proj: decay logits */
+    HYLA_S_CONV,       /* [n,cd]  gdn_conv */
+    HYLA_S_GQ,         /* [n,Hk,dk] l2-normalised, scaled q */
+    HYLA_S_GK,         /* [n,Hk,dk] l2-normalised k */
+    HYLA_S_GV,         /* [n,Hv,dv] v */
+    HYLA_S_G,          /* [n,Hv]  log decay */
+    HYLA_S_BETA,       /* [n,Hv]  write strength */
+    HYLA_S_CORE,       /* [n,vd]  gdn_core */
+    HYLA_S_GNORM,      /* [n,vd]  gdn_norm */
+    /* gated attention */
+    HYLA_S_QRAW,       /* [n,Hq,hd] query_proj: query part of q_proj */
+    HYLA_S_GATE,       /* [n,Hq,hd] query_proj: output-gate part of q_proj */
+    HYLA_S_KRAW,       /* [n,Hkv,hd] key_proj */
+    HYLA_S_VRAW,       /* [n,Hkv,hd] value_proj */
+    HYLA_S_QR,         /* [n,Hq,hd] q after q_norm + RoPE */
+    HYLA_S_KR,         /* [n,Hkv,hd] k after k_norm + RoPE */
+    HYLA_S_COS,        /* [n,R/2] */
+    HYLA_S_SIN,        /* [n,R/2] */
+    HYLA_S_CTX,        /* [n,Hq,hd] context */
+    HYLA_S_LSE,        /* [n,Hq]   context (log-sum-exp) */
+    HYLA_S_ATT,        /* [n,Hq*hd] attention_out = CTX * sigmoid(GATE) */
+    /* MoE */
+    HYLA_S_RLOGITS,    /* [n,E]   router_logits */
+    HYLA_S_PROBS,      /* [n,E]   softmax */
+    HYLA_S_TOPIDX,     /* [n,k]   int32 */
+    HYLA_S_TOPW,       /* [n,k]   routing weights */
+    HYLA_S_OFFS,       /* [E+1]   int32: slots of expert e are [offs[e], offs[e+1]) */
+    HYLA_S_SLOT_TOK,   /* [n*k]   int32 token of each slot (slots grouped by expert) */
+    HYLA_S_SLOT_J,     /* [n*k]   int32 which of the token's k choices */
+    HYLA_S_XE,         /* [n*k,H] HN rows gathered per slot */
+    HYLA_S_EGATE,      /* [n*k,Ie] moe_mlpwi_0 */
+    HYLA_S_EUP,        /* [n*k,Ie] moe_mlpwi_1 */
+    HYLA_S_EH,         /* [n*k,Ie] silu(gate)*up */
+    HYLA_S_EOUT,       /* [n*k,H] moe_mlpwo */
+    HYLA_S_SGATE,      /* [n,Is] / [n,I] mlpwi_0 (shared expert or dense MLP) */
+    HYLA_S_SUP,        /* [n,Is] / [n,I] mlpwi_1 */
+    HYLA_S_SH,         /* [n,Is] / [n,I] silu(gate)*up */
+    HYLA_S_SOUT,       /* [n,H]  mlpwo */
+    HYLA_S_SG,         /* [n]    shared-expert gate logit */
+    HYLA_S__COUNT
+} hyla_slot;
+
+typedef struct {
+    float *p[HYLA_S__COUNT];
+} hyla_tape;
+
+/* Everything an op needs besides the tape. */
+typedef struct {
+    const hyla_model *m;
+    float *grads;            /* parameter gradients (table layout), NULL in inference */
+    int layer;
+    int64_t B, T, n;         /* n = B*T rows */
+    const int64_t *pos;      /* [n] */
+    hyla_delta_mode delta_mode;
+    /* router aux loss: forward accumulates; backward adds aux_dprob[e] to dLoss/dprobs */
+    double *aux_counts, *aux_psum;
+    int64_t *aux_rows;
+    const double *aux_dprob; /* [E] or NULL */
+    int recompute;           /* forward re-run during backward: do not count router statistics again */
+} hyla_op_ctx;
+
+typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);
+typedef void (*hyla_op_bwd_fn)(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch);
+
+#define HYLA_OP_MAX_IO 8
+typedef struct {
+    const char *name;
+    hyla_op_fwd_fn fwd;
+    hyla_op_bwd_fn bwd;
+    /* scratch floats for fwd / bwd (released after the call) */
+    int64_t (*fwd_scratch)(const hyla_config *cfg, int64_t n, int64_t T);
+    int64_t (*bwd_scratch)(const hyla_config *cfg, int64_t n, int64_t T);
+    int n_in, n_out, n_reads;
+    hyla_slot in[HYLA_OP_MAX_IO], out[HYLA_OP_MAX_IO];
+    hyla_slot reads[HYLA_OP_MAX_IO]; /* slots the backward reads (a subset of in and out) */
+} hyla_layer_op;
+
+#define HYLA_MAX_LAYER_OPS 32
+/* The op list of layer l: input norm, mixer ops, residual, post norm, FFN ops, residual (Y).
+ * Returns the count; ops[] receives pointers to static op descriptions. */
+int hyla_layer_ops(const hyla_config *cfg, int layer, const hyla_layer_op **ops /*[HYLA_MAX_LAYER_OPS]*/);
+
+/* Slot metadata. */
+int64_t hyla_slot_floats(const hyla_config *cfg, hyla_slot s, int64_t n);
+hyla_ckpt_name hyla_slot_ckpt(hyla_slot s);
+int hyla_slot_has_grad(hyla_slot s); /* 0 for index tables, probabilities, RoPE tables, lse */
+const char *hyla_slot_name(hyla_slot s);
+
+/* Parameter views for ops. */
+const float *hyla_op_w(const hyla_op_ctx *c, hyla_role role);      /* weight of this layer */
+float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role);           /* its gradient */
+
+/* Linear-layer backward: dx[n,in] += dy[n,out] W[out,in]; dW[out,in] += dy^T x. */
+void hyla_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,
+                     int64_t out);
+
+/* Op lists, one per file: common (norms, residuals), GDN mixer, attention mixer, MoE, dense MLP. */
+extern const hyla_layer_op hyla_op_in_norm, hyla_op_residual_mix, hyla_op_post_norm, hyla_op_residual_ffn,
+    hyla_op_residual_mlp;
+extern const hyla_layer_op hyla_ops_gdn[], hyla_ops_attn[], hyla_ops_moe[], hyla_ops_moe_routed_only[], hyla_ops_mlp[];
+extern const int hyla_n_ops_gdn, hyla_n_ops_attn, hyla_n_ops_moe, hyla_n_ops_moe_routed_only, hyla_n_ops_mlp;
+
+/* Designated initialisers for the op tables: HYLA_IN(a, b) sets .n_in = 2, .in = {a, b}. */
+#define HYLA_NSLOTS(...) ((int)(sizeof((hyla_slot[]){__VA_ARGS__}) / sizeof(hyla_slot)))
+#define HYLA_IN(...) .n_in = HYLA_NSLOTS(__VA_ARGS__), .in = {__VA_ARGS__}
+#define HYLA_OUT(...) .n_out = HYLA_NSLOTS(__VA_ARGS__), .out = {__VA_ARGS__}
+#define HYLA_READS(...) .n_reads = HYLA_NSLOTS(__VA_ARGS__), .reads = {__VA_ARGS__}
+
+#endif

@@ -1,0 +1,157 @@
+/* Gated full-attention mixer ops (spec §3.5-3.6, backward §8.9), forward and backward side by side.
+ * query_proj / key_proj / value_proj checkpoints are the projection outputs; q/k norm and RoPE
+ * (elementwise, O(n hd)) are recomputed from them, because their backward needs the pre-norm
+ * values anyway. */
+#include <math.h>
+#include <string.h>
+
+#include "core/gemm.h"
+#include "model/layer_ops.h"
+#include "ops/ops.h"
+
+#define CFG (&c->m->cfg)
+
+static void acc(float *dst, const float *src, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        dst[i] += src[i];
+}
+static int64_t none(const hyla_config *cfg, int64_t n, int64_t T) { return 0; }
+
+/* ---- projections: XN -> QRAW, GATE (q_proj, per-head interleaved), KRAW, VRAW --------------- */
+static void proj_fwd(const hyla_op_ctx *c, hyla_tape *t, float *qg /*[n, Hq, 2, hd]*/)
+{
+    int64_t n = c->n, H = CFG->hidden, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
+    const float *x = t->p[HYLA_S_XN];
+    hyla_linear(qg, x, hyla_op_w(c, HYLA_P_ATTN_Q), n, H, Hq * 2 * hd, 0);
+    for (int64_t i = 0; i < n * Hq; i++) {
+        memcpy(t->p[HYLA_S_QRAW] + i * hd, qg + i * 2 * hd, (size_t)hd * sizeof(float));
+        memcpy(t->p[HYLA_S_GATE] + i * hd, qg + i * 2 * hd + hd, (size_t)hd * sizeof(float));
+    }
+    hyla_linear(t->p[HYLA_S_KRAW], x, hyla_op_w(c, HYLA_P_ATTN_K), n, H, Hkv * hd, 0);
+    hyla_linear(t->p[HYLA_S_VRAW], x, hyla_op_w(c, HYLA_P_ATTN_V), n, H, Hkv * hd, 0);
+}
+static int64_t proj_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->n_heads * 2 * cfg->head_dim; }
+static void proj_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *dqg /*[n, Hq, 2, hd]*/)
+{
+    int64_t n = c->n, H = CFG->hidden, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
+    for (int64_t i = 0; i < n * Hq; i++) {
+        memcpy(dqg + i * 2 * hd, d->p[HYLA_S_QRAW] + i * hd, (size_t)hd * sizeof(float));
+        memcpy(dqg + i * 2 * hd + hd, d->p[HYLA_S_GATE] + i * hd, (size_t)hd * sizeof(float));
+    }
+    const float *x = t->p[HYLA_S_XN];
+    float *dx = d->p[HYLA_S_XN];
+    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_ATTN_Q), dqg, x, hyla_op_w(c, HYLA_P_ATTN_Q), n, H, Hq * 2 * hd);
+    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_ATTN_K), d->p[HYLA_S_KRAW], x, hyla_op_w(c, HYLA_P_ATTN_K), n, H, Hkv * hd);
+    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_ATTN_V), d->p[HYLA_S_VRAW], x, hyla_op_w(c, HYLA_P_ATTN_V), n, H, Hkv * hd);
+}
+
+/* ---- q/k norm + partial RoPE: QRAW, KRAW -> QR, KR (COS, SIN tables) ---------------------- */
+static void prep_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t n = c->n, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads, R = CFG->rotary_dim;
+    float eps = (float)CFG->rms_norm_eps;
+    hyla_rmsnorm1p_fwd(t->p[HYLA_S_QR], NULL, t->p[HYLA_S_QRAW], hyla_op_w(c, HYLA_P_ATTN_Q_NORM), n * Hq, hd, eps);
+    hyla_rmsnorm1p_fwd(t->p[HYLA_S_KR], NULL, t->p[HYLA_S_KRAW], hyla_op_w(c, HYLA_P_ATTN_K_NORM), n * Hkv, hd, eps);
+    hyla_rope_table(t->p[HYLA_S_COS], t->p[HYLA_S_SIN], c->pos, n, R, CFG->rope_theta);
+    hyla_rope_fwd(t->p[HYLA_S_QR], t->p[HYLA_S_COS], t->p[HYLA_S_SIN], n, Hq, hd, R);
+    hyla_rope_fwd(t->p[HYLA_S_KR], t->p[HYLA_S_COS], t->p[HYLA_S_SIN], n, Hkv, hd, R);
+}
+/* scratch: dy [n,Hq,hd], dx [n,Hq,hd] */
+static void prep_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t n = c->n, hd = CFG->head_dim, R = CFG->rotary_dim;
+    float eps = (float)CFG->rms_norm_eps;
+    float *dy = scratch, *dx = scratch + n * CFG->n_heads * hd;
+    struct { hyla_slot rot, raw; hyla_role norm; int64_t heads; } parts[2] = {
+        {HYLA_S_QR, HYLA_S_QRAW, HYLA_P_ATTN_Q_NORM, CFG->n_heads},
+        {HYLA_S_KR, HYLA_S_KRAW, HYLA_P_ATTN_K_NORM, CFG->n_kv_heads},
+    };
+    for (int i = 0; i < 2; i++) {
+        int64_t count = n * parts[i].heads * hd;
+        memcpy(dy, d->p[parts[i].rot], (size_t)count * sizeof(float));
+        hyla_rope_bwd(dy, t->p[HYLA_S_COS], t->p[HYLA_S_SIN], n, parts[i].heads, hd, R);
+        hyla_rmsnorm1p_bwd(dx, hyla_op_dw(c, parts[i].norm), dy, t->p[parts[i].raw], hyla_op_w(c, parts[i].norm), NULL,
+                           n * parts[i].heads, hd, eps);
+        acc(d->p[parts[i].raw], dx, count);
+    }
+}
+static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return 2 * n * cfg->n_heads * cfg->head_dim; }
+
+/* ---- causal softmax attention: QR, KR, VRAW -> CTX, LSE ---------------------------------- */
+static float attn_scale(const hyla_config *cfg) { return (float)(1.0 / sqrt((double)cfg->head_dim)); }
+static void core_fwd(const hyla_op_ctx *c, hyla_tape *t, float *work)
+{
+    int64_t T = c->T, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
+    for (int64_t b = 0; b < c->B; b++)
+        hyla_attention_fwd(t->p[HYLA_S_CTX] + b * T * Hq * hd, t->p[HYLA_S_LSE] + b * T * Hq,
+                           t->p[HYLA_S_QR] + b * T * Hq * hd, t->p[HYLA_S_KR] + b * T * Hkv * hd,
+                           t->p[HYLA_S_VRAW] + b * T * Hkv * hd, T, 0, Hq, Hkv, hd, attn_scale(CFG), work);
+}
+static int64_t core_fwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return (int64_t)hyla_attention_work_floats(T); }
+/* scratch: dq [T,Hq,hd], dk, dv [T,Hkv,hd], work */
+static void core_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t T = c->T, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
+    int64_t qs = T * Hq * hd, ks = T * Hkv * hd;
+    float *dq = scratch, *dk = dq + qs, *dv = dk + ks, *work = dv + ks;
+    for (int64_t b = 0; b < c->B; b++) {
+        hyla_attention_bwd(dq, dk, dv, d->p[HYLA_S_CTX] + b * qs, t->p[HYLA_S_CTX] + b * qs, t->p[HYLA_S_LSE] + b * T * Hq,
+                           t->p[HYLA_S_QR] + b * qs, t->p[HYLA_S_KR] + b * ks, t->p[HYLA_S_VRAW] + b * ks, T, Hq, Hkv, hd,
+                           attn_scale(CFG), work);
+        acc(d->p[HYLA_S_QR] + b * qs, dq, qs);
+        acc(d->p[HYLA_S_KR] + b * ks, dk, ks);
+        acc(d->p[HYLA_S_VRAW] + b * ks, dv, ks);
+    }
+}
+static int64_t core_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
+{
+    return T * (cfg->n_heads + 2 * cfg->n_kv_heads) * cfg->head_dim +
+           (int64_t)hyla_attention_bwd_work_floats(T, cfg->n_heads, cfg->head_dim);
+}
+
+/* ---- sigmoid output gate: CTX, GATE -> ATT ------------------------------------------------ */
+static void gate_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t count = c->n * CFG->n_heads * CFG->head_dim;
+    const float *ctx = t->p[HYLA_S_CTX], *g = t->p[HYLA_S_GATE];
+    float *att = t->p[HYLA_S_ATT];
+    for (int64_t i = 0; i < count; i++)
+        att[i] = ctx[i] * (1.0f / (1.0f + expf(-g[i])));
+}
+static void gate_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t count = c->n * CFG->n_heads * CFG->head_dim;
+    const float *ctx = t->p[HYLA_S_CTX], *g = t->p[HYLA_S_GATE], *datt = d->p[HYLA_S_ATT];
+    float *dctx = d->p[HYLA_S_CTX], *dg = d->p[HYLA_S_GATE];
+    for (int64_t i = 0; i < count; i++) {
+        float s = 1.0f / (1.0f + expf(-g[i]));
+        dctx[i] += datt[i] * s;
+        dg[i] += datt[i] * ctx[i] * s * (1.0f - s);
+    }
+}
+
+/* ---- o_proj: ATT -> MIX ------------------------------------------------------------------- */
+static void out_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    hyla_linear(t->p[HYLA_S_MIX], t->p[HYLA_S_ATT], hyla_op_w(c, HYLA_P_ATTN_O), c->n, CFG->n_heads * CFG->head_dim,
+                CFG->hidden, 0);
+}
+static void out_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    hyla_linear_bwd(d->p[HYLA_S_ATT], hyla_op_dw(c, HYLA_P_ATTN_O), d->p[HYLA_S_MIX], t->p[HYLA_S_ATT],
+                    hyla_op_w(c, HYLA_P_ATTN_O), c->n, CFG->n_heads * CFG->head_dim, CFG->hidden);
+}
+
+const hyla_layer_op hyla_ops_attn[] = {
+    {"attn_proj", proj_fwd, proj_bwd, proj_scratch, proj_scratch, HYLA_IN(HYLA_S_XN),
+     HYLA_OUT(HYLA_S_QRAW, HYLA_S_GATE, HYLA_S_KRAW, HYLA_S_VRAW), HYLA_READS(HYLA_S_XN)},
+    {"attn_norm_rope", prep_fwd, prep_bwd, none, prep_bwd_scratch, HYLA_IN(HYLA_S_QRAW, HYLA_S_KRAW),
+     HYLA_OUT(HYLA_S_QR, HYLA_S_KR, HYLA_S_COS, HYLA_S_SIN), HYLA_READS(HYLA_S_QRAW, HYLA_S_KRAW, HYLA_S_COS, HYLA_S_SIN)},
+    {"attn_softmax", core_fwd, core_bwd, core_fwd_scratch, core_bwd_scratch, HYLA_IN(HYLA_S_QR, HYLA_S_KR, HYLA_S_VRAW),
+     HYLA_OUT(HYLA_S_CTX, HYLA_S_LSE), HYLA_READS(HYLA_S_QR, HYLA_S_KR, HYLA_S_VRAW, HYLA_S_CTX, HYLA_S_LSE)},
+    {"attn_gate", gate_fwd, gate_bwd, none, none, HYLA_IN(HYLA_S_CTX, HYLA_S_GATE), HYLA_OUT(HYLA_S_ATT),
+     HYLA_READS(HYLA_S_CTX, HYLA_S_GATE)},
+    {"attn_out_proj", out_fwd, out_bwd, none, none, HYLA_IN(HYLA_S_ATT), HYLA_OUT(HYLA_S_MIX), HYLA_READS(HYLA_S_ATT)},
+};
+const int hyla_n_ops_attn = sizeof hyla_ops_attn / sizeof *hyla_ops_attn;

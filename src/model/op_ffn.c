@@ -1,0 +1,305 @@
+/* Feed-forward ops: routed + shared MoE (spec §3.7, backward §8.8) and dense SwiGLU, forward and
+ * backward side by side. Routed tokens are processed grouped by expert (slots sorted by expert,
+ * tokens in order within an expert), which fixes every summation order. */
+#include <math.h>
+#include <string.h>
+
+#include "core/gemm.h"
+#include "model/layer_ops.h"
+#include "ops/ops.h"
+
+#define CFG (&c->m->cfg)
+
+static void acc(float *dst, const float *src, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        dst[i] += src[i];
+}
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+static int64_t none(const hyla_config *cfg, int64_t n, int64_t T) { return 0; }
+static int64_t nk_of(const hyla_op_ctx *c) { return c->n * CFG->top_k; }
+#define I32(slot) ((int32_t *)t->p[slot])
+#define CI32(slot) ((const int32_t *)t->p[slot])
+
+/* ---- router: HN -> RLOGITS ------------------------------------------------------------------ */
+static void router_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    hyla_linear(t->p[HYLA_S_RLOGITS], t->p[HYLA_S_HN], hyla_op_w(c, HYLA_P_MOE_ROUTER), c->n, CFG->hidden, CFG->n_experts, 0);
+}
+static void router_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    hyla_linear_bwd(d->p[HYLA_S_HN], hyla_op_dw(c, HYLA_P_MOE_ROUTER), d->p[HYLA_S_RLOGITS], t->p[HYLA_S_HN],
+                    hyla_op_w(c, HYLA_P_MOE_ROUTER), c->n, CFG->hidden, CFG->n_experts);
+}
+
+/* ---- routing: RLOGITS -> PROBS, TOPIDX, TOPW, and the expert grouping ---------------------- */
+static void route_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t n = c->n, E = CFG->n_experts, k = CFG->top_k;
+    int32_t *idx = I32(HYLA_S_TOPIDX), *offs = I32(HYLA_S_OFFS), *slot_tok = I32(HYLA_S_SLOT_TOK), *slot_j = I32(HYLA_S_SLOT_J);
+    hyla_moe_route_fwd(idx, t->p[HYLA_S_TOPW], t->p[HYLA_S_PROBS], t->p[HYLA_S_RLOGITS], n, E, k, CFG->norm_topk_prob);
+    if (!c->recompute && c->aux_counts) {
+        hyla_aux_loss_accumulate(c->aux_counts, c->aux_psum, idx, t->p[HYLA_S_PROBS], n, E, k);
+        *c->aux_rows += n;
+    }
+    memset(offs, 0, (size_t)(E + 1) * sizeof *offs);
+    for (int64_t i = 0; i < n * k; i++)
+        offs[idx[i] + 1]++;
+    for (int64_t e = 0; e < E; e++)
+        offs[e + 1] += offs[e];
+    for (int64_t tok = 0; tok < n; tok++) /* offs[e] used as a cursor, restored below */
+        for (int64_t j = 0; j < k; j++) {
+            int32_t at = offs[idx[tok * k + j]]++;
+            slot_tok[at] = (int32_t)tok;
+            slot_j[at] = (int32_t)j;
+        }
+    for (int64_t e = E; e > 0; e--)
+        offs[e] = offs[e - 1];
+    offs[0] = 0;
+}
+static void route_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch /*[n,E]*/)
+{
+    int64_t n = c->n, E = CFG->n_experts;
+    hyla_moe_route_bwd(scratch, d->p[HYLA_S_TOPW], CI32(HYLA_S_TOPIDX), t->p[HYLA_S_PROBS], c->aux_dprob, n, E, CFG->top_k,
+                       CFG->norm_topk_prob);
+    acc(d->p[HYLA_S_RLOGITS], scratch, n * E);
+}
+static int64_t route_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->n_experts; }
+
+/* ---- gather: HN rows per slot -> XE ------------------------------------------------------- */
+static void gather_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t H = CFG->hidden, nk = nk_of(c);
+    const int32_t *slot_tok = CI32(HYLA_S_SLOT_TOK);
+    for (int64_t s = 0; s < nk; s++)
+        memcpy(t->p[HYLA_S_XE] + s * H, t->p[HYLA_S_HN] + (int64_t)slot_tok[s] * H, (size_t)H * sizeof(float));
+}
+static void gather_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t H = CFG->hidden, nk = nk_of(c);
+    const int32_t *slot_tok = CI32(HYLA_S_SLOT_TOK);
+    for (int64_t s = 0; s < nk; s++)
+        acc(d->p[HYLA_S_HN] + (int64_t)slot_tok[s] * H, d->p[HYLA_S_XE] + s * H, H);
+}
+
+/* ---- experts' gate/up: XE -> EGATE, EUP (per expert, weights [E, 2Ie, H]) ------------------- */
+static void expert_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t H = CFG->hidden, Ie = CFG->moe_inter;
+    const int32_t *offs = CI32(HYLA_S_OFFS);
+    const float *W = hyla_op_w(c, HYLA_P_MOE_GATE_UP);
+    for (int64_t e = 0; e < CFG->n_experts; e++) {
+        int64_t s0 = offs[e], cnt = offs[e + 1] - offs[e];
+        const float *x = t->p[HYLA_S_XE] + s0 * H, *We = W + e * 2 * Ie * H;
+        hyla_linear(t->p[HYLA_S_EGATE] + s0 * Ie, x, We, cnt, H, Ie, 0);
+        hyla_linear(t->p[HYLA_S_EUP] + s0 * Ie, x, We + Ie * H, cnt, H, Ie, 0);
+    }
+}
+static void expert_up_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t H = CFG->hidden, Ie = CFG->moe_inter;
+    const int32_t *offs = CI32(HYLA_S_OFFS);
+    const float *W = hyla_op_w(c, HYLA_P_MOE_GATE_UP);
+    float *dW = hyla_op_dw(c, HYLA_P_MOE_GATE_UP);
+    for (int64_t e = 0; e < CFG->n_experts; e++) {
+        int64_t s0 = offs[e], cnt = offs[e + 1] - offs[e];
+        if (cnt == 0)
+            continue;
+        const float *x = t->p[HYLA_S_XE] + s0 * H;
+        float *dx = d->p[HYLA_S_XE] + s0 * H;
+        hyla_linear_bwd(dx, dW + e * 2 * Ie * H, d->p[HYLA_S_EGATE] + s0 * Ie, x, W + e * 2 * Ie * H, cnt, H, Ie);
+        hyla_linear_bwd(dx, dW + e * 2 * Ie * H + Ie * H, d->p[HYLA_S_EUP] + s0 * Ie, x, W + e * 2 * Ie * H + Ie * H, cnt,
+                        H, Ie);
+    }
+}
+
+/* ---- SwiGLU product (routed: EGATE, EUP -> EH; shared / dense: SGATE, SUP -> SH) ---------- */
+static int64_t mlp_width(const hyla_op_ctx *c) { return CFG->layer_is_moe[c->layer] ? CFG->shared_inter : CFG->inter; }
+static void swiglu_slots_fwd(hyla_tape *t, hyla_slot h, hyla_slot g, hyla_slot u, int64_t rows, int64_t I)
+{
+    hyla_swiglu_fwd(t->p[h], t->p[g], t->p[u], rows, I);
+}
+static void swiglu_slots_bwd(const hyla_tape *t, hyla_tape *d, hyla_slot h, hyla_slot g, hyla_slot u, int64_t rows,
+                             int64_t I, float *scratch /*[2, rows, I]*/)
+{
+    hyla_swiglu_bwd(scratch, scratch + rows * I, d->p[h], t->p[g], t->p[u], rows, I);
+    acc(d->p[g], scratch, rows * I);
+    acc(d->p[u], scratch + rows * I, rows * I);
+}
+static void expert_act_fwd(const hyla_op_ctx *c, hyla_tape *t, float *s)
+{
+    swiglu_slots_fwd(t, HYLA_S_EH, HYLA_S_EGATE, HYLA_S_EUP, nk_of(c), CFG->moe_inter);
+}
+static void expert_act_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *s)
+{
+    swiglu_slots_bwd(t, d, HYLA_S_EH, HYLA_S_EGATE, HYLA_S_EUP, nk_of(c), CFG->moe_inter, s);
+}
+static int64_t expert_act_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return 2 * n * cfg->top_k * cfg->moe_inter; }
+static void mlp_act_fwd(const hyla_op_ctx *c, hyla_tape *t, float *s)
+{
+    swiglu_slots_fwd(t, HYLA_S_SH, HYLA_S_SGATE, HYLA_S_SUP, c->n, mlp_width(c));
+}
+static void mlp_act_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *s)
+{
+    swiglu_slots_bwd(t, d, HYLA_S_SH, HYLA_S_SGATE, HYLA_S_SUP, c->n, mlp_width(c), s);
+}
+static int64_t mlp_act_scratch(const hyla_config *cfg, int64_t n, int64_t T)
+{
+    return 2 * n * (cfg->shared_inter > cfg->inter ? cfg->shared_inter : cfg->inter);
+}
+
+/* ---- experts' down: EH -> EOUT ---------------------------------------------------------- */
+static void expert_down_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t H = CFG->hidden, Ie = CFG->moe_inter;
+    const int32_t *offs = CI32(HYLA_S_OFFS);
+    const float *W = hyla_op_w(c, HYLA_P_MOE_DOWN);
+    for (int64_t e = 0; e < CFG->n_experts; e++) {
+        int64_t s0 = offs[e], cnt = offs[e + 1] - offs[e];
+        hyla_linear(t->p[HYLA_S_EOUT] + s0 * H, t->p[HYLA_S_EH] + s0 * Ie, W + e * H * Ie, cnt, Ie, H, 0);
+    }
+}
+static void expert_down_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t H = CFG->hidden, Ie = CFG->moe_inter;
+    const int32_t *offs = CI32(HYLA_S_OFFS);
+    const float *W = hyla_op_w(c, HYLA_P_MOE_DOWN);
+    float *dW = hyla_op_dw(c, HYLA_P_MOE_DOWN);
+    for (int64_t e = 0; e < CFG->n_experts; e++) {
+        int64_t s0 = offs[e], cnt = offs[e + 1] - offs[e];
+        if (cnt > 0)
+            hyla_linear_bwd(d->p[HYLA_S_EH] + s0 * Ie, dW + e * H * Ie, d->p[HYLA_S_EOUT] + s0 * H, t->p[HYLA_S_EH] + s0 * Ie,
+                            W + e * H * Ie, cnt, Ie, H);
+    }
+}
+
+/* ---- shared expert / dense MLP projections ------------------------------------------------ */
+static hyla_role up_role(const hyla_op_ctx *c) { return CFG->layer_is_moe[c->layer] ? HYLA_P_SHARED_GATE_UP : HYLA_P_MLP_GATE_UP; }
+static hyla_role down_role(const hyla_op_ctx *c) { return CFG->layer_is_moe[c->layer] ? HYLA_P_SHARED_DOWN : HYLA_P_MLP_DOWN; }
+
+static void mlp_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t n = c->n, H = CFG->hidden, I = mlp_width(c);
+    const float *W = hyla_op_w(c, up_role(c)), *x = t->p[HYLA_S_HN];
+    hyla_linear(t->p[HYLA_S_SGATE], x, W, n, H, I, 0);
+    hyla_linear(t->p[HYLA_S_SUP], x, W + I * H, n, H, I, 0);
+    if (CFG->layer_is_moe[c->layer])
+        hyla_linear(t->p[HYLA_S_SG], x, hyla_op_w(c, HYLA_P_SHARED_EXPERT_GATE), n, H, 1, 0);
+}
+static void mlp_up_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t n = c->n, H = CFG->hidden, I = mlp_width(c);
+    const float *W = hyla_op_w(c, up_role(c)), *x = t->p[HYLA_S_HN];
+    float *dW = hyla_op_dw(c, up_role(c)), *dx = d->p[HYLA_S_HN];
+    hyla_linear_bwd(dx, dW, d->p[HYLA_S_SGATE], x, W, n, H, I);
+    hyla_linear_bwd(dx, dW + I * H, d->p[HYLA_S_SUP], x, W + I * H, n, H, I);
+    if (CFG->layer_is_moe[c->layer])
+        hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_SHARED_EXPERT_GATE), d->p[HYLA_S_SG], x,
+                        hyla_op_w(c, HYLA_P_SHARED_EXPERT_GATE), n, H, 1);
+}
+static void mlp_down_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    hyla_linear(t->p[HYLA_S_SOUT], t->p[HYLA_S_SH], hyla_op_w(c, down_role(c)), c->n, mlp_width(c), CFG->hidden, 0);
+}
+static void mlp_down_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    hyla_linear_bwd(d->p[HYLA_S_SH], hyla_op_dw(c, down_role(c)), d->p[HYLA_S_SOUT], t->p[HYLA_S_SH],
+                    hyla_op_w(c, down_role(c)), c->n, mlp_width(c), CFG->hidden);
+}
+
+/* ---- combine: FFN = sum_slots w * EOUT (+ sigmoid(SG) * SOUT) ------------------------------ */
+static void combine_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t n = c->n, H = CFG->hidden, k = CFG->top_k, nk = nk_of(c);
+    const int32_t *slot_tok = CI32(HYLA_S_SLOT_TOK), *slot_j = CI32(HYLA_S_SLOT_J);
+    float *y = t->p[HYLA_S_FFN];
+    memset(y, 0, (size_t)(n * H) * sizeof *y);
+    for (int64_t s = 0; s < nk; s++) { /* expert by expert, increasing index (HF eager order) */
+        int64_t tok = slot_tok[s];
+        float w = t->p[HYLA_S_TOPW][tok * k + slot_j[s]];
+        const float *src = t->p[HYLA_S_EOUT] + s * H;
+        float *yt = y + tok * H;
+        for (int64_t j = 0; j < H; j++)
+            yt[j] += w * src[j];
+    }
+    if (CFG->shared_inter > 0)
+        for (int64_t tok = 0; tok < n; tok++) {
+            float g = sigmoid(t->p[HYLA_S_SG][tok]);
+            for (int64_t j = 0; j < H; j++)
+                y[tok * H + j] += g * t->p[HYLA_S_SOUT][tok * H + j];
+        }
+}
+static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t n = c->n, H = CFG->hidden, k = CFG->top_k, nk = nk_of(c);
+    const int32_t *slot_tok = CI32(HYLA_S_SLOT_TOK), *slot_j = CI32(HYLA_S_SLOT_J);
+    const float *dy = d->p[HYLA_S_FFN];
+    for (int64_t s = 0; s < nk; s++) {
+        int64_t tok = slot_tok[s], at = tok * k + slot_j[s];
+        float w = t->p[HYLA_S_TOPW][at];
+        const float *eo = t->p[HYLA_S_EOUT] + s * H, *dyt = dy + tok * H;
+        float *deo = d->p[HYLA_S_EOUT] + s * H;
+        double dw = 0.0;
+        for (int64_t j = 0; j < H; j++) {
+            deo[j] += w * dyt[j];
+            dw += (double)dyt[j] * eo[j];
+        }
+        d->p[HYLA_S_TOPW][at] += (float)dw;
+    }
+    if (CFG->shared_inter > 0)
+        for (int64_t tok = 0; tok < n; tok++) {
+            float g = sigmoid(t->p[HYLA_S_SG][tok]);
+            const float *so = t->p[HYLA_S_SOUT] + tok * H, *dyt = dy + tok * H;
+            float *dso = d->p[HYLA_S_SOUT] + tok * H;
+            double dg = 0.0;
+            for (int64_t j = 0; j < H; j++) {
+                dso[j] += g * dyt[j];
+                dg += (double)dyt[j] * so[j];
+            }
+            d->p[HYLA_S_SG][tok] += (float)dg * g * (1.0f - g);
+        }
+}
+
+#define ROUTED_OPS                                                                                                     \
+    {"moe_router", router_fwd, router_bwd, none, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_RLOGITS), HYLA_READS(HYLA_S_HN)}, \
+    {"moe_route", route_fwd, route_bwd, none, route_bwd_scratch, HYLA_IN(HYLA_S_RLOGITS),                              \
+     HYLA_OUT(HYLA_S_PROBS, HYLA_S_TOPIDX, HYLA_S_TOPW, HYLA_S_OFFS, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J),                   \
+     HYLA_READS(HYLA_S_PROBS, HYLA_S_TOPIDX)},                                                                         \
+    {"moe_gather", gather_fwd, gather_bwd, none, none, HYLA_IN(HYLA_S_HN, HYLA_S_SLOT_TOK), HYLA_OUT(HYLA_S_XE),       \
+     HYLA_READS(HYLA_S_SLOT_TOK)},                                                                                     \
+    {"moe_expert_up", expert_up_fwd, expert_up_bwd, none, none, HYLA_IN(HYLA_S_XE, HYLA_S_OFFS),                       \
+     HYLA_OUT(HYLA_S_EGATE, HYLA_S_EUP), HYLA_READS(HYLA_S_XE, HYLA_S_OFFS)},                                          \
+    {"moe_expert_act", expert_act_fwd, expert_act_bwd, none, expert_act_scratch, HYLA_IN(HYLA_S_EGATE, HYLA_S_EUP),    \
+     HYLA_OUT(HYLA_S_EH), HYLA_READS(HYLA_S_EGATE, HYLA_S_EUP)},                                                       \
+    {"moe_expert_down", expert_down_fwd, expert_down_bwd, none, none, HYLA_IN(HYLA_S_EH, HYLA_S_OFFS),                 \
+     HYLA_OUT(HYLA_S_EOUT), HYLA_READS(HYLA_S_EH, HYLA_S_OFFS)}
+
+#define MLP_OPS                                                                                                        \
+    {"mlp_up", mlp_up_fwd, mlp_up_bwd, none, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),             \
+     HYLA_READS(HYLA_S_HN)},                                                                                           \
+    {"mlp_act", mlp_act_fwd, mlp_act_bwd, none, mlp_act_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH), \
+     HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},                                                                            \
+    {"mlp_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH)}
+
+const hyla_layer_op hyla_ops_moe[] = {
+    ROUTED_OPS,
+    {"shared_up", mlp_up_fwd, mlp_up_bwd, none, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP, HYLA_S_SG),
+     HYLA_READS(HYLA_S_HN)},
+    {"shared_act", mlp_act_fwd, mlp_act_bwd, none, mlp_act_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH),
+     HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},
+    {"shared_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH)},
+    {"moe_combine", combine_fwd, combine_bwd, none, none,
+     HYLA_IN(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J, HYLA_S_SOUT, HYLA_S_SG), HYLA_OUT(HYLA_S_FFN),
+     HYLA_READS(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J, HYLA_S_SOUT, HYLA_S_SG)},
+};
+const int hyla_n_ops_moe = sizeof hyla_ops_moe / sizeof *hyla_ops_moe;
+
+const hyla_layer_op hyla_ops_moe_routed_only[] = {
+    ROUTED_OPS,
+    {"moe_combine", combine_fwd, combine_bwd, none, none, HYLA_IN(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J),
+     HYLA_OUT(HYLA_S_FFN), HYLA_READS(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J)},
+};
+const int hyla_n_ops_moe_routed_only = sizeof hyla_ops_moe_routed_only / sizeof *hyla_ops_moe_routed_only;
+
+const hyla_layer_op hyla_ops_mlp[] = {MLP_OPS};
+const int hyla_n_ops_mlp = sizeof hyla_ops_mlp / sizeof *hyla_ops_mlp;

@@ -1,0 +1,202 @@
+/* Gated DeltaNet mixer ops (spec §3.4, backward §8.2-8.7), forward and backward side by side.
+ * Sequences are [B, T] rows; conv and delta rule run per sequence from a zero state. */
+#include <math.h>
+#include <string.h>
+
+#include "core/gemm.h"
+#include "model/layer_ops.h"
+#include "ops/ops.h"
+
+#define CFG (&c->m->cfg)
+
+static void acc(float *dst, const float *src, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        dst[i] += src[i];
+}
+
+/* ---- projections: XN -> QKV, Z, BL, AL ------------------------------------------------------ */
+static void proj_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t n = c->n, H = CFG->hidden, cd = hyla_cfg_conv_dim(CFG), vd = hyla_cfg_value_dim(CFG), Hv = CFG->lin_v_heads;
+    const float *x = t->p[HYLA_S_XN];
+    hyla_linear(t->p[HYLA_S_QKV], x, hyla_op_w(c, HYLA_P_GDN_QKV), n, H, cd, 0);
+    hyla_linear(t->p[HYLA_S_Z], x, hyla_op_w(c, HYLA_P_GDN_Z), n, H, vd, 0);
+    hyla_linear(t->p[HYLA_S_BL], x, hyla_op_w(c, HYLA_P_GDN_B), n, H, Hv, 0);
+    hyla_linear(t->p[HYLA_S_AL], x, hyla_op_w(c, HYLA_P_GDN_A), n, H, Hv, 0);
+}
+static void proj_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t n = c->n, H = CFG->hidden, cd = hyla_cfg_conv_dim(CFG), vd = hyla_cfg_value_dim(CFG), Hv = CFG->lin_v_heads;
+    const float *x = t->p[HYLA_S_XN];
+    float *dx = d->p[HYLA_S_XN];
+    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_GDN_QKV), d->p[HYLA_S_QKV], x, hyla_op_w(c, HYLA_P_GDN_QKV), n, H, cd);
+    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_GDN_Z), d->p[HYLA_S_Z], x, hyla_op_w(c, HYLA_P_GDN_Z), n, H, vd);
+    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_GDN_B), d->p[HYLA_S_BL], x, hyla_op_w(c, HYLA_P_GDN_B), n, H, Hv);
+    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_GDN_A), d->p[HYLA_S_AL], x, hyla_op_w(c, HYLA_P_GDN_A), n, H, Hv);
+}
+
+/* ---- causal conv + SiLU: QKV -> CONV ----------------------------------------------------- */
+static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t T = c->T, cd = hyla_cfg_conv_dim(CFG);
+    for (int64_t b = 0; b < c->B; b++)
+        hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + b * T * cd, NULL, t->p[HYLA_S_QKV] + b * T * cd,
+                           hyla_op_w(c, HYLA_P_GDN_CONV), NULL, T, cd, CFG->conv_kernel);
+}
+static void conv_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch /*[n,cd]*/)
+{
+    int64_t T = c->T, cd = hyla_cfg_conv_dim(CFG);
+    for (int64_t b = 0; b < c->B; b++)
+        hyla_conv_silu_bwd(scratch + b * T * cd, hyla_op_dw(c, HYLA_P_GDN_CONV), d->p[HYLA_S_CONV] + b * T * cd,
+                           t->p[HYLA_S_QKV] + b * T * cd, hyla_op_w(c, HYLA_P_GDN_CONV), T, cd, CFG->conv_kernel);
+    acc(d->p[HYLA_S_QKV], scratch, c->n * cd);
+}
+static int64_t conv_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * hyla_cfg_conv_dim(cfg); }
+
+/* ---- split, l2norm, gates: CONV, AL, BL -> GQ, GK, GV, G, BETA --------------------------- */
+static void copy_cols(float *dst, const float *src, int64_t n, int64_t ld, int64_t col0, int64_t w)
+{
+    for (int64_t i = 0; i < n; i++)
+        memcpy(dst + i * w, src + i * ld + col0, (size_t)w * sizeof *dst);
+}
+static void add_cols(float *dst, int64_t ld, int64_t col0, const float *src, int64_t n, int64_t w)
+{
+    for (int64_t i = 0; i < n; i++)
+        acc(dst + i * ld + col0, src + i * w, w);
+}
+static float q_scale(const hyla_config *cfg) { return (float)(1.0 / sqrt((double)cfg->lin_k_dim)); }
+
+static void prep_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    int64_t n = c->n, kd = hyla_cfg_key_dim(CFG), vd = hyla_cfg_value_dim(CFG), cd = hyla_cfg_conv_dim(CFG);
+    int64_t Hk = CFG->lin_k_heads, dk = CFG->lin_k_dim;
+    const float *conv = t->p[HYLA_S_CONV];
+    copy_cols(t->p[HYLA_S_GQ], conv, n, cd, 0, kd);
+    copy_cols(t->p[HYLA_S_GK], conv, n, cd, kd, kd);
+    copy_cols(t->p[HYLA_S_GV], conv, n, cd, 2 * kd, vd);
+    hyla_l2norm_fwd(t->p[HYLA_S_GQ], NULL, t->p[HYLA_S_GQ], n * Hk, dk, 1e-6f, q_scale(CFG));
+    hyla_l2norm_fwd(t->p[HYLA_S_GK], NULL, t->p[HYLA_S_GK], n * Hk, dk, 1e-6f, 1.0f);
+    hyla_gdn_gates_fwd(t->p[HYLA_S_G], t->p[HYLA_S_BETA], t->p[HYLA_S_AL], t->p[HYLA_S_BL],
+                       hyla_op_w(c, HYLA_P_GDN_A_LOG), hyla_op_w(c, HYLA_P_GDN_DT_BIAS), n, CFG->lin_v_heads);
+}
+/* scratch: x [n,kd], dx [n,kd], da [n,Hv], db [n,Hv] */
+static void prep_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t n = c->n, kd = hyla_cfg_key_dim(CFG), vd = hyla_cfg_value_dim(CFG), cd = hyla_cfg_conv_dim(CFG);
+    int64_t Hk = CFG->lin_k_heads, dk = CFG->lin_k_dim, Hv = CFG->lin_v_heads;
+    float *x = scratch, *dx = x + n * kd, *da = dx + n * kd, *db = da + n * Hv;
+    const float *conv = t->p[HYLA_S_CONV];
+    float *dconv = d->p[HYLA_S_CONV];
+    for (int part = 0; part < 2; part++) { /* q then k: l2norm backward from the raw conv output */
+        copy_cols(x, conv, n, cd, part * kd, kd);
+        hyla_l2norm_bwd(dx, d->p[part ? HYLA_S_GK : HYLA_S_GQ], x, NULL, n * Hk, dk, 1e-6f, part ? 1.0f : q_scale(CFG));
+        add_cols(dconv, cd, part * kd, dx, n, kd);
+    }
+    add_cols(dconv, cd, 2 * kd, d->p[HYLA_S_GV], n, vd);
+    hyla_gdn_gates_bwd(da, db, hyla_op_dw(c, HYLA_P_GDN_A_LOG), hyla_op_dw(c, HYLA_P_GDN_DT_BIAS), d->p[HYLA_S_G],
+                       d->p[HYLA_S_BETA], t->p[HYLA_S_AL], t->p[HYLA_S_BL], hyla_op_w(c, HYLA_P_GDN_A_LOG),
+                       hyla_op_w(c, HYLA_P_GDN_DT_BIAS), n, Hv);
+    acc(d->p[HYLA_S_AL], da, n * Hv);
+    acc(d->p[HYLA_S_BL], db, n * Hv);
+}
+static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
+{
+    return 2 * n * hyla_cfg_key_dim(cfg) + 2 * n * cfg->lin_v_heads;
+}
+
+/* ---- delta rule: GQ, GK, GV, G, BETA -> CORE --------------------------------------------- */
+static void delta_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*state + work*/)
+{
+    int64_t T = c->T, Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
+    int64_t kd = Hk * dk, vd = Hv * dv;
+    float *state = scratch, *work = scratch + Hv * dk * dv;
+    for (int64_t b = 0; b < c->B; b++) {
+        memset(state, 0, (size_t)(Hv * dk * dv) * sizeof *state);
+        int64_t o = b * T;
+        const float *q = t->p[HYLA_S_GQ] + o * kd, *k = t->p[HYLA_S_GK] + o * kd, *v = t->p[HYLA_S_GV] + o * vd;
+        const float *g = t->p[HYLA_S_G] + o * Hv, *beta = t->p[HYLA_S_BETA] + o * Hv;
+        float *out = t->p[HYLA_S_CORE] + o * vd;
+        if (c->delta_mode == HYLA_DELTA_RECURRENT)
+            hyla_delta_rule_recurrent_fwd(out, state, q, k, v, g, beta, T, Hk, Hv, dk, dv);
+        else
+            hyla_delta_rule_chunked_fwd(out, state, q, k, v, g, beta, T, Hk, Hv, dk, dv, work);
+    }
+}
+static int64_t delta_fwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
+{
+    int64_t Hv = cfg->lin_v_heads, dk = cfg->lin_k_dim, dv = cfg->lin_v_dim;
+    return Hv * dk * dv + (int64_t)hyla_delta_rule_chunked_work_floats(Hv, dk, dv);
+}
+/* scratch: dq, dk [T,kd], dv [T,vd], dg, dbeta [T,Hv], work */
+static void delta_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    int64_t T = c->T, Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
+    int64_t kd = Hk * dk, vd = Hv * dv;
+    float *sq = scratch, *sk = sq + T * kd, *sv = sk + T * kd, *sg = sv + T * vd, *sb = sg + T * Hv, *work = sb + T * Hv;
+    for (int64_t b = 0; b < c->B; b++) {
+        int64_t o = b * T;
+        hyla_delta_rule_chunked_bwd(sq, sk, sv, sg, sb, d->p[HYLA_S_CORE] + o * vd, t->p[HYLA_S_GQ] + o * kd,
+                                    t->p[HYLA_S_GK] + o * kd, t->p[HYLA_S_GV] + o * vd, t->p[HYLA_S_G] + o * Hv,
+                                    t->p[HYLA_S_BETA] + o * Hv, T, Hk, Hv, dk, dv, work);
+        acc(d->p[HYLA_S_GQ] + o * kd, sq, T * kd);
+        acc(d->p[HYLA_S_GK] + o * kd, sk, T * kd);
+        acc(d->p[HYLA_S_GV] + o * vd, sv, T * vd);
+        acc(d->p[HYLA_S_G] + o * Hv, sg, T * Hv);
+        acc(d->p[HYLA_S_BETA] + o * Hv, sb, T * Hv);
+    }
+}
+static int64_t delta_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
+{
+    int64_t Hv = cfg->lin_v_heads, dk = cfg->lin_k_dim, dv = cfg->lin_v_dim;
+    return T * (2 * hyla_cfg_key_dim(cfg) + hyla_cfg_value_dim(cfg) + 2 * Hv) +
+           (int64_t)hyla_delta_rule_chunked_bwd_work_floats(T, Hv, dk, dv);
+}
+
+/* ---- gated norm: CORE, Z -> GNORM -------------------------------------------------------- */
+static void gnorm_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    hyla_gated_rmsnorm_fwd(t->p[HYLA_S_GNORM], NULL, t->p[HYLA_S_CORE], t->p[HYLA_S_Z], hyla_op_w(c, HYLA_P_GDN_NORM),
+                           c->n * CFG->lin_v_heads, CFG->lin_v_dim, (float)CFG->rms_norm_eps);
+}
+static void gnorm_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch /*[2, n, vd]*/)
+{
+    int64_t nvd = c->n * hyla_cfg_value_dim(CFG);
+    float *dx = scratch, *dz = scratch + nvd;
+    hyla_gated_rmsnorm_bwd(dx, dz, hyla_op_dw(c, HYLA_P_GDN_NORM), d->p[HYLA_S_GNORM], t->p[HYLA_S_CORE], t->p[HYLA_S_Z],
+                           hyla_op_w(c, HYLA_P_GDN_NORM), NULL, c->n * CFG->lin_v_heads, CFG->lin_v_dim,
+                           (float)CFG->rms_norm_eps);
+    acc(d->p[HYLA_S_CORE], dx, nvd);
+    acc(d->p[HYLA_S_Z], dz, nvd);
+}
+static int64_t gnorm_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return 2 * n * hyla_cfg_value_dim(cfg); }
+
+/* ---- output projection: GNORM -> MIX ------------------------------------------------------ */
+static void out_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    hyla_linear(t->p[HYLA_S_MIX], t->p[HYLA_S_GNORM], hyla_op_w(c, HYLA_P_GDN_OUT), c->n, hyla_cfg_value_dim(CFG),
+                CFG->hidden, 0);
+}
+static void out_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    hyla_linear_bwd(d->p[HYLA_S_GNORM], hyla_op_dw(c, HYLA_P_GDN_OUT), d->p[HYLA_S_MIX], t->p[HYLA_S_GNORM],
+                    hyla_op_w(c, HYLA_P_GDN_OUT), c->n, hyla_cfg_value_dim(CFG), CFG->hidden);
+}
+
+static int64_t none(const hyla_config *cfg, int64_t n, int64_t T) { return 0; }
+
+const hyla_layer_op hyla_ops_gdn[] = {
+    {"gdn_in_proj", proj_fwd, proj_bwd, none, none, HYLA_IN(HYLA_S_XN),
+     HYLA_OUT(HYLA_S_QKV, HYLA_S_Z, HYLA_S_BL, HYLA_S_AL), HYLA_READS(HYLA_S_XN)},
+    {"gdn_conv", conv_fwd, conv_bwd, none, conv_bwd_scratch, HYLA_IN(HYLA_S_QKV), HYLA_OUT(HYLA_S_CONV),
+     HYLA_READS(HYLA_S_QKV)},
+    {"gdn_prep", prep_fwd, prep_bwd, none, prep_bwd_scratch, HYLA_IN(HYLA_S_CONV, HYLA_S_AL, HYLA_S_BL),
+     HYLA_OUT(HYLA_S_GQ, HYLA_S_GK, HYLA_S_GV, HYLA_S_G, HYLA_S_BETA), HYLA_READS(HYLA_S_CONV, HYLA_S_AL, HYLA_S_BL)},
+    {"gdn_delta_rule", delta_fwd, delta_bwd, delta_fwd_scratch, delta_bwd_scratch,
+     HYLA_IN(HYLA_S_GQ, HYLA_S_GK, HYLA_S_GV, HYLA_S_G, HYLA_S_BETA), HYLA_OUT(HYLA_S_CORE),
+     HYLA_READS(HYLA_S_GQ, HYLA_S_GK, HYLA_S_GV, HYLA_S_G, HYLA_S_BETA)},
+    {"gdn_gated_norm", gnorm_fwd, gnorm_bwd, none, gnorm_bwd_scratch, HYLA_IN(HYLA_S_CORE, HYLA_S_Z),
+     HYLA_OUT(HYLA_S_GNORM), HYLA_READS(HYLA_S_CORE, HYLA_S_Z)},
+    {"gdn_out_proj", out_fwd, out_bwd, none, none, HYLA_IN(HYLA_S_GNORM), HYLA_OUT(HYLA_S_MIX), HYLA_READS(HYLA_S_GNORM)},
+};
+const int hyla_n_ops_gdn = sizeof hyla_ops_gdn / sizeof *hyla_ops_gdn;

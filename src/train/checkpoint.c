@@ -1,0 +1,182 @@
+#include "train/checkpoint.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/error.h"
+#include "io/fileio.h"
+#include "io/safetensors.h"
+
+static void param_name(const hyla_param *p, const char *prefix, char *buf, size_t cap)
+{
+    if (p->layer < 0)
+        snprintf(buf, cap, "%s.%s", prefix, hyla_role_name(p->role));
+    else
+        snprintf(buf, cap, "%s.layers.%d.%s", prefix, p->layer, hyla_role_name(p->role));
+}
+
+typedef struct {
+    const hyla_param_table *t;
+    const hyla_adamw *opt;
+} moments_ctx;
+
+static int fill_moment(void *vctx, size_t index, void *dst)
+{
+    const moments_ctx *c = vctx;
+    size_t i = index / 2;
+    const float *src = (index % 2 ? c->opt->v : c->opt->m) + c->t->params[i].offset;
+    memcpy(dst, src, (size_t)c->t->params[i].numel * sizeof(float));
+    return HYLA_OK;
+}
+
+static int write_state_json(const char *path, const hyla_adamw *opt, const hyla_train_state *st)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "format", "hyla-train-state-1");
+    cJSON_AddNumberToObject(o, "step", (double)st->step);
+    cJSON_AddNumberToObject(o, "optimizer_step", (double)opt->step);
+    cJSON_AddNumberToObject(o, "data_pos", (double)st->data_pos);
+    char seed[32];
+    snprintf(seed, sizeof seed, "%llu", (unsigned long long)st->seed);
+    cJSON_AddStringToObject(o, "seed", seed); /* string: 64-bit exact */
+    cJSON_AddStringToObject(o, "data_source", st->data_source);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    int rc = text ? hyla_write_file_atomic(path, text, strlen(text)) : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    free(text);
+    return rc;
+}
+
+int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw *opt, const hyla_train_state *st)
+{
+    char tmp[4096], old[4096], path[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
+    snprintf(old, sizeof old, "%s.old.%d", dir, (int)getpid());
+    HYLA_TRY(hyla_remove_tree(tmp));
+    /* parameters in F32 whatever they were loaded from: training made them fp32 values */
+    hyla_model *mm = (hyla_model *)m;
+    memset(mm->hf_dtype, HYLA_DT_F32, m->table.n_hf);
+    memset(mm->param_dtype, HYLA_DT_F32, (size_t)m->table.n_params);
+    int rc = hyla_model_save(m, tmp, NULL, 0);
+    const hyla_param_table *t = &m->table;
+    hyla_st_entry *e = calloc(2 * (size_t)t->n_params, sizeof *e);
+    char (*names)[96] = calloc(2 * (size_t)t->n_params, sizeof *names);
+    if (rc == HYLA_OK && (!e || !names))
+        rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    for (int i = 0; rc == HYLA_OK && i < t->n_params; i++)
+        for (int k = 0; k < 2; k++) {
+            size_t j = 2 * (size_t)i + (size_t)k;
+            param_name(&t->params[i], k ? "exp_avg_sq" : "exp_avg", names[j], sizeof names[j]);
+            e[j].name = names[j];
+            e[j].dtype = HYLA_DT_F32;
+            e[j].ndim = 1;
+            e[j].shape[0] = t->params[i].numel;
+        }
+    if (rc == HYLA_OK) {
+        moments_ctx ctx = {t, opt};
+        char optdir[4200];
+        snprintf(optdir, sizeof optdir, "%s/optimizer", tmp);
+        rc = hyla_mkdir_p(optdir);
+        if (rc == HYLA_OK)
+            rc = hyla_st_write(optdir, e, 2 * (size_t)t->n_params, 0, fill_moment, &ctx);
+    }
+    free(e);
+    free(names);
+    if (rc == HYLA_OK) {
+        snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
+        rc = write_state_json(path, opt, st);
+    }
+    if (rc == HYLA_OK) { /* swap in: DIR -> DIR.old, tmp -> DIR, remove DIR.old */
+        if (access(dir, F_OK) == 0 && rename(dir, old) != 0)
+            rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot move the previous checkpoint aside", dir);
+        else if (rename(tmp, dir) != 0)
+            rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot rename the new checkpoint into place", dir);
+        else
+            rc = hyla_remove_tree(old);
+    }
+    if (rc != HYLA_OK)
+        hyla_remove_tree(tmp);
+    return rc;
+}
+
+int hyla_checkpoint_load_model(const char *dir, hyla_model *m) { return hyla_model_load(m, dir); }
+
+static int read_state_json(const char *path, hyla_adamw *opt, hyla_train_state *st)
+{
+    char *text;
+    HYLA_TRY(hyla_read_text_file(path, &text, NULL));
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    int rc = HYLA_OK;
+    const cJSON *fmt = o ? cJSON_GetObjectItemCaseSensitive(o, "format") : NULL;
+    const cJSON *step = o ? cJSON_GetObjectItemCaseSensitive(o, "step") : NULL;
+    const cJSON *ostep = o ? cJSON_GetObjectItemCaseSensitive(o, "optimizer_step") : NULL;
+    const cJSON *pos = o ? cJSON_GetObjectItemCaseSensitive(o, "data_pos") : NULL;
+    const cJSON *seed = o ? cJSON_GetObjectItemCaseSensitive(o, "seed") : NULL;
+    const cJSON *src = o ? cJSON_GetObjectItemCaseSensitive(o, "data_source") : NULL;
+    if (!o)
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: not valid JSON", path);
+    else if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "hyla-train-state-1"))
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'format' must be \"hyla-train-state-1\"", path);
+    else if (!cJSON_IsNumber(step) || step->valuedouble < 0 || step->valuedouble != floor(step->valuedouble))
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'step' must be a non-negative integer", path);
+    else if (!cJSON_IsNumber(ostep) || ostep->valuedouble < 0)
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'optimizer_step' must be a non-negative integer", path);
+    else if (!cJSON_IsNumber(pos) || pos->valuedouble < 0)
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'data_pos' must be a non-negative integer", path);
+    else if (!cJSON_IsString(seed) || !cJSON_IsString(src))
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: fields 'seed' and 'data_source' must be strings", path);
+    else {
+        st->step = (int64_t)step->valuedouble;
+        opt->step = (int64_t)ostep->valuedouble;
+        st->data_pos = (int64_t)pos->valuedouble;
+        st->seed = strtoull(seed->valuestring, NULL, 10);
+        snprintf(st->data_source, sizeof st->data_source, "%s", src->valuestring);
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw *opt, hyla_train_state *st)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/optimizer/model.safetensors", dir);
+    hyla_st_set set;
+    HYLA_TRY(hyla_st_open_file(&set, path));
+    const hyla_param_table *t = &m->table;
+    int rc = HYLA_OK;
+    for (int i = 0; rc == HYLA_OK && i < t->n_params; i++)
+        for (int k = 0; k < 2 && rc == HYLA_OK; k++) {
+            char name[96];
+            param_name(&t->params[i], k ? "exp_avg_sq" : "exp_avg", name, sizeof name);
+            const hyla_st_tensor *x = hyla_st_find(&set, name);
+            if (!x)
+                rc = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", path, name);
+            else if (x->dtype != HYLA_DT_F32 || x->ndim != 1 || x->shape[0] != t->params[i].numel)
+                rc = hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' must be F32 [%lld]", path, name,
+                                    (long long)t->params[i].numel);
+            else
+                memcpy((k ? opt->v : opt->m) + t->params[i].offset, x->data, x->nbytes);
+        }
+    if (rc == HYLA_OK && hyla_st_count(&set) != 2 * (size_t)t->n_params)
+        rc = hyla_error_set(HYLA_ERR_MODEL, "%s: holds %zu tensors, expected %d", path, hyla_st_count(&set), 2 * t->n_params);
+    hyla_st_close(&set);
+    if (rc == HYLA_OK) {
+        snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+        rc = read_state_json(path, opt, st);
+    }
+    return rc;
+}
+
+int hyla_checkpoint_load(const char *dir, hyla_model *m, hyla_adamw *opt, hyla_train_state *st)
+{
+    HYLA_TRY(hyla_checkpoint_load_model(dir, m));
+    int rc = hyla_checkpoint_load_state(dir, m, opt, st);
+    if (rc)
+        hyla_model_free(m);
+    return rc;
+}

@@ -1,0 +1,33 @@
+/* Training checkpoints: everything needed to continue a run bit-identically.
+ *
+ * Directory layout:
+ *   config.json, model.safetensors (or shards)  parameters, F32, in the model's HF layout
+ *   optimizer.safetensors                       AdamW moments: exp_avg.NAME, exp_avg_sq.NAME
+ *                                               (NAME = internal parameter, e.g. layers.3.gdn_qkv)
+ *   trainer_state.json                          step, data position and source, seed, schedule
+ * Written into DIR.tmp.PID and renamed over DIR only when complete: a crash never leaves a
+ * half-written checkpoint in place of a good one. */
+#ifndef HYLA_TRAIN_CHECKPOINT_H
+#define HYLA_TRAIN_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "train/optimizer.h"
+
+typedef struct {
+    int64_t step;          /* completed optimizer steps */
+    int64_t data_pos;
+    uint64_t seed;
+    char data_source[512];
+} hyla_train_state;
+
+int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw *opt, const hyla_train_state *st);
+/* Loads the model (hyla_model_load), then the moments into opt (already initialised for this
+ * model) and the state. Every mismatch names the file and tensor or field. */
+int hyla_checkpoint_load(const char *dir, hyla_model *m, hyla_adamw *opt, hyla_train_state *st);
+/* The model part only (e.g. to size the optimizer before loading its state). */
+int hyla_checkpoint_load_model(const char *dir, hyla_model *m);
+int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw *opt, hyla_train_state *st);
+
+#endif

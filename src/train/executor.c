@@ -1,0 +1,519 @@
+/* The nested block executor; see executor.h. */
+#include "train/executor.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/gemm.h"
+#include "core/profile.h"
+#include "ops/ops.h"
+
+int hyla_remat_unit_parse(const char *text, hyla_remat_unit *out)
+{
+    static const char *const names[] = {"layer", "block", "part"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(text, names[i])) {
+            *out = (hyla_remat_unit)i;
+            return HYLA_OK;
+        }
+    return hyla_error_set(HYLA_ERR_ARG, "unknown remat unit '%s' (known: layer, block, part)", text);
+}
+
+const char *hyla_remat_unit_name(hyla_remat_unit u)
+{
+    return u == HYLA_UNIT_BLOCK ? "block" : u == HYLA_UNIT_PART ? "part" : "layer";
+}
+
+/* ---- units ------------------------------------------------------------------------------------ */
+
+static int op_index(const hyla_executor *ex, int l, const hyla_layer_op *op)
+{
+    for (int i = 0; i < ex->n_ops[l]; i++)
+        if (ex->ops[l][i] == op)
+            return i;
+    return -1;
+}
+
+static void build_units(hyla_executor *ex)
+{
+    const hyla_model *m = ex->m;
+    ex->n_units = 0;
+    if (ex->unit_kind == HYLA_UNIT_BLOCK && !ex->forward_only) {
+        for (int b = 0; b < m->sched.n_blocks; b++) {
+            const hyla_block *blk = &m->sched.blocks[b];
+            int l1 = blk->first_layer + blk->n_layers - 1;
+            ex->units[ex->n_units++] = (hyla_unit){blk->first_layer, l1, 0, ex->n_ops[l1]};
+        }
+        return;
+    }
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        if (ex->unit_kind == HYLA_UNIT_PART && !ex->forward_only) {
+            int split = op_index(ex, l, &hyla_op_post_norm); /* FFN part starts at the post norm */
+            ex->units[ex->n_units++] = (hyla_unit){l, l, 0, split};
+            ex->units[ex->n_units++] = (hyla_unit){l, l, split, ex->n_ops[l]};
+        } else {
+            ex->units[ex->n_units++] = (hyla_unit){l, l, 0, ex->n_ops[l]};
+        }
+    }
+}
+
+static int unit_starts_at(const hyla_executor *ex, int layer, int op)
+{
+    for (int u = 0; u < ex->n_units; u++)
+        if (ex->units[u].layer0 == layer && ex->units[u].op0 == op)
+            return 1;
+    return 0;
+}
+
+int hyla_executor_keeps(const hyla_executor *ex, int l, hyla_slot s)
+{
+    if (ex->forward_only)
+        return 0;
+    const hyla_policy *p = &ex->policy;
+    if (s == HYLA_S_X)
+        return unit_starts_at(ex, l, 0) || p->where[HYLA_CK_DECODER_LAYER_INPUT] == HYLA_KEEP_DEVICE || p->keep_internal;
+    if (s == HYLA_S_H && ex->unit_kind == HYLA_UNIT_PART)
+        return 1; /* boundary between the mixer and FFN units */
+    if (s == HYLA_S_Y)
+        return 0; /* Y is the next layer's X (or, for the last layer, kept by the loss head) */
+    hyla_ckpt_name c = hyla_slot_ckpt(s);
+    return c == HYLA_CK_INTERNAL ? p->keep_internal : p->where[c] == HYLA_KEEP_DEVICE;
+}
+
+/* ---- allocation helpers ------------------------------------------------------------------------ */
+
+static float *alloc_slot(hyla_executor *ex, hyla_arena *a, int64_t floats, int zero)
+{
+    float *p = hyla_arena_floats(a, (size_t)floats);
+    if (zero && !ex->dry)
+        memset(p, 0, (size_t)floats * sizeof *p);
+    return p;
+}
+
+static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int recompute)
+{
+    hyla_op_ctx c;
+    memset(&c, 0, sizeof c);
+    c.m = ex->m;
+    c.grads = grads;
+    c.layer = l;
+    c.B = ex->B;
+    c.T = ex->T;
+    c.n = ex->n;
+    c.pos = ex->pos;
+    c.delta_mode = ex->delta_mode;
+    c.aux_counts = ex->aux_counts;
+    c.aux_psum = ex->aux_psum;
+    c.aux_dprob = ex->aux_dprob;
+    c.recompute = recompute;
+    return c;
+}
+
+static int64_t aux_rows_dummy;
+
+static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recompute, int64_t *aux_rows)
+{
+    size_t mark = hyla_arena_mark(&ex->work);
+    float *scratch = alloc_slot(ex, &ex->work, op->fwd_scratch(&ex->m->cfg, ex->n, ex->T), 0);
+    if (!ex->dry) {
+        hyla_op_ctx c = op_ctx(ex, l, NULL, recompute);
+        c.aux_rows = aux_rows ? aux_rows : &aux_rows_dummy;
+        double t0 = HYLA_PROF_BEGIN();
+        op->fwd(&c, &ex->tapes[l], scratch);
+        HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
+    }
+    hyla_arena_reset_to(&ex->work, mark);
+}
+
+/* Allocate op outputs that are missing. In forward: kept -> ckpt, else work; Y_l is X_{l+1}. */
+static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int in_backward)
+{
+    const hyla_config *cfg = &ex->m->cfg;
+    for (int i = 0; i < op->n_out; i++) {
+        hyla_slot s = op->out[i];
+        hyla_tape *t = &ex->tapes[l];
+        if (t->p[s])
+            continue;
+        int64_t floats = hyla_slot_floats(cfg, s, ex->n);
+        if (s == HYLA_S_Y && l + 1 < cfg->n_layers) {
+            hyla_tape *next = &ex->tapes[l + 1];
+            if (!next->p[HYLA_S_X]) {
+                if (in_backward)
+                    next->p[HYLA_S_X] = alloc_slot(ex, &ex->work, floats, 0);
+                else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X))
+                    next->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, floats, 0);
+                else
+                    next->p[HYLA_S_X] = ex->carry[(l + 1) & 1];
+            }
+            t->p[s] = next->p[HYLA_S_X];
+        } else if (s == HYLA_S_Y) { /* final hidden, read by the loss head */
+            t->p[s] = ex->forward_only ? ex->carry[(l + 1) & 1] : alloc_slot(ex, &ex->ckpt, floats, 0);
+        } else {
+            int keep = !in_backward && hyla_executor_keeps(ex, l, s);
+            t->p[s] = alloc_slot(ex, keep ? &ex->ckpt : &ex->work, floats, 0);
+        }
+    }
+}
+
+/* Forget the non-kept slots of layer l after its forward segment (their memory is released). */
+static void drop_transients(hyla_executor *ex, int l)
+{
+    hyla_tape *t = &ex->tapes[l];
+    for (int s = 0; s < HYLA_S__COUNT; s++)
+        if (t->p[s] && s != HYLA_S_X && s != HYLA_S_Y && !hyla_executor_keeps(ex, l, (hyla_slot)s))
+            t->p[s] = NULL;
+    if (l + 1 == ex->m->cfg.n_layers)
+        return; /* final hidden stays for the loss head */
+    t->p[HYLA_S_Y] = NULL;
+}
+
+#define FOR_UNIT_OPS(ex, u, l, i)                                                       \
+    for (int l = (u)->layer0; l <= (u)->layer1; l++)                                    \
+        for (int i = (l == (u)->layer0 ? (u)->op0 : 0); i < (l == (u)->layer1 ? (u)->op1 : (ex)->n_ops[l]); i++)
+
+/* ---- forward ----------------------------------------------------------------------------------- */
+
+static void embed_rows(hyla_executor *ex, const int32_t *tokens)
+{
+    const hyla_config *cfg = &ex->m->cfg;
+    hyla_tape *t0 = &ex->tapes[0];
+    int64_t H = cfg->hidden;
+    t0->p[HYLA_S_X] = hyla_executor_keeps(ex, 0, HYLA_S_X) ? alloc_slot(ex, &ex->ckpt, ex->n * H, 0) : ex->carry[0];
+    if (ex->dry)
+        return;
+    const float *E = hyla_model_param(ex->m, HYLA_P_EMBED, -1);
+    for (int64_t i = 0; i < ex->n; i++)
+        memcpy(t0->p[HYLA_S_X] + i * H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
+}
+
+static void forward_units(hyla_executor *ex, size_t *unit_marks, int64_t *aux_rows)
+{
+    for (int u = 0; u < ex->n_units; u++) {
+        const hyla_unit *un = &ex->units[u];
+        unit_marks[u] = hyla_arena_mark(&ex->ckpt);
+        for (int l = un->layer0; l <= un->layer1; l++) {
+            size_t wmark = hyla_arena_mark(&ex->work);
+            int i0 = l == un->layer0 ? un->op0 : 0, i1 = l == un->layer1 ? un->op1 : ex->n_ops[l];
+            for (int i = i0; i < i1; i++) {
+                alloc_outputs(ex, l, ex->ops[l][i], 0);
+                run_fwd(ex, l, ex->ops[l][i], 0, aux_rows);
+            }
+            hyla_arena_reset_to(&ex->work, wmark);
+            if (i1 == ex->n_ops[l])
+                drop_transients(ex, l);
+            else /* mixer part done: only the kept slots survive into the FFN part */
+                for (int s = 0; s < HYLA_S__COUNT; s++)
+                    if (ex->tapes[l].p[s] && s != HYLA_S_X && !hyla_executor_keeps(ex, l, (hyla_slot)s))
+                        ex->tapes[l].p[s] = NULL;
+        }
+    }
+}
+
+/* ---- loss head: final norm, lm_head, cross-entropy (and its backward) -------------------------- */
+
+static float *param_grad(const hyla_executor *ex, float *grads, hyla_role role)
+{
+    if (role == HYLA_P_LM_HEAD && ex->m->cfg.tie_word_embeddings)
+        role = HYLA_P_EMBED;
+    return grads + ex->m->table.params[hyla_param_find(&ex->m->table, role, -1)].offset;
+}
+
+static void loss_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
+{
+    const hyla_config *cfg = &ex->m->cfg;
+    int64_t n = ex->n, H = cfg->hidden, V = cfg->vocab;
+    float eps = (float)cfg->rms_norm_eps;
+    const float *y = ex->tapes[cfg->n_layers - 1].p[HYLA_S_Y];
+    float *xn = alloc_slot(ex, &ex->work, n * H, 0);
+    float *logits = logits_out ? logits_out : alloc_slot(ex, &ex->work, n * V, 0);
+    if (ex->dry) {
+        if (grads)
+            (void)alloc_slot(ex, &ex->work, n * H, 0); /* dxn */
+        return;
+    }
+    double t0 = HYLA_PROF_BEGIN();
+    const float *wn = hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1), *head = hyla_model_param(ex->m, HYLA_P_LM_HEAD, -1);
+    hyla_rmsnorm1p_fwd(xn, NULL, y, wn, n, H, eps);
+    hyla_linear(logits, xn, head, n, H, V, 0);
+    HYLA_PROF_END("lm_head", t0);
+    t0 = HYLA_PROF_BEGIN();
+    loss->ce_sum = hyla_cross_entropy_fwd(logits, ex->labels, n, V, &loss->ce_count);
+    HYLA_PROF_END("loss", t0);
+    if (!grads)
+        return;
+    float *dxn = alloc_slot(ex, &ex->work, n * H, 1);
+    hyla_cross_entropy_bwd(logits, logits, ex->labels, n, V, ce_scale); /* in place: dlogits */
+    hyla_linear_bwd(dxn, param_grad(ex, grads, HYLA_P_LM_HEAD), logits, xn, head, n, H, V);
+    hyla_rmsnorm1p_bwd(ex->dcarry[0], param_grad(ex, grads, HYLA_P_FINAL_NORM), dxn, y, wn, NULL, n, H, eps);
+}
+
+/* ---- backward ---------------------------------------------------------------------------------- */
+
+typedef struct {
+    unsigned char needed[HYLA_S__COUNT];
+} slot_flags;
+
+/* Which forward ops of unit u must run again: those with a needed output that was not kept. */
+static void plan_recompute(const hyla_executor *ex, const hyla_unit *un, slot_flags *need /*[layers]*/,
+                           unsigned char run[][HYLA_MAX_LAYER_OPS])
+{
+    int L0 = un->layer0;
+    FOR_UNIT_OPS(ex, un, l, i) {
+        const hyla_layer_op *op = ex->ops[l][i];
+        for (int r = 0; r < op->n_reads; r++)
+            need[l - L0].needed[op->reads[r]] = 1;
+    }
+    for (int l = un->layer1; l >= un->layer0; l--) {
+        int i0 = l == un->layer0 ? un->op0 : 0, i1 = l == un->layer1 ? un->op1 : ex->n_ops[l];
+        for (int i = i1 - 1; i >= i0; i--) {
+            const hyla_layer_op *op = ex->ops[l][i];
+            int must = 0;
+            for (int o = 0; o < op->n_out; o++) {
+                hyla_slot s = op->out[o];
+                int avail = ex->tapes[l].p[s] != NULL;
+                int needed = need[l - L0].needed[s];
+                if (s == HYLA_S_Y && l < un->layer1) /* Y_l is X_{l+1} */
+                    needed = need[l + 1 - L0].needed[HYLA_S_X], avail = ex->tapes[l + 1].p[HYLA_S_X] != NULL;
+                must |= needed && !avail;
+            }
+            run[l - L0][i] = (unsigned char)must;
+            if (must)
+                for (int k = 0; k < op->n_in; k++)
+                    need[l - L0].needed[op->in[k]] = 1;
+        }
+        /* X_l of an inner layer that was not kept comes from Y_{l-1}: handled above via Y. */
+    }
+}
+
+static float *dslot(hyla_executor *ex, hyla_tape *dt, const hyla_unit *un, int l, hyla_slot s, int cur)
+{
+    hyla_tape *d = &dt[l - un->layer0];
+    if (d->p[s])
+        return d->p[s];
+    int64_t floats = hyla_slot_floats(&ex->m->cfg, s, ex->n);
+    int out_is_y = un->op1 == ex->n_ops[un->layer1];
+    if (l == un->layer1 && ((out_is_y && s == HYLA_S_Y) || (!out_is_y && s == HYLA_S_H) )) {
+        d->p[s] = ex->dcarry[cur]; /* incoming gradient */
+    } else if (l == un->layer0 && ((un->op0 == 0 && s == HYLA_S_X) || (un->op0 != 0 && s == HYLA_S_H))) {
+        d->p[s] = ex->dcarry[1 - cur]; /* outgoing gradient */
+        if (!ex->dry)
+            memset(d->p[s], 0, (size_t)floats * sizeof(float));
+    } else if (s == HYLA_S_Y) {
+        d->p[s] = dslot(ex, dt, un, l + 1, HYLA_S_X, cur); /* dY_l = dX_{l+1} */
+    } else {
+        d->p[s] = alloc_slot(ex, &ex->work, floats, 1);
+    }
+    return d->p[s];
+}
+
+static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
+{
+    const hyla_unit *un = &ex->units[u];
+    int nl = un->layer1 - un->layer0 + 1;
+    slot_flags need[HYLA_MAX_LAYERS > 64 ? 64 : HYLA_MAX_LAYERS];
+    static unsigned char run[64][HYLA_MAX_LAYER_OPS];
+    HYLA_ASSERT(nl <= 64);
+    memset(need, 0, sizeof(slot_flags) * (size_t)nl);
+    memset(run, 0, sizeof run);
+    plan_recompute(ex, un, need, run);
+    FOR_UNIT_OPS(ex, un, l, i) {
+        if (!run[l - un->layer0][i])
+            continue;
+        alloc_outputs(ex, l, ex->ops[l][i], 1);
+        run_fwd(ex, l, ex->ops[l][i], 1, NULL);
+    }
+    hyla_tape dt[64];
+    memset(dt, 0, sizeof(hyla_tape) * (size_t)nl);
+    for (int l = un->layer1; l >= un->layer0; l--) {
+        int i0 = l == un->layer0 ? un->op0 : 0, i1 = l == un->layer1 ? un->op1 : ex->n_ops[l];
+        for (int i = i1 - 1; i >= i0; i--) {
+            const hyla_layer_op *op = ex->ops[l][i];
+            for (int k = 0; k < op->n_out; k++)
+                if (hyla_slot_has_grad(op->out[k]))
+                    dslot(ex, dt, un, l, op->out[k], cur);
+            for (int k = 0; k < op->n_in; k++)
+                if (hyla_slot_has_grad(op->in[k]))
+                    dslot(ex, dt, un, l, op->in[k], cur);
+            size_t mark = hyla_arena_mark(&ex->work);
+            float *scratch = alloc_slot(ex, &ex->work, op->bwd_scratch(&ex->m->cfg, ex->n, ex->T), 0);
+            if (!ex->dry) {
+                hyla_op_ctx c = op_ctx(ex, l, grads, 1);
+                c.aux_rows = &aux_rows_dummy;
+                double t0 = HYLA_PROF_BEGIN();
+                op->bwd(&c, &ex->tapes[l], &dt[l - un->layer0], scratch);
+                HYLA_PROF_END("backward", t0);
+            }
+            hyla_arena_reset_to(&ex->work, mark);
+        }
+    }
+}
+
+static void embed_backward(hyla_executor *ex, const int32_t *tokens, float *grads, const float *dx)
+{
+    int64_t H = ex->m->cfg.hidden;
+    float *dE = param_grad(ex, grads, HYLA_P_EMBED);
+    for (int64_t i = 0; i < ex->n; i++) { /* sequential: rows with the same token add in order */
+        float *row = dE + (int64_t)tokens[i] * H;
+        for (int64_t j = 0; j < H; j++)
+            row[j] += dx[i * H + j];
+    }
+}
+
+/* ---- the step ---------------------------------------------------------------------------------- */
+
+static void set_labels(hyla_executor *ex, const int32_t *tokens, const int32_t *labels)
+{
+    for (int64_t b = 0; b < ex->B; b++)
+        for (int64_t t = 0; t < ex->T; t++) {
+            int64_t i = b * ex->T + t;
+            ex->pos[i] = t;
+            ex->labels[i] = labels ? labels[i] : (t + 1 < ex->T ? tokens[i + 1] : -100);
+        }
+}
+
+static void reset_state(hyla_executor *ex)
+{
+    memset(ex->tapes, 0, sizeof(hyla_tape) * (size_t)ex->m->cfg.n_layers);
+    int64_t E = ex->m->cfg.n_experts > 0 ? ex->m->cfg.n_experts : 1;
+    memset(ex->aux_counts, 0, (size_t)E * sizeof(double));
+    memset(ex->aux_psum, 0, (size_t)E * sizeof(double));
+    hyla_arena_reset_to(&ex->ckpt, 0);
+    hyla_arena_reset_to(&ex->work, 0);
+}
+
+static void run_step(hyla_executor *ex, const int32_t *tokens, float *grads, float *logits, float ce_scale,
+                     float aux_scale, hyla_step_loss *loss)
+{
+    const hyla_config *cfg = &ex->m->cfg;
+    static size_t unit_marks[HYLA_MAX_UNITS];
+    int64_t aux_rows = 0;
+    reset_state(ex);
+    embed_rows(ex, tokens);
+    forward_units(ex, unit_marks, &aux_rows);
+    int64_t E = cfg->n_experts;
+    loss->aux_loss = (!ex->dry && aux_rows > 0) ? hyla_aux_loss_finish(ex->aux_counts, ex->aux_psum, aux_rows, E) : NAN;
+    if (!ex->dry && aux_rows > 0)
+        for (int64_t e = 0; e < E; e++) /* d aux / d p[row,e] = E count_e / rows^2 (spec §8.8) */
+            ex->aux_dprob[e] = (double)aux_scale * (double)E * ex->aux_counts[e] / ((double)aux_rows * (double)aux_rows);
+    size_t head_mark = hyla_arena_mark(&ex->work);
+    loss_head(ex, grads, logits, ce_scale, loss);
+    hyla_arena_reset_to(&ex->work, head_mark);
+    if (!grads)
+        return;
+    int cur = 0;
+    for (int u = ex->n_units - 1; u >= 0; u--) {
+        size_t wmark = hyla_arena_mark(&ex->work);
+        backward_unit(ex, u, grads, cur);
+        hyla_arena_reset_to(&ex->work, wmark);
+        hyla_arena_reset_to(&ex->ckpt, unit_marks[u]);
+        for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++) /* forget popped slots */
+            for (int s = 0; s < HYLA_S__COUNT; s++)
+                if (!(l == ex->units[u].layer0 && (s == HYLA_S_X || (ex->units[u].op0 && s == HYLA_S_H))))
+                    ex->tapes[l].p[s] = NULL;
+        cur = 1 - cur;
+    }
+    if (!ex->dry)
+        embed_backward(ex, tokens, grads, ex->dcarry[cur]);
+}
+
+int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *grads, float ce_scale,
+                       float aux_scale, hyla_step_loss *loss)
+{
+    HYLA_ASSERT(!ex->forward_only);
+    set_labels(ex, tokens, labels);
+    run_step(ex, tokens, grads, NULL, ce_scale, aux_scale, loss);
+    return HYLA_OK;
+}
+
+int hyla_executor_forward(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *logits,
+                          hyla_step_loss *loss)
+{
+    set_labels(ex, tokens, labels);
+    run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, loss);
+    return HYLA_OK;
+}
+
+/* ---- setup ------------------------------------------------------------------------------------- */
+
+int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
+                       int64_t B, int64_t T, hyla_delta_mode mode, int forward_only)
+{
+    memset(ex, 0, sizeof *ex);
+    ex->m = m;
+    ex->policy = *policy;
+    ex->unit_kind = unit;
+    ex->delta_mode = mode;
+    ex->B = B;
+    ex->T = T;
+    ex->n = B * T;
+    ex->forward_only = forward_only;
+    for (int c = 0; c < HYLA_CK__COUNT && !forward_only; c++)
+        if (policy->where[c] == HYLA_KEEP_OFFLOAD)
+            return hyla_error_set(HYLA_ERR_ARG, "policy '%s': offload of '%s' is not available yet (host tier not built)",
+                                  policy->name, hyla_ckpt_name_str((hyla_ckpt_name)c));
+    const hyla_config *cfg = &m->cfg;
+    for (int l = 0; l < cfg->n_layers; l++)
+        ex->n_ops[l] = hyla_layer_ops(cfg, l, ex->ops[l]);
+    build_units(ex);
+
+    int64_t nH = ex->n * cfg->hidden, E = cfg->n_experts > 0 ? cfg->n_experts : 1;
+    ex->tapes = calloc((size_t)cfg->n_layers, sizeof(hyla_tape));
+    ex->pos = malloc((size_t)ex->n * sizeof(int64_t));
+    ex->labels = malloc((size_t)ex->n * sizeof(int32_t));
+    ex->aux_counts = calloc((size_t)E, sizeof(double));
+    ex->aux_psum = calloc((size_t)E, sizeof(double));
+    ex->aux_dprob = calloc((size_t)E, sizeof(double));
+    for (int i = 0; i < 2; i++) {
+        ex->carry[i] = aligned_alloc(64, hyla_align_up((size_t)nH * sizeof(float)));
+        ex->dcarry[i] = forward_only ? NULL : aligned_alloc(64, hyla_align_up((size_t)nH * sizeof(float)));
+    }
+    if (!ex->tapes || !ex->pos || !ex->labels || !ex->aux_counts || !ex->aux_psum || !ex->aux_dprob || !ex->carry[0] ||
+        !ex->carry[1] || (!forward_only && (!ex->dcarry[0] || !ex->dcarry[1]))) {
+        hyla_executor_free(ex);
+        return hyla_error_set(HYLA_ERR_NOMEM, "executor: cannot allocate step buffers for %lld tokens", (long long)ex->n);
+    }
+
+    /* Plan: the step's exact allocation sequence on dry arenas. */
+    ex->dry = 1;
+    hyla_arena_init_dry(&ex->ckpt, "checkpoint");
+    hyla_arena_init_dry(&ex->work, "work");
+    int32_t *tokens = calloc((size_t)ex->n, sizeof(int32_t));
+    if (!tokens) {
+        hyla_executor_free(ex);
+        return hyla_error_set(HYLA_ERR_NOMEM, "executor: out of memory");
+    }
+    hyla_step_loss loss;
+    set_labels(ex, tokens, NULL);
+    run_step(ex, tokens, forward_only ? NULL : (float *)ex->carry[0], NULL, 1.0f, 1.0f, &loss);
+    free(tokens);
+    ex->ckpt_bytes = ex->ckpt.high_water;
+    ex->work_bytes = ex->work.high_water;
+    ex->dry = 0;
+    int st = hyla_arena_init(&ex->ckpt, "checkpoint", ex->ckpt_bytes);
+    if (st == HYLA_OK)
+        st = hyla_arena_init(&ex->work, "work", ex->work_bytes);
+    if (st != HYLA_OK)
+        hyla_executor_free(ex);
+    return st;
+}
+
+void hyla_executor_free(hyla_executor *ex)
+{
+    if (ex->ckpt.base)
+        hyla_arena_free(&ex->ckpt);
+    if (ex->work.base)
+        hyla_arena_free(&ex->work);
+    free(ex->tapes);
+    free(ex->pos);
+    free(ex->labels);
+    free(ex->aux_counts);
+    free(ex->aux_psum);
+    free(ex->aux_dprob);
+    for (int i = 0; i < 2; i++) {
+        free(ex->carry[i]);
+        free(ex->dcarry[i]);
+    }
+    memset(ex, 0, sizeof *ex);
+}

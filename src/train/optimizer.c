@@ -1,0 +1,101 @@
+#include "train/optimizer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats)
+{
+    memset(opt, 0, sizeof *opt);
+    opt->cfg = *cfg;
+    opt->n_floats = n_floats;
+    opt->m = calloc(n_floats ? n_floats : 1, sizeof(float));
+    opt->v = calloc(n_floats ? n_floats : 1, sizeof(float));
+    if (!opt->m || !opt->v) {
+        hyla_adamw_free(opt);
+        return hyla_error_set(HYLA_ERR_NOMEM, "optimizer: cannot allocate %zu moment floats", 2 * n_floats);
+    }
+    return HYLA_OK;
+}
+
+void hyla_adamw_free(hyla_adamw *opt)
+{
+    free(opt->m);
+    free(opt->v);
+    memset(opt, 0, sizeof *opt);
+}
+
+double hyla_grad_norm(const hyla_param_table *t, const float *grads)
+{
+    double ss = 0.0;
+    for (int i = 0; i < t->n_params; i++) { /* fixed order: deterministic */
+        const float *g = grads + t->params[i].offset;
+        for (int64_t j = 0; j < t->params[i].numel; j++)
+            ss += (double)g[j] * (double)g[j];
+    }
+    return sqrt(ss);
+}
+
+double hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, float *grads)
+{
+    const hyla_adamw_config *c = &opt->cfg;
+    double norm = hyla_grad_norm(t, grads);
+    double scale = (c->clip > 0 && norm > c->clip) ? c->clip / (norm + 1e-6) : 1.0;
+    opt->step++;
+    double bc1 = 1.0 - pow(c->beta1, (double)opt->step), bc2 = 1.0 - pow(c->beta2, (double)opt->step);
+    for (int i = 0; i < t->n_params; i++) {
+        const hyla_param *p = &t->params[i];
+        float *w = weights + p->offset, *g = grads + p->offset, *m = opt->m + p->offset, *v = opt->v + p->offset;
+        double decay = p->ndim >= 2 ? c->weight_decay : 0.0;
+        float wd_factor = (float)(1.0 - c->lr * decay);
+        float b1 = (float)c->beta1, b2 = (float)c->beta2, lr = (float)c->lr, eps = (float)c->eps;
+        float s = (float)scale, rbc1 = (float)(1.0 / bc1), rbc2 = (float)(1.0 / bc2);
+#pragma omp parallel for schedule(static)
+        for (int64_t j = 0; j < p->numel; j++) {
+            float gj = g[j] * s;
+            m[j] = b1 * m[j] + (1.0f - b1) * gj;
+            v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
+            float mhat = m[j] * rbc1, vhat = v[j] * rbc2;
+            w[j] = w[j] * wd_factor - lr * mhat / (sqrtf(vhat) + eps);
+        }
+    }
+    return norm;
+}
+
+int hyla_lr_schedule_parse(const char *text, hyla_schedule_kind *out)
+{
+    if (!strcmp(text, "cosine"))
+        *out = HYLA_SCHED_COSINE;
+    else if (!strcmp(text, "wsd"))
+        *out = HYLA_SCHED_WSD;
+    else if (!strcmp(text, "constant"))
+        *out = HYLA_SCHED_CONSTANT;
+    else
+        return hyla_error_set(HYLA_ERR_ARG, "unknown schedule '%s' (known: cosine, wsd, constant)", text);
+    return HYLA_OK;
+}
+
+/* Warmup: peak * (s + 1) / warmup for s < warmup.
+ * cosine: p = (s - warmup) / (total - warmup); min + (peak - min) (1 + cos(pi p)) / 2.
+ * wsd: peak until the last decay_fraction of the steps, then linear to min_lr at the last step.
+ * constant: peak after warmup. */
+double hyla_lr_at(const hyla_lr_schedule *s, int64_t step)
+{
+    if (step < s->warmup)
+        return s->peak * (double)(step + 1) / (double)s->warmup;
+    int64_t span = s->total - s->warmup;
+    if (span <= 0 || s->kind == HYLA_SCHED_CONSTANT)
+        return s->peak;
+    double p = (double)(step - s->warmup) / (double)span;
+    if (p > 1.0)
+        p = 1.0;
+    if (s->kind == HYLA_SCHED_COSINE)
+        return s->min_lr + 0.5 * (s->peak - s->min_lr) * (1.0 + cos(M_PI * p));
+    double decay_start = 1.0 - s->decay_fraction;
+    if (p <= decay_start)
+        return s->peak;
+    double q = s->decay_fraction > 0 ? (p - decay_start) / s->decay_fraction : 1.0;
+    return s->peak + (s->min_lr - s->peak) * q;
+}

@@ -1,0 +1,50 @@
+/* AdamW with decoupled weight decay, global-norm gradient clipping, and learning-rate schedules
+ * (warmup + cosine, warmup-stable-decay). Semantics follow torch.optim.AdamW and
+ * torch.nn.utils.clip_grad_norm_ (tests/reference/README.md states them exactly). */
+#ifndef HYLA_TRAIN_OPTIMIZER_H
+#define HYLA_TRAIN_OPTIMIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model/params.h"
+
+typedef struct {
+    double lr;            /* current learning rate (set per step by the schedule) */
+    double beta1, beta2, eps;
+    double weight_decay;  /* applied to parameters with 2+ dimensions only (no norms, dt_bias, A_log) */
+    double clip;          /* max global grad norm; <= 0 disables */
+} hyla_adamw_config;
+
+typedef struct {
+    hyla_adamw_config cfg;
+    int64_t step;         /* completed updates */
+    float *m, *v;         /* [table.total_floats] first and second moments, owned */
+    size_t n_floats;
+} hyla_adamw;
+
+int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats);
+void hyla_adamw_free(hyla_adamw *opt);
+
+/* Global L2 norm of the gradients over every parameter of the table (each parameter once). */
+double hyla_grad_norm(const hyla_param_table *t, const float *grads);
+
+/* Clip (if cfg.clip > 0 and norm > clip: scale by clip / (norm + 1e-6)) and apply one AdamW
+ * update with learning rate opt->cfg.lr. Returns the pre-clip norm. */
+double hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, float *grads);
+
+typedef enum { HYLA_SCHED_COSINE = 0, HYLA_SCHED_WSD = 1, HYLA_SCHED_CONSTANT = 2 } hyla_schedule_kind;
+
+typedef struct {
+    hyla_schedule_kind kind;
+    double peak, min_lr;
+    int64_t warmup, total;
+    double decay_fraction; /* WSD: final fraction of the steps spent decaying linearly to min_lr */
+} hyla_lr_schedule;
+
+int hyla_lr_schedule_parse(const char *text, hyla_schedule_kind *out);
+/* Learning rate of 0-based step s: linear warmup lr*(s+1)/warmup, then cosine (or stable then
+ * linear decay for WSD) from peak to min_lr at s = total - 1... see optimizer.c. */
+double hyla_lr_at(const hyla_lr_schedule *s, int64_t step);
+
+#endif

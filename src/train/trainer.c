@@ -1,0 +1,77 @@
+#include "train/trainer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/profile.h"
+
+int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_config *cfg)
+{
+    memset(tr, 0, sizeof *tr);
+    tr->model = model;
+    tr->cfg = *cfg;
+    if (cfg->batch < 1 || cfg->seq < 2 || cfg->accum < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "train: need batch >= 1, seq >= 2, accum >= 1");
+    size_t n = model->table.total_floats;
+    tr->grads = aligned_alloc(64, hyla_align_up(n * sizeof(float)));
+    if (!tr->grads)
+        return hyla_error_set(HYLA_ERR_NOMEM, "train: cannot allocate %zu gradient floats", n);
+    int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
+    if (st == HYLA_OK)
+        st = hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
+    if (st != HYLA_OK)
+        hyla_trainer_free(tr);
+    return st;
+}
+
+void hyla_trainer_free(hyla_trainer *tr)
+{
+    if (tr->ex.tapes)
+        hyla_executor_free(&tr->ex);
+    hyla_adamw_free(&tr->opt);
+    free(tr->grads);
+    memset(tr, 0, sizeof *tr);
+}
+
+size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
+{
+    size_t nH = (size_t)tr->ex.n * (size_t)tr->model->cfg.hidden * sizeof(float);
+    return tr->ex.ckpt_bytes + tr->ex.work_bytes + 4 * hyla_align_up(nH);
+}
+
+int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *stats)
+{
+    const hyla_config *cfg = &tr->model->cfg;
+    int64_t B = tr->cfg.batch, T = tr->cfg.seq, A = tr->cfg.accum, per = B * T;
+    for (int64_t i = 0; i < A * per; i++)
+        if (tokens[i] < 0 || tokens[i] >= cfg->vocab)
+            return hyla_error_set(HYLA_ERR_ARG, "token id %d at batch position %lld is out of range [0, %lld)", tokens[i],
+                                  (long long)i, (long long)cfg->vocab);
+    double t0 = hyla_now();
+    memset(tr->grads, 0, tr->model->table.total_floats * sizeof(float));
+    int64_t labelled = A * B * (T - 1); /* next-token labels inside each sequence */
+    float ce_scale = (float)(1.0 / (double)labelled);
+    float aux_scale = (float)(cfg->router_aux_loss_coef / (double)A);
+    double ce_sum = 0.0, aux_sum = 0.0;
+    int have_aux = 0;
+    for (int64_t a = 0; a < A; a++) {
+        hyla_step_loss l;
+        HYLA_TRY(hyla_executor_step(&tr->ex, tokens + a * per, NULL, tr->grads, ce_scale, aux_scale, &l));
+        ce_sum += l.ce_sum;
+        if (!isnan(l.aux_loss)) {
+            aux_sum += l.aux_loss;
+            have_aux = 1;
+        }
+    }
+    stats->ce = ce_sum / (double)labelled;
+    stats->aux = have_aux ? aux_sum / (double)A : NAN;
+    stats->loss = stats->ce + (have_aux ? cfg->router_aux_loss_coef * stats->aux : 0.0);
+    tr->opt.cfg.lr = hyla_lr_at(&tr->cfg.schedule, tr->opt.step);
+    stats->lr = tr->opt.cfg.lr;
+    stats->grad_norm = hyla_adamw_step(&tr->opt, &tr->model->table, tr->model->w, tr->grads);
+    stats->tokens = A * per;
+    stats->seconds = hyla_now() - t0;
+    return HYLA_OK;
+}

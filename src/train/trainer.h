@@ -1,0 +1,46 @@
+/* One optimizer step = `accum` micro-batches through the executor, gradient clipping, AdamW.
+ *
+ * Loss of a step (spec §3.8 with gradient accumulation): ce = sum of -log p over every labelled
+ * position of all micro-batches / their count; aux = mean over micro-batches of each
+ * micro-batch's router aux loss; loss = ce + router_aux_loss_coef * aux. */
+#ifndef HYLA_TRAIN_TRAINER_H
+#define HYLA_TRAIN_TRAINER_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "train/executor.h"
+#include "train/optimizer.h"
+
+typedef struct {
+    hyla_policy policy;
+    hyla_remat_unit unit;
+    int64_t batch, seq, accum;
+    hyla_adamw_config adamw;
+    hyla_lr_schedule schedule;
+} hyla_train_config;
+
+typedef struct {
+    double loss, ce, aux;   /* aux NaN without MoE */
+    double lr, grad_norm;
+    int64_t tokens;         /* tokens processed this step (all micro-batches) */
+    double seconds;
+} hyla_step_stats;
+
+typedef struct {
+    hyla_model *model;      /* not owned; weights updated in place */
+    hyla_train_config cfg;
+    hyla_executor ex;
+    hyla_adamw opt;
+    float *grads;           /* [table.total_floats] */
+} hyla_trainer;
+
+int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_config *cfg);
+void hyla_trainer_free(hyla_trainer *tr);
+/* tokens: [accum, batch, seq]; token ids must be in range (checked). */
+int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *stats);
+
+/* Bytes of the step's activation arenas (checkpoint + work) and fixed step buffers. */
+size_t hyla_trainer_activation_bytes(const hyla_trainer *tr);
+
+#endif

@@ -1,0 +1,247 @@
+/* Whole-model gradients and the executor's invariants.
+ *
+ *  1. Every parameter's gradient (ce + coef * aux, aux on) against PyTorch float64 autograd
+ *     (tests/reference, grads_65.safetensors) on every tiny reference model.
+ *  2. Every remat policy x remat unit gives loss and gradients BIT-IDENTICAL to `none`
+ *     (recomputation re-runs the same kernels on the same inputs).
+ *  3. No allocation inside a step: malloc/calloc/realloc are interposed and counted while
+ *     steps run (after a first warm-up step lets the GEMM library and OpenMP set up their pools).
+ *
+ * Gradient tolerance (derived like the logits bound in test_reference.c): the backward doubles
+ * the chain of fp32 rounding stages (S = 2 * (16 per layer + 8)), each of relative error
+ * sqrt(n_max) u, amplified by at most kappa = 8, relative to the scale of the gradient tensor:
+ *     max |g_hyla - g_ref| <= S * sqrt(n_max) * u * kappa * max|g_ref(tensor)|
+ *                             + same * 1e-2 * max|g_ref(all)|   (entries of near-zero tensors). */
+#include <cjson/cJSON.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "io/fileio.h"
+#include "model/model.h"
+#include "train/executor.h"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                \
+    do {                                                \
+        if (!(cond)) {                                  \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+            printf(__VA_ARGS__);                        \
+            printf("\n");                               \
+            failures++;                                 \
+        }                                               \
+    } while (0)
+
+/* ---- allocation counting (not under ASan, which owns malloc) ------------------------------ */
+#if defined(__SANITIZE_ADDRESS__)
+#define COUNT_ALLOCS 0
+#else
+#define COUNT_ALLOCS 1
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+static volatile int counting;
+static volatile long n_allocs;
+void *malloc(size_t n)
+{
+    if (counting)
+        __atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED);
+    return __libc_malloc(n);
+}
+void *calloc(size_t a, size_t b)
+{
+    if (counting)
+        __atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED);
+    return __libc_calloc(a, b);
+}
+void *realloc(void *p, size_t n)
+{
+    if (counting)
+        __atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED);
+    return __libc_realloc(p, n);
+}
+#endif
+
+static int32_t *run_tokens(const char *dir, int64_t want_T)
+{
+    char path[4200], *text;
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    if (hyla_read_text_file(path, &text, NULL))
+        return NULL;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    int32_t *tokens = NULL;
+    const cJSON *run;
+    cJSON_ArrayForEach(run, cJSON_GetObjectItemCaseSensitive(j, "runs")) {
+        const cJSON *toks = cJSON_GetObjectItemCaseSensitive(run, "tokens");
+        if (cJSON_GetArraySize(toks) != want_T)
+            continue;
+        tokens = malloc((size_t)want_T * sizeof *tokens);
+        for (int64_t i = 0; i < want_T; i++)
+            tokens[i] = (int32_t)cJSON_GetArrayItem(toks, (int)i)->valuedouble;
+    }
+    cJSON_Delete(j);
+    return tokens;
+}
+
+static float *compute_grads(const hyla_model *m, const int32_t *tokens, int64_t T, const char *policy_s,
+                            hyla_remat_unit unit, double *loss_out, size_t *act_bytes)
+{
+    hyla_policy p;
+    if (hyla_policy_parse(&p, policy_s)) {
+        CHECK(0, "policy %s: %s", policy_s, hyla_error_message());
+        return NULL;
+    }
+    hyla_executor ex;
+    if (hyla_executor_init(&ex, m, &p, unit, 1, T, HYLA_DELTA_CHUNKED, 0)) {
+        CHECK(0, "executor init: %s", hyla_error_message());
+        return NULL;
+    }
+    float *g = calloc(m->table.total_floats, sizeof(float));
+    hyla_step_loss l;
+    float ce_scale = (float)(1.0 / (double)(T - 1)), aux_scale = (float)m->cfg.router_aux_loss_coef;
+    hyla_executor_step(&ex, tokens, NULL, g, ce_scale, aux_scale, &l);
+    *loss_out = l.ce_sum / (double)(T - 1) + (isnan(l.aux_loss) ? 0.0 : m->cfg.router_aux_loss_coef * l.aux_loss);
+    if (act_bytes)
+        *act_bytes = ex.ckpt_bytes + ex.work_bytes;
+#if COUNT_ALLOCS
+    /* a second and third step with allocations counted */
+    memset(g, 0, m->table.total_floats * sizeof(float));
+    n_allocs = 0;
+    counting = 1;
+    hyla_executor_step(&ex, tokens, NULL, g, ce_scale, aux_scale, &l);
+    counting = 0;
+    CHECK(n_allocs == 0, "policy %s unit %s: %ld allocations inside a step", policy_s, hyla_remat_unit_name(unit),
+          (long)n_allocs);
+#endif
+    hyla_executor_free(&ex);
+    return g;
+}
+
+/* The gradient of HF tensor h, gathered from the internal layout (same row map as save). */
+static void hf_grad(const hyla_model *m, const float *g, size_t h, float *out)
+{
+    const hyla_hf_tensor *ht = &m->table.hf[h];
+    for (int64_t r = 0; r < ht->rows; r++) {
+        int param;
+        int64_t row;
+        hyla_hf_row_dest(&m->table, ht, r, &param, &row);
+        const hyla_param *p = &m->table.params[param];
+        memcpy(out + r * ht->row_len, g + p->offset + (size_t)row * (size_t)p->shape[p->ndim - 1],
+               (size_t)ht->row_len * sizeof(float));
+    }
+}
+
+static void check_vs_reference(const hyla_model *m, const char *dir, const char *name, const float *g)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/grads_65.safetensors", dir);
+    hyla_st_set ref;
+    if (hyla_st_open_file(&ref, path)) {
+        CHECK(0, "%s: %s", name, hyla_error_message());
+        return;
+    }
+    double gmax_all = 0;
+    for (size_t i = 0; i < hyla_st_count(&ref); i++) {
+        const hyla_st_tensor *t = hyla_st_at(&ref, i);
+        const float *v = t->data;
+        for (size_t j = 0; j < t->nbytes / 4; j++)
+            gmax_all = fmax(gmax_all, fabs(v[j]));
+    }
+    double S = 2.0 * (16.0 * (double)m->cfg.n_layers + 8.0), rel = S * 16.0 * 0x1.0p-24 * 8.0;
+    double worst = 0;
+    size_t compared = 0;
+    for (size_t h = 0; h < m->table.n_hf; h++) {
+        const hyla_hf_tensor *ht = &m->table.hf[h];
+        const hyla_st_tensor *t = hyla_st_find(&ref, ht->name);
+        CHECK(t != NULL, "%s: reference has no gradient for %s", name, ht->name);
+        if (!t)
+            continue;
+        int64_t count = ht->rows * ht->row_len;
+        float *mine = malloc((size_t)count * sizeof(float));
+        float *want = malloc((size_t)count * sizeof(float));
+        hf_grad(m, g, h, mine);
+        memcpy(want, t->data, (size_t)count * sizeof(float));
+        double tmax = 0, dmax = 0;
+        for (int64_t i = 0; i < count; i++) {
+            tmax = fmax(tmax, fabs(want[i]));
+            double d = fabs((double)mine[i] - want[i]);
+            if (!(d <= dmax))
+                dmax = d;
+        }
+        double tol = rel * tmax + rel * 1e-2 * gmax_all;
+        CHECK(dmax <= tol, "%s: gradient of %s differs by %.3g (tensor max %.3g, tol %.3g)", name, ht->name, dmax, tmax, tol);
+        if (tol > 0 && dmax / tol > worst)
+            worst = dmax / tol;
+        compared++;
+        free(mine);
+        free(want);
+    }
+    printf("  %-14s %zu parameter gradients vs autograd: worst error = %.2f of tolerance\n", name, compared, worst);
+    hyla_st_close(&ref);
+}
+
+static const char *const policies[] = {"full", "minimal", "minimal_with_context", "save_qkv_proj", "save_out_proj",
+                                       "save_dot_except_mlp", "save_dot_except_mlpwi",
+                                       "custom:gdn_core=device,router_logits=device,attention_out=device,ffn_input=device"};
+
+static void check_policies(const hyla_model *m, const char *name, const int32_t *tokens, int64_t T, const float *g_none,
+                           double loss_none, size_t bytes_none)
+{
+    size_t n = m->table.total_floats;
+    for (int unit = 0; unit < 3; unit++) {
+        for (size_t p = 0; p < sizeof policies / sizeof *policies + 1; p++) {
+            const char *pol = p < sizeof policies / sizeof *policies ? policies[p] : "none";
+            if (unit == 0 && !strcmp(pol, "none"))
+                continue;
+            double loss;
+            size_t bytes;
+            float *g = compute_grads(m, tokens, T, pol, (hyla_remat_unit)unit, &loss, &bytes);
+            if (!g)
+                continue;
+            CHECK(loss == loss_none, "%s %s/%s: loss %.9g != none %.9g", name, pol, hyla_remat_unit_name(unit), loss, loss_none);
+            CHECK(!memcmp(g, g_none, n * sizeof(float)), "%s %s/%s: gradients not bit-identical to none", name, pol,
+                  hyla_remat_unit_name(unit));
+            if (unit == 0 || (unit == 1 && !strcmp(pol, "full")))
+                printf("  %-14s %-24s unit %-5s activation arenas %8zu bytes (%.0f%% of none)\n", name,
+                       p < 7 ? pol : "custom", hyla_remat_unit_name(unit), bytes, 100.0 * bytes / bytes_none);
+            free(g);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *cases = argc > 1 ? argv[1] : "build/cases";
+    const char *models[] = {"next_moe_8l", "next_moe_6l", "q35_dense", "q35_moe", "irregular", "all_linear", "all_attention"};
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", cases, models[i]);
+        hyla_model m;
+        if (hyla_model_load(&m, dir)) {
+            CHECK(0, "%s: %s", models[i], hyla_error_message());
+            continue;
+        }
+        int64_t T = 65;
+        int32_t *tokens = run_tokens(dir, T);
+        CHECK(tokens != NULL, "%s: no 65-token run", models[i]);
+        if (tokens) {
+            double loss;
+            size_t bytes;
+            float *g = compute_grads(&m, tokens, T, "none", HYLA_UNIT_LAYER, &loss, &bytes);
+            if (g) {
+                check_vs_reference(&m, dir, models[i], g);
+                if (i < 3 || !strcmp(models[i], "irregular"))
+                    check_policies(&m, models[i], tokens, T, g, loss, bytes);
+                free(g);
+            }
+            free(tokens);
+        }
+        hyla_model_free(&m);
+    }
+    printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
+    return failures ? 1 : 0;
+}
