@@ -83,6 +83,35 @@ expect_error "unknown preset" "unknown preset 'huge'" "$HYLA" init --preset huge
 expect_error "save over a model" "already holds a model" "$HYLA" init --preset tiny-hybrid --out "$T/good"
 expect_error "bad layout value" "--gdn-layout must be grouped or separate" "$HYLA" convert "$T/good" "$T/conv" --gdn-layout diagonal
 
+# --- train: a short run, its JSON log, resume, and bad training inputs ------------------------------
+"$HYLA" train --preset tiny-hybrid --synthetic --steps 4 --batch 2 --seq 16 --warmup 1 --remat minimal \
+    --save "$T/ck" --save-every 2 --log-json "$T/log.jsonl" >"$T/train.out" 2>&1 || { fail "train run"; cat "$T/train.out"; }
+grep -q "memory: parameters" "$T/train.out" || fail "train prints the policy's memory"
+$PY - "$T/log.jsonl" <<'PYEOF' || fail "train --log-json"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["step"] for r in rows] == [1, 2, 3, 4], rows
+for r in rows:
+    for k in ("loss", "ce", "aux", "lr", "grad_norm", "tokens_per_s", "activation_bytes"):
+        assert k in r, k
+print("  ok  train --log-json: 4 steps, loss %.3f -> %.3f" % (rows[0]["loss"], rows[-1]["loss"]))
+PYEOF
+"$HYLA" train --resume "$T/ck" --synthetic --steps 6 --batch 2 --seq 16 --warmup 1 --remat minimal >"$T/resume.out" 2>&1 \
+    && grep -q "step     6/6" "$T/resume.out" || { fail "train --resume"; cat "$T/resume.out"; }
+expect_error "unknown remat policy" "unknown remat policy 'fastest'" "$HYLA" train --preset tiny-hybrid --remat fastest --steps 1
+expect_error "unknown checkpoint name" "unknown checkpoint name 'qkv'" "$HYLA" train --preset tiny-hybrid --remat custom:qkv=device --steps 1
+expect_error "bad remat value" "must be device, remat or offload" "$HYLA" train --preset tiny-hybrid --remat custom:gdn_conv=disk --steps 1
+expect_error "unknown remat unit" "unknown remat unit 'row'" "$HYLA" train --preset tiny-hybrid --remat-unit row --steps 1
+expect_error "two model sources" "exactly one of" "$HYLA" train --preset tiny-hybrid --model "$T/good" --steps 1
+expect_error "resume from nowhere" "$T/nowhere/config.json" "$HYLA" train --resume "$T/nowhere" --steps 1
+expect_error "bad lr" "need lr > 0" "$HYLA" train --preset tiny-hybrid --lr -1 --steps 1
+printf 'HYLATOK1\x00\x02\x00\x00\x00\x00\x00\x00\x05\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00' > "$T/short.tok"
+expect_error "lying token file" "short.tok: header says 5 tokens" "$HYLA" train --preset tiny-hybrid --data "$T/short.tok" --steps 1
+cp -r "$T/ck" "$T/ck_bad"; echo '{"format": "hyla-train-state-1", "step": "x"}' > "$T/ck_bad/trainer_state.json"
+expect_error "corrupt checkpoint" "trainer_state.json: field 'step'" "$HYLA" train --resume "$T/ck_bad" --synthetic --steps 8
+cp -r "$T/ck" "$T/ck_bad2"; $PY tests/corrupt_safetensors.py "$T/ck/optimizer/model.safetensors" "$T/ck_bad2/optimizer/model.safetensors" truncate
+expect_error "truncated optimizer state" "optimizer/model.safetensors" "$HYLA" train --resume "$T/ck_bad2" --synthetic --steps 8
+
 # --- inspect on the shipped real configs (no weights) --------------------------------------------
 out=$("$HYLA" inspect configs/qwen3-next-80b-a3b.json) || fail "inspect 80B config"
 echo "$out" | grep -q "schedule: 48 layers (36 linear, 12 full; 48 MoE, 0 dense) in 12 blocks" || fail "80B schedule line"

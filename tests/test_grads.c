@@ -5,7 +5,9 @@
  *  2. Every remat policy x remat unit gives loss and gradients BIT-IDENTICAL to `none`
  *     (recomputation re-runs the same kernels on the same inputs).
  *  3. No allocation inside a step: malloc/calloc/realloc are interposed and counted while
- *     steps run (after a first warm-up step lets the GEMM library and OpenMP set up their pools).
+ *     a step runs (after a warm-up step). Calls made from inside the GEMM library are excluded:
+ *     oneDNN's sgemm packs its operands into buffers it allocates itself for some shapes; every
+ *     other allocation, hyla's own and OpenMP's, counts.
  *
  * Gradient tolerance (derived like the logits bound in test_reference.c): the backward doubles
  * the chain of fp32 rounding stages (S = 2 * (16 per layer + 8)), each of relative error
@@ -22,6 +24,7 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "model/model.h"
+#include "core/gemm.h"
 #include "train/executor.h"
 
 static int failures = 0;
@@ -47,19 +50,19 @@ static volatile int counting;
 static volatile long n_allocs;
 void *malloc(size_t n)
 {
-    if (counting)
+    if (counting && !hyla_in_gemm_library)
         __atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED);
     return __libc_malloc(n);
 }
 void *calloc(size_t a, size_t b)
 {
-    if (counting)
+    if (counting && !hyla_in_gemm_library)
         __atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED);
     return __libc_calloc(a, b);
 }
 void *realloc(void *p, size_t n)
 {
-    if (counting)
+    if (counting && !hyla_in_gemm_library)
         __atomic_add_fetch(&n_allocs, 1, __ATOMIC_RELAXED);
     return __libc_realloc(p, n);
 }
@@ -234,8 +237,7 @@ int main(int argc, char **argv)
             float *g = compute_grads(&m, tokens, T, "none", HYLA_UNIT_LAYER, &loss, &bytes);
             if (g) {
                 check_vs_reference(&m, dir, models[i], g);
-                if (i < 3 || !strcmp(models[i], "irregular"))
-                    check_policies(&m, models[i], tokens, T, g, loss, bytes);
+                check_policies(&m, models[i], tokens, T, g, loss, bytes);
                 free(g);
             }
             free(tokens);

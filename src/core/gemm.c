@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "core/profile.h"
 
+_Thread_local int hyla_in_gemm_library;
+
 void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                int64_t ldc)
@@ -19,6 +21,7 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
         return;
     int profiled = hyla_prof.enabled && !omp_in_parallel(); /* counters are not thread-safe */
     double t0 = profiled ? hyla_now() : 0.0;
+    hyla_in_gemm_library++;
 #if defined(HYLA_GEMM_OPENBLAS)
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
@@ -28,6 +31,7 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
                                   lda, B, ldb, beta, C, ldc);
     HYLA_ASSERT(st == dnnl_success);
 #endif
+    hyla_in_gemm_library--;
     if (profiled) {
         hyla_prof.gemm_seconds += hyla_now() - t0;
         hyla_prof.gemm_flops += 2.0 * (double)M * (double)N * (double)K;

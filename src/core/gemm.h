@@ -21,4 +21,8 @@ void hyla_linear(float *y, const float *x, const float *W, int64_t n_rows, int64
 
 const char *hyla_gemm_backend_name(void);
 
+/* Non-zero while the calling thread is inside the GEMM library. The library may allocate its
+ * own packing buffers; tests that assert "no allocation inside a step" exclude those. */
+extern _Thread_local int hyla_in_gemm_library;
+
 #endif

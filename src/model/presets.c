@@ -7,12 +7,12 @@ typedef struct {
     const char *json;
 } preset;
 
-/* tiny-hybrid: ~1.6M parameters; one 3+1 block plus a 2-layer remainder, MoE everywhere.
+/* tiny-hybrid: ~5.7M parameters; two 3+1 blocks plus a 2-layer remainder, MoE everywhere.
  * bench-100m: ~104M parameters (2 blocks of 3+1, 8 experts top-2), the forward benchmark model.
  * bench-387m: the inference benchmark model of the decode/prefill issue (~387M, ~120M active). */
 static const preset presets[] = {
     {"tiny-hybrid",
-     "{\"model_type\":\"qwen3_next\",\"vocab_size\":512,\"hidden_size\":128,\"num_hidden_layers\":6,"
+     "{\"model_type\":\"qwen3_next\",\"vocab_size\":512,\"hidden_size\":128,\"num_hidden_layers\":10,"
      "\"full_attention_interval\":4,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,"
      "\"partial_rotary_factor\":0.25,\"rope_theta\":10000.0,\"linear_num_key_heads\":2,\"linear_num_value_heads\":4,"
      "\"linear_key_head_dim\":32,\"linear_value_head_dim\":32,\"linear_conv_kernel_dim\":4,\"num_experts\":8,"

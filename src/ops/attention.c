@@ -260,31 +260,34 @@ void hyla_attention_fwd(float *out /*[T,Hq,hd]*/, float *lse /*[T,Hq] or NULL*/,
  *      D = rowsum(dout * out) (computed once up front), and accumulates dv += P^T dout and
  *      dk += dS^T q.
  *   B. task (kv head g, block of ATB_BQ query rows) owns d_q of those rows. It walks their
- *      visible keys in blocks of ATB_BK, recomputes the tile the same way and accumulates
- *      dq += dS k.
+ *      visible keys in blocks of ATB_BK, recomputes the tile (transposed: [key, row]) the same
+ *      way and accumulates dq += dS k.
  * Recomputing the tile in B costs 7 tile products instead of 5, but needs neither atomics nor
  * T^2 scratch: every output element is written by exactly one task, and a task's arithmetic does
  * not depend on which thread runs it, so results are bitwise thread-count invariant.
  * Rows are (position t, query head h = g r + hh) packed as row = t r + hh like the forward, so
  * the r query heads sharing a kv head share tiles and their d_k/d_v contributions are summed
  * inside the task (in row order).
- * All five products are one micro-kernel, atb_mk_4x16 (4 output rows x 16 columns, rank-1
- * updates over the contraction index), run on operands copied into per-thread scratch with
- * hd padded to hdp (a multiple of 16) with zeros, so there are no tails. */
+ * All products are one micro-kernel, atb_mk_4x16 (4 output rows x 16 columns, rank-1 updates
+ * over the contraction index; GCC keeps the 4 x 16 accumulators in vector registers). Its
+ * column operand is always a contiguous copy in per-thread scratch: the task's fixed operand
+ * transposed once (A: keys and values [hd, key]; B: queries and dout [hd, row]) and the varying
+ * one copied row-major per tile; hd is zero-padded to hdp (a multiple of 16), so no tails. */
 #include <omp.h>
 
-#define ATB_BQ 32 /* query rows per tile */
+#define ATB_BQ 64 /* query rows per tile */
 #define ATB_BK 64 /* keys per tile */
 #define ATB_NC 16 /* columns per micro-kernel call */
+#define ATB_BX (ATB_BQ > ATB_BK ? ATB_BQ : ATB_BK)
 
 static int64_t atb_hdp(int64_t hd) { return (hd + ATB_NC - 1) / ATB_NC * ATB_NC; }
 
-/* One thread's scratch: kT, vT [hdp, BK]; K rows / dK [BK, hdp]; dV [BK, hdp]; Q, dout, dQ
- * [BQ, hdp]; P, dS [BQ, BK]; lse, D [BQ]. Rounded up to 64 bytes. */
+/* One thread's scratch (see atb_scratch), rounded up to 64 bytes. */
 static size_t atb_thread_floats(int64_t hd)
 {
     size_t hdp = (size_t)atb_hdp(hd);
-    size_t f = 4 * ATB_BK * hdp + 3 * ATB_BQ * hdp + 2 * ATB_BQ * ATB_BK + 2 * ATB_BQ;
+    size_t f = 2 * ATB_BX * hdp + 2 * ATB_BK * hdp + 3 * ATB_BQ * hdp + 2 * ATB_BQ * ATB_BK +
+               2 * ATB_BQ;
     return (f + 15) / 16 * 16;
 }
 
@@ -324,11 +327,11 @@ typedef struct {
 
 /* One thread's scratch, carved from atb_thread_floats(hd) floats. */
 typedef struct {
-    float *kT, *vT;  /* [hdp, BK] keys / values of the current key block, transposed */
-    float *Kb, *dV;  /* [BK, hdp] pass A: dK, dV accumulators; pass B: Kb = key rows */
-    float *Qb, *dOb; /* [BQ, hdp] query / dout rows of the current tile */
-    float *dQ;       /* [BQ, hdp] pass B accumulator */
-    float *P, *dS;   /* [BQ, BK] */
+    float *xT, *yT;     /* [hdp, BX] A: keys, values transposed; B: queries, dout transposed */
+    float *dK, *dV;     /* [BK, hdp] A: accumulators; B: key and value rows of the block */
+    float *Qb, *dOb;    /* [BQ, hdp] A: query / dout rows of the tile */
+    float *dQ;          /* [BQ, hdp] B: accumulator */
+    float *P, *dS;      /* A: [BQ, BK]; B: [BK, BQ] */
     float *lse_b, *D_b; /* [BQ] */
     int64_t t_b[ATB_BQ]; /* position of each tile row, -1 past the last row */
 } atb_scratch;
@@ -336,9 +339,9 @@ typedef struct {
 static atb_scratch atb_carve(float *w, int64_t hdp)
 {
     atb_scratch s;
-    s.kT = w, w += ATB_BK * hdp;
-    s.vT = w, w += ATB_BK * hdp;
-    s.Kb = w, w += ATB_BK * hdp;
+    s.xT = w, w += ATB_BX * hdp;
+    s.yT = w, w += ATB_BX * hdp;
+    s.dK = w, w += ATB_BK * hdp;
     s.dV = w, w += ATB_BK * hdp;
     s.Qb = w, w += ATB_BQ * hdp;
     s.dOb = w, w += ATB_BQ * hdp;
@@ -350,71 +353,118 @@ static atb_scratch atb_carve(float *w, int64_t hdp)
     return s;
 }
 
-/* Tile rows row0 .. row0+nq-1 of kv head g: q and dout rows into Qb, dOb (zero padded), with
- * their lse, D and position. */
-static void atb_gather_rows(atb_scratch *s, const atb_args *a, int64_t g, int64_t row0, int nq)
+/* dst [hdp] = src [hd], zero padded. */
+static inline void atb_copy_row(float *dst, const float *src, const atb_args *a)
 {
-    size_t hdb = (size_t)a->hd * sizeof(float);
-    memset(s->Qb, 0, (size_t)(ATB_BQ * a->hdp) * sizeof(float));
-    memset(s->dOb, 0, (size_t)(ATB_BQ * a->hdp) * sizeof(float));
+    memcpy(dst, src, (size_t)a->hd * sizeof(float));
+    for (int64_t d = a->hd; d < a->hdp; d++)
+        dst[d] = 0.0f;
+}
+
+/* Tile rows row0 .. row0+nq-1 of kv head g: positions, lse and D of each; and, if Qb is not
+ * NULL, the q and dout rows into Qb, dOb [BQ, hdp] (zero padded). */
+static void atb_gather_rows(atb_scratch *s, const atb_args *a, int64_t g, int64_t row0, int nq,
+                            float *Qb, float *dOb)
+{
+    if (Qb && nq < ATB_BQ) { /* rows past nq */
+        memset(Qb + nq * a->hdp, 0, (size_t)((ATB_BQ - nq) * a->hdp) * sizeof(float));
+        memset(dOb + nq * a->hdp, 0, (size_t)((ATB_BQ - nq) * a->hdp) * sizeof(float));
+    }
     for (int i = 0; i < ATB_BQ; i++) {
         s->t_b[i] = -1, s->lse_b[i] = 0.0f, s->D_b[i] = 0.0f;
         if (i >= nq)
             continue;
         int64_t row = row0 + i, t = row / a->r, h = g * a->r + row % a->r;
-        memcpy(s->Qb + i * a->hdp, a->q + (t * a->Hq + h) * a->hd, hdb);
-        memcpy(s->dOb + i * a->hdp, a->dout + (t * a->Hq + h) * a->hd, hdb);
+        if (Qb) {
+            atb_copy_row(Qb + i * a->hdp, a->q + (t * a->Hq + h) * a->hd, a);
+            atb_copy_row(dOb + i * a->hdp, a->dout + (t * a->Hq + h) * a->hd, a);
+        }
         s->t_b[i] = t;
         s->lse_b[i] = a->lse[t * a->Hq + h];
         s->D_b[i] = a->D[t * a->Hq + h];
     }
 }
 
-/* Keys j0 .. j0+nk-1 of kv head g of x [T, Hkv, hd] into xT [hdp, BK], zero padded. */
-static void atb_transpose_keys(float *xT, const float *x, const atb_args *a, int64_t g, int64_t j0,
-                               int nk)
+/* n rows of x (row i at x + i ld, hd floats each) into xT [hdp, ldt] columns 0..n-1, zero padded
+ * to ldt columns and hdp rows. */
+static void atb_transpose(float *xT, int64_t ldt, const float *x, int64_t ld, int n, const atb_args *a)
 {
-    memset(xT, 0, (size_t)(a->hdp * ATB_BK) * sizeof(float));
-    for (int j = 0; j < nk; j++) {
-        const float *row = x + ((j0 + j) * a->Hkv + g) * a->hd;
+    memset(xT, 0, (size_t)(a->hdp * ldt) * sizeof(float));
+    for (int i = 0; i < n; i++)
         for (int64_t d = 0; d < a->hd; d++)
-            xT[d * ATB_BK + j] = row[d];
+            xT[d * ldt + i] = x[i * ld + d];
+}
+
+/* Row i sees keys j0 + j for j < lim[i] of a block of nk keys. */
+static void atb_limits(int *lim /*[BQ]*/, const int64_t *t_b, int64_t j0, int nk)
+{
+    for (int i = 0; i < ATB_BQ; i++) {
+        int64_t li = t_b[i] + 1 - j0;
+        lim[i] = (int)(li < 0 ? 0 : li < nk ? li : nk);
     }
 }
 
-/* The tile of the rows in s (Qb, dOb, ...) and keys j0 .. j0+nk-1 (kT, vT):
- * P = exp(scale q.k - lse), dS = scale P (dout.v - D); 0 where the key is masked (j0 + j > t),
- * past nk, or the row is past nq. */
-static void atb_tile(atb_scratch *s, const atb_args *a, int nq, int64_t j0, int nk)
+/* P = exp(scale q.k - lse) for a visible key, exactly 0 (att_exp(-inf)) for a masked one. */
+static inline float atb_p(float qk, float scale, float lse, int visible)
+{
+    return att_exp(visible ? qk * scale - lse : -INFINITY);
+}
+
+/* Pass A tile [BQ rows, BK keys] from Qb, dOb and xT = keys^T, yT = values^T:
+ * P = exp(scale q.k - lse), dS = scale P (dout.v - D); 0 where masked or past nq / nk. */
+static void atb_tile_rows(atb_scratch *s, const atb_args *a, int nq, int64_t j0, int nk)
 {
     int lim[ATB_BQ];
-    for (int i = 0; i < ATB_BQ; i++) {
-        int64_t li = s->t_b[i] + 1 - j0;
-        lim[i] = (int)(li < 0 ? 0 : li < nk ? li : nk);
-    }
+    atb_limits(lim, s->t_b, j0, nk);
     memset(s->P, 0, sizeof(float) * ATB_BQ * ATB_BK);
     memset(s->dS, 0, sizeof(float) * ATB_BQ * ATB_BK);
     for (int i = 0; i < nq; i += 4) {
-        int lmax = 0; /* rows i..i+3 have non-decreasing t: the last valid one sees the most */
-        for (int rr = 0; rr < 4 && i + rr < nq; rr++)
-            lmax = lim[i + rr] > lmax ? lim[i + rr] : lmax;
+        int lmax = lim[i + 3 < nq ? i + 3 : nq - 1]; /* t grows with the row */
         for (int j = 0; j < lmax; j += ATB_NC) {
-            atb_mk_4x16(s->P + i * ATB_BK + j, ATB_BK, s->Qb + i * a->hdp, a->hdp, 1, s->kT + j,
+            atb_mk_4x16(s->P + i * ATB_BK + j, ATB_BK, s->Qb + i * a->hdp, a->hdp, 1, s->xT + j,
                         ATB_BK, a->hd);
-            atb_mk_4x16(s->dS + i * ATB_BK + j, ATB_BK, s->dOb + i * a->hdp, a->hdp, 1, s->vT + j,
+            atb_mk_4x16(s->dS + i * ATB_BK + j, ATB_BK, s->dOb + i * a->hdp, a->hdp, 1, s->yT + j,
                         ATB_BK, a->hd);
         }
     }
-    float scale = a->scale;
     for (int i = 0; i < nq; i++) {
-        float *p = s->P + i * ATB_BK, *ds = s->dS + i * ATB_BK;
-        float l = s->lse_b[i], D = s->D_b[i];
+        float *p = s->P + i * ATB_BK, *ds = s->dS + i * ATB_BK, l = s->lse_b[i], D = s->D_b[i];
         int li = lim[i];
 #pragma omp simd
         for (int j = 0; j < ATB_BK; j++) {
-            float pj = j < li ? att_exp(p[j] * scale - l) : 0.0f;
+            float pj = atb_p(p[j], a->scale, l, j < li);
             p[j] = pj;
-            ds[j] = (pj * (ds[j] - D)) * scale;
+            ds[j] = (pj * (ds[j] - D)) * a->scale;
+        }
+    }
+}
+
+/* Pass B tile, transposed [BK keys, BQ rows], from the key and value rows in dK, dV (as
+ * [BK, hdp], zero padded) and xT = queries^T, yT = dout^T [hdp, BQ]. */
+static void atb_tile_keys(atb_scratch *s, const atb_args *a, int nq, int64_t j0, int nk)
+{
+    int lim[ATB_BQ];
+    atb_limits(lim, s->t_b, j0, nk);
+    memset(s->P, 0, sizeof(float) * ATB_BQ * ATB_BK);
+    memset(s->dS, 0, sizeof(float) * ATB_BQ * ATB_BK);
+    for (int j = 0; j < nk; j += 4) {
+        int i = 0; /* skip row groups that see none of keys j .. j+3 (t grows with the row) */
+        while (i < nq && lim[i + ATB_NC - 1 < nq ? i + ATB_NC - 1 : nq - 1] <= j)
+            i += ATB_NC;
+        for (; i < nq; i += ATB_NC) {
+            atb_mk_4x16(s->P + j * ATB_BQ + i, ATB_BQ, s->dK + j * a->hdp, a->hdp, 1, s->xT + i,
+                        ATB_BQ, a->hd);
+            atb_mk_4x16(s->dS + j * ATB_BQ + i, ATB_BQ, s->dV + j * a->hdp, a->hdp, 1, s->yT + i,
+                        ATB_BQ, a->hd);
+        }
+    }
+    for (int j = 0; j < nk; j++) {
+        float *p = s->P + j * ATB_BQ, *ds = s->dS + j * ATB_BQ;
+#pragma omp simd
+        for (int i = 0; i < ATB_BQ; i++) {
+            float pi = atb_p(p[i], a->scale, s->lse_b[i], j < lim[i]);
+            p[i] = pi;
+            ds[i] = (pi * (ds[i] - s->D_b[i])) * a->scale;
         }
     }
 }
@@ -422,50 +472,55 @@ static void atb_tile(atb_scratch *s, const atb_args *a, int nq, int64_t j0, int 
 /* Pass A: d_k, d_v of keys kb*BK .. of kv head g. */
 static void atb_task_kv(float *d_k, float *d_v, const atb_args *a, int64_t g, int64_t kb, atb_scratch *s)
 {
-    int64_t j0 = kb * ATB_BK, hdp = a->hdp, nrows = a->T * a->r;
+    int64_t j0 = kb * ATB_BK, hdp = a->hdp, nrows = a->T * a->r, ld = a->Hkv * a->hd;
     int nk = (int)(a->T - j0 < ATB_BK ? a->T - j0 : ATB_BK);
-    atb_transpose_keys(s->kT, a->k, a, g, j0, nk);
-    atb_transpose_keys(s->vT, a->v, a, g, j0, nk);
-    float *dK = s->Kb, *dV = s->dV;
-    memset(dK, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
-    memset(dV, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
+    atb_transpose(s->xT, ATB_BK, a->k + j0 * ld + g * a->hd, ld, nk, a);
+    atb_transpose(s->yT, ATB_BK, a->v + j0 * ld + g * a->hd, ld, nk, a);
+    memset(s->dK, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
+    memset(s->dV, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
     for (int64_t row0 = j0 * a->r; row0 < nrows; row0 += ATB_BQ) {
         int nq = (int)(nrows - row0 < ATB_BQ ? nrows - row0 : ATB_BQ);
-        atb_gather_rows(s, a, g, row0, nq);
-        atb_tile(s, a, nq, j0, nk);
+        atb_gather_rows(s, a, g, row0, nq, s->Qb, s->dOb);
+        atb_tile_rows(s, a, nq, j0, nk);
         for (int j = 0; j < nk; j += 4) /* dV[j] += sum_i P[i][j] dout_i ; dK likewise with dS, q */
             for (int64_t c = 0; c < hdp; c += ATB_NC) {
-                atb_mk_4x16(dV + j * hdp + c, hdp, s->P + j, 1, ATB_BK, s->dOb + c, hdp, nq);
-                atb_mk_4x16(dK + j * hdp + c, hdp, s->dS + j, 1, ATB_BK, s->Qb + c, hdp, nq);
+                atb_mk_4x16(s->dV + j * hdp + c, hdp, s->P + j, 1, ATB_BK, s->dOb + c, hdp, nq);
+                atb_mk_4x16(s->dK + j * hdp + c, hdp, s->dS + j, 1, ATB_BK, s->Qb + c, hdp, nq);
             }
     }
     size_t hdb = (size_t)a->hd * sizeof(float);
     for (int j = 0; j < nk; j++) {
-        memcpy(d_k + ((j0 + j) * a->Hkv + g) * a->hd, dK + j * hdp, hdb);
-        memcpy(d_v + ((j0 + j) * a->Hkv + g) * a->hd, dV + j * hdp, hdb);
+        memcpy(d_k + (j0 + j) * ld + g * a->hd, s->dK + j * hdp, hdb);
+        memcpy(d_v + (j0 + j) * ld + g * a->hd, s->dV + j * hdp, hdb);
     }
 }
 
 /* Pass B: d_q of rows row0 .. row0+nq-1 of kv head g. */
 static void atb_task_q(float *d_q, const atb_args *a, int64_t g, int64_t row0, int nq, atb_scratch *s)
 {
-    int64_t hdp = a->hdp;
-    atb_gather_rows(s, a, g, row0, nq);
+    int64_t hdp = a->hdp, ld = a->Hkv * a->hd;
+    /* queries and dout of the task, transposed once: rows are not evenly spaced in memory, so
+     * gather them into Qb / dOb first */
+    atb_gather_rows(s, a, g, row0, nq, s->Qb, s->dOb);
+    atb_transpose(s->xT, ATB_BQ, s->Qb, hdp, nq, a);
+    atb_transpose(s->yT, ATB_BQ, s->dOb, hdp, nq, a);
     memset(s->dQ, 0, (size_t)(ATB_BQ * hdp) * sizeof(float));
     int64_t kend = s->t_b[nq - 1] + 1; /* keys visible to the last row */
     for (int64_t j0 = 0; j0 < kend; j0 += ATB_BK) {
         int nk = (int)(kend - j0 < ATB_BK ? kend - j0 : ATB_BK);
-        atb_transpose_keys(s->kT, a->k, a, g, j0, nk);
-        atb_transpose_keys(s->vT, a->v, a, g, j0, nk);
-        memset(s->Kb, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
-        for (int j = 0; j < nk; j++)
-            memcpy(s->Kb + j * hdp, a->k + ((j0 + j) * a->Hkv + g) * a->hd,
-                   (size_t)a->hd * sizeof(float));
-        atb_tile(s, a, nq, j0, nk);
+        float *Kb = s->dK, *Vb = s->dV; /* key and value rows of the block, zero padded */
+        if (nk < ATB_BK) {
+            memset(Kb + nk * hdp, 0, (size_t)((ATB_BK - nk) * hdp) * sizeof(float));
+            memset(Vb + nk * hdp, 0, (size_t)((ATB_BK - nk) * hdp) * sizeof(float));
+        }
+        for (int j = 0; j < nk; j++) {
+            atb_copy_row(Kb + j * hdp, a->k + (j0 + j) * ld + g * a->hd, a);
+            atb_copy_row(Vb + j * hdp, a->v + (j0 + j) * ld + g * a->hd, a);
+        }
+        atb_tile_keys(s, a, nq, j0, nk);
         for (int i = 0; i < nq; i += 4) /* dQ[i] += sum_j dS[i][j] k_j */
             for (int64_t c = 0; c < hdp; c += ATB_NC)
-                atb_mk_4x16(s->dQ + i * hdp + c, hdp, s->dS + i * ATB_BK, ATB_BK, 1, s->Kb + c,
-                            hdp, nk);
+                atb_mk_4x16(s->dQ + i * hdp + c, hdp, s->dS + i, 1, ATB_BQ, Kb + c, hdp, nk);
     }
     for (int i = 0; i < nq; i++) {
         int64_t row = row0 + i, t = row / a->r, h = g * a->r + row % a->r;

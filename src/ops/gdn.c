@@ -64,3 +64,115 @@ void hyla_gdn_gates_fwd(float *g /*[n,Hv]*/, float *beta /*[n,Hv]*/, const float
         }
     }
 }
+
+/* ---- backward ------------------------------------------------------------------------------- */
+
+/* sigma(u) and 1 - sigma(u), the latter without cancellation: e sigma for u >= 0 (e = e^-u <= 1),
+ * 1 - sigma for u < 0 (sigma < 1/2; e may be inf there, sigma is then 0). */
+static void sigmoid_pair(float u, float *s, float *om)
+{
+    float e = expf(-u);
+    *s = 1.0f / (1.0f + e);
+    *om = u >= 0.0f ? e * *s : 1.0f - *s;
+}
+
+/* silu'(u) = sigma(u) (1 + u (1 - sigma(u))) */
+static float silu_grad(float u)
+{
+    float s, om;
+    sigmoid_pair(u, &s, &om);
+    return s * (1.0f + u * om);
+}
+
+#define CONV_CB 64 /* channels per parallel block of the conv backward */
+
+/* Per block of CONV_CB channels, one thread: (1) dpre = dy silu'(pre) into dx, pre recomputed as
+ * in the forward (taps in order, zero history); (2) dw[c,j] += sum_t dpre[t,c] x[t-K+1+j,c],
+ * summed over t in order in double; (3) dx[s,c] = sum_j dpre[s+K-1-j,c] w[c,j] in place, rows
+ * ascending (row s reads dpre rows s..s+K-1, none overwritten yet). Every sum has one fixed
+ * order, so results do not depend on the thread count. dx must not alias dy or x. */
+void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float *dy /*[T,C]*/,
+                        const float *x /*[T,C]*/, const float *w /*[C,K]*/, int64_t T, int64_t C,
+                        int64_t K)
+{
+    int64_t nblk = (C + CONV_CB - 1) / CONV_CB;
+#pragma omp parallel for schedule(static)
+    for (int64_t bi = 0; bi < nblk; bi++) {
+        int64_t c0 = bi * CONV_CB, c1 = c0 + CONV_CB < C ? c0 + CONV_CB : C;
+        double acc[CONV_CB];
+        float pre[CONV_CB];
+        for (int64_t t = 0; t < T; t++) {
+            for (int64_t c = c0; c < c1; c++)
+                pre[c - c0] = 0.0f;
+            for (int64_t j = 0; j < K; j++) {
+                int64_t s = t - (K - 1) + j;
+                if (s < 0)
+                    continue;
+                for (int64_t c = c0; c < c1; c++)
+                    pre[c - c0] += w[c * K + j] * x[s * C + c];
+            }
+            for (int64_t c = c0; c < c1; c++)
+                dx[t * C + c] = dy[t * C + c] * silu_grad(pre[c - c0]);
+        }
+        for (int64_t j = 0; j < K; j++) {
+            for (int64_t c = c0; c < c1; c++)
+                acc[c - c0] = 0.0;
+            for (int64_t t = K - 1 - j; t < T; t++) { /* input row t-K+1+j >= 0 */
+                const float *xs = x + (t - (K - 1) + j) * C, *dp = dx + t * C;
+                for (int64_t c = c0; c < c1; c++)
+                    acc[c - c0] += (double)dp[c] * xs[c];
+            }
+            for (int64_t c = c0; c < c1; c++)
+                dw[c * K + j] += (float)acc[c - c0];
+        }
+        for (int64_t s = 0; s < T; s++) {
+            for (int64_t c = c0; c < c1; c++) {
+                float sum = 0.0f;
+                for (int64_t j = 0; j < K; j++) {
+                    int64_t t = s + K - 1 - j;
+                    if (t < T)
+                        sum += dx[t * C + c] * w[c * K + j];
+                }
+                pre[c - c0] = sum;
+            }
+            for (int64_t c = c0; c < c1; c++)
+                dx[s * C + c] = pre[c - c0];
+        }
+    }
+}
+
+/* Spec §8.4: dA_log += sum_i dg g; da = dg (-exp(A_log) softplus'(s)), s = a + dt_bias,
+ * softplus' = sigma(s) (1 above the threshold 20, where softplus(s) = s); ddt_bias += sum_i da;
+ * db = dbeta beta (1 - beta). Elementwise part over rows, then the two reductions per head with
+ * rows summed in order (double), so nothing depends on the thread count. */
+void hyla_gdn_gates_bwd(float *da /*[n,Hv]*/, float *db /*[n,Hv]*/, float *dA_log /*[Hv] +=*/,
+                        float *ddt_bias /*[Hv] +=*/, const float *dg /*[n,Hv]*/,
+                        const float *dbeta /*[n,Hv]*/, const float *a /*[n,Hv]*/,
+                        const float *b /*[n,Hv]*/, const float *A_log /*[Hv]*/,
+                        const float *dt_bias /*[Hv]*/, int64_t n, int64_t Hv)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        for (int64_t h = 0; h < Hv; h++) {
+            int64_t ih = i * Hv + h;
+            float s = a[ih] + dt_bias[h], sig, om;
+            sigmoid_pair(s, &sig, &om);
+            da[ih] = dg[ih] * (-expf(A_log[h]) * (s > 20.0f ? 1.0f : sig));
+            sigmoid_pair(b[ih], &sig, &om);
+            db[ih] = dbeta[ih] * (sig * om);
+        }
+    }
+#pragma omp parallel for schedule(static)
+    for (int64_t h = 0; h < Hv; h++) {
+        float eA = expf(A_log[h]);
+        double sA = 0.0, sdt = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t ih = i * Hv + h;
+            float g = -eA * softplus20(a[ih] + dt_bias[h]); /* as in the forward */
+            sA += (double)dg[ih] * g;
+            sdt += da[ih];
+        }
+        dA_log[h] += (float)sA;
+        ddt_bias[h] += (float)sdt;
+    }
+}

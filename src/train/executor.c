@@ -161,8 +161,8 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
 static void drop_transients(hyla_executor *ex, int l)
 {
     hyla_tape *t = &ex->tapes[l];
-    for (int s = 0; s < HYLA_S__COUNT; s++)
-        if (t->p[s] && s != HYLA_S_X && s != HYLA_S_Y && !hyla_executor_keeps(ex, l, (hyla_slot)s))
+    for (int s = 0; s < HYLA_S__COUNT; s++) /* a non-kept X lives in a carry buffer that layer l+1 reuses */
+        if (t->p[s] && s != HYLA_S_Y && !hyla_executor_keeps(ex, l, (hyla_slot)s))
             t->p[s] = NULL;
     if (l + 1 == ex->m->cfg.n_layers)
         return; /* final hidden stays for the loss head */

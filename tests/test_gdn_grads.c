@@ -1,0 +1,935 @@
+/* Backward of the Gated DeltaNet ops (spec §8.4-8.7): conv + silu, gates, chunked delta rule.
+ *
+ *  1. conv + silu and gates backward vs central finite differences of float64 forwards written
+ *     here (parameter gradients accumulate onto non-zero buffers; the softplus threshold, large
+ *     |b| and several channel blocks are covered);
+ *  2. chunked delta-rule backward (zero initial state, zero final-state gradient) vs
+ *     (a) central finite differences of a float64 RECURRENT forward (spec §4.1) for
+ *         T in {1, 5, 63, 64, 65, 130}, Hk = 1, Hv = 2 and Hk = Hv = 2, dk = 4, dv = 6, with the
+ *         float64 recurrent backward also checked against the same differences;
+ *     (b) a float64 recurrent backward (spec §8.6) at T = 200, dk = dv = 32 (and dk = dv = 128);
+ *  3. bit-identical results with 1 and 2 OpenMP threads;
+ *  4. a timing print of the chunked backward at T=512, Hk=4, Hv=8, dk=dv=128 (no assertion).
+ * Every check exits non-zero on failure. Inputs are fp32; every reference is float64 evaluated on
+ * the same fp32 values, so the only differences are the kernel's rounding and the FD error.
+ *
+ * ---- Finite differences ----------------------------------------------------------------------
+ * Central differences with step h = 1e-5 on the float64 forward: truncation h^2 |f'''| / 6 and
+ * rounding ~2^-53 Lmag / h, Lmag = sum of |terms| of the loss (the conv and gate losses are summed
+ * only over the outputs the perturbed input reaches). With |f'''| of the order of the gradient
+ * scale Y (Y_* below for the delta rule, 1 + |reference| for conv and gates), both are <= 1e-9 Y
+ * here; the allowance FD = 2^-50 Lmag / h + 1e-8 Y is added to every fp32 bound, and the float64
+ * recurrent backward is checked against the differences with FD alone (which shows the FD error
+ * really is that small). FD is two or more orders of magnitude below the fp32 bounds.
+ *
+ * ---- fp32 bounds (first order in u = 2^-24; |error of an n-term sum| <= n u sum|terms|) -------
+ * Conv, per channel (pre_t = sum_j w_j x_{t-K+1+j}, Pabs_t = sum_j |w_j x_{t-K+1+j}|):
+ *   pre: K u Pabs;  silu'(p) evaluated in fp32 (expf 1.01 u, sigma 3.01 u, 1 - sigma 7.02 u,
+ *   then p (1 - sigma), 1 + ., sigma .): <= 14 u (1 + |p|);  |silu''| <= 1/2, |silu'| <= 1.1:
+ *     E_t = |dy_t| (K u Pabs_t / 2 + 14 u (1 + |pre_t|)) + 1.1 u |dy_t|        (error of dpre_t)
+ *   dx_s = sum_j dpre_{s+K-1-j} w_j:  sum_j |w_j| E + 1.1 K u sum_j |dy w_j|
+ *   dw_j = dw0 + sum_t dpre_t x_{t-K+1+j} (double sum, then 2 fp32 roundings):
+ *     sum_t |x| E_t + 2 u (|dw0| + 1.1 sum_t |dy x|)
+ * Gates (s = fl(a + dt_bias); sigma(s) relative 3.01 u + u |s|; expf 1.01 u; 2 products):
+ *   da: (7 + |s|) u |da|;  db = dbeta sigma (1 - sigma), 1 - sigma without cancellation: 13 u |db|
+ *   g = -e^A softplus(s) (log1pf(expf) relative (2.01 + |s|) u, above 20 u): (7 + |s|) u |g|
+ *   dA_log = dA0 + sum_i dg g: sum_i (7 + |s_i|) u |dg g| + 2 u (|dA0| + sum_i |dg g|)
+ *   ddt_bias = dd0 + sum_i da:  sum_i (7 + |s_i|) u |da| + 2 u (|dd0| + sum_i |da|)
+ *
+ * Chunked delta rule. Scales (exact, float64; max over heads and tokens): for the states S_t,
+ * sigma = ||S||_F, sigma_r = max row 2-norm ||S[i,:]||, sigma_c = max column 2-norm ||S[:,j]||;
+ * varsigma, varsigma_r, varsigma_c the same for dS_t = dLoss/dS_t (with and without the token's
+ * own output term, so they cover every chunk's incoming dSn); xi = ||delta_t||_2 (= the chunk's
+ * X rows), nu = ||v_t||_2, omega = ||dout_t||_2, omega_i = max |dout|, k_i = max |k|,
+ * q_i = max |q|; ||k|| = 1, ||q|| = 1/sqrt(dk), beta, e^gam, f, Gam <= 1. Per chunk (exact
+ * matrices, max over chunks and heads): kappa = max(||T||_1, ||T||_inf), T = (I + M)^{-1};
+ * m, p, gs = max row or column sum of |M|, |P|, Gam; phi = sum_r f_r; dgam = gam_0 - gam_L-1;
+ * lambda = max e^{gam_L-1}. Cauchy-Schwarz bounds on the backward's quantities (kernel comment),
+ * elements:  |(K dSn)_rj| <= varsigma_c, |dX_rj| <= chi = p omega_i + varsigma_c,
+ *            |dR_rj| <= rho = kappa chi;
+ * rows (2-norms): |(KS)_r| <= sigma, |(QS)_r| <= sigma/sqrt(dk), |X_r| <= xi,
+ *            |(K dSn)_r| <= varsigma, |dR_r| <= rho2 = kappa (p omega + varsigma);
+ * entries:   |dM_rs| <= rho2 xi, |dP_rs| <= omega xi, |A_rs| <= 1, |(S dO_r)_i| <= sigma_r omega,
+ *            |(S dR_r)_i| <= sigma_r rho2, |(dSn X_r)_i| <= varsigma_r xi,
+ * give the magnitude Y of the terms summed into each gradient element (rep = Hv/Hk for the GQA
+ * sum):
+ *   Y_q = rep (sigma_r omega + gs omega xi k_i)
+ *   Y_k = rep (sigma_r rho2 + varsigma_r xi + 2 gs rho2 xi k_i + gs omega xi q_i)
+ *   Y_v = rho,   Y_beta = rho2 (nu + sigma) + gs rho2 xi
+ *   Y_g = C (omega sigma/sqrt(dk) + rho2 sigma + varsigma xi + 2 xi (rho2 m + omega p))
+ *         + phi varsigma xi + varsigma sigma          (dg = suffix sum of <= C dgam terms)
+ * Rounding: an n-term fp32 sum costs n u of its magnitude. The longest chain to a gradient
+ * element passes the chunk-start state (recomputed in pass 1: K S, the solve, K^T X: dk + 2C),
+ * K S (dk), the forward solve (C), K dSn (dk) with dSn itself (the later chunk's dS update: 2C),
+ * P^T dO (C), the transposed solve (C), [dM; dP] (dv), [dA; dB] K and its transpose (2C), the
+ * S^T / dSn^T products (dv), the dot products over dv (dv): 4 dk + 3 dv + 9 C; the expf's add
+ * (dgam + CE) u (argument rounding), the elementwise steps <= 24 u. A triangular solve returns
+ * y with (I + M + E) y = b, |E| <= C u |M|, and M carries K K^T's and Gam's errors; such
+ * perturbations (and errors already in b) reach y amplified by kappa (1 + m), once per solve on
+ * the chain: kappa^2 (1 + m). State errors from earlier chunks (and dS errors from later ones)
+ * are damped by e^{gam_L-1} per chunk: at most n_eff = min(n_chunks, 1/(1 - lambda)) times a
+ * chunk's own. Hence, with the FD allowance where the reference is FD,
+ *   |Y^ - Y| <= eps * Y_*,   eps = u n_eff kappa^2 (1 + m) (4 dk + 3 dv + 9 C + dgam + CE + 24)
+ * (worst case: one sign for every rounding, Cauchy-Schwarz equality; observed errors are far
+ * smaller, the test prints err/bound and the max relative error max|Y^ - Y| / max|Y|). */
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/rng.h"
+#include "ops/ops.h"
+
+#define C HYLA_DELTA_CHUNK
+static const double U = 0x1p-24; /* fp32 unit roundoff */
+static const double CE = 1.01;   /* glibc expf: <= 0.502 ulp */
+static const double FDH = 1e-5;  /* finite-difference step */
+static int failures;
+
+static void *xcalloc(size_t n, size_t size)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+static float *falloc(size_t n) { return xcalloc(n, sizeof(float)); }
+static double *dalloc(size_t n) { return xcalloc(n, sizeof(double)); }
+static double unif(hyla_rng *r, double lo, double hi) { return lo + (hi - lo) * hyla_rng_uniform(r); }
+
+/* fill with NaN: any element a kernel fails to write then fails its check */
+static void fill_nan(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = NAN;
+}
+
+static void check(const char *what, double ratio)
+{
+    if (!(ratio <= 1.0)) {
+        printf("  FAIL %s: err/bound %.3e\n", what, ratio);
+        failures++;
+    }
+}
+
+/* max_i |a_i - b_i| / bound_i (NaN -> inf) and max |a - b| / max |b| */
+typedef struct {
+    double ratio, rel;
+} cmp_res;
+
+static cmp_res compare(const float *a, const double *b, const double *bound, int64_t n)
+{
+    double worst = 0.0, me = 0.0, mb = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e == e))
+            e = INFINITY;
+        me = fmax(me, e);
+        mb = fmax(mb, fabs(b[i]));
+        worst = fmax(worst, e / bound[i]);
+    }
+    cmp_res r = {worst, mb > 0.0 ? me / mb : me};
+    return r;
+}
+
+/* ==== 1. conv + silu ========================================================================== */
+
+static double silu64(double p) { return p / (1.0 + exp(-p)); }
+
+/* loss of channel c: sum_t dy[t,c] silu(pre[t,c]) (zero history); *mag = sum |terms| */
+static double conv_loss(const double *x, const double *w, const double *dy, int64_t T, int64_t Cc,
+                        int64_t K, int64_t c, double *mag)
+{
+    double L = 0.0, Lm = 0.0;
+    for (int64_t t = 0; t < T; t++) {
+        double p = 0.0;
+        for (int64_t j = 0; j < K; j++) {
+            int64_t s = t - (K - 1) + j;
+            if (s >= 0)
+                p += w[c * K + j] * x[s * Cc + c];
+        }
+        double term = dy[t * Cc + c] * silu64(p);
+        L += term, Lm += fabs(term);
+    }
+    if (mag)
+        *mag = Lm;
+    return L;
+}
+
+static void test_conv_case(int64_t T, int64_t Cc, int64_t K, uint64_t seed)
+{
+    hyla_rng r;
+    hyla_rng_seed(&r, seed);
+    int64_t nx = T * Cc, nw = Cc * K;
+    float *x = falloc((size_t)nx), *w = falloc((size_t)nw), *dy = falloc((size_t)nx);
+    float *dx = falloc((size_t)nx), *dw = falloc((size_t)nw), *dw0 = falloc((size_t)nw);
+    double *xd = dalloc((size_t)nx), *wd = dalloc((size_t)nw), *dyd = dalloc((size_t)nx);
+    double *ref_x = dalloc((size_t)nx), *ref_w = dalloc((size_t)nw);
+    double *bx = dalloc((size_t)nx), *bw = dalloc((size_t)nw), *E = dalloc((size_t)nx);
+    for (int64_t i = 0; i < nx; i++) {
+        xd[i] = x[i] = (float)unif(&r, -3, 3);
+        dyd[i] = dy[i] = (float)unif(&r, -1, 1);
+    }
+    for (int64_t i = 0; i < nw; i++) {
+        wd[i] = w[i] = (float)unif(&r, -1, 1);
+        dw0[i] = dw[i] = (float)unif(&r, -1, 1);
+    }
+    fill_nan(dx, (size_t)nx);
+    hyla_conv_silu_bwd(dx, dw, dy, x, w, T, Cc, K);
+
+    double Lmag_max = 0.0;
+    for (int64_t c = 0; c < Cc; c++) {
+        /* FD */
+        for (int64_t s = 0; s < T; s++) {
+            double *p = &xd[s * Cc + c], x0 = *p, lm;
+            *p = x0 + FDH;
+            double lp = conv_loss(xd, wd, dyd, T, Cc, K, c, &lm);
+            *p = x0 - FDH;
+            double ln = conv_loss(xd, wd, dyd, T, Cc, K, c, NULL);
+            *p = x0;
+            ref_x[s * Cc + c] = (lp - ln) / (2 * FDH);
+            Lmag_max = fmax(Lmag_max, lm);
+        }
+        for (int64_t j = 0; j < K; j++) {
+            double *p = &wd[c * K + j], w0 = *p;
+            *p = w0 + FDH;
+            double lp = conv_loss(xd, wd, dyd, T, Cc, K, c, NULL);
+            *p = w0 - FDH;
+            double ln = conv_loss(xd, wd, dyd, T, Cc, K, c, NULL);
+            *p = w0;
+            ref_w[c * K + j] = dw0[c * K + j] + (lp - ln) / (2 * FDH);
+        }
+        /* bounds (derivation at the top) */
+        for (int64_t t = 0; t < T; t++) {
+            double pre = 0.0, pabs = 0.0, ady = fabs(dyd[t * Cc + c]);
+            for (int64_t j = 0; j < K; j++) {
+                int64_t s = t - (K - 1) + j;
+                if (s >= 0) {
+                    pre += wd[c * K + j] * xd[s * Cc + c];
+                    pabs += fabs(wd[c * K + j] * xd[s * Cc + c]);
+                }
+            }
+            E[t * Cc + c] = ady * (K * U * pabs / 2 + 14 * U * (1 + fabs(pre))) + 1.1 * U * ady;
+        }
+        for (int64_t s = 0; s < T; s++) {
+            double b = 0.0;
+            for (int64_t j = 0; j < K; j++) {
+                int64_t t = s + K - 1 - j;
+                if (t < T)
+                    b += fabs(wd[c * K + j]) * E[t * Cc + c] +
+                         1.1 * K * U * fabs(dyd[t * Cc + c] * wd[c * K + j]);
+            }
+            bx[s * Cc + c] = b;
+        }
+        for (int64_t j = 0; j < K; j++) {
+            double b = 0.0, sabs = 0.0;
+            for (int64_t t = K - 1 - j; t < T; t++) {
+                double xs = fabs(xd[(t - (K - 1) + j) * Cc + c]);
+                b += xs * E[t * Cc + c];
+                sabs += 1.1 * fabs(dyd[t * Cc + c]) * xs;
+            }
+            bw[c * K + j] = b + 2 * U * (fabs(dw0[c * K + j]) + sabs);
+        }
+    }
+    double fd_abs = 0x1p-50 * Lmag_max / FDH, fd_rel = 1e-8;
+    for (int64_t i = 0; i < nx; i++)
+        bx[i] += fd_abs + fd_rel * (1 + fabs(ref_x[i]));
+    for (int64_t i = 0; i < nw; i++)
+        bw[i] += fd_abs + fd_rel * (1 + fabs(ref_w[i]));
+    cmp_res rx = compare(dx, ref_x, bx, nx), rw = compare(dw, ref_w, bw, nw);
+    char tag[96];
+    snprintf(tag, sizeof tag, "conv T=%lld C=%lld K=%lld", (long long)T, (long long)Cc,
+             (long long)K);
+    printf("  %-34s err/bound dx %.1e dw %.1e | max rel err dx %.1e dw %.1e\n", tag, rx.ratio,
+           rw.ratio, rx.rel, rw.rel);
+    check(tag, fmax(rx.ratio, rw.ratio));
+    free(x), free(w), free(dy), free(dx), free(dw), free(dw0), free(xd), free(wd), free(dyd);
+    free(ref_x), free(ref_w), free(bx), free(bw), free(E);
+}
+
+/* ==== 1. gates ================================================================================ */
+
+static double softplus64(double s) { return s > 20.0 ? s : log1p(exp(s)); }
+
+static double gate_g(double a, double A_log, double dt) { return -exp(A_log) * softplus64(a + dt); }
+
+static void test_gates(int64_t n, int64_t Hv, uint64_t seed)
+{
+    hyla_rng r;
+    hyla_rng_seed(&r, seed);
+    int64_t N = n * Hv;
+    float *a = falloc((size_t)N), *b = falloc((size_t)N), *dg = falloc((size_t)N);
+    float *dbeta = falloc((size_t)N), *da = falloc((size_t)N), *db = falloc((size_t)N);
+    float *A_log = falloc((size_t)Hv), *dt = falloc((size_t)Hv);
+    float *dA = falloc((size_t)Hv), *dD = falloc((size_t)Hv), *dA0 = falloc((size_t)Hv),
+          *dD0 = falloc((size_t)Hv);
+    double *ref_a = dalloc((size_t)N), *ref_b = dalloc((size_t)N), *ba = dalloc((size_t)N),
+           *bb = dalloc((size_t)N);
+    double *ref_A = dalloc((size_t)Hv), *ref_D = dalloc((size_t)Hv), *bA = dalloc((size_t)Hv),
+           *bD = dalloc((size_t)Hv);
+    for (int64_t h = 0; h < Hv; h++) {
+        A_log[h] = (float)unif(&r, -1, 1.5);
+        dt[h] = (float)unif(&r, -1, 1);
+        dA0[h] = dA[h] = (float)unif(&r, -1, 1);
+        dD0[h] = dD[h] = (float)unif(&r, -1, 1);
+    }
+    for (int64_t i = 0; i < N; i++) {
+        int64_t h = i % Hv;
+        double av = unif(&r, -8, 8);
+        if (i % 7 == 3)
+            av = unif(&r, 20.5, 30) - dt[h]; /* above the softplus threshold */
+        if (fabs((double)(float)av + dt[h] - 20.0) < 0.01)
+            av += 0.1; /* keep FD off the threshold's kink */
+        a[i] = (float)av;
+        b[i] = (float)(i % 5 == 2 ? unif(&r, -40, 40) : unif(&r, -6, 6)); /* incl. saturation */
+        dg[i] = (float)unif(&r, -1, 1);
+        dbeta[i] = (float)unif(&r, -1, 1);
+    }
+    fill_nan(da, (size_t)N), fill_nan(db, (size_t)N);
+    hyla_gdn_gates_bwd(da, db, dA, dD, dg, dbeta, a, b, A_log, dt, n, Hv);
+
+    double maxmag = 0.0;
+    for (int64_t h = 0; h < Hv; h++) {
+        double sA = 0.0, sD = 0.0, absA = 0.0, absD = 0.0, magA = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t ih = i * Hv + h;
+            double s = (double)(float)(a[ih] + dt[h]);
+            /* a: only g[ih] depends on it */
+            double gp = gate_g(a[ih] + FDH, A_log[h], dt[h]), gn = gate_g(a[ih] - FDH, A_log[h], dt[h]);
+            ref_a[ih] = dg[ih] * (gp - gn) / (2 * FDH);
+            double bp = 1 / (1 + exp(-(b[ih] + FDH))), bn = 1 / (1 + exp(-(b[ih] - FDH)));
+            ref_b[ih] = dbeta[ih] * (bp - bn) / (2 * FDH);
+            double g0 = gate_g(a[ih], A_log[h], dt[h]);
+            maxmag = fmax(maxmag, fabs(dg[ih] * g0) + fabs(dbeta[ih]));
+            ba[ih] = (7 + fabs(s)) * U * fabs(ref_a[ih]);
+            bb[ih] = 13 * U * fabs(ref_b[ih]);
+            sA += fabs(dg[ih] * g0) * (7 + fabs(s)) * U, absA += fabs(dg[ih] * g0);
+            sD += fabs(ref_a[ih]) * (7 + fabs(s)) * U, absD += fabs(ref_a[ih]);
+            magA += fabs(dg[ih] * g0);
+        }
+        /* A_log, dt_bias: every row of head h */
+        double lp = 0.0, ln = 0.0, dp = 0.0, dn = 0.0;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t ih = i * Hv + h;
+            lp += dg[ih] * gate_g(a[ih], A_log[h] + FDH, dt[h]);
+            ln += dg[ih] * gate_g(a[ih], A_log[h] - FDH, dt[h]);
+            dp += dg[ih] * gate_g(a[ih], A_log[h], dt[h] + FDH);
+            dn += dg[ih] * gate_g(a[ih], A_log[h], dt[h] - FDH);
+        }
+        ref_A[h] = dA0[h] + (lp - ln) / (2 * FDH);
+        ref_D[h] = dD0[h] + (dp - dn) / (2 * FDH);
+        bA[h] = sA + 2 * U * (fabs(dA0[h]) + absA);
+        bD[h] = sD + 2 * U * (fabs(dD0[h]) + absD);
+        maxmag = fmax(maxmag, magA);
+    }
+    double fd_abs = 0x1p-50 * maxmag / FDH, fd_rel = 1e-8;
+    for (int64_t i = 0; i < N; i++) {
+        ba[i] += fd_abs + fd_rel * (1 + fabs(ref_a[i]));
+        bb[i] += fd_abs + fd_rel * (1 + fabs(ref_b[i]));
+    }
+    for (int64_t h = 0; h < Hv; h++) {
+        bA[h] += fd_abs + fd_rel * (1 + fabs(ref_A[h]));
+        bD[h] += fd_abs + fd_rel * (1 + fabs(ref_D[h]));
+    }
+    cmp_res ra = compare(da, ref_a, ba, N), rb = compare(db, ref_b, bb, N);
+    cmp_res rA = compare(dA, ref_A, bA, Hv), rD = compare(dD, ref_D, bD, Hv);
+    printf("  %-34s err/bound da %.1e db %.1e dA_log %.1e ddt_bias %.1e | max rel err %.1e %.1e "
+           "%.1e %.1e\n",
+           "gates (incl. softplus threshold)", ra.ratio, rb.ratio, rA.ratio, rD.ratio, ra.rel,
+           rb.rel, rA.rel, rD.rel);
+    check("gates", fmax(fmax(ra.ratio, rb.ratio), fmax(rA.ratio, rD.ratio)));
+    free(a), free(b), free(dg), free(dbeta), free(da), free(db), free(A_log), free(dt);
+    free(dA), free(dD), free(dA0), free(dD0), free(ref_a), free(ref_b), free(ba), free(bb);
+    free(ref_A), free(ref_D), free(bA), free(bD);
+}
+
+/* ==== 2. delta rule =========================================================================== */
+
+typedef struct {
+    int64_t T, Hk, Hv, dk, dv;
+    float *q, *k;         /* [T,Hk,dk] l2-normalised; q also scaled by 1/sqrt(dk) */
+    float *v, *dout;      /* [T,Hv,dv] */
+    float *g, *beta;      /* [T,Hv]: g in [-2,0), beta in (0,1) */
+    double *qd, *kd, *vd, *gd, *bd, *od; /* float64 copies (the FD perturbs these) */
+} dr_in;
+
+static void unit_rows(float *x, int64_t rows, int64_t d, double scale, hyla_rng *r)
+{
+    double *t = dalloc((size_t)d);
+    for (int64_t i = 0; i < rows; i++) {
+        double ss = 0.0;
+        for (int64_t j = 0; j < d; j++) {
+            t[j] = hyla_rng_normal(r);
+            ss += t[j] * t[j];
+        }
+        for (int64_t j = 0; j < d; j++)
+            x[i * d + j] = (float)(t[j] / sqrt(ss) * scale);
+    }
+    free(t);
+}
+
+static double *to_f64(const float *x, int64_t n)
+{
+    double *y = dalloc((size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        y[i] = x[i];
+    return y;
+}
+
+static dr_in dr_make(int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, uint64_t seed)
+{
+    dr_in in = {T, Hk, Hv, dk, dv, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    hyla_rng r;
+    hyla_rng_seed(&r, seed);
+    int64_t nqk = T * Hk * dk, nv = T * Hv * dv, ng = T * Hv;
+    in.q = falloc((size_t)nqk), in.k = falloc((size_t)nqk);
+    in.v = falloc((size_t)nv), in.dout = falloc((size_t)nv);
+    in.g = falloc((size_t)ng), in.beta = falloc((size_t)ng);
+    unit_rows(in.q, T * Hk, dk, 1.0 / sqrt((double)dk), &r);
+    unit_rows(in.k, T * Hk, dk, 1.0, &r);
+    for (int64_t i = 0; i < nv; i++) {
+        in.v[i] = (float)unif(&r, -1, 1);
+        in.dout[i] = (float)unif(&r, -1, 1);
+    }
+    for (int64_t i = 0; i < ng; i++) {
+        in.g[i] = (float)(-2.0 * (1.0 - hyla_rng_uniform(&r))); /* [-2, 0) */
+        in.beta[i] = (float)unif(&r, 0.01, 0.99);
+    }
+    in.qd = to_f64(in.q, nqk), in.kd = to_f64(in.k, nqk), in.vd = to_f64(in.v, nv);
+    in.od = to_f64(in.dout, nv), in.gd = to_f64(in.g, ng), in.bd = to_f64(in.beta, ng);
+    return in;
+}
+
+static void dr_free(dr_in *in)
+{
+    free(in->q), free(in->k), free(in->v), free(in->dout), free(in->g), free(in->beta);
+    free(in->qd), free(in->kd), free(in->vd), free(in->od), free(in->gd), free(in->bd);
+}
+
+/* float64 recurrent forward (spec §4.1) from a zero state; returns sum dout . out, *mag the sum
+ * of |dout_t,j out_t,j|. S: [dk,dv] scratch. */
+static double rec_loss(const dr_in *in, double *S, double *mag)
+{
+    int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, rep = Hv / Hk;
+    double L = 0.0, Lm = 0.0, m[512];
+    for (int64_t h = 0; h < Hv; h++) {
+        memset(S, 0, sizeof(double) * (size_t)(dk * dv));
+        for (int64_t t = 0; t < T; t++) {
+            const double *q = in->qd + (t * Hk + h / rep) * dk, *k = in->kd + (t * Hk + h / rep) * dk;
+            const double *v = in->vd + (t * Hv + h) * dv, *dO = in->od + (t * Hv + h) * dv;
+            double a = exp(in->gd[t * Hv + h]), b = in->bd[t * Hv + h];
+            for (int64_t j = 0; j < dv; j++)
+                m[j] = 0.0;
+            for (int64_t i = 0; i < dk; i++)
+                for (int64_t j = 0; j < dv; j++) {
+                    S[i * dv + j] *= a;
+                    m[j] += k[i] * S[i * dv + j];
+                }
+            for (int64_t j = 0; j < dv; j++)
+                m[j] = b * (v[j] - m[j]); /* delta */
+            for (int64_t j = 0; j < dv; j++) {
+                double o = 0.0;
+                for (int64_t i = 0; i < dk; i++) { /* S += k delta^T, o = S^T q: column j */
+                    S[i * dv + j] += k[i] * m[j];
+                    o += q[i] * S[i * dv + j];
+                }
+                L += dO[j] * o, Lm += fabs(dO[j] * o);
+            }
+        }
+    }
+    if (mag)
+        *mag = Lm;
+    return L;
+}
+
+/* float64 recurrent backward (spec §8.6) and the scales of the bound. */
+typedef struct {
+    double *dq, *dk, *dv, *dg, *db;           /* like the kernel's outputs */
+    /* scales of the bound (derivation at the top) */
+    double sig, sig_r, sig_c, vs, vs_r, vs_c, xi, nu, om, om_i, k_i, q_i;
+} rec_grads;
+
+/* max-update of the Frobenius, max row and max column 2-norms of X [dk,dv] */
+static void mat_norms(const double *X, int64_t dk, int64_t dv, double *F, double *r, double *c)
+{
+    double f = 0.0;
+    for (int64_t i = 0; i < dk; i++) {
+        double ri = 0.0;
+        for (int64_t j = 0; j < dv; j++)
+            ri += X[i * dv + j] * X[i * dv + j];
+        f += ri;
+        *r = fmax(*r, sqrt(ri));
+    }
+    for (int64_t j = 0; j < dv; j++) {
+        double cj = 0.0;
+        for (int64_t i = 0; i < dk; i++)
+            cj += X[i * dv + j] * X[i * dv + j];
+        *c = fmax(*c, sqrt(cj));
+    }
+    *F = fmax(*F, sqrt(f));
+}
+
+static double fro(const double *S, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += S[i] * S[i];
+    return sqrt(s);
+}
+
+static rec_grads rec_backward(const dr_in *in)
+{
+    int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, rep = Hv / Hk;
+    int64_t sz = dk * dv;
+    rec_grads gr = {dalloc((size_t)(T * Hk * dk)), dalloc((size_t)(T * Hk * dk)),
+                    dalloc((size_t)(T * Hv * dv)), dalloc((size_t)(T * Hv)), dalloc((size_t)(T * Hv)),
+                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    double *St = dalloc((size_t)((T + 1) * sz)), *dS = dalloc((size_t)sz), *Sp = dalloc((size_t)sz);
+    double *e = dalloc((size_t)dv), *dd = dalloc((size_t)dv), *dm = dalloc((size_t)dv);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hv; h++) {
+            gr.nu = fmax(gr.nu, fro(in->vd + (t * Hv + h) * dv, dv));
+            gr.om = fmax(gr.om, fro(in->od + (t * Hv + h) * dv, dv));
+            for (int64_t j = 0; j < dv; j++)
+                gr.om_i = fmax(gr.om_i, fabs(in->od[(t * Hv + h) * dv + j]));
+        }
+    for (int64_t i = 0; i < T * Hk * dk; i++)
+        gr.k_i = fmax(gr.k_i, fabs(in->kd[i])), gr.q_i = fmax(gr.q_i, fabs(in->qd[i]));
+    for (int64_t h = 0; h < Hv; h++) {
+        int64_t hk = h / rep;
+        /* forward: St[t] = state after t tokens */
+        memset(St, 0, sizeof(double) * (size_t)sz);
+        for (int64_t t = 0; t < T; t++) {
+            const double *k = in->kd + (t * Hk + hk) * dk, *v = in->vd + (t * Hv + h) * dv;
+            double a = exp(in->gd[t * Hv + h]), b = in->bd[t * Hv + h];
+            double *S0 = St + t * sz, *S1 = St + (t + 1) * sz;
+            for (int64_t j = 0; j < dv; j++) {
+                double mj = 0.0;
+                for (int64_t i = 0; i < dk; i++)
+                    mj += k[i] * a * S0[i * dv + j];
+                e[j] = b * (v[j] - mj);
+            }
+            gr.xi = fmax(gr.xi, fro(e, dv));
+            for (int64_t i = 0; i < dk; i++)
+                for (int64_t j = 0; j < dv; j++)
+                    S1[i * dv + j] = a * S0[i * dv + j] + k[i] * e[j];
+            mat_norms(S1, dk, dv, &gr.sig, &gr.sig_r, &gr.sig_c);
+        }
+        /* backward */
+        memset(dS, 0, sizeof(double) * (size_t)sz);
+        for (int64_t t = T - 1; t >= 0; t--) {
+            const double *q = in->qd + (t * Hk + hk) * dk, *k = in->kd + (t * Hk + hk) * dk;
+            const double *v = in->vd + (t * Hv + h) * dv, *dO = in->od + (t * Hv + h) * dv;
+            double a = exp(in->gd[t * Hv + h]), b = in->bd[t * Hv + h];
+            const double *S1 = St + (t + 1) * sz, *S0 = St + t * sz;
+            double *dq = gr.dq + (t * Hk + hk) * dk, *dk_ = gr.dk + (t * Hk + hk) * dk;
+            mat_norms(dS, dk, dv, &gr.vs, &gr.vs_r, &gr.vs_c);
+            for (int64_t i = 0; i < dk; i++)
+                for (int64_t j = 0; j < dv; j++)
+                    dS[i * dv + j] += q[i] * dO[j];
+            mat_norms(dS, dk, dv, &gr.vs, &gr.vs_r, &gr.vs_c);
+            for (int64_t i = 0; i < dk; i++)
+                for (int64_t j = 0; j < dv; j++)
+                    dq[i] += S1[i * dv + j] * dO[j];
+            for (int64_t i = 0; i < sz; i++)
+                Sp[i] = a * S0[i];
+            for (int64_t j = 0; j < dv; j++) {
+                double mj = 0.0, dj = 0.0;
+                for (int64_t i = 0; i < dk; i++) {
+                    mj += Sp[i * dv + j] * k[i];
+                    dj += dS[i * dv + j] * k[i];
+                }
+                e[j] = v[j] - mj;
+                dd[j] = dj;
+            }
+            double dbeta = 0.0;
+            for (int64_t j = 0; j < dv; j++) {
+                dbeta += dd[j] * e[j];
+                gr.dv[(t * Hv + h) * dv + j] = b * dd[j];
+                dm[j] = -b * dd[j];
+            }
+            gr.db[t * Hv + h] = dbeta;
+            for (int64_t i = 0; i < dk; i++) {
+                double s1 = 0.0, s2;
+                for (int64_t j = 0; j < dv; j++)
+                    s1 += dS[i * dv + j] * b * e[j];
+                dk_[i] += s1;
+                for (int64_t j = 0; j < dv; j++)
+                    dS[i * dv + j] += k[i] * dm[j]; /* dS' */
+                s2 = 0.0;
+                for (int64_t j = 0; j < dv; j++)
+                    s2 += Sp[i * dv + j] * dm[j];
+                dk_[i] += s2;
+            }
+            double dgt = 0.0;
+            for (int64_t i = 0; i < sz; i++)
+                dgt += dS[i] * Sp[i];
+            gr.dg[t * Hv + h] = dgt;
+            for (int64_t i = 0; i < sz; i++)
+                dS[i] *= a;
+        }
+    }
+    free(St), free(dS), free(Sp), free(e), free(dd), free(dm);
+    return gr;
+}
+
+static void rec_free(rec_grads *g)
+{
+    free(g->dq), free(g->dk), free(g->dv), free(g->dg), free(g->db);
+}
+
+/* Per-chunk quantities of the bound, max over chunks and heads (exact chunk matrices). */
+typedef struct {
+    double kappa, m, p, gs, phi, dgam, lambda;
+    int64_t nc;
+} chunk_stats;
+
+static void row_col_max(double *out, double (*X)[C], int64_t L)
+{
+    for (int64_t r = 0; r < L; r++) {
+        double rs = 0.0, cs = 0.0;
+        for (int64_t s = 0; s < L; s++)
+            rs += fabs(X[r][s]), cs += fabs(X[s][r]);
+        *out = fmax(*out, fmax(rs, cs));
+    }
+}
+
+static chunk_stats dr_chunk_stats(const dr_in *in)
+{
+    int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, rep = Hv / Hk;
+    static double M[C][C], P[C][C], G[C][C], Tm[C][C];
+    chunk_stats cs = {0, 0, 0, 0, 0, 0, 0, (T + C - 1) / C};
+    double gam[C];
+    for (int64_t h = 0; h < Hv; h++)
+        for (int64_t c0 = 0; c0 < T; c0 += C) {
+            int64_t L = T - c0 < C ? T - c0 : C, hk = h / rep;
+            double acc = 0.0, phi = 0.0;
+            for (int64_t r = 0; r < L; r++)
+                gam[r] = acc += in->gd[(c0 + r) * Hv + h];
+            memset(M, 0, sizeof M), memset(P, 0, sizeof P), memset(G, 0, sizeof G);
+            for (int64_t r = 0; r < L; r++) {
+                const double *kr = in->kd + ((c0 + r) * Hk + hk) * dk;
+                const double *qr = in->qd + ((c0 + r) * Hk + hk) * dk;
+                for (int64_t s = 0; s <= r; s++) {
+                    const double *ks = in->kd + ((c0 + s) * Hk + hk) * dk;
+                    double kk = 0.0, qk = 0.0;
+                    for (int64_t i = 0; i < dk; i++)
+                        kk += kr[i] * ks[i], qk += qr[i] * ks[i];
+                    G[r][s] = exp(gam[r] - gam[s]);
+                    M[r][s] = s < r ? in->bd[(c0 + r) * Hv + h] * kk * G[r][s] : 0.0;
+                    P[r][s] = qk * G[r][s];
+                }
+                phi += exp(gam[L - 1] - gam[r]);
+            }
+            for (int64_t r = 0; r < L; r++) /* T = (I + M)^{-1} */
+                for (int64_t j = 0; j < L; j++) {
+                    double t = (j == r) ? 1.0 : 0.0;
+                    for (int64_t s = j; s < r; s++)
+                        t -= M[r][s] * Tm[s][j];
+                    Tm[r][j] = j <= r ? t : 0.0;
+                }
+            row_col_max(&cs.kappa, Tm, L);
+            row_col_max(&cs.m, M, L);
+            row_col_max(&cs.p, P, L);
+            row_col_max(&cs.gs, G, L);
+            cs.phi = fmax(cs.phi, phi);
+            cs.dgam = fmax(cs.dgam, gam[0] - gam[L - 1]);
+            cs.lambda = fmax(cs.lambda, exp(gam[L - 1]));
+        }
+    return cs;
+}
+
+/* The bound's relative factor eps and the magnitudes Y_* (formulas at the top). */
+typedef struct {
+    double eps, Yq, Yk, Yv, Yb, Yg;
+} dr_bound;
+
+static dr_bound dr_bounds(const dr_in *in, const rec_grads *gr, const chunk_stats *cs)
+{
+    double dk = (double)in->dk, dv = (double)in->dv, sq = sqrt(dk), rep = (double)(in->Hv / in->Hk);
+    double n_eff = cs->lambda < 1.0 ? fmin((double)cs->nc, 1.0 / (1.0 - cs->lambda)) : (double)cs->nc;
+    double sig = gr->sig, vs = gr->vs, xi = gr->xi, nu = gr->nu, om = gr->om, gs = cs->gs;
+    double rho = cs->kappa * (cs->p * gr->om_i + gr->vs_c), rho2 = cs->kappa * (cs->p * om + vs);
+    dr_bound b;
+    b.eps = U * fmax(n_eff, 1.0) * cs->kappa * cs->kappa * (1 + cs->m) *
+            (4 * dk + 3 * dv + 9 * C + cs->dgam + CE + 24);
+    b.Yq = rep * (gr->sig_r * om + gs * om * xi * gr->k_i);
+    b.Yk = rep * (gr->sig_r * rho2 + gr->vs_r * xi + 2 * gs * rho2 * xi * gr->k_i +
+                  gs * om * xi * gr->q_i);
+    b.Yv = rho;
+    b.Yb = rho2 * (nu + sig) + gs * rho2 * xi;
+    b.Yg = C * (om * sig / sq + rho2 * sig + vs * xi + 2 * xi * (rho2 * cs->m + om * cs->p)) +
+           cs->phi * vs * xi + vs * sig;
+    return b;
+}
+
+typedef struct {
+    float *dq, *dk, *dv, *dg, *db;
+} dr_out;
+
+static dr_out dr_kernel(const dr_in *in)
+{
+    int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv;
+    dr_out o = {falloc((size_t)(T * Hk * dk)), falloc((size_t)(T * Hk * dk)),
+                falloc((size_t)(T * Hv * dv)), falloc((size_t)(T * Hv)), falloc((size_t)(T * Hv))};
+    fill_nan(o.dq, (size_t)(T * Hk * dk)), fill_nan(o.dk, (size_t)(T * Hk * dk));
+    fill_nan(o.dv, (size_t)(T * Hv * dv)), fill_nan(o.dg, (size_t)(T * Hv));
+    fill_nan(o.db, (size_t)(T * Hv));
+    size_t nwork = hyla_delta_rule_chunked_bwd_work_floats(T, Hv, dk, dv);
+    float *work = falloc(nwork);
+    fill_nan(work, nwork); /* the kernel must not read scratch it has not written */
+    hyla_delta_rule_chunked_bwd(o.dq, o.dk, o.dv, o.dg, o.db, in->dout, in->q, in->k, in->v, in->g,
+                                in->beta, T, Hk, Hv, dk, dv, work);
+    free(work);
+    return o;
+}
+
+static void dr_out_free(dr_out *o) { free(o->dq), free(o->dk), free(o->dv), free(o->dg), free(o->db); }
+
+static int same_bits(const float *a, const float *b, int64_t n)
+{
+    return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
+}
+
+/* Compare the kernel's five gradients with a float64 reference (the recurrent backward or the
+ * finite differences) against (eps + fd_rel) Y + fd_abs. */
+static void dr_compare(const char *tag, const dr_out *o, const rec_grads *ref, const dr_in *in,
+                       const dr_bound *b, double fd_abs, double fd_rel)
+{
+    int64_t nqk = in->T * in->Hk * in->dk, nv = in->T * in->Hv * in->dv, ng = in->T * in->Hv;
+    int64_t nmax = nqk > nv ? nqk : nv;
+    double *bound = dalloc((size_t)nmax);
+    const float *got[5] = {o->dq, o->dk, o->dv, o->dg, o->db};
+    const double *want[5] = {ref->dq, ref->dk, ref->dv, ref->dg, ref->db};
+    double Y[5] = {b->Yq, b->Yk, b->Yv, b->Yg, b->Yb};
+    int64_t n[5] = {nqk, nqk, nv, ng, ng};
+    cmp_res res[5];
+    double worst = 0.0;
+    for (int f = 0; f < 5; f++) {
+        for (int64_t i = 0; i < n[f]; i++)
+            bound[i] = (b->eps + fd_rel) * Y[f] + fd_abs;
+        res[f] = compare(got[f], want[f], bound, n[f]);
+        worst = fmax(worst, res[f].ratio);
+    }
+    printf("  %-34s err/bound q %.1e k %.1e v %.1e g %.1e beta %.1e | max rel err %.1e %.1e "
+           "%.1e %.1e %.1e\n",
+           tag, res[0].ratio, res[1].ratio, res[2].ratio, res[3].ratio, res[4].ratio, res[0].rel,
+           res[1].rel, res[2].rel, res[3].rel, res[4].rel);
+    check(tag, worst);
+    free(bound);
+}
+
+/* Central differences of rec_loss for every input element into a rec_grads-shaped result;
+ * *lmag: max over evaluations of sum |terms|. */
+static rec_grads dr_fd(dr_in *in, double *lmag)
+{
+    int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv;
+    rec_grads fd = {dalloc((size_t)(T * Hk * dk)), dalloc((size_t)(T * Hk * dk)),
+                    dalloc((size_t)(T * Hv * dv)), dalloc((size_t)(T * Hv)), dalloc((size_t)(T * Hv)),
+                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    double *S = dalloc((size_t)(dk * dv)), m;
+    double *src[5] = {in->qd, in->kd, in->vd, in->gd, in->bd};
+    double *dst[5] = {fd.dq, fd.dk, fd.dv, fd.dg, fd.db};
+    int64_t n[5] = {T * Hk * dk, T * Hk * dk, T * Hv * dv, T * Hv, T * Hv};
+    *lmag = 0.0;
+    for (int f = 0; f < 5; f++)
+        for (int64_t i = 0; i < n[f]; i++) {
+            double x0 = src[f][i];
+            src[f][i] = x0 + FDH;
+            double lp = rec_loss(in, S, &m);
+            *lmag = fmax(*lmag, m);
+            src[f][i] = x0 - FDH;
+            double ln = rec_loss(in, S, &m);
+            src[f][i] = x0;
+            dst[f][i] = (lp - ln) / (2 * FDH);
+        }
+    free(S);
+    return fd;
+}
+
+static void test_dr_fd(int64_t T, int64_t Hk, int64_t Hv, uint64_t seed)
+{
+    int64_t dk = 4, dv = 6;
+    dr_in in = dr_make(T, Hk, Hv, dk, dv, seed);
+    rec_grads rb = rec_backward(&in);
+    chunk_stats cs = dr_chunk_stats(&in);
+    dr_bound b = dr_bounds(&in, &rb, &cs);
+    double lmag;
+    rec_grads fd = dr_fd(&in, &lmag);
+    double fd_abs = 0x1p-50 * lmag / FDH, fd_rel = 1e-8;
+    dr_out o = dr_kernel(&in);
+    char tag[96];
+    /* the float64 reference itself vs FD, against the FD allowance alone */
+    snprintf(tag, sizeof tag, "T=%lld Hk=%lld Hv=%lld: f64 rec vs FD", (long long)T,
+             (long long)Hk, (long long)Hv);
+    const double *r5[5] = {rb.dq, rb.dk, rb.dv, rb.dg, rb.db};
+    const double *f5[5] = {fd.dq, fd.dk, fd.dv, fd.dg, fd.db};
+    double Y[5] = {b.Yq, b.Yk, b.Yv, b.Yg, b.Yb}, worst = 0.0;
+    int64_t n[5] = {T * Hk * dk, T * Hk * dk, T * Hv * dv, T * Hv, T * Hv};
+    for (int f = 0; f < 5; f++)
+        for (int64_t i = 0; i < n[f]; i++) {
+            double e = fabs(r5[f][i] - f5[f][i]);
+            worst = fmax(worst, e == e ? e / (fd_abs + fd_rel * Y[f]) : INFINITY);
+        }
+    printf("  %-34s err/FD-allowance %.1e\n", tag, worst);
+    check(tag, worst);
+    snprintf(tag, sizeof tag, "T=%lld Hk=%lld Hv=%lld: chunked vs FD", (long long)T,
+             (long long)Hk, (long long)Hv);
+    dr_compare(tag, &o, &fd, &in, &b, fd_abs, fd_rel);
+    dr_out_free(&o), rec_free(&rb), rec_free(&fd), dr_free(&in);
+}
+
+static void test_dr_rec(int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, uint64_t seed)
+{
+    dr_in in = dr_make(T, Hk, Hv, dk, dv, seed);
+    rec_grads rb = rec_backward(&in);
+    chunk_stats cs = dr_chunk_stats(&in);
+    dr_bound b = dr_bounds(&in, &rb, &cs);
+    dr_out o = dr_kernel(&in);
+    char tag[96];
+    snprintf(tag, sizeof tag, "T=%lld Hk=%lld Hv=%lld dk=%lld dv=%lld vs f64", (long long)T,
+             (long long)Hk, (long long)Hv, (long long)dk, (long long)dv);
+    dr_compare(tag, &o, &rb, &in, &b, 0.0, 0.0);
+    printf("  %-34s (kappa %.2f, m %.2f, eps %.2e)\n", "", cs.kappa, cs.m, b.eps);
+    dr_out_free(&o), rec_free(&rb), dr_free(&in);
+}
+
+/* ==== 3. thread invariance ==================================================================== */
+
+static void test_threads(void)
+{
+    int nmax = omp_get_max_threads(), ok = 1;
+    /* delta rule: GQA with two q/k heads, and a single head (a team larger than the work) */
+    static const int64_t shapes[2][5] = {{200, 2, 4, 32, 48}, {130, 1, 1, 16, 24}};
+    for (int si = 0; si < 2; si++) {
+        dr_in in = dr_make(shapes[si][0], shapes[si][1], shapes[si][2], shapes[si][3],
+                           shapes[si][4], 500 + (uint64_t)si);
+        dr_out o[2];
+        for (int run = 0; run < 2; run++) {
+            omp_set_num_threads(run == 0 ? 1 : 2);
+            o[run] = dr_kernel(&in);
+        }
+        int64_t nqk = in.T * in.Hk * in.dk, nv = in.T * in.Hv * in.dv, ng = in.T * in.Hv;
+        ok &= same_bits(o[0].dq, o[1].dq, nqk) && same_bits(o[0].dk, o[1].dk, nqk) &&
+              same_bits(o[0].dv, o[1].dv, nv) && same_bits(o[0].dg, o[1].dg, ng) &&
+              same_bits(o[0].db, o[1].db, ng);
+        dr_out_free(&o[0]), dr_out_free(&o[1]), dr_free(&in);
+    }
+    /* conv (several channel blocks) and gates */
+    int64_t T = 100, Cc = 300, K = 4, Hv = 48;
+    hyla_rng r;
+    hyla_rng_seed(&r, 79);
+    float *x = falloc((size_t)(T * Cc)), *w = falloc((size_t)(Cc * K)), *dy = falloc((size_t)(T * Cc));
+    for (int64_t i = 0; i < T * Cc; i++)
+        x[i] = (float)unif(&r, -3, 3), dy[i] = (float)unif(&r, -1, 1);
+    for (int64_t i = 0; i < Cc * K; i++)
+        w[i] = (float)unif(&r, -1, 1);
+    float *dx[2], *dw[2], *da[2], *db[2], *dA[2], *dD[2];
+    int64_t ng = (T * Cc) / Hv * Hv;
+    for (int run = 0; run < 2; run++) {
+        omp_set_num_threads(run == 0 ? 1 : 2);
+        dx[run] = falloc((size_t)(T * Cc)), dw[run] = falloc((size_t)(Cc * K));
+        hyla_conv_silu_bwd(dx[run], dw[run], dy, x, w, T, Cc, K);
+        /* gates on [ng/Hv, Hv] rows: a = x, b = dy * 10, dg = dy, dbeta = x / 3 */
+        da[run] = falloc((size_t)ng), db[run] = falloc((size_t)ng);
+        dA[run] = falloc((size_t)Hv), dD[run] = falloc((size_t)Hv);
+        float *b10 = falloc((size_t)ng);
+        for (int64_t i = 0; i < ng; i++)
+            b10[i] = dy[i] * 10.0f;
+        hyla_gdn_gates_bwd(da[run], db[run], dA[run], dD[run], dy, x, x, b10, w, w + Hv, ng / Hv, Hv);
+        free(b10);
+    }
+    omp_set_num_threads(nmax);
+    ok &= same_bits(dx[0], dx[1], T * Cc) && same_bits(dw[0], dw[1], Cc * K);
+    ok &= same_bits(da[0], da[1], ng) && same_bits(db[0], db[1], ng) &&
+          same_bits(dA[0], dA[1], Hv) && same_bits(dD[0], dD[1], Hv);
+    printf("  %-34s %s\n", "1 vs 2 threads bit-identical", ok ? "yes" : "NO");
+    check("1 vs 2 threads bit-identical (delta rule, conv, gates)", ok ? 0.0 : INFINITY);
+    for (int run = 0; run < 2; run++)
+        free(dx[run]), free(dw[run]), free(da[run]), free(db[run]), free(dA[run]), free(dD[run]);
+    free(x), free(w), free(dy);
+}
+
+/* ==== 4. timing =============================================================================== */
+
+/* GEMM-shaped FLOPs the backward executes per head: pass 1 on every chunk but the last (K K^T,
+ * K S, the solve, the state update), pass 2 on every chunk ([K;Q] K^T, [K;Q] S, the solve,
+ * K dSn, P^T dO, the transposed solve, [dM;dP], D2 S^T, X dSn^T, two [dA;dB] products, dS). */
+static double bwd_flops_per_head(int64_t T, int64_t dk, int64_t dv)
+{
+    double c = C, nc = (double)((T + C - 1) / C);
+    double p1 = c * c * (2.0 * dk + dv) + 4.0 * c * dk * dv;
+    double p2 = c * c * (12.0 * dk + 8.0 * dv) + 16.0 * c * dk * dv;
+    return (nc - 1) * p1 + nc * p2;
+}
+
+#ifdef __SANITIZE_ADDRESS__
+enum { TIMING_REPS = 1 }; /* sanitizer build: timings are meaningless, keep the run short */
+#else
+enum { TIMING_REPS = 4 };
+#endif
+
+static void timing(void)
+{
+    int64_t T = 512, Hk = 4, Hv = 8, dk = 128, dv = 128;
+    dr_in in = dr_make(T, Hk, Hv, dk, dv, 99);
+    int nmax = omp_get_max_threads();
+    double flops = (double)Hv * bwd_flops_per_head(T, dk, dv);
+    float *dq = falloc((size_t)(T * Hk * dk)), *dk_ = falloc((size_t)(T * Hk * dk));
+    float *dv_ = falloc((size_t)(T * Hv * dv)), *dg = falloc((size_t)(T * Hv)),
+          *db = falloc((size_t)(T * Hv));
+    for (int nt = 1; nt <= nmax && nt <= 2; nt++) {
+        omp_set_num_threads(nt);
+        float *work = falloc(hyla_delta_rule_chunked_bwd_work_floats(T, Hv, dk, dv));
+        double best = INFINITY;
+        for (int rep = 0; rep < TIMING_REPS; rep++) {
+            double t0 = omp_get_wtime();
+            hyla_delta_rule_chunked_bwd(dq, dk_, dv_, dg, db, in.dout, in.q, in.k, in.v, in.g,
+                                        in.beta, T, Hk, Hv, dk, dv, work);
+            best = fmin(best, omp_get_wtime() - t0);
+        }
+        printf("  timing bwd T=512 Hk=4 Hv=8 dk=dv=128, %d thread(s): %.3f ms (%.1f GFLOP/s, "
+               "%.2f GFLOP)\n",
+               nt, best * 1e3, flops / best * 1e-9, flops * 1e-9);
+        free(work);
+    }
+    omp_set_num_threads(nmax);
+    free(dq), free(dk_), free(dv_), free(dg), free(db);
+    dr_free(&in);
+}
+
+int main(void)
+{
+    printf("test_gdn_grads: conv + silu, gates vs finite differences\n");
+    test_conv_case(1, 37, 4, 11);
+    test_conv_case(3, 37, 4, 12);
+    test_conv_case(9, 130, 4, 13);
+    test_conv_case(70, 130, 4, 14);
+    test_conv_case(6, 70, 2, 15);
+    test_gates(64, 5, 21);
+
+    printf("test_gdn_grads: chunked delta rule vs FD of the f64 recurrent forward\n");
+    static const int64_t Ts[] = {1, 5, 63, 64, 65, 130};
+    uint64_t seed = 100;
+    for (size_t ti = 0; ti < sizeof Ts / sizeof Ts[0]; ti++) {
+        test_dr_fd(Ts[ti], 1, 2, seed++);
+        test_dr_fd(Ts[ti], 2, 2, seed++);
+    }
+    printf("test_gdn_grads: chunked delta rule vs the f64 recurrent backward\n");
+    test_dr_rec(200, 1, 2, 32, 32, 200);
+    test_dr_rec(200, 2, 2, 32, 32, 201);
+    test_dr_rec(130, 1, 2, 128, 128, 202);
+
+    printf("test_gdn_grads: threads\n");
+    test_threads();
+    timing();
+    if (failures) {
+        printf("test_gdn_grads: %d FAILURE(S)\n", failures);
+        return 1;
+    }
+    printf("test_gdn_grads: all passed\n");
+    return 0;
+}
