@@ -489,7 +489,8 @@ static double attn_fd(void *ctx, int which, size_t p)
 /* Magnitude of the terms of dq and dk before cancellation: dS_tj = P_tj (dP_tj - D_t) with
  * D_t = sum_j P_tj dP_tj cancels exactly when a row sees a single key (T = 1: dq = dk = 0, and
  * the kernel returns rounding noise of size u |dP|). Returns max over rows of
- * sum_j P_tj (|dP_tj| + |D_t|); the floor for dq is scale * that * max|k|, for dk with max|q|. */
+ * sum_j P_tj (|dP_tj| + |D_t|); the floor for dq is scale * that * rms(k) (a typical term
+ * magnitude), for dk with rms(q). */
 static double attn_term_mag(attn_prob *P)
 {
     int64_t hd = P->hd, r = P->Hq / P->Hkv;
@@ -523,12 +524,12 @@ static double attn_term_mag(attn_prob *P)
     return best;
 }
 
-static double max_abs(const double *x, size_t n)
+static double rms(const double *x, size_t n)
 {
     double m = 0.0;
     for (size_t i = 0; i < n; i++)
-        m = fabs(x[i]) > m ? fabs(x[i]) : m;
-    return m;
+        m += x[i] * x[i];
+    return sqrt(m / (double)n);
 }
 
 /* N: P = exp(s - lse) carries the error of the length-hd score dot (and of the forward's lse);
@@ -553,7 +554,7 @@ static void test_attention_case(int64_t T, int64_t Hq, int64_t Hkv, int64_t hd, 
     attn_prob P = {to_double(q, nq), to_double(k, nk), to_double(v, nk), to_double(R, nq), T, Hq,
                    Hkv, hd, scale, dalloc((size_t)T), dalloc((size_t)hd), dalloc((size_t)hd)};
     double N = (double)(T * (Hq / Hkv) + 2 * hd), A = attn_term_mag(&P);
-    double floor[3] = {scale * A * max_abs(P.k, nk), scale * A * max_abs(P.q, nq), 0.0};
+    double floor[3] = {scale * A * rms(P.k, nk), scale * A * rms(P.q, nq), 0.0};
     char name[96];
     const char *nm[3] = {"dq", "dk", "dv"};
     const float *G[3] = {dq, dk, dv};
@@ -578,6 +579,7 @@ static void test_attention(void)
                 test_attention_case(Ts[it], heads[hh][0], heads[hh][1], hds[ih],
                                     Ts[it] <= 7 ? (size_t)-1 : 32);
     test_attention_case(70, 3, 1, 40, 32); /* hd not a multiple of 16 (zero-padded tiles) */
+    test_attention_case(20, 2, 1, 256, 32); /* the Qwen3-Next head size */
 }
 
 /* ---- MoE router -------------------------------------------------------------------------- */

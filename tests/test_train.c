@@ -8,15 +8,16 @@
  *
  * Tolerances. Step 0 is a plain forward/backward: loss within the logits bound of
  * test_reference.c (2 x S sqrt(n) u kappa), grad norm within the gradient bound of
- * test_grads.c (relative). After an AdamW step the trajectories of two fp32 implementations
- * separate: Adam's first updates are ~lr * sign(g), so gradient entries below fp32 noise flip
- * their update. The reference measured this separation by re-running its own float64 loop in
- * float32 (train_expected.json "fp32_emulation": max loss and parameter deviations). hyla is
- * another fp32 implementation with other summation orders, so its deviation is a random
- * quantity of the same size: we allow 4x the measured fp32 deviation (two independent
- * deviations of that size differ by at most 2x; a further 2x for the spread between runs).
- * For next_moe_8l that envelope is wide (its routing has near-ties, 0.17 in loss by step 5):
- * there the later steps are a sanity check, and step 0 is the tight one. */
+ * test_grads.c (relative). After that the trajectory is chaotic at fp32 resolution: Adam's first
+ * updates are ~lr * sign(g), so gradient entries near zero flip their whole update on a rounding
+ * difference, and the reference models' gated norms have heads with tiny output rms whose
+ * gradients are ill-conditioned. The test MEASURES this sensitivity instead of guessing it: it
+ * runs hyla a second time from weights perturbed by one ulp (one rounding's worth) and takes the
+ * running maximum over steps of the loss spread (and the final parameter spread) between the two
+ * runs. The float64 reference differs from hyla by an accumulation of such rounding-sized
+ * perturbations, amplified alike, so we allow 4x the measured spread (or 4x the reference's own
+ * float32-emulation deviation, train_expected.json "fp32_emulation", if larger). Every step's
+ * lr is checked exactly, and AdamW's arithmetic on its own by test_optimizer below. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -25,6 +26,7 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "io/safetensors.h"
 #include "io/fileio.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -71,6 +73,42 @@ static void batch_tokens(const cJSON *batches, int s, int32_t *out, int64_t B, i
             out[i * T + t] = (int32_t)cJSON_GetArrayItem(cJSON_GetArrayItem(b, (int)i), (int)t)->valuedouble;
 }
 
+/* Runs the 10 reference steps; losses[10], final weights in m. perturb: nudge every initial
+ * weight by one ulp first. */
+static void run_reference_steps(const char *dir, const cJSON *hp, const cJSON *batches, int perturb, hyla_model *m,
+                                hyla_step_stats *stats)
+{
+    CHECK(hyla_model_load(m, dir) == HYLA_OK, "%s: %s", dir, hyla_error_message());
+    if (perturb)
+        for (size_t i = 0; i < m->table.total_floats; i++)
+            m->w[i] = nextafterf(m->w[i], INFINITY);
+    hyla_train_config tc = train_config(hp, "full");
+    hyla_trainer tr;
+    CHECK(hyla_trainer_init(&tr, m, &tc) == HYLA_OK, "%s: %s", dir, hyla_error_message());
+    int32_t *tokens = malloc((size_t)(tc.batch * tc.seq) * sizeof *tokens);
+    for (int s = 0; s < cJSON_GetArraySize(batches); s++) {
+        batch_tokens(batches, s, tokens, tc.batch, tc.seq);
+        CHECK(hyla_trainer_step(&tr, tokens, &stats[s]) == HYLA_OK, "%s step %d: %s", dir, s, hyla_error_message());
+    }
+    free(tokens);
+    hyla_trainer_free(&tr);
+}
+
+static double param_diff(const hyla_model *m, const hyla_hf_tensor *ht, const float *want)
+{
+    double worst = 0;
+    for (int64_t r = 0; r < ht->rows; r++) {
+        int param;
+        int64_t row;
+        hyla_hf_row_dest(&m->table, ht, r, &param, &row);
+        const hyla_param *p = &m->table.params[param];
+        const float *mine = m->w + p->offset + (size_t)row * (size_t)p->shape[p->ndim - 1];
+        for (int64_t c = 0; c < ht->row_len; c++)
+            worst = fmax(worst, fabs((double)mine[c] - want[r * ht->row_len + c]));
+    }
+    return worst;
+}
+
 static void check_reference_run(const char *cases, const char *name)
 {
     char dir[4096], path[4200];
@@ -87,68 +125,108 @@ static void check_reference_run(const char *cases, const char *name)
     const cJSON *emu = cJSON_GetObjectItemCaseSensitive(j, "fp32_emulation");
     const cJSON *steps = cJSON_GetObjectItemCaseSensitive(j, "steps");
     const cJSON *batches = cJSON_GetObjectItemCaseSensitive(j, "batches");
-    hyla_model m;
-    CHECK(hyla_model_load(&m, dir) == HYLA_OK, "%s: %s", name, hyla_error_message());
-    hyla_train_config tc = train_config(hp, "full");
-    hyla_trainer tr;
-    CHECK(hyla_trainer_init(&tr, &m, &tc) == HYLA_OK, "%s: %s", name, hyla_error_message());
-    int64_t B = tc.batch, T = tc.seq;
-    int32_t *tokens = malloc((size_t)(B * T) * sizeof *tokens);
+    int n_steps = cJSON_GetArraySize(steps);
+    hyla_step_stats st[16], pt[16];
+    hyla_model m, mp;
+    HYLA_ASSERT(n_steps <= 16);
+    run_reference_steps(dir, hp, batches, 0, &m, st);
+    run_reference_steps(dir, hp, batches, 1, &mp, pt);
     double u = 0x1.0p-24, S = 16.0 * (double)m.cfg.n_layers + 8.0;
     double loss_tol0 = 2 * S * 16 * u * 8, gnorm_rel0 = 2 * S * 16 * u * 8;
-    double loss_tol = fmax(loss_tol0, 4 * num(emu, "max_abs_loss_diff"));
-    double param_tol = 4 * num(emu, "max_abs_final_param_diff");
-    double worst_loss = 0;
-    for (int s = 0; s < cJSON_GetArraySize(steps); s++) {
+    double spread = 0, worst_loss = 0, worst_ratio = 0;
+    for (int s = 0; s < n_steps; s++) {
         const cJSON *want = cJSON_GetArrayItem(steps, s);
-        batch_tokens(batches, s, tokens, B, T);
-        hyla_step_stats st;
-        CHECK(hyla_trainer_step(&tr, tokens, &st) == HYLA_OK, "%s step %d: %s", name, s, hyla_error_message());
-        double dl = fabs(st.loss - num(want, "loss"));
+        double dl = fabs(st[s].loss - num(want, "loss"));
         worst_loss = fmax(worst_loss, dl);
-        CHECK(fabs(st.lr - num(want, "lr")) <= 1e-15 * num(want, "lr"), "%s step %d: lr %.12g != %.12g", name, s, st.lr,
-              num(want, "lr"));
+        spread = fmax(spread, fabs(st[s].loss - pt[s].loss));
+        CHECK(fabs(st[s].lr - num(want, "lr")) <= 1e-15 * num(want, "lr"), "%s step %d: lr %.12g != %.12g", name, s,
+              st[s].lr, num(want, "lr"));
         if (s == 0) {
-            CHECK(dl <= loss_tol0 * fmax(1, st.loss), "%s step 0: loss %.9g vs %.9g (tol %.3g)", name, st.loss,
+            CHECK(dl <= loss_tol0 * fmax(1, st[s].loss), "%s step 0: loss %.9g vs %.9g (tol %.3g)", name, st[s].loss,
                   num(want, "loss"), loss_tol0);
             double gn = num(want, "grad_norm");
-            CHECK(fabs(st.grad_norm - gn) <= gnorm_rel0 * gn, "%s step 0: grad norm %.9g vs %.9g", name, st.grad_norm, gn);
+            CHECK(fabs(st[s].grad_norm - gn) <= gnorm_rel0 * gn, "%s step 0: grad norm %.9g vs %.9g", name,
+                  st[s].grad_norm, gn);
         } else {
-            CHECK(dl <= loss_tol, "%s step %d: loss %.9g vs %.9g (tol %.3g)", name, s, st.loss, num(want, "loss"), loss_tol);
+            double tol = 4 * fmax(spread, num(emu, "max_abs_loss_diff"));
+            worst_ratio = fmax(worst_ratio, dl / tol);
+            CHECK(dl <= tol, "%s step %d: loss %.9g vs %.9g (tol %.3g)", name, s, st[s].loss, num(want, "loss"), tol);
         }
     }
     snprintf(path, sizeof path, "%s/train_final.safetensors", dir);
     hyla_st_set fin;
-    double worst_param = 0;
+    double worst_param = 0, param_spread = 0;
     if (hyla_st_open_file(&fin, path) == HYLA_OK) {
         for (size_t h = 0; h < m.table.n_hf; h++) {
-            const hyla_hf_tensor *ht = &m.table.hf[h];
-            const hyla_st_tensor *t = hyla_st_find(&fin, ht->name);
-            CHECK(t != NULL, "%s: final params lack %s", name, ht->name);
+            const hyla_st_tensor *t = hyla_st_find(&fin, m.table.hf[h].name);
+            CHECK(t != NULL, "%s: final params lack %s", name, m.table.hf[h].name);
             if (!t)
                 continue;
-            const float *want = t->data;
-            for (int64_t r = 0; r < ht->rows; r++) {
-                int param;
-                int64_t row;
-                hyla_hf_row_dest(&m.table, ht, r, &param, &row);
-                const hyla_param *p = &m.table.params[param];
-                const float *mine = m.w + p->offset + (size_t)row * (size_t)p->shape[p->ndim - 1];
-                for (int64_t c = 0; c < ht->row_len; c++)
-                    worst_param = fmax(worst_param, fabs((double)mine[c] - want[r * ht->row_len + c]));
-            }
+            worst_param = fmax(worst_param, param_diff(&m, &m.table.hf[h], t->data));
         }
         hyla_st_close(&fin);
     } else {
         CHECK(0, "%s", hyla_error_message());
     }
+    for (size_t i = 0; i < m.table.total_floats; i++)
+        param_spread = fmax(param_spread, fabs((double)m.w[i] - mp.w[i]));
+    double param_tol = 4 * fmax(param_spread, num(emu, "max_abs_final_param_diff"));
     CHECK(worst_param <= param_tol, "%s: final parameters differ by %.3g (tol %.3g)", name, worst_param, param_tol);
-    printf("  %-12s 10 AdamW steps: max |loss - ref| %.3g (tol %.3g), max |param - ref| %.3g (tol %.3g)\n", name,
-           worst_loss, loss_tol, worst_param, param_tol);
-    free(tokens);
-    hyla_trainer_free(&tr);
+    printf("  %-12s 10 AdamW steps: step 0 loss %.9f (ref %.9f); later max |loss - ref| %.3g (worst %.2f of tol; "
+           "1-ulp spread %.3g); max |param - ref| %.3g (tol %.3g)\n",
+           name, st[0].loss, num(cJSON_GetArrayItem(steps, 0), "loss"), worst_loss, worst_ratio, spread, worst_param,
+           param_tol);
     hyla_model_free(&m);
+    hyla_model_free(&mp);
     cJSON_Delete(j);
+}
+
+/* AdamW arithmetic against the formula in double on a small vector, clipping included. */
+static void test_optimizer(void)
+{
+    hyla_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    hyla_param_table t;
+    memset(&t, 0, sizeof t);
+    hyla_param params[2] = {{HYLA_P_ATTN_Q, 0, 2, {3, 2, 1}, 6, 0, 0}, {HYLA_P_INPUT_NORM, 0, 1, {4, 1, 1}, 4, 16, 1}};
+    t.n_params = 2;
+    t.params = params;
+    t.total_floats = 32;
+    float w[32] = {0}, g[32] = {0};
+    double wd_[32] = {0}, m_[32] = {0}, v_[32] = {0};
+    for (int i = 0; i < 6; i++)
+        w[i] = (float)(0.1 * (i + 1)), wd_[i] = w[i];
+    for (int i = 16; i < 20; i++)
+        w[i] = (float)(-0.2 * (i - 15)), wd_[i] = w[i];
+    hyla_adamw opt;
+    hyla_adamw_config c = {1e-2, 0.9, 0.95, 1e-8, 0.1, 1.0};
+    hyla_adamw_init(&opt, &c, 32);
+    double worst = 0;
+    for (int step = 1; step <= 5; step++) {
+        double ss = 0;
+        for (int i = 0; i < 32; i++) {
+            g[i] = (i < 6 || (i >= 16 && i < 20)) ? (float)(0.3 * sin(step * 1.7 + i) * (step == 2 ? 10 : 1)) : 0.0f;
+            ss += (double)g[i] * g[i];
+        }
+        double norm = sqrt(ss), scale = norm > 1.0 ? 1.0 / (norm + 1e-6) : 1.0;
+        double got = hyla_adamw_step(&opt, &t, w, g);
+        CHECK(fabs(got - norm) <= 1e-12 * norm, "adamw: grad norm %.12g vs %.12g", got, norm);
+        for (int i = 0; i < 32; i++) {
+            if (!(i < 6 || (i >= 16 && i < 20)))
+                continue;
+            double gi = g[i] * scale, decay = i < 6 ? 0.1 : 0.0;
+            wd_[i] *= 1 - 1e-2 * decay;
+            m_[i] = 0.9 * m_[i] + 0.1 * gi;
+            v_[i] = 0.95 * v_[i] + 0.05 * gi * gi;
+            double mh = m_[i] / (1 - pow(0.9, step)), vh = v_[i] / (1 - pow(0.95, step));
+            wd_[i] -= 1e-2 * mh / (sqrt(vh) + 1e-8);
+            worst = fmax(worst, fabs(w[i] - wd_[i]));
+        }
+    }
+    /* fp32 update arithmetic: ~10 roundings per step of values <= 1, 5 steps: 50 u */
+    CHECK(worst <= 50 * 0x1.0p-24, "adamw: weights differ from the double formula by %.3g", worst);
+    printf("  adamw: 5 steps (decay on 2-D only, clipping) match the double formula within %.2g\n", worst);
+    hyla_adamw_free(&opt);
 }
 
 /* 10 straight steps vs 5 + save + resume + 5. */
@@ -220,6 +298,7 @@ static void check_resume(const char *cases)
 int main(int argc, char **argv)
 {
     const char *cases = argc > 1 ? argv[1] : "build/cases";
+    test_optimizer();
     check_reference_run(cases, "q35_dense");
     check_reference_run(cases, "next_moe_8l");
     check_resume(cases);
