@@ -67,7 +67,7 @@ cfg_case "unknown model_type" "config.json.*model_type 'llama'" "c['model_type']
 cfg_case "missing field" "config.json.*missing field 'hidden_size'" "del c['hidden_size']"
 cfg_case "mistyped field" "config.json.*'num_hidden_layers' must be an integer" "c['num_hidden_layers'] = 'six'"
 cfg_case "layer_types length" "config.json.*layer_types" "c['layer_types'] = ['linear_attention'] * 5"
-cfg_case "bad layer type" "config.json.*layer_types\[2\]" "c['layer_types'] = ['linear_attention']*2 + ['mamba'] + ['full_attention']*3"
+cfg_case "bad layer type" "config.json.*layer_types\[2\]" "c['layer_types'] = ['linear_attention']*2 + ['mamba'] + ['full_attention']*(c['num_hidden_layers'] - 3)"
 copy_model cfg_json; echo '{"model_type": "qwen3_next", ' > "$T/cfg_json/config.json"
 expect_error "config not JSON" "config.json.*not valid JSON" "$HYLA" forward "$T/cfg_json" --tokens 1,2
 

@@ -17,10 +17,11 @@
  * Central differences with step h = 1e-5 on the float64 forward: truncation h^2 |f'''| / 6 and
  * rounding ~2^-53 Lmag / h, Lmag = sum of |terms| of the loss (the conv and gate losses are summed
  * only over the outputs the perturbed input reaches). With |f'''| of the order of the gradient
- * scale Y (Y_* below for the delta rule, 1 + |reference| for conv and gates), both are <= 1e-9 Y
- * here; the allowance FD = 2^-50 Lmag / h + 1e-8 Y is added to every fp32 bound, and the float64
- * recurrent backward is checked against the differences with FD alone (which shows the FD error
- * really is that small). FD is two or more orders of magnitude below the fp32 bounds.
+ * scale Y (the tensor's max magnitude Y_i below for the delta rule, 1 + |reference| for conv and
+ * gates), both are <= 1e-9 Y here; the allowance FD = 2^-50 Lmag / h + 1e-8 Y is added to every
+ * fp32 bound, and the float64 recurrent backward is checked against the differences with FD
+ * alone (which shows the FD error really is that small: the test prints err/FD-allowance).
+ * FD is two or more orders of magnitude below the fp32 bounds.
  *
  * ---- fp32 bounds (first order in u = 2^-24; |error of an n-term sum| <= n u sum|terms|) -------
  * Conv, per channel (pre_t = sum_j w_j x_{t-K+1+j}, Pabs_t = sum_j |w_j x_{t-K+1+j}|):
@@ -36,42 +37,34 @@
  *   dA_log = dA0 + sum_i dg g: sum_i (7 + |s_i|) u |dg g| + 2 u (|dA0| + sum_i |dg g|)
  *   ddt_bias = dd0 + sum_i da:  sum_i (7 + |s_i|) u |da| + 2 u (|dd0| + sum_i |da|)
  *
- * Chunked delta rule. Scales (exact, float64; max over heads and tokens): for the states S_t,
- * sigma = ||S||_F, sigma_r = max row 2-norm ||S[i,:]||, sigma_c = max column 2-norm ||S[:,j]||;
- * varsigma, varsigma_r, varsigma_c the same for dS_t = dLoss/dS_t (with and without the token's
- * own output term, so they cover every chunk's incoming dSn); xi = ||delta_t||_2 (= the chunk's
- * X rows), nu = ||v_t||_2, omega = ||dout_t||_2, omega_i = max |dout|, k_i = max |k|,
- * q_i = max |q|; ||k|| = 1, ||q|| = 1/sqrt(dk), beta, e^gam, f, Gam <= 1. Per chunk (exact
- * matrices, max over chunks and heads): kappa = max(||T||_1, ||T||_inf), T = (I + M)^{-1};
- * m, p, gs = max row or column sum of |M|, |P|, Gam; phi = sum_r f_r; dgam = gam_0 - gam_L-1;
- * lambda = max e^{gam_L-1}. Cauchy-Schwarz bounds on the backward's quantities (kernel comment),
- * elements:  |(K dSn)_rj| <= varsigma_c, |dX_rj| <= chi = p omega_i + varsigma_c,
- *            |dR_rj| <= rho = kappa chi;
- * rows (2-norms): |(KS)_r| <= sigma, |(QS)_r| <= sigma/sqrt(dk), |X_r| <= xi,
- *            |(K dSn)_r| <= varsigma, |dR_r| <= rho2 = kappa (p omega + varsigma);
- * entries:   |dM_rs| <= rho2 xi, |dP_rs| <= omega xi, |A_rs| <= 1, |(S dO_r)_i| <= sigma_r omega,
- *            |(S dR_r)_i| <= sigma_r rho2, |(dSn X_r)_i| <= varsigma_r xi,
- * give the magnitude Y of the terms summed into each gradient element (rep = Hv/Hk for the GQA
- * sum):
- *   Y_q = rep (sigma_r omega + gs omega xi k_i)
- *   Y_k = rep (sigma_r rho2 + varsigma_r xi + 2 gs rho2 xi k_i + gs omega xi q_i)
- *   Y_v = rho,   Y_beta = rho2 (nu + sigma) + gs rho2 xi
- *   Y_g = C (omega sigma/sqrt(dk) + rho2 sigma + varsigma xi + 2 xi (rho2 m + omega p))
- *         + phi varsigma xi + varsigma sigma          (dg = suffix sum of <= C dgam terms)
- * Rounding: an n-term fp32 sum costs n u of its magnitude. The longest chain to a gradient
- * element passes the chunk-start state (recomputed in pass 1: K S, the solve, K^T X: dk + 2C),
- * K S (dk), the forward solve (C), K dSn (dk) with dSn itself (the later chunk's dS update: 2C),
- * P^T dO (C), the transposed solve (C), [dM; dP] (dv), [dA; dB] K and its transpose (2C), the
- * S^T / dSn^T products (dv), the dot products over dv (dv): 4 dk + 3 dv + 9 C; the expf's add
- * (dgam + CE) u (argument rounding), the elementwise steps <= 24 u. A triangular solve returns
- * y with (I + M + E) y = b, |E| <= C u |M|, and M carries K K^T's and Gam's errors; such
- * perturbations (and errors already in b) reach y amplified by kappa (1 + m), once per solve on
- * the chain: kappa^2 (1 + m). State errors from earlier chunks (and dS errors from later ones)
- * are damped by e^{gam_L-1} per chunk: at most n_eff = min(n_chunks, 1/(1 - lambda)) times a
- * chunk's own. Hence, with the FD allowance where the reference is FD,
- *   |Y^ - Y| <= eps * Y_*,   eps = u n_eff kappa^2 (1 + m) (4 dk + 3 dv + 9 C + dgam + CE + 24)
- * (worst case: one sign for every rounding, Cauchy-Schwarz equality; observed errors are far
- * smaller, the test prints err/bound and the max relative error max|Y^ - Y| / max|Y|). */
+ * Chunked delta rule: running error bound (Wilkinson). For every quantity W the kernel computes,
+ * define its magnitude |W|~ by evaluating the kernel's own formula for W (kernel comment) with
+ * absolute values of the data and the magnitudes of the computed factors, in float64, from the
+ * exact chunk matrices (Gam, K K^T, M, P, T = (I + M)^{-1}):
+ *   |KS|~ = |K| |S|~,  |R|~ = beta (|V| + e |KS|~),  |X|~ = |T| |R|~,
+ *   |S_next|~ = eL |S|~ + |K|^T diag(f) |X|~  (|S_0|~ = 0),
+ *   |dX|~ = |P|^T |dO| + diag(f) |K| |dSn|~,  |dR|~ = |T|^T |dX|~,  |dM|~ = |dR|~ |X|~^T, ...
+ *   |dS|~ = eL |dSn|~ + |K|^T diag(e beta) |dR|~ + |Q|^T diag(e) |dO|   (|dS_T|~ = 0),
+ * and Y_i = the magnitude of gradient element i the same way (dg: the suffix sum of the dgam
+ * magnitudes; dq, dk: summed over the value heads sharing the q/k head). An n-term fp32 sum of
+ * terms with relative errors <= e has error <= (n u + e) x its magnitude, so relative errors add
+ * along a chain of stages. The longest chain to a gradient element passes the chunk-start state
+ * (pass 1: K S, the solve, K^T X: dk + 2C), K S (dk), the forward solve (C), K dSn (dk) with dSn
+ * itself (the later chunk's dS update: 2C), P^T dO (C), the transposed solve (C), [dM; dP] (dv),
+ * [dA; dB] K and its transpose (2C), the S^T / dSn^T products (dv), the dot products over dv
+ * (dv): 4 dk + 3 dv + 9 C; the expf's add (dgam + CE) u (argument gam_r - gam_s rounded to
+ * float), the elementwise steps <= 24 u. Triangular solve growth: the computed y of
+ * (I + M) y = b satisfies (I + M + E) y = b, |E| <= C u |M|, and M itself carries the errors of
+ * K K^T and Gam; such perturbations (and errors already in b) reach y amplified by at most
+ * kappa (1 + m) in the max norm, kappa = max(||T||_1, ||T||_inf), m = max row/column sum of |M|
+ * over all chunks and heads; with a forward and a transposed solve on the chain: kappa^2 (1 + m).
+ * The chunk-start states carry the errors of all earlier chunks (relative to |S|~, which grows
+ * with them) and dSn those of all later ones: at most n_chunks times one chunk's. Hence
+ *   |Y^_i - Y_i| <= eps Y_i,
+ *   eps = u n_chunks kappa^2 (1 + m) (4 dk + 3 dv + 9 C + dgam + CE + 24),
+ * dgam = max over chunks of gam_0 - gam_L-1 (plus the FD allowance where the reference is FD).
+ * The bound is worst case (every rounding of one sign, no cancellation in |.|~); observed errors
+ * are 50-10^4 x smaller (the test prints err/bound and max|Y^ - Y| / max|Y|). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -445,59 +438,32 @@ static double rec_loss(const dr_in *in, double *S, double *mag)
     return L;
 }
 
-/* float64 recurrent backward (spec §8.6) and the scales of the bound. */
+/* float64 recurrent backward (spec §8.6); dq, dk summed over the value heads of a q/k head. */
 typedef struct {
-    double *dq, *dk, *dv, *dg, *db;           /* like the kernel's outputs */
-    /* scales of the bound (derivation at the top) */
-    double sig, sig_r, sig_c, vs, vs_r, vs_c, xi, nu, om, om_i, k_i, q_i;
+    double *dq, *dk, *dv, *dg, *db; /* like the kernel's outputs */
 } rec_grads;
 
-/* max-update of the Frobenius, max row and max column 2-norms of X [dk,dv] */
-static void mat_norms(const double *X, int64_t dk, int64_t dv, double *F, double *r, double *c)
+static rec_grads rec_alloc(const dr_in *in)
 {
-    double f = 0.0;
-    for (int64_t i = 0; i < dk; i++) {
-        double ri = 0.0;
-        for (int64_t j = 0; j < dv; j++)
-            ri += X[i * dv + j] * X[i * dv + j];
-        f += ri;
-        *r = fmax(*r, sqrt(ri));
-    }
-    for (int64_t j = 0; j < dv; j++) {
-        double cj = 0.0;
-        for (int64_t i = 0; i < dk; i++)
-            cj += X[i * dv + j] * X[i * dv + j];
-        *c = fmax(*c, sqrt(cj));
-    }
-    *F = fmax(*F, sqrt(f));
+    int64_t T = in->T;
+    rec_grads gr = {dalloc((size_t)(T * in->Hk * in->dk)), dalloc((size_t)(T * in->Hk * in->dk)),
+                    dalloc((size_t)(T * in->Hv * in->dv)), dalloc((size_t)(T * in->Hv)),
+                    dalloc((size_t)(T * in->Hv))};
+    return gr;
 }
 
-static double fro(const double *S, int64_t n)
+static void rec_free(rec_grads *g)
 {
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        s += S[i] * S[i];
-    return sqrt(s);
+    free(g->dq), free(g->dk), free(g->dv), free(g->dg), free(g->db);
 }
 
 static rec_grads rec_backward(const dr_in *in)
 {
     int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, rep = Hv / Hk;
     int64_t sz = dk * dv;
-    rec_grads gr = {dalloc((size_t)(T * Hk * dk)), dalloc((size_t)(T * Hk * dk)),
-                    dalloc((size_t)(T * Hv * dv)), dalloc((size_t)(T * Hv)), dalloc((size_t)(T * Hv)),
-                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    rec_grads gr = rec_alloc(in);
     double *St = dalloc((size_t)((T + 1) * sz)), *dS = dalloc((size_t)sz), *Sp = dalloc((size_t)sz);
     double *e = dalloc((size_t)dv), *dd = dalloc((size_t)dv), *dm = dalloc((size_t)dv);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < Hv; h++) {
-            gr.nu = fmax(gr.nu, fro(in->vd + (t * Hv + h) * dv, dv));
-            gr.om = fmax(gr.om, fro(in->od + (t * Hv + h) * dv, dv));
-            for (int64_t j = 0; j < dv; j++)
-                gr.om_i = fmax(gr.om_i, fabs(in->od[(t * Hv + h) * dv + j]));
-        }
-    for (int64_t i = 0; i < T * Hk * dk; i++)
-        gr.k_i = fmax(gr.k_i, fabs(in->kd[i])), gr.q_i = fmax(gr.q_i, fabs(in->qd[i]));
     for (int64_t h = 0; h < Hv; h++) {
         int64_t hk = h / rep;
         /* forward: St[t] = state after t tokens */
@@ -512,11 +478,9 @@ static rec_grads rec_backward(const dr_in *in)
                     mj += k[i] * a * S0[i * dv + j];
                 e[j] = b * (v[j] - mj);
             }
-            gr.xi = fmax(gr.xi, fro(e, dv));
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++)
                     S1[i * dv + j] = a * S0[i * dv + j] + k[i] * e[j];
-            mat_norms(S1, dk, dv, &gr.sig, &gr.sig_r, &gr.sig_c);
         }
         /* backward */
         memset(dS, 0, sizeof(double) * (size_t)sz);
@@ -526,11 +490,9 @@ static rec_grads rec_backward(const dr_in *in)
             double a = exp(in->gd[t * Hv + h]), b = in->bd[t * Hv + h];
             const double *S1 = St + (t + 1) * sz, *S0 = St + t * sz;
             double *dq = gr.dq + (t * Hk + hk) * dk, *dk_ = gr.dk + (t * Hk + hk) * dk;
-            mat_norms(dS, dk, dv, &gr.vs, &gr.vs_r, &gr.vs_c);
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++)
                     dS[i * dv + j] += q[i] * dO[j];
-            mat_norms(dS, dk, dv, &gr.vs, &gr.vs_r, &gr.vs_c);
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++)
                     dq[i] += S1[i * dv + j] * dO[j];
@@ -576,95 +538,236 @@ static rec_grads rec_backward(const dr_in *in)
     return gr;
 }
 
-static void rec_free(rec_grads *g)
+/* One chunk's exact (float64) matrices, for tokens [c0, c0+L) of value head h. */
+typedef struct {
+    int64_t L;
+    double e[C], f[C], b[C], eL, dgam;
+    double G[C][C], A[C][C], M[C][C], P[C][C], Ti[C][C]; /* Gam, K K^T, M, P, T = (I+M)^-1 */
+} chunk_mats;
+
+static void chunk_mats_make(chunk_mats *cm, const dr_in *in, int64_t h, int64_t c0, int64_t L)
 {
-    free(g->dq), free(g->dk), free(g->dv), free(g->dg), free(g->db);
+    int64_t Hk = in->Hk, Hv = in->Hv, dk = in->dk, hk = h / (Hv / Hk);
+    double gam[C] = {0}, acc = 0.0; /* L >= 1 */
+    cm->L = L;
+    for (int64_t r = 0; r < L; r++) {
+        gam[r] = acc += in->gd[(c0 + r) * Hv + h];
+        cm->b[r] = in->bd[(c0 + r) * Hv + h];
+    }
+    for (int64_t r = 0; r < L; r++) {
+        cm->e[r] = exp(gam[r]);
+        cm->f[r] = exp(gam[L - 1] - gam[r]);
+    }
+    cm->eL = exp(gam[L - 1]);
+    cm->dgam = gam[0] - gam[L - 1];
+    for (int64_t r = 0; r < L; r++) {
+        const double *kr = in->kd + ((c0 + r) * Hk + hk) * dk, *qr = in->qd + ((c0 + r) * Hk + hk) * dk;
+        for (int64_t s = 0; s < L; s++) {
+            const double *ks = in->kd + ((c0 + s) * Hk + hk) * dk;
+            double kk = 0.0, qk = 0.0;
+            for (int64_t i = 0; i < dk; i++)
+                kk += kr[i] * ks[i], qk += qr[i] * ks[i];
+            cm->G[r][s] = s <= r ? exp(gam[r] - gam[s]) : 0.0;
+            cm->A[r][s] = kk;
+            cm->M[r][s] = s < r ? cm->b[r] * kk * cm->G[r][s] : 0.0;
+            cm->P[r][s] = qk * cm->G[r][s];
+        }
+    }
+    for (int64_t r = 0; r < L; r++) /* T = (I + M)^{-1} by forward substitution */
+        for (int64_t j = 0; j < L; j++) {
+            double t = (j == r) ? 1.0 : 0.0;
+            for (int64_t s = j; s < r; s++)
+                t -= cm->M[r][s] * cm->Ti[s][j];
+            cm->Ti[r][j] = j <= r ? t : 0.0;
+        }
 }
 
-/* Per-chunk quantities of the bound, max over chunks and heads (exact chunk matrices). */
-typedef struct {
-    double kappa, m, p, gs, phi, dgam, lambda;
-    int64_t nc;
-} chunk_stats;
-
-static void row_col_max(double *out, double (*X)[C], int64_t L)
+/* max over rows and columns of the sums of |X| */
+static double row_col_max(double (*X)[C], int64_t L)
 {
+    double out = 0.0;
     for (int64_t r = 0; r < L; r++) {
         double rs = 0.0, cs = 0.0;
         for (int64_t s = 0; s < L; s++)
             rs += fabs(X[r][s]), cs += fabs(X[s][r]);
-        *out = fmax(*out, fmax(rs, cs));
+        out = fmax(out, fmax(rs, cs));
     }
+    return out;
 }
 
-static chunk_stats dr_chunk_stats(const dr_in *in)
-{
-    int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, rep = Hv / Hk;
-    static double M[C][C], P[C][C], G[C][C], Tm[C][C];
-    chunk_stats cs = {0, 0, 0, 0, 0, 0, 0, (T + C - 1) / C};
-    double gam[C];
-    for (int64_t h = 0; h < Hv; h++)
-        for (int64_t c0 = 0; c0 < T; c0 += C) {
-            int64_t L = T - c0 < C ? T - c0 : C, hk = h / rep;
-            double acc = 0.0, phi = 0.0;
-            for (int64_t r = 0; r < L; r++)
-                gam[r] = acc += in->gd[(c0 + r) * Hv + h];
-            memset(M, 0, sizeof M), memset(P, 0, sizeof P), memset(G, 0, sizeof G);
-            for (int64_t r = 0; r < L; r++) {
-                const double *kr = in->kd + ((c0 + r) * Hk + hk) * dk;
-                const double *qr = in->qd + ((c0 + r) * Hk + hk) * dk;
-                for (int64_t s = 0; s <= r; s++) {
-                    const double *ks = in->kd + ((c0 + s) * Hk + hk) * dk;
-                    double kk = 0.0, qk = 0.0;
-                    for (int64_t i = 0; i < dk; i++)
-                        kk += kr[i] * ks[i], qk += qr[i] * ks[i];
-                    G[r][s] = exp(gam[r] - gam[s]);
-                    M[r][s] = s < r ? in->bd[(c0 + r) * Hv + h] * kk * G[r][s] : 0.0;
-                    P[r][s] = qk * G[r][s];
-                }
-                phi += exp(gam[L - 1] - gam[r]);
-            }
-            for (int64_t r = 0; r < L; r++) /* T = (I + M)^{-1} */
-                for (int64_t j = 0; j < L; j++) {
-                    double t = (j == r) ? 1.0 : 0.0;
-                    for (int64_t s = j; s < r; s++)
-                        t -= M[r][s] * Tm[s][j];
-                    Tm[r][j] = j <= r ? t : 0.0;
-                }
-            row_col_max(&cs.kappa, Tm, L);
-            row_col_max(&cs.m, M, L);
-            row_col_max(&cs.p, P, L);
-            row_col_max(&cs.gs, G, L);
-            cs.phi = fmax(cs.phi, phi);
-            cs.dgam = fmax(cs.dgam, gam[0] - gam[L - 1]);
-            cs.lambda = fmax(cs.lambda, exp(gam[L - 1]));
-        }
-    return cs;
-}
-
-/* The bound's relative factor eps and the magnitudes Y_* (formulas at the top). */
+/* The bound (derivation at the top): eps and the per-element magnitude Y of every gradient. */
 typedef struct {
-    double eps, Yq, Yk, Yv, Yb, Yg;
+    double eps, kappa, m;
+    rec_grads Y;
 } dr_bound;
 
-static dr_bound dr_bounds(const dr_in *in, const rec_grads *gr, const chunk_stats *cs)
+/* Magnitudes of one chunk's forward quantities from the start-state magnitude aS:
+ * aKS = |K| aS, aQS = |Q| aS, aR = beta (|V| + e aKS), aX = |T| aR (all [L,dv]). */
+static void abs_fwd_chunk(double *aKS, double *aQS, double *aR, double *aX, const chunk_mats *cm,
+                          const dr_in *in, int64_t h, int64_t c0, const double *aS)
 {
-    double dk = (double)in->dk, dv = (double)in->dv, sq = sqrt(dk), rep = (double)(in->Hv / in->Hk);
-    double n_eff = cs->lambda < 1.0 ? fmin((double)cs->nc, 1.0 / (1.0 - cs->lambda)) : (double)cs->nc;
-    double sig = gr->sig, vs = gr->vs, xi = gr->xi, nu = gr->nu, om = gr->om, gs = cs->gs;
-    double rho = cs->kappa * (cs->p * gr->om_i + gr->vs_c), rho2 = cs->kappa * (cs->p * om + vs);
-    dr_bound b;
-    b.eps = U * fmax(n_eff, 1.0) * cs->kappa * cs->kappa * (1 + cs->m) *
-            (4 * dk + 3 * dv + 9 * C + cs->dgam + CE + 24);
-    b.Yq = rep * (gr->sig_r * om + gs * om * xi * gr->k_i);
-    b.Yk = rep * (gr->sig_r * rho2 + gr->vs_r * xi + 2 * gs * rho2 * xi * gr->k_i +
-                  gs * om * xi * gr->q_i);
-    b.Yv = rho;
-    b.Yb = rho2 * (nu + sig) + gs * rho2 * xi;
-    b.Yg = C * (om * sig / sq + rho2 * sig + vs * xi + 2 * xi * (rho2 * cs->m + om * cs->p)) +
-           cs->phi * vs * xi + vs * sig;
+    int64_t L = cm->L, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, hk = h / (Hv / Hk);
+    for (int64_t r = 0; r < L; r++) {
+        const double *kr = in->kd + ((c0 + r) * Hk + hk) * dk, *qr = in->qd + ((c0 + r) * Hk + hk) * dk;
+        const double *vr = in->vd + ((c0 + r) * Hv + h) * dv;
+        for (int64_t j = 0; j < dv; j++) {
+            double ks = 0.0, qs = 0.0;
+            for (int64_t i = 0; i < dk; i++)
+                ks += fabs(kr[i]) * aS[i * dv + j], qs += fabs(qr[i]) * aS[i * dv + j];
+            aKS[r * dv + j] = ks, aQS[r * dv + j] = qs;
+            aR[r * dv + j] = cm->b[r] * (fabs(vr[j]) + cm->e[r] * ks);
+        }
+    }
+    for (int64_t r = 0; r < L; r++)
+        for (int64_t j = 0; j < dv; j++) {
+            double x = 0.0;
+            for (int64_t s = 0; s <= r; s++)
+                x += fabs(cm->Ti[r][s]) * aR[s * dv + j];
+            aX[r * dv + j] = x;
+        }
+}
+
+/* Backward magnitudes of one chunk: the kernel's formulas (kernel comment) with |.| and the
+ * magnitudes of the computed factors. aD: in, magnitude of dSn; out, of the chunk-start dS.
+ * Writes Y's dv, dg, dbeta rows of head h and adds its dq, dk terms. */
+static void abs_bwd_chunk(rec_grads *Y, double *aD, const chunk_mats *cm, const dr_in *in,
+                          int64_t h, int64_t c0, const double *aS, const double *aKS,
+                          const double *aQS, const double *aX, double *w /*[3,C,dv]*/)
+{
+    int64_t L = cm->L, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, hk = h / (Hv / Hk);
+    double *aKD = w, *aDX = w + C * dv, *aDR = w + 2 * C * dv;
+    static double adM[C][C], adP[C][C];
+#define KABS(r, i) fabs(in->kd[((c0 + (r)) * Hk + hk) * dk + (i)])
+#define QABS(r, i) fabs(in->qd[((c0 + (r)) * Hk + hk) * dk + (i)])
+#define OABS(r, j) fabs(in->od[((c0 + (r)) * Hv + h) * dv + (j)])
+    for (int64_t r = 0; r < L; r++) /* K dSn */
+        for (int64_t j = 0; j < dv; j++) {
+            double kd = 0.0;
+            for (int64_t i = 0; i < dk; i++)
+                kd += KABS(r, i) * aD[i * dv + j];
+            aKD[r * dv + j] = kd;
+        }
+    for (int64_t s = 0; s < L; s++) /* dX = P^T dO + diag(f) K dSn */
+        for (int64_t j = 0; j < dv; j++) {
+            double x = cm->f[s] * aKD[s * dv + j];
+            for (int64_t r = s; r < L; r++)
+                x += fabs(cm->P[r][s]) * OABS(r, j);
+            aDX[s * dv + j] = x;
+        }
+    for (int64_t r = 0; r < L; r++) /* dR = T^T dX */
+        for (int64_t j = 0; j < dv; j++) {
+            double x = 0.0;
+            for (int64_t s = r; s < L; s++)
+                x += fabs(cm->Ti[s][r]) * aDX[s * dv + j];
+            aDR[r * dv + j] = x;
+        }
+    for (int64_t r = 0; r < L; r++) /* dM = -dR X^T, dP = dO X^T */
+        for (int64_t s = 0; s < L; s++) {
+            double m = 0.0, p = 0.0;
+            for (int64_t j = 0; j < dv; j++)
+                m += aDR[r * dv + j] * aX[s * dv + j], p += OABS(r, j) * aX[s * dv + j];
+            adM[r][s] = s < r ? m : 0.0;
+            adP[r][s] = s <= r ? p : 0.0;
+        }
+    double last = 0.0, dgam[C] = {0};
+    for (int64_t r = 0; r < L; r++) {
+        double *yq = Y->dq + ((c0 + r) * Hk + hk) * dk, *yk = Y->dk + ((c0 + r) * Hk + hk) * dk;
+        const double *vr = in->vd + ((c0 + r) * Hv + h) * dv;
+        for (int64_t i = 0; i < dk; i++) {
+            double q = 0.0, k = 0.0;
+            for (int64_t j = 0; j < dv; j++) { /* [dK; dQ] = D2 S^T + [diag(f) X dSn^T; 0] */
+                q += cm->e[r] * OABS(r, j) * aS[i * dv + j];
+                k += cm->e[r] * cm->b[r] * aDR[r * dv + j] * aS[i * dv + j] +
+                     cm->f[r] * aX[r * dv + j] * aD[i * dv + j];
+            }
+            for (int64_t s = 0; s < L; s++) { /* + [dA; dB] K + [dA^T K + dB^T Q; 0] */
+                q += adP[r][s] * cm->G[r][s] * KABS(s, i);
+                k += (adM[r][s] * cm->b[r] * cm->G[r][s] + adM[s][r] * cm->b[s] * cm->G[s][r]) *
+                         KABS(s, i) +
+                     adP[s][r] * cm->G[s][r] * QABS(s, i);
+            }
+            yq[i] += q, yk[i] += k;
+        }
+        double yb = 0.0, g = 0.0, fdf = 0.0;
+        for (int64_t j = 0; j < dv; j++) {
+            Y->dv[((c0 + r) * Hv + h) * dv + j] = cm->b[r] * aDR[r * dv + j];
+            yb += aDR[r * dv + j] * (fabs(vr[j]) + cm->e[r] * aKS[r * dv + j]);
+            g += cm->e[r] *
+                 (OABS(r, j) * aQS[r * dv + j] + cm->b[r] * aDR[r * dv + j] * aKS[r * dv + j]);
+            fdf += cm->f[r] * aKD[r * dv + j] * aX[r * dv + j];
+        }
+        for (int64_t s = 0; s < L; s++) {
+            yb += adM[r][s] * fabs(cm->A[r][s]) * cm->G[r][s];
+            if (s != r) /* G by row and by column; the diagonal cancels exactly */
+                g += adM[r][s] * fabs(cm->M[r][s]) + adP[r][s] * fabs(cm->P[r][s]) +
+                     adM[s][r] * fabs(cm->M[s][r]) + adP[s][r] * fabs(cm->P[s][r]);
+        }
+        Y->db[(c0 + r) * Hv + h] = yb;
+        dgam[r] = g + fdf;
+        last += fdf;
+    }
+    for (int64_t i = 0; i < dk * dv; i++)
+        last += cm->eL * aD[i] * aS[i];
+    dgam[L - 1] += last;
+    double acc = 0.0;
+    for (int64_t r = L - 1; r >= 0; r--)
+        Y->dg[(c0 + r) * Hv + h] = acc += dgam[r];
+    for (int64_t i = 0; i < dk; i++) /* dS <- eL dSn + K^T (-e beta dR) + Q^T (e dO) */
+        for (int64_t j = 0; j < dv; j++) {
+            double x = cm->eL * aD[i * dv + j];
+            for (int64_t r = 0; r < L; r++)
+                x += cm->e[r] * (KABS(r, i) * cm->b[r] * aDR[r * dv + j] + QABS(r, i) * OABS(r, j));
+            aD[i * dv + j] = x;
+        }
+#undef KABS
+#undef QABS
+#undef OABS
+}
+
+static dr_bound dr_bounds(const dr_in *in)
+{
+    int64_t T = in->T, Hv = in->Hv, Hk = in->Hk, dk = in->dk, dv = in->dv, sz = dk * dv;
+    int64_t nc = (T + C - 1) / C;
+    static chunk_mats cm;
+    dr_bound b = {0, 1.0, 0, rec_alloc(in)};
+    double dgam = 0.0;
+    double *aS = dalloc((size_t)((nc + 1) * sz)), *aD = dalloc((size_t)sz);
+    double *aKS = dalloc((size_t)(C * dv)), *aQS = dalloc((size_t)(C * dv));
+    double *aR = dalloc((size_t)(C * dv)), *aX = dalloc((size_t)(C * dv));
+    double *w = dalloc((size_t)(3 * C * dv));
+    for (int64_t h = 0; h < Hv; h++) {
+        int64_t hk = h / (Hv / Hk);
+        memset(aS, 0, sizeof(double) * (size_t)sz);
+        for (int64_t c = 0; c < nc; c++) { /* chunk-start state magnitudes */
+            int64_t c0 = c * C, L = T - c0 < C ? T - c0 : C;
+            chunk_mats_make(&cm, in, h, c0, L);
+            b.kappa = fmax(b.kappa, row_col_max(cm.Ti, L));
+            b.m = fmax(b.m, row_col_max(cm.M, L));
+            dgam = fmax(dgam, cm.dgam);
+            abs_fwd_chunk(aKS, aQS, aR, aX, &cm, in, h, c0, aS + c * sz);
+            for (int64_t i = 0; i < dk; i++) /* S' = eL S + K^T diag(f) X */
+                for (int64_t j = 0; j < dv; j++) {
+                    double x = cm.eL * aS[c * sz + i * dv + j];
+                    for (int64_t r = 0; r < L; r++)
+                        x += cm.f[r] * fabs(in->kd[((c0 + r) * Hk + hk) * dk + i]) * aX[r * dv + j];
+                    aS[(c + 1) * sz + i * dv + j] = x;
+                }
+        }
+        memset(aD, 0, sizeof(double) * (size_t)sz);
+        for (int64_t c = nc - 1; c >= 0; c--) {
+            int64_t c0 = c * C, L = T - c0 < C ? T - c0 : C;
+            chunk_mats_make(&cm, in, h, c0, L);
+            abs_fwd_chunk(aKS, aQS, aR, aX, &cm, in, h, c0, aS + c * sz);
+            abs_bwd_chunk(&b.Y, aD, &cm, in, h, c0, aS + c * sz, aKS, aQS, aX, w);
+        }
+    }
+    b.eps = U * (double)nc * b.kappa * b.kappa * (1 + b.m) *
+            (4.0 * dk + 3.0 * dv + 9.0 * C + dgam + CE + 24);
+    free(aS), free(aD), free(aKS), free(aQS), free(aR), free(aX), free(w);
     return b;
 }
+
+static void bound_free(dr_bound *b) { rec_free(&b->Y); }
 
 typedef struct {
     float *dq, *dk, *dv, *dg, *db;
@@ -694,23 +797,41 @@ static int same_bits(const float *a, const float *b, int64_t n)
     return memcmp(a, b, (size_t)n * sizeof(float)) == 0;
 }
 
+/* The five gradients of a rec_grads, with their element counts. */
+static void grads5(const double *p[5], int64_t n[5], const rec_grads *g, const dr_in *in)
+{
+    p[0] = g->dq, p[1] = g->dk, p[2] = g->dv, p[3] = g->dg, p[4] = g->db;
+    n[0] = n[1] = in->T * in->Hk * in->dk;
+    n[2] = in->T * in->Hv * in->dv;
+    n[3] = n[4] = in->T * in->Hv;
+}
+
+static double max_abs(const double *x, int64_t n)
+{
+    double m = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        m = fmax(m, fabs(x[i]));
+    return m;
+}
+
 /* Compare the kernel's five gradients with a float64 reference (the recurrent backward or the
- * finite differences) against (eps + fd_rel) Y + fd_abs. */
+ * finite differences): element i against eps Y_i + FD, FD = fd_abs + fd_rel max(Y) (the FD
+ * allowance of the tensor; 0 against the recurrent backward). */
 static void dr_compare(const char *tag, const dr_out *o, const rec_grads *ref, const dr_in *in,
                        const dr_bound *b, double fd_abs, double fd_rel)
 {
-    int64_t nqk = in->T * in->Hk * in->dk, nv = in->T * in->Hv * in->dv, ng = in->T * in->Hv;
-    int64_t nmax = nqk > nv ? nqk : nv;
-    double *bound = dalloc((size_t)nmax);
     const float *got[5] = {o->dq, o->dk, o->dv, o->dg, o->db};
-    const double *want[5] = {ref->dq, ref->dk, ref->dv, ref->dg, ref->db};
-    double Y[5] = {b->Yq, b->Yk, b->Yv, b->Yg, b->Yb};
-    int64_t n[5] = {nqk, nqk, nv, ng, ng};
+    const double *want[5], *Y[5];
+    int64_t n[5];
+    grads5(want, n, ref, in);
+    grads5(Y, n, &b->Y, in);
+    double *bound = dalloc((size_t)(n[0] > n[2] ? n[0] : n[2]));
     cmp_res res[5];
     double worst = 0.0;
     for (int f = 0; f < 5; f++) {
+        double fd = fd_abs + fd_rel * max_abs(Y[f], n[f]);
         for (int64_t i = 0; i < n[f]; i++)
-            bound[i] = (b->eps + fd_rel) * Y[f] + fd_abs;
+            bound[i] = b->eps * Y[f][i] + fd;
         res[f] = compare(got[f], want[f], bound, n[f]);
         worst = fmax(worst, res[f].ratio);
     }
@@ -727,9 +848,7 @@ static void dr_compare(const char *tag, const dr_out *o, const rec_grads *ref, c
 static rec_grads dr_fd(dr_in *in, double *lmag)
 {
     int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv;
-    rec_grads fd = {dalloc((size_t)(T * Hk * dk)), dalloc((size_t)(T * Hk * dk)),
-                    dalloc((size_t)(T * Hv * dv)), dalloc((size_t)(T * Hv)), dalloc((size_t)(T * Hv)),
-                    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+    rec_grads fd = rec_alloc(in);
     double *S = dalloc((size_t)(dk * dv)), m;
     double *src[5] = {in->qd, in->kd, in->vd, in->gd, in->bd};
     double *dst[5] = {fd.dq, fd.dk, fd.dv, fd.dg, fd.db};
@@ -755,8 +874,7 @@ static void test_dr_fd(int64_t T, int64_t Hk, int64_t Hv, uint64_t seed)
     int64_t dk = 4, dv = 6;
     dr_in in = dr_make(T, Hk, Hv, dk, dv, seed);
     rec_grads rb = rec_backward(&in);
-    chunk_stats cs = dr_chunk_stats(&in);
-    dr_bound b = dr_bounds(&in, &rb, &cs);
+    dr_bound b = dr_bounds(&in);
     double lmag;
     rec_grads fd = dr_fd(&in, &lmag);
     double fd_abs = 0x1p-50 * lmag / FDH, fd_rel = 1e-8;
@@ -765,36 +883,37 @@ static void test_dr_fd(int64_t T, int64_t Hk, int64_t Hv, uint64_t seed)
     /* the float64 reference itself vs FD, against the FD allowance alone */
     snprintf(tag, sizeof tag, "T=%lld Hk=%lld Hv=%lld: f64 rec vs FD", (long long)T,
              (long long)Hk, (long long)Hv);
-    const double *r5[5] = {rb.dq, rb.dk, rb.dv, rb.dg, rb.db};
-    const double *f5[5] = {fd.dq, fd.dk, fd.dv, fd.dg, fd.db};
-    double Y[5] = {b.Yq, b.Yk, b.Yv, b.Yg, b.Yb}, worst = 0.0;
-    int64_t n[5] = {T * Hk * dk, T * Hk * dk, T * Hv * dv, T * Hv, T * Hv};
-    for (int f = 0; f < 5; f++)
+    const double *r5[5], *f5[5], *Y[5];
+    int64_t n[5];
+    grads5(r5, n, &rb, &in), grads5(f5, n, &fd, &in), grads5(Y, n, &b.Y, &in);
+    double worst = 0.0;
+    for (int f = 0; f < 5; f++) {
+        double allow = fd_abs + fd_rel * max_abs(Y[f], n[f]);
         for (int64_t i = 0; i < n[f]; i++) {
             double e = fabs(r5[f][i] - f5[f][i]);
-            worst = fmax(worst, e == e ? e / (fd_abs + fd_rel * Y[f]) : INFINITY);
+            worst = fmax(worst, e == e ? e / allow : INFINITY);
         }
+    }
     printf("  %-34s err/FD-allowance %.1e\n", tag, worst);
     check(tag, worst);
     snprintf(tag, sizeof tag, "T=%lld Hk=%lld Hv=%lld: chunked vs FD", (long long)T,
              (long long)Hk, (long long)Hv);
     dr_compare(tag, &o, &fd, &in, &b, fd_abs, fd_rel);
-    dr_out_free(&o), rec_free(&rb), rec_free(&fd), dr_free(&in);
+    dr_out_free(&o), rec_free(&rb), rec_free(&fd), bound_free(&b), dr_free(&in);
 }
 
 static void test_dr_rec(int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, uint64_t seed)
 {
     dr_in in = dr_make(T, Hk, Hv, dk, dv, seed);
     rec_grads rb = rec_backward(&in);
-    chunk_stats cs = dr_chunk_stats(&in);
-    dr_bound b = dr_bounds(&in, &rb, &cs);
+    dr_bound b = dr_bounds(&in);
     dr_out o = dr_kernel(&in);
     char tag[96];
     snprintf(tag, sizeof tag, "T=%lld Hk=%lld Hv=%lld dk=%lld dv=%lld vs f64", (long long)T,
              (long long)Hk, (long long)Hv, (long long)dk, (long long)dv);
     dr_compare(tag, &o, &rb, &in, &b, 0.0, 0.0);
-    printf("  %-34s (kappa %.2f, m %.2f, eps %.2e)\n", "", cs.kappa, cs.m, b.eps);
-    dr_out_free(&o), rec_free(&rb), dr_free(&in);
+    printf("  %-34s (kappa %.2f, m %.2f, eps %.2e)\n", "", b.kappa, b.m, b.eps);
+    dr_out_free(&o), rec_free(&rb), bound_free(&b), dr_free(&in);
 }
 
 /* ==== 3. thread invariance ==================================================================== */

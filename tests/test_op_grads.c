@@ -120,7 +120,8 @@ static double fd_full_grad(void *ctx, int which, size_t p)
     return s / (2.0 * FD_H);
 }
 
-static void fd_full_init(fd_full *P, void (*fwd)(const void *, double *), size_t ny, const double *R)
+static void fd_full_init(fd_full *P, void (*fwd)(const void *, double *), size_t ny,
+                         const double *R)
 {
     memset(P, 0, sizeof *P);
     P->fwd = fwd, P->ny = ny, P->R = R;

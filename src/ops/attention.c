@@ -387,7 +387,8 @@ static void atb_gather_rows(atb_scratch *s, const atb_args *a, int64_t g, int64_
 
 /* n rows of x (row i at x + i ld, hd floats each) into xT [hdp, ldt] columns 0..n-1, zero padded
  * to ldt columns and hdp rows. */
-static void atb_transpose(float *xT, int64_t ldt, const float *x, int64_t ld, int n, const atb_args *a)
+static void atb_transpose(float *xT, int64_t ldt, const float *x, int64_t ld, int n,
+                          const atb_args *a)
 {
     memset(xT, 0, (size_t)(a->hdp * ldt) * sizeof(float));
     for (int i = 0; i < n; i++)
@@ -470,7 +471,8 @@ static void atb_tile_keys(atb_scratch *s, const atb_args *a, int nq, int64_t j0,
 }
 
 /* Pass A: d_k, d_v of keys kb*BK .. of kv head g. */
-static void atb_task_kv(float *d_k, float *d_v, const atb_args *a, int64_t g, int64_t kb, atb_scratch *s)
+static void atb_task_kv(float *d_k, float *d_v, const atb_args *a, int64_t g, int64_t kb,
+                        atb_scratch *s)
 {
     int64_t j0 = kb * ATB_BK, hdp = a->hdp, nrows = a->T * a->r, ld = a->Hkv * a->hd;
     int nk = (int)(a->T - j0 < ATB_BK ? a->T - j0 : ATB_BK);
@@ -496,7 +498,8 @@ static void atb_task_kv(float *d_k, float *d_v, const atb_args *a, int64_t g, in
 }
 
 /* Pass B: d_q of rows row0 .. row0+nq-1 of kv head g. */
-static void atb_task_q(float *d_q, const atb_args *a, int64_t g, int64_t row0, int nq, atb_scratch *s)
+static void atb_task_q(float *d_q, const atb_args *a, int64_t g, int64_t row0, int nq,
+                       atb_scratch *s)
 {
     int64_t hdp = a->hdp, ld = a->Hkv * a->hd;
     /* queries and dout of the task, transposed once: rows are not evenly spaced in memory, so
@@ -528,11 +531,12 @@ static void atb_task_q(float *d_q, const atb_args *a, int64_t g, int64_t row0, i
     }
 }
 
-void hyla_attention_bwd(float *d_q /*[T,Hq,hd]*/, float *d_k /*[T,Hkv,hd]*/, float *d_v /*[T,Hkv,hd]*/,
-                        const float *dout /*[T,Hq,hd]*/, const float *out /*[T,Hq,hd]*/,
-                        const float *lse /*[T,Hq]*/, const float *q /*[T,Hq,hd]*/,
-                        const float *k /*[T,Hkv,hd]*/, const float *v /*[T,Hkv,hd]*/, int64_t T, int64_t Hq,
-                        int64_t Hkv, int64_t hd, float scale, float *work)
+void hyla_attention_bwd(float *d_q /*[T,Hq,hd]*/, float *d_k /*[T,Hkv,hd]*/,
+                        float *d_v /*[T,Hkv,hd]*/, const float *dout /*[T,Hq,hd]*/,
+                        const float *out /*[T,Hq,hd]*/, const float *lse /*[T,Hq]*/,
+                        const float *q /*[T,Hq,hd]*/, const float *k /*[T,Hkv,hd]*/,
+                        const float *v /*[T,Hkv,hd]*/, int64_t T, int64_t Hq, int64_t Hkv,
+                        int64_t hd, float scale, float *work)
 {
     HYLA_ASSERT(T >= 0 && Hkv > 0 && Hq % Hkv == 0 && hd > 0);
     if (T == 0)

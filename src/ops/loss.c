@@ -76,8 +76,8 @@ double hyla_aux_loss_finish(const double *counts /*[E]*/, const double *psum /*[
 /* dlogits = scale (softmax(l) - onehot(label)), softmax as in the forward (max subtracted, exp in
  * fp32, sum in double); 0 on ignored rows. Each row is read whole (max, sum) before it is
  * written, element j is read before it is overwritten: dlogits may alias logits. */
-void hyla_cross_entropy_bwd(float *dlogits /*[n,V]*/, const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
-                            int64_t n, int64_t V, float scale)
+void hyla_cross_entropy_bwd(float *dlogits /*[n,V]*/, const float *logits /*[n,V]*/,
+                            const int32_t *labels /*[n]*/, int64_t n, int64_t V, float scale)
 {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {

@@ -66,9 +66,10 @@ void hyla_moe_route_fwd(int32_t *top_idx /*[n,k]*/, float *top_w /*[n,k]*/,
  * w_s = v_s / V, v_s = probs[idx_s], V = sum_u v_u (summed in slot order in double, as the
  * forward): dv_s = (dw_s - sum_u w_u dw_u) / V; without, dv_s = dw_s. dp_e = aux_dprob[e] +
  * (dv_s if e = idx_s); dlogits = p (dp - <p, dp>). Everything per row in double, rounded once. */
-void hyla_moe_route_bwd(float *dlogits /*[n,E]*/, const float *dtop_w /*[n,k]*/, const int32_t *top_idx /*[n,k]*/,
-                        const float *probs /*[n,E]*/, const double *aux_dprob /*[E] or NULL*/, int64_t n,
-                        int64_t E, int64_t k, int renorm)
+void hyla_moe_route_bwd(float *dlogits /*[n,E]*/, const float *dtop_w /*[n,k]*/,
+                        const int32_t *top_idx /*[n,k]*/, const float *probs /*[n,E]*/,
+                        const double *aux_dprob /*[E] or NULL*/, int64_t n, int64_t E, int64_t k,
+                        int renorm)
 {
     HYLA_ASSERT(E > 0 && k > 0 && k <= E);
 #pragma omp parallel for schedule(static)

@@ -87,8 +87,8 @@ static float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 /* u = dy (1+w); dx = r u - (r^3/d) x (x.u); dw += dy (x r). */
 void hyla_rmsnorm1p_bwd(float *dx /*[n,d]*/, float *dw /*[d] +=*/, const float *dy /*[n,d]*/,
-                        const float *x /*[n,d]*/, const float *w /*[d]*/, const float *rstd /*[n] or NULL*/,
-                        int64_t n, int64_t d, float eps)
+                        const float *x /*[n,d]*/, const float *w /*[d]*/,
+                        const float *rstd /*[n] or NULL*/, int64_t n, int64_t d, float eps)
 {
     if (n <= 0 || d <= 0)
         return;
@@ -126,9 +126,9 @@ void hyla_rmsnorm1p_bwd(float *dx /*[n,d]*/, float *dw /*[d] +=*/, const float *
 /* n = x r, y = w n silu(z): u = dy w silu(z); dx = r u - (r^3/d) x (x.u);
  * dw += dy n silu(z); dz = dy w n s (1 + z (1 - s)), s = sigmoid(z). */
 void hyla_gated_rmsnorm_bwd(float *dx /*[n,d]*/, float *dz /*[n,d]*/, float *dw /*[d] +=*/,
-                            const float *dy /*[n,d]*/, const float *x /*[n,d]*/, const float *z /*[n,d]*/,
-                            const float *w /*[d]*/, const float *rstd /*[n] or NULL*/, int64_t n, int64_t d,
-                            float eps)
+                            const float *dy /*[n,d]*/, const float *x /*[n,d]*/,
+                            const float *z /*[n,d]*/, const float *w /*[d]*/,
+                            const float *rstd /*[n] or NULL*/, int64_t n, int64_t d, float eps)
 {
     if (n <= 0 || d <= 0)
         return;
@@ -167,7 +167,8 @@ void hyla_gated_rmsnorm_bwd(float *dx /*[n,d]*/, float *dz /*[n,d]*/, float *dw 
 
 /* y = scale x r, r = (sum x^2 + eps)^-1/2:  dx = scale r (dy - r^2 (dy.x) x). */
 void hyla_l2norm_bwd(float *dx /*[n,d]*/, const float *dy /*[n,d]*/, const float *x /*[n,d]*/,
-                     const float *rstd /*[n] or NULL*/, int64_t n, int64_t d, float eps, float scale)
+                     const float *rstd /*[n] or NULL*/, int64_t n, int64_t d, float eps,
+                     float scale)
 {
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {

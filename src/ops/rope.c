@@ -50,8 +50,8 @@ void hyla_rope_fwd(float *x /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/,
 
 /* Backward = the transpose of the rotation (rotation by -angle) on the first R dims, identity on
  * the rest (spec §8.9): dx1 = a cos + b sin ; dx2 = b cos - a sin for (a, b) = (dy1, dy2). */
-void hyla_rope_bwd(float *dx /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/, const float *sin_t /*[n,R/2]*/,
-                   int64_t n, int64_t heads, int64_t hd, int64_t R)
+void hyla_rope_bwd(float *dx /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/,
+                   const float *sin_t /*[n,R/2]*/, int64_t n, int64_t heads, int64_t hd, int64_t R)
 {
     HYLA_ASSERT(R > 0 && R % 2 == 0 && R <= hd);
     int64_t half = R / 2;
