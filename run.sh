@@ -12,6 +12,6 @@ rm -rf "$out"
 mkdir -p "$out"
 ./build/hyla init --preset tiny-hybrid --seed 7 --out "$out/init" >/dev/null
 ./build/hyla inspect "$out/init" | sed -n '1,16p'
-./build/hyla train --model "$out/init" --text data/kjv.txt --steps "${HYLA_DEMO_STEPS:-300}" --batch 8 --seq 128 \
-    --lr 3e-3 --warmup 30 --remat full --remat-unit layer --seed 7 \
+./build/hyla train --model "$out/init" --text data/kjv.txt --steps "${HYLA_DEMO_STEPS:-400}" --batch 8 --seq 128 \
+    --lr 4e-3 --warmup 30 --remat full --remat-unit layer --seed 7 \
     --save "$out/checkpoint" --log-json "$out/train.jsonl" --sample 240 --prompt "And God said unto "

@@ -345,7 +345,7 @@ typedef struct {
     int64_t T, Hk, Hv, dk, dv;
     float *q, *k;         /* [T,Hk,dk] l2-normalised; q also scaled by 1/sqrt(dk) */
     float *v, *dout;      /* [T,Hv,dv] */
-    float *g, *beta;      /* [T,Hv]: g in [-2,0), beta in (0,1) */
+    float *g, *beta;      /* [T,Hv]: g in [-2,0) (see dr_make), beta in (0,1) */
     double *qd, *kd, *vd, *gd, *bd, *od; /* float64 copies (the FD perturbs these) */
 } dr_in;
 
@@ -387,8 +387,13 @@ static dr_in dr_make(int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, 
         in.v[i] = (float)unif(&r, -1, 1);
         in.dout[i] = (float)unif(&r, -1, 1);
     }
+    /* even value heads decay fast (g uniform in [-2, 0): a chunk decays by ~e^-64), odd ones
+     * slowly (g log-uniform in [-0.05, -0.001], as with the model's small dt): there the
+     * chunk-start state and dSn carry real weight across chunks */
     for (int64_t i = 0; i < ng; i++) {
-        in.g[i] = (float)(-2.0 * (1.0 - hyla_rng_uniform(&r))); /* [-2, 0) */
+        int slow = (i % Hv) % 2 == 1;
+        in.g[i] = (float)(slow ? -exp(unif(&r, log(1e-3), log(0.05)))
+                               : -2.0 * (1.0 - hyla_rng_uniform(&r)));
         in.beta[i] = (float)unif(&r, 0.01, 0.99);
     }
     in.qd = to_f64(in.q, nqk), in.kd = to_f64(in.k, nqk), in.vd = to_f64(in.v, nv);
@@ -457,10 +462,34 @@ static void rec_free(rec_grads *g)
     free(g->dq), free(g->dk), free(g->dv), free(g->dg), free(g->db);
 }
 
-static rec_grads rec_backward(const dr_in *in)
+/* What the bound needs from the exact run: per head and chunk the chunk-start state and dSn (the
+ * gradient of the state after the chunk from later tokens), and the norms sbar, dsbar. */
+typedef struct {
+    double *Sc, *dSc;   /* [Hv, n_chunks, dk, dv] */
+    double sbar, dsbar; /* max ||S_t||_F + max ||delta_t||; max ||dS_t||_F + max ||ddelta_t||
+                           + max ||dout_t|| (over heads and tokens) */
+} rec_chunks;
+
+static rec_chunks rec_chunks_alloc(const dr_in *in)
+{
+    size_t n = (size_t)(in->Hv * ((in->T + C - 1) / C) * in->dk * in->dv);
+    rec_chunks rc = {dalloc(n), dalloc(n), 0, 0};
+    return rc;
+}
+
+static double norm2(const double *x, int64_t n)
+{
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++)
+        s += x[i] * x[i];
+    return sqrt(s);
+}
+
+static rec_grads rec_backward(const dr_in *in, rec_chunks *rc)
 {
     int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, rep = Hv / Hk;
-    int64_t sz = dk * dv;
+    int64_t sz = dk * dv, nc = (T + C - 1) / C;
+    double ns = 0.0, nd = 0.0, nds = 0.0, ndd = 0.0, ndo = 0.0;
     rec_grads gr = rec_alloc(in);
     double *St = dalloc((size_t)((T + 1) * sz)), *dS = dalloc((size_t)sz), *Sp = dalloc((size_t)sz);
     double *e = dalloc((size_t)dv), *dd = dalloc((size_t)dv), *dm = dalloc((size_t)dv);
@@ -481,7 +510,11 @@ static rec_grads rec_backward(const dr_in *in)
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++)
                     S1[i * dv + j] = a * S0[i * dv + j] + k[i] * e[j];
+            ns = fmax(ns, norm2(S1, sz)), nd = fmax(nd, norm2(e, dv));
         }
+        if (rc)
+            for (int64_t c = 0; c < nc; c++)
+                memcpy(rc->Sc + (h * nc + c) * sz, St + c * C * sz, sizeof(double) * (size_t)sz);
         /* backward */
         memset(dS, 0, sizeof(double) * (size_t)sz);
         for (int64_t t = T - 1; t >= 0; t--) {
@@ -490,9 +523,13 @@ static rec_grads rec_backward(const dr_in *in)
             double a = exp(in->gd[t * Hv + h]), b = in->bd[t * Hv + h];
             const double *S1 = St + (t + 1) * sz, *S0 = St + t * sz;
             double *dq = gr.dq + (t * Hk + hk) * dk, *dk_ = gr.dk + (t * Hk + hk) * dk;
+            if (rc && (t == T - 1 || t % C == C - 1)) /* last token of chunk t / C */
+                memcpy(rc->dSc + (h * nc + t / C) * sz, dS, sizeof(double) * (size_t)sz);
+            nds = fmax(nds, norm2(dS, sz)), ndo = fmax(ndo, norm2(dO, dv));
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++)
                     dS[i * dv + j] += q[i] * dO[j];
+            nds = fmax(nds, norm2(dS, sz));
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++)
                     dq[i] += S1[i * dv + j] * dO[j];
@@ -507,6 +544,7 @@ static rec_grads rec_backward(const dr_in *in)
                 e[j] = v[j] - mj;
                 dd[j] = dj;
             }
+            ndd = fmax(ndd, norm2(dd, dv));
             double dbeta = 0.0;
             for (int64_t j = 0; j < dv; j++) {
                 dbeta += dd[j] * e[j];
@@ -534,6 +572,8 @@ static rec_grads rec_backward(const dr_in *in)
                 dS[i] *= a;
         }
     }
+    if (rc)
+        rc->sbar = ns + nd, rc->dsbar = nds + ndd + ndo;
     free(St), free(dS), free(Sp), free(e), free(dd), free(dm);
     return gr;
 }
@@ -628,9 +668,9 @@ static void abs_fwd_chunk(double *aKS, double *aQS, double *aR, double *aX, cons
 }
 
 /* Backward magnitudes of one chunk: the kernel's formulas (kernel comment) with |.| and the
- * magnitudes of the computed factors. aD: in, magnitude of dSn; out, of the chunk-start dS.
+ * magnitudes of the computed factors; aS, aD: those of the chunk-start state and of dSn.
  * Writes Y's dv, dg, dbeta rows of head h and adds its dq, dk terms. */
-static void abs_bwd_chunk(rec_grads *Y, double *aD, const chunk_mats *cm, const dr_in *in,
+static void abs_bwd_chunk(rec_grads *Y, const double *aD, const chunk_mats *cm, const dr_in *in,
                           int64_t h, int64_t c0, const double *aS, const double *aKS,
                           const double *aQS, const double *aX, double *w /*[3,C,dv]*/)
 {
@@ -712,55 +752,37 @@ static void abs_bwd_chunk(rec_grads *Y, double *aD, const chunk_mats *cm, const 
     double acc = 0.0;
     for (int64_t r = L - 1; r >= 0; r--)
         Y->dg[(c0 + r) * Hv + h] = acc += dgam[r];
-    for (int64_t i = 0; i < dk; i++) /* dS <- eL dSn + K^T (-e beta dR) + Q^T (e dO) */
-        for (int64_t j = 0; j < dv; j++) {
-            double x = cm->eL * aD[i * dv + j];
-            for (int64_t r = 0; r < L; r++)
-                x += cm->e[r] * (KABS(r, i) * cm->b[r] * aDR[r * dv + j] + QABS(r, i) * OABS(r, j));
-            aD[i * dv + j] = x;
-        }
 #undef KABS
 #undef QABS
 #undef OABS
 }
 
-static dr_bound dr_bounds(const dr_in *in)
+static dr_bound dr_bounds(const dr_in *in, const rec_chunks *rc)
 {
-    int64_t T = in->T, Hv = in->Hv, Hk = in->Hk, dk = in->dk, dv = in->dv, sz = dk * dv;
+    int64_t T = in->T, Hv = in->Hv, dk = in->dk, dv = in->dv, sz = dk * dv;
     int64_t nc = (T + C - 1) / C;
     static chunk_mats cm;
     dr_bound b = {0, 1.0, 0, rec_alloc(in)};
     double dgam = 0.0;
-    double *aS = dalloc((size_t)((nc + 1) * sz)), *aD = dalloc((size_t)sz);
+    double *aS = dalloc((size_t)sz), *aD = dalloc((size_t)sz);
     double *aKS = dalloc((size_t)(C * dv)), *aQS = dalloc((size_t)(C * dv));
     double *aR = dalloc((size_t)(C * dv)), *aX = dalloc((size_t)(C * dv));
     double *w = dalloc((size_t)(3 * C * dv));
-    for (int64_t h = 0; h < Hv; h++) {
-        int64_t hk = h / (Hv / Hk);
-        memset(aS, 0, sizeof(double) * (size_t)sz);
-        for (int64_t c = 0; c < nc; c++) { /* chunk-start state magnitudes */
+    for (int64_t h = 0; h < Hv; h++)
+        for (int64_t c = 0; c < nc; c++) {
             int64_t c0 = c * C, L = T - c0 < C ? T - c0 : C;
+            const double *S = rc->Sc + (h * nc + c) * sz, *dSn = rc->dSc + (h * nc + c) * sz;
+            for (int64_t i = 0; i < sz; i++) { /* S_0 = 0 and dS_T = 0 exactly */
+                aS[i] = c == 0 ? 0.0 : fabs(S[i]) + rc->sbar;
+                aD[i] = c == nc - 1 ? 0.0 : fabs(dSn[i]) + rc->dsbar;
+            }
             chunk_mats_make(&cm, in, h, c0, L);
             b.kappa = fmax(b.kappa, row_col_max(cm.Ti, L));
             b.m = fmax(b.m, row_col_max(cm.M, L));
             dgam = fmax(dgam, cm.dgam);
-            abs_fwd_chunk(aKS, aQS, aR, aX, &cm, in, h, c0, aS + c * sz);
-            for (int64_t i = 0; i < dk; i++) /* S' = eL S + K^T diag(f) X */
-                for (int64_t j = 0; j < dv; j++) {
-                    double x = cm.eL * aS[c * sz + i * dv + j];
-                    for (int64_t r = 0; r < L; r++)
-                        x += cm.f[r] * fabs(in->kd[((c0 + r) * Hk + hk) * dk + i]) * aX[r * dv + j];
-                    aS[(c + 1) * sz + i * dv + j] = x;
-                }
+            abs_fwd_chunk(aKS, aQS, aR, aX, &cm, in, h, c0, aS);
+            abs_bwd_chunk(&b.Y, aD, &cm, in, h, c0, aS, aKS, aQS, aX, w);
         }
-        memset(aD, 0, sizeof(double) * (size_t)sz);
-        for (int64_t c = nc - 1; c >= 0; c--) {
-            int64_t c0 = c * C, L = T - c0 < C ? T - c0 : C;
-            chunk_mats_make(&cm, in, h, c0, L);
-            abs_fwd_chunk(aKS, aQS, aR, aX, &cm, in, h, c0, aS + c * sz);
-            abs_bwd_chunk(&b.Y, aD, &cm, in, h, c0, aS + c * sz, aKS, aQS, aX, w);
-        }
-    }
     b.eps = U * (double)nc * b.kappa * b.kappa * (1 + b.m) *
             (4.0 * dk + 3.0 * dv + 9.0 * C + dgam + CE + 24);
     free(aS), free(aD), free(aKS), free(aQS), free(aR), free(aX), free(w);
@@ -873,8 +895,9 @@ static void test_dr_fd(int64_t T, int64_t Hk, int64_t Hv, uint64_t seed)
 {
     int64_t dk = 4, dv = 6;
     dr_in in = dr_make(T, Hk, Hv, dk, dv, seed);
-    rec_grads rb = rec_backward(&in);
-    dr_bound b = dr_bounds(&in);
+    rec_chunks rc = rec_chunks_alloc(&in);
+    rec_grads rb = rec_backward(&in, &rc);
+    dr_bound b = dr_bounds(&in, &rc);
     double lmag;
     rec_grads fd = dr_fd(&in, &lmag);
     double fd_abs = 0x1p-50 * lmag / FDH, fd_rel = 1e-8;
@@ -900,13 +923,15 @@ static void test_dr_fd(int64_t T, int64_t Hk, int64_t Hv, uint64_t seed)
              (long long)Hk, (long long)Hv);
     dr_compare(tag, &o, &fd, &in, &b, fd_abs, fd_rel);
     dr_out_free(&o), rec_free(&rb), rec_free(&fd), bound_free(&b), dr_free(&in);
+    free(rc.Sc), free(rc.dSc);
 }
 
 static void test_dr_rec(int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, uint64_t seed)
 {
     dr_in in = dr_make(T, Hk, Hv, dk, dv, seed);
-    rec_grads rb = rec_backward(&in);
-    dr_bound b = dr_bounds(&in);
+    rec_chunks rc = rec_chunks_alloc(&in);
+    rec_grads rb = rec_backward(&in, &rc);
+    dr_bound b = dr_bounds(&in, &rc);
     dr_out o = dr_kernel(&in);
     char tag[96];
     snprintf(tag, sizeof tag, "T=%lld Hk=%lld Hv=%lld dk=%lld dv=%lld vs f64", (long long)T,
@@ -914,6 +939,7 @@ static void test_dr_rec(int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t d
     dr_compare(tag, &o, &rb, &in, &b, 0.0, 0.0);
     printf("  %-34s (kappa %.2f, m %.2f, eps %.2e)\n", "", b.kappa, b.m, b.eps);
     dr_out_free(&o), rec_free(&rb), bound_free(&b), dr_free(&in);
+    free(rc.Sc), free(rc.dSc);
 }
 
 /* ==== 3. thread invariance ==================================================================== */
