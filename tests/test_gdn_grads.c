@@ -463,33 +463,22 @@ static void rec_free(rec_grads *g)
 }
 
 /* What the bound needs from the exact run: per head and chunk the chunk-start state and dSn (the
- * gradient of the state after the chunk from later tokens), and the norms sbar, dsbar. */
+ * gradient of the state after the chunk from later tokens). */
 typedef struct {
-    double *Sc, *dSc;   /* [Hv, n_chunks, dk, dv] */
-    double sbar, dsbar; /* max ||S_t||_F + max ||delta_t||; max ||dS_t||_F + max ||ddelta_t||
-                           + max ||dout_t|| (over heads and tokens) */
+    double *Sc, *dSc; /* [Hv, n_chunks, dk, dv] */
 } rec_chunks;
 
 static rec_chunks rec_chunks_alloc(const dr_in *in)
 {
     size_t n = (size_t)(in->Hv * ((in->T + C - 1) / C) * in->dk * in->dv);
-    rec_chunks rc = {dalloc(n), dalloc(n), 0, 0};
+    rec_chunks rc = {dalloc(n), dalloc(n)};
     return rc;
-}
-
-static double norm2(const double *x, int64_t n)
-{
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++)
-        s += x[i] * x[i];
-    return sqrt(s);
 }
 
 static rec_grads rec_backward(const dr_in *in, rec_chunks *rc)
 {
     int64_t T = in->T, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, rep = Hv / Hk;
     int64_t sz = dk * dv, nc = (T + C - 1) / C;
-    double ns = 0.0, nd = 0.0, nds = 0.0, ndd = 0.0, ndo = 0.0;
     rec_grads gr = rec_alloc(in);
     double *St = dalloc((size_t)((T + 1) * sz)), *dS = dalloc((size_t)sz), *Sp = dalloc((size_t)sz);
     double *e = dalloc((size_t)dv), *dd = dalloc((size_t)dv), *dm = dalloc((size_t)dv);
@@ -510,7 +499,6 @@ static rec_grads rec_backward(const dr_in *in, rec_chunks *rc)
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++)
                     S1[i * dv + j] = a * S0[i * dv + j] + k[i] * e[j];
-            ns = fmax(ns, norm2(S1, sz)), nd = fmax(nd, norm2(e, dv));
         }
         if (rc)
             for (int64_t c = 0; c < nc; c++)
@@ -525,11 +513,9 @@ static rec_grads rec_backward(const dr_in *in, rec_chunks *rc)
             double *dq = gr.dq + (t * Hk + hk) * dk, *dk_ = gr.dk + (t * Hk + hk) * dk;
             if (rc && (t == T - 1 || t % C == C - 1)) /* last token of chunk t / C */
                 memcpy(rc->dSc + (h * nc + t / C) * sz, dS, sizeof(double) * (size_t)sz);
-            nds = fmax(nds, norm2(dS, sz)), ndo = fmax(ndo, norm2(dO, dv));
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++)
                     dS[i * dv + j] += q[i] * dO[j];
-            nds = fmax(nds, norm2(dS, sz));
             for (int64_t i = 0; i < dk; i++)
                 for (int64_t j = 0; j < dv; j++)
                     dq[i] += S1[i * dv + j] * dO[j];
@@ -544,7 +530,6 @@ static rec_grads rec_backward(const dr_in *in, rec_chunks *rc)
                 e[j] = v[j] - mj;
                 dd[j] = dj;
             }
-            ndd = fmax(ndd, norm2(dd, dv));
             double dbeta = 0.0;
             for (int64_t j = 0; j < dv; j++) {
                 dbeta += dd[j] * e[j];
@@ -572,8 +557,6 @@ static rec_grads rec_backward(const dr_in *in, rec_chunks *rc)
                 dS[i] *= a;
         }
     }
-    if (rc)
-        rc->sbar = ns + nd, rc->dsbar = nds + ndd + ndo;
     free(St), free(dS), free(Sp), free(e), free(dd), free(dm);
     return gr;
 }
@@ -641,71 +624,143 @@ typedef struct {
     rec_grads Y;
 } dr_bound;
 
-/* Magnitudes of one chunk's forward quantities from the start-state magnitude aS:
- * aKS = |K| aS, aQS = |Q| aS, aR = beta (|V| + e aKS), aX = |T| aR (all [L,dv]). */
-static void abs_fwd_chunk(double *aKS, double *aQS, double *aR, double *aX, const chunk_mats *cm,
-                          const dr_in *in, int64_t h, int64_t c0, const double *aS)
+/* Magnitudes |W|~ of one chunk's quantities (derivation at the top), from the exact chunk-start
+ * state S and dSn [dk,dv] and the floors F, FD [dv] (the column-norm error bounds of the computed
+ * S and dSn, in units of eps). X and dR include the solve growth. */
+typedef struct {
+    double *KS, *QS, *KD;  /* [C,dv] |K S|~, |Q S|~, |K dSn|~ */
+    double *X, *dR;        /* [C,dv] |X|~ = |T| |R|~ + |T| (I+|M|) |X|,  |dR|~ likewise */
+    double *xe, *dre, *t1; /* [C,dv] exact X, exact dR, scratch */
+} chunk_mag;
+
+static void chunk_mags(chunk_mag *w, const chunk_mats *cm, const dr_in *in, int64_t h, int64_t c0,
+                       const double *S, const double *F, const double *dSn, const double *FD)
 {
     int64_t L = cm->L, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, hk = h / (Hv / Hk);
+    const double *K = in->kd + (c0 * Hk + hk) * dk, *Q = in->qd + (c0 * Hk + hk) * dk;
+    const double *V = in->vd + (c0 * Hv + h) * dv, *dO = in->od + (c0 * Hv + h) * dv;
+    int64_t lk = Hk * dk, lv = Hv * dv; /* row strides */
+    double *R = w->t1;
     for (int64_t r = 0; r < L; r++) {
-        const double *kr = in->kd + ((c0 + r) * Hk + hk) * dk, *qr = in->qd + ((c0 + r) * Hk + hk) * dk;
-        const double *vr = in->vd + ((c0 + r) * Hv + h) * dv;
+        double kn = 0.0, qn = 0.0;
+        for (int64_t i = 0; i < dk; i++)
+            kn += K[r * lk + i] * K[r * lk + i], qn += Q[r * lk + i] * Q[r * lk + i];
+        kn = sqrt(kn), qn = sqrt(qn);
         for (int64_t j = 0; j < dv; j++) {
-            double ks = 0.0, qs = 0.0;
-            for (int64_t i = 0; i < dk; i++)
-                ks += fabs(kr[i]) * aS[i * dv + j], qs += fabs(qr[i]) * aS[i * dv + j];
-            aKS[r * dv + j] = ks, aQS[r * dv + j] = qs;
-            aR[r * dv + j] = cm->b[r] * (fabs(vr[j]) + cm->e[r] * ks);
+            double ks = 0.0, aks = 0.0, aqs = 0.0, kd = 0.0, akd = 0.0;
+            for (int64_t i = 0; i < dk; i++) {
+                double kri = K[r * lk + i], qri = Q[r * lk + i];
+                ks += kri * S[i * dv + j], aks += fabs(kri * S[i * dv + j]);
+                aqs += fabs(qri * S[i * dv + j]);
+                kd += kri * dSn[i * dv + j], akd += fabs(kri * dSn[i * dv + j]);
+            }
+            w->KS[r * dv + j] = aks + kn * F[j];
+            w->QS[r * dv + j] = aqs + qn * F[j];
+            w->KD[r * dv + j] = akd + kn * FD[j];
+            R[r * dv + j] = cm->b[r] * (V[r * lv + j] - cm->e[r] * ks);
+            w->dre[r * dv + j] = cm->f[r] * kd; /* dX exact, first part */
         }
     }
+    for (int64_t r = 0; r < L; r++) /* exact X = T R; |X|~ first part |T| |R|~ */
+        for (int64_t j = 0; j < dv; j++) {
+            double x = 0.0, ax = 0.0;
+            for (int64_t s = 0; s <= r; s++) {
+                x += cm->Ti[r][s] * R[s * dv + j];
+                ax += fabs(cm->Ti[r][s]) * cm->b[s] * (fabs(V[s * lv + j]) + cm->e[s] * w->KS[s * dv + j]);
+            }
+            w->xe[r * dv + j] = x, w->X[r * dv + j] = ax;
+        }
+    for (int64_t r = 0; r < L; r++) /* t1 = (I + |M|) |X| */
+        for (int64_t j = 0; j < dv; j++) {
+            double y = fabs(w->xe[r * dv + j]);
+            for (int64_t s = 0; s < r; s++)
+                y += fabs(cm->M[r][s]) * fabs(w->xe[s * dv + j]);
+            R[r * dv + j] = y;
+        }
+    for (int64_t r = 0; r < L; r++) /* |X|~ += |T| t1 */
+        for (int64_t j = 0; j < dv; j++)
+            for (int64_t s = 0; s <= r; s++)
+                w->X[r * dv + j] += fabs(cm->Ti[r][s]) * R[s * dv + j];
+    /* exact dX = P^T dO + diag(f) K dSn (in dre), dR = T^T dX; |dR|~ = |T|^T |dX|~ + ... */
+    for (int64_t s = 0; s < L; s++)
+        for (int64_t j = 0; j < dv; j++) {
+            double x = w->dre[s * dv + j], ax = cm->f[s] * w->KD[s * dv + j];
+            for (int64_t r = s; r < L; r++)
+                x += cm->P[r][s] * dO[r * lv + j], ax += fabs(cm->P[r][s] * dO[r * lv + j]);
+            w->dre[s * dv + j] = x, R[s * dv + j] = ax;
+        }
     for (int64_t r = 0; r < L; r++)
         for (int64_t j = 0; j < dv; j++) {
-            double x = 0.0;
-            for (int64_t s = 0; s <= r; s++)
-                x += fabs(cm->Ti[r][s]) * aR[s * dv + j];
-            aX[r * dv + j] = x;
+            double ar = 0.0;
+            for (int64_t s = r; s < L; s++)
+                ar += fabs(cm->Ti[s][r]) * R[s * dv + j];
+            w->dR[r * dv + j] = ar;
         }
+    for (int64_t r = L - 1; r >= 0; r--) /* exact dR in place: back substitution */
+        for (int64_t j = 0; j < dv; j++) {
+            double x = w->dre[r * dv + j];
+            for (int64_t s = r + 1; s < L; s++)
+                x -= cm->M[s][r] * w->dre[s * dv + j];
+            w->dre[r * dv + j] = x;
+        }
+    for (int64_t r = 0; r < L; r++) /* t1 = (I + |M|)^T |dR| */
+        for (int64_t j = 0; j < dv; j++) {
+            double y = fabs(w->dre[r * dv + j]);
+            for (int64_t s = r + 1; s < L; s++)
+                y += fabs(cm->M[s][r]) * fabs(w->dre[s * dv + j]);
+            R[r * dv + j] = y;
+        }
+    for (int64_t r = 0; r < L; r++) /* |dR|~ += |T|^T t1 */
+        for (int64_t j = 0; j < dv; j++)
+            for (int64_t s = r; s < L; s++)
+                w->dR[r * dv + j] += fabs(cm->Ti[s][r]) * R[s * dv + j];
 }
 
-/* Backward magnitudes of one chunk: the kernel's formulas (kernel comment) with |.| and the
- * magnitudes of the computed factors; aS, aD: those of the chunk-start state and of dSn.
- * Writes Y's dv, dg, dbeta rows of head h and adds its dq, dk terms. */
-static void abs_bwd_chunk(rec_grads *Y, const double *aD, const chunk_mats *cm, const dr_in *in,
-                          int64_t h, int64_t c0, const double *aS, const double *aKS,
-                          const double *aQS, const double *aX, double *w /*[3,C,dv]*/)
+/* Column 2-norms of the magnitudes of the chunk's state update (eL |S| + |K|^T diag(f) |X|~)
+ * and dS update (eL |dSn| + |K|^T diag(e beta) |dR|~ + |Q|^T diag(e) |dO|): the chunk's own
+ * contributions to the errors of the next state and of the previous dSn (units of eps). */
+static void chunk_update_norms(double *lS /*[dv]*/, double *lD /*[dv]*/, const chunk_mag *w,
+                               const chunk_mats *cm, const dr_in *in, int64_t h, int64_t c0,
+                               const double *S, const double *dSn)
 {
     int64_t L = cm->L, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, hk = h / (Hv / Hk);
-    double *aKD = w, *aDX = w + C * dv, *aDR = w + 2 * C * dv;
+    const double *K = in->kd + (c0 * Hk + hk) * dk, *Q = in->qd + (c0 * Hk + hk) * dk;
+    const double *dO = in->od + (c0 * Hv + h) * dv;
+    int64_t lk = Hk * dk, lv = Hv * dv;
+    for (int64_t j = 0; j < dv; j++) {
+        double ns = 0.0, nd = 0.0;
+        for (int64_t i = 0; i < dk; i++) {
+            double xs = cm->eL * fabs(S[i * dv + j]), xd = cm->eL * fabs(dSn[i * dv + j]);
+            for (int64_t r = 0; r < L; r++) {
+                xs += cm->f[r] * fabs(K[r * lk + i]) * w->X[r * dv + j];
+                xd += cm->e[r] * (cm->b[r] * fabs(K[r * lk + i]) * w->dR[r * dv + j] +
+                                  fabs(Q[r * lk + i] * dO[r * lv + j]));
+            }
+            ns += xs * xs, nd += xd * xd;
+        }
+        lS[j] = sqrt(ns), lD[j] = sqrt(nd);
+    }
+}
+
+/* Gradient magnitudes of one chunk: the kernel's formulas (kernel comment) with |.|, the
+ * magnitudes of chunk_mags and |S| + F, |dSn| + FD (elementwise: |dS_ij| <= column norm).
+ * Writes Y's dv, dg, dbeta rows of head h and adds its dq, dk terms. */
+static void grad_mags(rec_grads *Y, const chunk_mag *w, const chunk_mats *cm, const dr_in *in,
+                      int64_t h, int64_t c0, const double *S, const double *F, const double *dSn,
+                      const double *FD)
+{
+    int64_t L = cm->L, Hk = in->Hk, Hv = in->Hv, dk = in->dk, dv = in->dv, hk = h / (Hv / Hk);
     static double adM[C][C], adP[C][C];
 #define KABS(r, i) fabs(in->kd[((c0 + (r)) * Hk + hk) * dk + (i)])
 #define QABS(r, i) fabs(in->qd[((c0 + (r)) * Hk + hk) * dk + (i)])
 #define OABS(r, j) fabs(in->od[((c0 + (r)) * Hv + h) * dv + (j)])
-    for (int64_t r = 0; r < L; r++) /* K dSn */
-        for (int64_t j = 0; j < dv; j++) {
-            double kd = 0.0;
-            for (int64_t i = 0; i < dk; i++)
-                kd += KABS(r, i) * aD[i * dv + j];
-            aKD[r * dv + j] = kd;
-        }
-    for (int64_t s = 0; s < L; s++) /* dX = P^T dO + diag(f) K dSn */
-        for (int64_t j = 0; j < dv; j++) {
-            double x = cm->f[s] * aKD[s * dv + j];
-            for (int64_t r = s; r < L; r++)
-                x += fabs(cm->P[r][s]) * OABS(r, j);
-            aDX[s * dv + j] = x;
-        }
-    for (int64_t r = 0; r < L; r++) /* dR = T^T dX */
-        for (int64_t j = 0; j < dv; j++) {
-            double x = 0.0;
-            for (int64_t s = r; s < L; s++)
-                x += fabs(cm->Ti[s][r]) * aDX[s * dv + j];
-            aDR[r * dv + j] = x;
-        }
+#define AS(i, j) (fabs(S[(i) * dv + (j)]) + F[j])
+#define AD(i, j) (fabs(dSn[(i) * dv + (j)]) + FD[j])
     for (int64_t r = 0; r < L; r++) /* dM = -dR X^T, dP = dO X^T */
         for (int64_t s = 0; s < L; s++) {
             double m = 0.0, p = 0.0;
             for (int64_t j = 0; j < dv; j++)
-                m += aDR[r * dv + j] * aX[s * dv + j], p += OABS(r, j) * aX[s * dv + j];
+                m += w->dR[r * dv + j] * w->X[s * dv + j], p += OABS(r, j) * w->X[s * dv + j];
             adM[r][s] = s < r ? m : 0.0;
             adP[r][s] = s <= r ? p : 0.0;
         }
@@ -716,9 +771,9 @@ static void abs_bwd_chunk(rec_grads *Y, const double *aD, const chunk_mats *cm, 
         for (int64_t i = 0; i < dk; i++) {
             double q = 0.0, k = 0.0;
             for (int64_t j = 0; j < dv; j++) { /* [dK; dQ] = D2 S^T + [diag(f) X dSn^T; 0] */
-                q += cm->e[r] * OABS(r, j) * aS[i * dv + j];
-                k += cm->e[r] * cm->b[r] * aDR[r * dv + j] * aS[i * dv + j] +
-                     cm->f[r] * aX[r * dv + j] * aD[i * dv + j];
+                q += cm->e[r] * OABS(r, j) * AS(i, j);
+                k += cm->e[r] * cm->b[r] * w->dR[r * dv + j] * AS(i, j) +
+                     cm->f[r] * w->X[r * dv + j] * AD(i, j);
             }
             for (int64_t s = 0; s < L; s++) { /* + [dA; dB] K + [dA^T K + dB^T Q; 0] */
                 q += adP[r][s] * cm->G[r][s] * KABS(s, i);
@@ -730,11 +785,11 @@ static void abs_bwd_chunk(rec_grads *Y, const double *aD, const chunk_mats *cm, 
         }
         double yb = 0.0, g = 0.0, fdf = 0.0;
         for (int64_t j = 0; j < dv; j++) {
-            Y->dv[((c0 + r) * Hv + h) * dv + j] = cm->b[r] * aDR[r * dv + j];
-            yb += aDR[r * dv + j] * (fabs(vr[j]) + cm->e[r] * aKS[r * dv + j]);
-            g += cm->e[r] *
-                 (OABS(r, j) * aQS[r * dv + j] + cm->b[r] * aDR[r * dv + j] * aKS[r * dv + j]);
-            fdf += cm->f[r] * aKD[r * dv + j] * aX[r * dv + j];
+            Y->dv[((c0 + r) * Hv + h) * dv + j] = cm->b[r] * w->dR[r * dv + j];
+            yb += w->dR[r * dv + j] * (fabs(vr[j]) + cm->e[r] * w->KS[r * dv + j]);
+            g += cm->e[r] * (OABS(r, j) * w->QS[r * dv + j] +
+                             cm->b[r] * w->dR[r * dv + j] * w->KS[r * dv + j]);
+            fdf += cm->f[r] * w->KD[r * dv + j] * w->X[r * dv + j];
         }
         for (int64_t s = 0; s < L; s++) {
             yb += adM[r][s] * fabs(cm->A[r][s]) * cm->G[r][s];
@@ -746,8 +801,9 @@ static void abs_bwd_chunk(rec_grads *Y, const double *aD, const chunk_mats *cm, 
         dgam[r] = g + fdf;
         last += fdf;
     }
-    for (int64_t i = 0; i < dk * dv; i++)
-        last += cm->eL * aD[i] * aS[i];
+    for (int64_t i = 0; i < dk; i++)
+        for (int64_t j = 0; j < dv; j++)
+            last += cm->eL * AD(i, j) * AS(i, j);
     dgam[L - 1] += last;
     double acc = 0.0;
     for (int64_t r = L - 1; r >= 0; r--)
@@ -755,6 +811,8 @@ static void abs_bwd_chunk(rec_grads *Y, const double *aD, const chunk_mats *cm, 
 #undef KABS
 #undef QABS
 #undef OABS
+#undef AS
+#undef AD
 }
 
 static dr_bound dr_bounds(const dr_in *in, const rec_chunks *rc)
@@ -764,28 +822,47 @@ static dr_bound dr_bounds(const dr_in *in, const rec_chunks *rc)
     static chunk_mats cm;
     dr_bound b = {0, 1.0, 0, rec_alloc(in)};
     double dgam = 0.0;
-    double *aS = dalloc((size_t)sz), *aD = dalloc((size_t)sz);
-    double *aKS = dalloc((size_t)(C * dv)), *aQS = dalloc((size_t)(C * dv));
-    double *aR = dalloc((size_t)(C * dv)), *aX = dalloc((size_t)(C * dv));
-    double *w = dalloc((size_t)(3 * C * dv));
-    for (int64_t h = 0; h < Hv; h++)
+    double *F = dalloc((size_t)((nc + 1) * dv)), *FD = dalloc((size_t)((nc + 1) * dv));
+    double *lS = dalloc((size_t)dv), *lD = dalloc((size_t)dv);
+    chunk_mag w;
+    double *wbuf = dalloc((size_t)(8 * C * dv)), *zero = dalloc((size_t)dv);
+    w.KS = wbuf, w.QS = wbuf + C * dv, w.KD = wbuf + 2 * C * dv, w.X = wbuf + 3 * C * dv;
+    w.dR = wbuf + 4 * C * dv, w.xe = wbuf + 5 * C * dv, w.dre = wbuf + 6 * C * dv;
+    w.t1 = wbuf + 7 * C * dv;
+    for (int64_t h = 0; h < Hv; h++) {
+        const double *Sc = rc->Sc + h * nc * sz, *dSc = rc->dSc + h * nc * sz;
+        /* floors: F[c] = sum of the earlier chunks' state-update norms (the exact chunk map has
+         * column 2-norm gain <= 1), FD[c] = sum of the later chunks' dS-update norms */
+        memset(F, 0, sizeof(double) * (size_t)((nc + 1) * dv));
+        memset(FD, 0, sizeof(double) * (size_t)((nc + 1) * dv));
         for (int64_t c = 0; c < nc; c++) {
             int64_t c0 = c * C, L = T - c0 < C ? T - c0 : C;
-            const double *S = rc->Sc + (h * nc + c) * sz, *dSn = rc->dSc + (h * nc + c) * sz;
-            for (int64_t i = 0; i < sz; i++) { /* S_0 = 0 and dS_T = 0 exactly */
-                aS[i] = c == 0 ? 0.0 : fabs(S[i]) + rc->sbar;
-                aD[i] = c == nc - 1 ? 0.0 : fabs(dSn[i]) + rc->dsbar;
-            }
             chunk_mats_make(&cm, in, h, c0, L);
+            chunk_mags(&w, &cm, in, h, c0, Sc + c * sz, zero, dSc + c * sz, zero);
+            chunk_update_norms(lS, lD, &w, &cm, in, h, c0, Sc + c * sz, dSc + c * sz);
+            for (int64_t j = 0; j < dv; j++)
+                F[(c + 1) * dv + j] = F[c * dv + j] + lS[j];
             b.kappa = fmax(b.kappa, row_col_max(cm.Ti, L));
             b.m = fmax(b.m, row_col_max(cm.M, L));
             dgam = fmax(dgam, cm.dgam);
-            abs_fwd_chunk(aKS, aQS, aR, aX, &cm, in, h, c0, aS);
-            abs_bwd_chunk(&b.Y, aD, &cm, in, h, c0, aS, aKS, aQS, aX, w);
         }
-    b.eps = U * (double)nc * b.kappa * b.kappa * (1 + b.m) *
-            (4.0 * dk + 3.0 * dv + 9.0 * C + dgam + CE + 24);
-    free(aS), free(aD), free(aKS), free(aQS), free(aR), free(aX), free(w);
+        for (int64_t c = nc - 1; c > 0; c--) { /* FD[c]: error of chunk c's dSn */
+            int64_t c0 = c * C, L = T - c0 < C ? T - c0 : C;
+            chunk_mats_make(&cm, in, h, c0, L);
+            chunk_mags(&w, &cm, in, h, c0, Sc + c * sz, zero, dSc + c * sz, zero);
+            chunk_update_norms(lS, lD, &w, &cm, in, h, c0, Sc + c * sz, dSc + c * sz);
+            for (int64_t j = 0; j < dv; j++)
+                FD[(c - 1) * dv + j] = FD[c * dv + j] + lD[j];
+        }
+        for (int64_t c = 0; c < nc; c++) {
+            int64_t c0 = c * C, L = T - c0 < C ? T - c0 : C;
+            chunk_mats_make(&cm, in, h, c0, L);
+            chunk_mags(&w, &cm, in, h, c0, Sc + c * sz, F + c * dv, dSc + c * sz, FD + c * dv);
+            grad_mags(&b.Y, &w, &cm, in, h, c0, Sc + c * sz, F + c * dv, dSc + c * sz, FD + c * dv);
+        }
+    }
+    b.eps = U * (4.0 * dk + 3.0 * dv + 9.0 * C + dgam + CE + 24);
+    free(F), free(FD), free(lS), free(lD), free(wbuf), free(zero);
     return b;
 }
 

@@ -90,6 +90,11 @@ typedef struct {
     int64_t *aux_rows;
     const double *aux_dprob; /* [E] or NULL */
     int recompute;           /* forward re-run during backward: do not count router statistics again */
+    /* inference: per-layer caches of this layer (NULL in training: zero history, no cache);
+     * sequence b of the call starts at position past[b] */
+    struct hyla_layer_state_s *state;
+    const int64_t *past;     /* [B] */
+    int64_t max_len;         /* cache capacity per sequence */
 } hyla_op_ctx;
 
 typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);

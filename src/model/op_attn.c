@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "infer/state.h"
 #include "model/layer_ops.h"
 #include "ops/ops.h"
 
@@ -82,13 +83,25 @@ static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { 
 static float attn_scale(const hyla_config *cfg) { return (float)(1.0 / sqrt((double)cfg->head_dim)); }
 static void core_fwd(const hyla_op_ctx *c, hyla_tape *t, float *work)
 {
-    int64_t T = c->T, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
-    for (int64_t b = 0; b < c->B; b++)
+    int64_t T = c->T, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads, kv = Hkv * hd;
+    for (int64_t b = 0; b < c->B; b++) {
+        const float *k = t->p[HYLA_S_KR] + b * T * kv, *v = t->p[HYLA_S_VRAW] + b * T * kv;
+        int64_t past = 0;
+        if (c->state) { /* inference: append to the cache (post-norm, post-RoPE keys), attend over it */
+            past = c->past[b];
+            float *kc = c->state->keys + b * c->max_len * kv, *vc = c->state->values + b * c->max_len * kv;
+            memcpy(kc + past * kv, k, (size_t)(T * kv) * sizeof(float));
+            memcpy(vc + past * kv, v, (size_t)(T * kv) * sizeof(float));
+            k = kc, v = vc;
+        }
         hyla_attention_fwd(t->p[HYLA_S_CTX] + b * T * Hq * hd, t->p[HYLA_S_LSE] + b * T * Hq,
-                           t->p[HYLA_S_QR] + b * T * Hq * hd, t->p[HYLA_S_KR] + b * T * Hkv * hd,
-                           t->p[HYLA_S_VRAW] + b * T * Hkv * hd, T, 0, Hq, Hkv, hd, attn_scale(CFG), work);
+                           t->p[HYLA_S_QR] + b * T * Hq * hd, k, v, T, past, Hq, Hkv, hd, attn_scale(CFG), work);
+    }
 }
-static int64_t core_fwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return (int64_t)hyla_attention_work_floats(T); }
+static int64_t core_fwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
+{
+    return (int64_t)hyla_attention_work_floats(cfg->max_position_embeddings > T ? cfg->max_position_embeddings : T);
+}
 /* scratch: dq [T,Hq,hd], dk, dv [T,Hkv,hd], work */
 static void core_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {

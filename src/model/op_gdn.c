@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "infer/state.h"
 #include "model/layer_ops.h"
 #include "ops/ops.h"
 
@@ -37,12 +38,28 @@ static void proj_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
 }
 
 /* ---- causal conv + SiLU: QKV -> CONV ----------------------------------------------------- */
+/* Inference: the conv window continues from the cached K raw inputs, which then become the
+ * last K of [cache | x] (spec §5). */
+static void conv_cache_update(float *hist /*[K,cd]*/, const float *x /*[T,cd]*/, int64_t T, int64_t K, int64_t cd)
+{
+    if (T >= K) {
+        memcpy(hist, x + (T - K) * cd, (size_t)(K * cd) * sizeof(float));
+    } else {
+        memmove(hist, hist + T * cd, (size_t)((K - T) * cd) * sizeof(float));
+        memcpy(hist + (K - T) * cd, x, (size_t)(T * cd) * sizeof(float));
+    }
+}
+
 static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    int64_t T = c->T, cd = hyla_cfg_conv_dim(CFG);
-    for (int64_t b = 0; b < c->B; b++)
-        hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + b * T * cd, NULL, t->p[HYLA_S_QKV] + b * T * cd,
-                           hyla_op_w(c, HYLA_P_GDN_CONV), NULL, T, cd, CFG->conv_kernel);
+    int64_t T = c->T, cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
+    for (int64_t b = 0; b < c->B; b++) {
+        float *hist = c->state ? c->state->conv + b * K * cd : NULL;
+        const float *x = t->p[HYLA_S_QKV] + b * T * cd;
+        hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + b * T * cd, NULL, x, hyla_op_w(c, HYLA_P_GDN_CONV), hist, T, cd, K);
+        if (hist)
+            conv_cache_update(hist, x, T, K, cd);
+    }
 }
 static void conv_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch /*[n,cd]*/)
 {
@@ -110,14 +127,17 @@ static void delta_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*state
 {
     int64_t T = c->T, Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
     int64_t kd = Hk * dk, vd = Hv * dv;
-    float *state = scratch, *work = scratch + Hv * dk * dv;
+    float *work = scratch + Hv * dk * dv;
     for (int64_t b = 0; b < c->B; b++) {
-        memset(state, 0, (size_t)(Hv * dk * dv) * sizeof *state);
+        /* training: zero initial state; inference: continue from (and update) the cached state */
+        float *state = c->state ? c->state->ssm + b * Hv * dk * dv : scratch;
+        if (!c->state)
+            memset(state, 0, (size_t)(Hv * dk * dv) * sizeof *state);
         int64_t o = b * T;
         const float *q = t->p[HYLA_S_GQ] + o * kd, *k = t->p[HYLA_S_GK] + o * kd, *v = t->p[HYLA_S_GV] + o * vd;
         const float *g = t->p[HYLA_S_G] + o * Hv, *beta = t->p[HYLA_S_BETA] + o * Hv;
         float *out = t->p[HYLA_S_CORE] + o * vd;
-        if (c->delta_mode == HYLA_DELTA_RECURRENT)
+        if (c->delta_mode == HYLA_DELTA_RECURRENT || (c->state && T == 1))
             hyla_delta_rule_recurrent_fwd(out, state, q, k, v, g, beta, T, Hk, Hv, dk, dv);
         else
             hyla_delta_rule_chunked_fwd(out, state, q, k, v, g, beta, T, Hk, Hv, dk, dv, work);

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/profile.h"
+#include "infer/state.h"
 #include "ops/ops.h"
 
 int hyla_remat_unit_parse(const char *text, hyla_remat_unit *out)
@@ -108,6 +109,11 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
     c.aux_psum = ex->aux_psum;
     c.aux_dprob = ex->aux_dprob;
     c.recompute = recompute;
+    if (ex->state) {
+        c.state = &ex->state->layers[l];
+        c.past = ex->state->len;
+        c.max_len = ex->state->max_len;
+    }
     return c;
 }
 
@@ -424,6 +430,26 @@ int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *
     HYLA_ASSERT(!ex->forward_only);
     set_labels(ex, tokens, labels);
     run_step(ex, tokens, grads, NULL, ce_scale, aux_scale, loss);
+    return HYLA_OK;
+}
+
+int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits)
+{
+    HYLA_ASSERT(ex->forward_only && state->B == ex->B && state->n_layers == ex->m->cfg.n_layers);
+    for (int64_t b = 0; b < ex->B; b++)
+        if (state->len[b] + ex->T > state->max_len)
+            return hyla_error_set(HYLA_ERR_ARG, "sequence %lld: %lld cached + %lld new tokens exceed the cache of %lld",
+                                  (long long)b, (long long)state->len[b], (long long)ex->T, (long long)state->max_len);
+    set_labels(ex, tokens, NULL);
+    for (int64_t b = 0; b < ex->B; b++)
+        for (int64_t t = 0; t < ex->T; t++)
+            ex->pos[b * ex->T + t] = state->len[b] + t;
+    ex->state = state;
+    hyla_step_loss loss;
+    run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, &loss);
+    ex->state = NULL;
+    for (int64_t b = 0; b < ex->B; b++)
+        state->len[b] += ex->T;
     return HYLA_OK;
 }
 

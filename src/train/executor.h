@@ -55,6 +55,7 @@ typedef struct {
     int32_t *labels;       /* [n] */
     double *aux_counts, *aux_psum, *aux_dprob; /* [E] */
     int dry;               /* planning pass: allocate on dry arenas, compute nothing */
+    struct hyla_infer_state_s *state; /* inference caches for the current call, or NULL */
 } hyla_executor;
 
 /* Build units and plan arena sizes; allocates the arenas and fixed buffers. */
@@ -71,6 +72,11 @@ int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *
 /* Forward only (ex->forward_only): logits [B*T, V] (or NULL) and losses. */
 int hyla_executor_forward(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *logits,
                           hyla_step_loss *loss);
+
+/* Inference (ex->forward_only): run tokens [B,T] on top of the caches in `state` (sequence b
+ * continues at position state->len[b]), update the caches, len[b] += T; logits [B*T, V] or NULL.
+ * A sequence that would exceed the cache is an HYLA_ERR_ARG error naming it. */
+int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits);
 
 /* Is slot s of layer l kept in the checkpoint arena during forward? */
 int hyla_executor_keeps(const hyla_executor *ex, int layer, hyla_slot s);

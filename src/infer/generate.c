@@ -1,0 +1,205 @@
+#include "infer/generate.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/profile.h"
+#include "train/executor.h"
+
+int hyla_sampling_check(const hyla_sampling *s, int64_t vocab)
+{
+    if (!(s->temperature >= 0) || !isfinite(s->temperature))
+        return hyla_error_set(HYLA_ERR_ARG, "temperature must be >= 0 (got %g)", s->temperature);
+    if (s->top_k < 0)
+        return hyla_error_set(HYLA_ERR_ARG, "top-k must be >= 0 (got %lld)", (long long)s->top_k);
+    if (!(s->top_p > 0 && s->top_p <= 1))
+        return hyla_error_set(HYLA_ERR_ARG, "top-p must be in (0, 1] (got %g)", s->top_p);
+    if (s->max_new < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "max-new must be >= 1 (got %lld)", (long long)s->max_new);
+    for (int i = 0; i < s->n_stop; i++)
+        if (s->stop[i] < 0 || s->stop[i] >= vocab)
+            return hyla_error_set(HYLA_ERR_ARG, "stop token %d is out of range [0, %lld)", s->stop[i], (long long)vocab);
+    return HYLA_OK;
+}
+
+static int32_t argmax(const float *x, int64_t V)
+{
+    int32_t best = 0;
+    for (int64_t v = 1; v < V; v++)
+        if (x[v] > x[best])
+            best = (int32_t)v;
+    return best;
+}
+
+static const float *sort_base;
+static int cmp_desc(const void *a, const void *b)
+{
+    float x = sort_base[*(const int32_t *)a], y = sort_base[*(const int32_t *)b];
+    return x < y ? 1 : x > y ? -1 : (*(const int32_t *)a - *(const int32_t *)b);
+}
+
+int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla_rng *rng, float *p, int32_t *idx)
+{
+    if (s->temperature == 0.0)
+        return argmax(logits, V);
+    float mx = logits[argmax(logits, V)];
+    for (int64_t v = 0; v < V; v++) {
+        p[v] = expf((float)((logits[v] - mx) / s->temperature));
+        idx[v] = (int32_t)v;
+    }
+    sort_base = p;
+    qsort(idx, (size_t)V, sizeof *idx, cmp_desc); /* descending probability, ties to the lower id */
+    int64_t keep = (s->top_k > 0 && s->top_k < V) ? s->top_k : V;
+    double total = 0;
+    for (int64_t i = 0; i < keep; i++)
+        total += p[idx[i]];
+    if (s->top_p < 1.0) { /* smallest prefix whose mass reaches top_p */
+        double acc = 0;
+        for (int64_t i = 0; i < keep; i++) {
+            acc += p[idx[i]];
+            if (acc >= s->top_p * total) {
+                keep = i + 1;
+                break;
+            }
+        }
+        total = acc;
+    }
+    double r = hyla_rng_uniform(rng) * total, acc = 0;
+    for (int64_t i = 0; i < keep; i++) {
+        acc += p[idx[i]];
+        if (r < acc)
+            return idx[i];
+    }
+    return idx[keep - 1];
+}
+
+void hyla_infer_state_view(hyla_infer_state *view, hyla_layer_state *layers, const hyla_infer_state *s,
+                           const hyla_config *cfg, int64_t b)
+{
+    int64_t K = cfg->conv_kernel, cd = hyla_cfg_conv_dim(cfg);
+    int64_t ssm = cfg->lin_v_heads * cfg->lin_k_dim * cfg->lin_v_dim, kv = s->max_len * cfg->n_kv_heads * cfg->head_dim;
+    for (int l = 0; l < s->n_layers; l++) {
+        const hyla_layer_state *L = &s->layers[l];
+        layers[l].conv = L->conv ? L->conv + b * K * cd : NULL;
+        layers[l].ssm = L->ssm ? L->ssm + b * ssm : NULL;
+        layers[l].keys = L->keys ? L->keys + b * kv : NULL;
+        layers[l].values = L->values ? L->values + b * kv : NULL;
+    }
+    *view = *s;
+    view->B = 1;
+    view->len = s->len + b;
+    view->layers = layers;
+    view->owned = 0;
+}
+
+static int is_stop(const hyla_sampling *s, const int32_t *out, int64_t n)
+{
+    for (int i = 0; i < s->n_stop; i++)
+        if (out[n - 1] == s->stop[i])
+            return 1;
+    int64_t r = s->repeat_stop;
+    if (r > 0 && n >= 2 * r && !memcmp(out + n - r, out + n - 2 * r, (size_t)r * sizeof *out))
+        return 1;
+    return 0;
+}
+
+static int prefill_one(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
+                       float *last_logits)
+{
+    hyla_policy nothing;
+    hyla_policy_parse(&nothing, "full");
+    hyla_executor ex;
+    HYLA_TRY(hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, 1, len, HYLA_DELTA_CHUNKED, 1));
+    hyla_layer_state layers[HYLA_MAX_LAYERS];
+    hyla_infer_state view;
+    hyla_infer_state_view(&view, layers, state, &m->cfg, b);
+    int64_t V = m->cfg.vocab;
+    float *logits = malloc((size_t)(len * V) * sizeof *logits);
+    int rc = logits ? hyla_executor_infer(&ex, prompt, &view, logits) : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    if (rc == HYLA_OK)
+        memcpy(last_logits, logits + (len - 1) * V, (size_t)V * sizeof *logits);
+    free(logits);
+    hyla_executor_free(&ex);
+    return rc;
+}
+
+int hyla_generate(const hyla_model *m, int64_t B, const int32_t *const *prompts, const int64_t *lens,
+                  const hyla_sampling *s, int32_t **out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
+                  hyla_generate_stats *stats)
+{
+    const hyla_config *cfg = &m->cfg;
+    int64_t V = cfg->vocab, max_len = 0;
+    HYLA_TRY(hyla_sampling_check(s, V));
+    for (int64_t b = 0; b < B; b++) {
+        if (lens[b] < 1)
+            return hyla_error_set(HYLA_ERR_ARG, "prompt %lld is empty", (long long)b);
+        for (int64_t i = 0; i < lens[b]; i++)
+            if (prompts[b][i] < 0 || prompts[b][i] >= V)
+                return hyla_error_set(HYLA_ERR_ARG, "prompt %lld: token id %d at position %lld is out of range [0, %lld)",
+                                      (long long)b, prompts[b][i], (long long)i, (long long)V);
+        if (lens[b] + s->max_new > max_len)
+            max_len = lens[b] + s->max_new;
+    }
+    if (cfg->max_position_embeddings > 0 && max_len > cfg->max_position_embeddings)
+        return hyla_error_set(HYLA_ERR_ARG, "prompt plus %lld new tokens (%lld) exceeds the model's %lld positions",
+                              (long long)s->max_new, (long long)max_len, (long long)cfg->max_position_embeddings);
+    hyla_infer_state state;
+    HYLA_TRY(hyla_infer_state_init(&state, cfg, B, max_len));
+    float *logits = malloc((size_t)(B * V) * sizeof *logits), *p = malloc((size_t)V * sizeof *p);
+    int32_t *idx = malloc((size_t)V * sizeof *idx), *step_tokens = malloc((size_t)B * sizeof *step_tokens);
+    unsigned char *done = calloc((size_t)B, 1);
+    hyla_rng rng;
+    hyla_rng_seed(&rng, s->seed);
+    memset(stats, 0, sizeof *stats);
+    int rc = (logits && p && idx && step_tokens && done) ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    double t0 = hyla_now();
+    for (int64_t b = 0; rc == HYLA_OK && b < B; b++) {
+        rc = prefill_one(m, &state, b, prompts[b], lens[b], logits + b * V);
+        stats->prefill_tokens += lens[b];
+        n_out[b] = 0;
+    }
+    stats->prefill_seconds = hyla_now() - t0;
+    hyla_executor dec;
+    memset(&dec, 0, sizeof dec);
+    hyla_policy nothing;
+    hyla_policy_parse(&nothing, "full");
+    if (rc == HYLA_OK && s->max_new > 1)
+        rc = hyla_executor_init(&dec, m, &nothing, HYLA_UNIT_LAYER, B, 1, HYLA_DELTA_RECURRENT, 1);
+    t0 = hyla_now();
+    for (int64_t step = 0; rc == HYLA_OK && step < s->max_new; step++) {
+        int64_t active = 0;
+        for (int64_t b = 0; b < B; b++) {
+            step_tokens[b] = out[b][n_out[b] > 0 ? n_out[b] - 1 : 0];
+            if (done[b])
+                continue;
+            int32_t tok = hyla_sample_token(logits + b * V, V, s, &rng, p, idx);
+            out[b][n_out[b]++] = tok;
+            step_tokens[b] = tok;
+            if (cb && cb(cb_ctx, b, tok))
+                done[b] = 1, rc = 1;
+            if (is_stop(s, out[b], n_out[b]))
+                done[b] = 1;
+            active += !done[b];
+        }
+        if (rc == 1) {
+            rc = HYLA_OK;
+            break;
+        }
+        if (!active || step + 1 == s->max_new)
+            break;
+        rc = hyla_executor_infer(&dec, step_tokens, &state, logits); /* finished sequences idle along */
+        stats->decode_tokens += active;
+    }
+    stats->decode_seconds = hyla_now() - t0;
+    if (dec.tapes)
+        hyla_executor_free(&dec);
+    hyla_infer_state_free(&state);
+    free(logits);
+    free(p);
+    free(idx);
+    free(step_tokens);
+    free(done);
+    return rc;
+}

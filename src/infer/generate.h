@@ -1,0 +1,50 @@
+/* Prefill + decode generation with sampling (spec §4.3, §5).
+ *
+ * Prefill runs each prompt through the chunked delta rule on top of its (empty) caches;
+ * decode feeds one token per sequence per step through the recurrent rule, all sequences of
+ * the batch together, each at its own position. */
+#ifndef HYLA_INFER_GENERATE_H
+#define HYLA_INFER_GENERATE_H
+
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "infer/state.h"
+#include "model/model.h"
+
+typedef struct {
+    double temperature;     /* 0 = greedy */
+    int64_t top_k;          /* 0 = off */
+    double top_p;           /* 1 = off */
+    uint64_t seed;
+    int64_t max_new;
+    const int32_t *stop;    /* stop token ids */
+    int n_stop;
+    int64_t repeat_stop;    /* stop when the last N tokens repeat the N before them (0 = off) */
+} hyla_sampling;
+
+int hyla_sampling_check(const hyla_sampling *s, int64_t vocab);
+/* Pick a token from logits [V] (may be modified: scaled, masked). */
+int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla_rng *rng, float *scratch /*[V]*/,
+                          int32_t *idx_scratch /*[V]*/);
+
+/* Called with each new token of sequence b as it is produced; return non-zero to stop everything. */
+typedef int (*hyla_token_cb)(void *ctx, int64_t b, int32_t token);
+
+typedef struct {
+    double prefill_seconds, decode_seconds;
+    int64_t prefill_tokens, decode_tokens;
+} hyla_generate_stats;
+
+/* Generate for B prompts (prompts[b] of lengths lens[b]); out[b] receives up to s->max_new tokens
+ * (count in n_out[b]). Optional per-step logits of every decode step: see test use. */
+int hyla_generate(const hyla_model *m, int64_t B, const int32_t *const *prompts, const int64_t *lens,
+                  const hyla_sampling *s, int32_t **out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
+                  hyla_generate_stats *stats);
+
+/* A one-sequence view (B = 1) of sequence b of a batched state; `layers` is caller storage
+ * [n_layers]. */
+void hyla_infer_state_view(hyla_infer_state *view, hyla_layer_state *layers, const hyla_infer_state *s,
+                           const hyla_config *cfg, int64_t b);
+
+#endif

@@ -1,0 +1,79 @@
+#include "infer/state.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+static int64_t conv_floats(const hyla_config *c) { return c->conv_kernel * hyla_cfg_conv_dim(c); }
+static int64_t ssm_floats(const hyla_config *c) { return c->lin_v_heads * c->lin_k_dim * c->lin_v_dim; }
+static int64_t kv_floats(const hyla_config *c, int64_t max_len) { return max_len * c->n_kv_heads * c->head_dim; }
+
+size_t hyla_infer_state_bytes(const hyla_config *cfg, int64_t B, int64_t max_len)
+{
+    size_t total = 0;
+    for (int l = 0; l < cfg->n_layers; l++)
+        total += (size_t)B * sizeof(float) *
+                 (size_t)(cfg->layer_kind[l] == HYLA_LAYER_LINEAR ? conv_floats(cfg) + ssm_floats(cfg) : 2 * kv_floats(cfg, max_len));
+    return total;
+}
+
+int hyla_infer_state_init(hyla_infer_state *s, const hyla_config *cfg, int64_t B, int64_t max_len)
+{
+    memset(s, 0, sizeof *s);
+    if (B < 1 || max_len < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "inference state: need B >= 1 and max_len >= 1");
+    s->B = B;
+    s->max_len = max_len;
+    s->n_layers = (int)cfg->n_layers;
+    s->owned = 1;
+    s->len = calloc((size_t)B, sizeof *s->len);
+    s->layers = calloc((size_t)cfg->n_layers, sizeof *s->layers);
+    int ok = s->len && s->layers;
+    for (int l = 0; ok && l < cfg->n_layers; l++) {
+        hyla_layer_state *L = &s->layers[l];
+        if (cfg->layer_kind[l] == HYLA_LAYER_LINEAR) {
+            L->conv = calloc((size_t)(B * conv_floats(cfg)), sizeof(float));
+            L->ssm = calloc((size_t)(B * ssm_floats(cfg)), sizeof(float));
+            ok = L->conv && L->ssm;
+        } else {
+            L->keys = calloc((size_t)(B * kv_floats(cfg, max_len)), sizeof(float));
+            L->values = calloc((size_t)(B * kv_floats(cfg, max_len)), sizeof(float));
+            ok = L->keys && L->values;
+        }
+    }
+    if (!ok) {
+        hyla_infer_state_free(s);
+        return hyla_error_set(HYLA_ERR_NOMEM, "inference state: cannot allocate %zu bytes",
+                              hyla_infer_state_bytes(cfg, B, max_len));
+    }
+    return HYLA_OK;
+}
+
+void hyla_infer_state_free(hyla_infer_state *s)
+{
+    if (s->owned && s->layers)
+        for (int l = 0; l < s->n_layers; l++) {
+            free(s->layers[l].conv);
+            free(s->layers[l].ssm);
+            free(s->layers[l].keys);
+            free(s->layers[l].values);
+        }
+    if (s->owned) {
+        free(s->layers);
+        free(s->len);
+    }
+    memset(s, 0, sizeof *s);
+}
+
+void hyla_infer_state_reset(hyla_infer_state *s, const hyla_config *cfg, int64_t b)
+{
+    s->len[b] = 0;
+    for (int l = 0; l < s->n_layers; l++) {
+        hyla_layer_state *L = &s->layers[l];
+        if (L->conv)
+            memset(L->conv + b * conv_floats(cfg), 0, (size_t)conv_floats(cfg) * sizeof(float));
+        if (L->ssm)
+            memset(L->ssm + b * ssm_floats(cfg), 0, (size_t)ssm_floats(cfg) * sizeof(float));
+    }
+}

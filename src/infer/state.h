@@ -1,0 +1,39 @@
+/* Inference state (spec §5): one flat per-layer list for a batch of B sequences.
+ *
+ *   linear-attention layer: conv  [B, K, conv_dim]   the last K RAW conv inputs, oldest first
+ *                           ssm   [B, Hv, dk, dv]    fp32 recurrent state (k index first)
+ *   full-attention layer:   keys  [B, max_len, Hkv, hd]  post-norm, post-RoPE keys
+ *                           values[B, max_len, Hkv, hd]
+ * len[b] is the number of tokens cached for sequence b. Blocks index into the flat list by
+ * layer number. A caller that manages its own memory (a serving engine) may fill a
+ * hyla_infer_state with its own buffers (owned = 0) and hand it to hyla_infer_step. */
+#ifndef HYLA_INFER_STATE_H
+#define HYLA_INFER_STATE_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+
+typedef struct hyla_layer_state_s {
+    float *conv;    /* linear layers: [B, K, conv_dim] */
+    float *ssm;     /* linear layers: [B, Hv, dk, dv] */
+    float *keys;    /* full layers: [B, max_len, Hkv, hd] */
+    float *values;  /* full layers: [B, max_len, Hkv, hd] */
+} hyla_layer_state;
+
+typedef struct hyla_infer_state_s {
+    int64_t B, max_len;
+    int64_t *len;              /* [B] */
+    int n_layers;
+    hyla_layer_state *layers;  /* [n_layers] */
+    int owned;                 /* buffers allocated by hyla_infer_state_init */
+} hyla_infer_state;
+
+int hyla_infer_state_init(hyla_infer_state *s, const hyla_config *cfg, int64_t B, int64_t max_len);
+void hyla_infer_state_free(hyla_infer_state *s);
+/* Forget sequence b (its caches restart empty). */
+void hyla_infer_state_reset(hyla_infer_state *s, const hyla_config *cfg, int64_t b);
+/* Bytes a state for B sequences of max_len tokens takes. */
+size_t hyla_infer_state_bytes(const hyla_config *cfg, int64_t B, int64_t max_len);
+
+#endif
