@@ -11,7 +11,7 @@ EXTRA   ?=
 
 CFLAGS  := -std=c11 $(OPT) $(ARCH) -fopenmp -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -Isrc -Iinclude $(EXTRA)
-LDLIBS  := -lcjson -lm -lpthread
+LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread
 
 ifeq ($(HYLA_GEMM),openblas)
   CFLAGS += -DHYLA_GEMM_OPENBLAS -I/usr/include/x86_64-linux-gnu/openblas-pthread

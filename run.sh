@@ -15,3 +15,5 @@ mkdir -p "$out"
 ./build/hyla train --model "$out/init" --text data/kjv.txt --steps "${HYLA_DEMO_STEPS:-400}" --batch 8 --seq 128 \
     --lr 4e-3 --warmup 30 --remat full --remat-unit layer --seed 7 \
     --save "$out/checkpoint" --log-json "$out/train.jsonl" --sample 240 --prompt "And God said unto "
+# inference on the trained checkpoint: prefill + cached decode, nucleus sampling
+./build/hyla generate "$out/checkpoint" --prompt "And God said unto " --max-new 200 --temperature 0.8 --top-p 0.9 --seed 7

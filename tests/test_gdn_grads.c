@@ -8,6 +8,8 @@
  *         T in {1, 5, 63, 64, 65, 130}, Hk = 1, Hv = 2 and Hk = Hv = 2, dk = 4, dv = 6, with the
  *         float64 recurrent backward also checked against the same differences;
  *     (b) a float64 recurrent backward (spec §8.6) at T = 200, dk = dv = 32 (and dk = dv = 128);
+ *     even value heads decay fast, odd ones slowly (cross-chunk terms matter); outputs and the
+ *     work buffer start as NaN, so unwritten outputs and reads of unwritten scratch fail;
  *  3. bit-identical results with 1 and 2 OpenMP threads;
  *  4. a timing print of the chunked backward at T=512, Hk=4, Hv=8, dk=dv=128 (no assertion).
  * Every check exits non-zero on failure. Inputs are fp32; every reference is float64 evaluated on
@@ -37,34 +39,36 @@
  *   dA_log = dA0 + sum_i dg g: sum_i (7 + |s_i|) u |dg g| + 2 u (|dA0| + sum_i |dg g|)
  *   ddt_bias = dd0 + sum_i da:  sum_i (7 + |s_i|) u |da| + 2 u (|dd0| + sum_i |da|)
  *
- * Chunked delta rule: running error bound (Wilkinson). For every quantity W the kernel computes,
- * define its magnitude |W|~ by evaluating the kernel's own formula for W (kernel comment) with
- * absolute values of the data and the magnitudes of the computed factors, in float64, from the
- * exact chunk matrices (Gam, K K^T, M, P, T = (I + M)^{-1}):
- *   |KS|~ = |K| |S|~,  |R|~ = beta (|V| + e |KS|~),  |X|~ = |T| |R|~,
- *   |S_next|~ = eL |S|~ + |K|^T diag(f) |X|~  (|S_0|~ = 0),
- *   |dX|~ = |P|^T |dO| + diag(f) |K| |dSn|~,  |dR|~ = |T|^T |dX|~,  |dM|~ = |dR|~ |X|~^T, ...
- *   |dS|~ = eL |dSn|~ + |K|^T diag(e beta) |dR|~ + |Q|^T diag(e) |dO|   (|dS_T|~ = 0),
- * and Y_i = the magnitude of gradient element i the same way (dg: the suffix sum of the dgam
- * magnitudes; dq, dk: summed over the value heads sharing the q/k head). An n-term fp32 sum of
- * terms with relative errors <= e has error <= (n u + e) x its magnitude, so relative errors add
- * along a chain of stages. The longest chain to a gradient element passes the chunk-start state
- * (pass 1: K S, the solve, K^T X: dk + 2C), K S (dk), the forward solve (C), K dSn (dk) with dSn
- * itself (the later chunk's dS update: 2C), P^T dO (C), the transposed solve (C), [dM; dP] (dv),
+ * Chunked delta rule: running error bound (Wilkinson), evaluated per element in float64 from the
+ * exact chunk matrices (Gam, A = K K^T, M, P, T = (I + M)^{-1}) and the exact chunk-start state
+ * S and dSn of every chunk. First order in u; an n-term fp32 sum whose terms carry relative
+ * errors <= e has error <= (n u + e) x (sum of |terms|), so relative errors add along a chain.
+ * Magnitudes |W|~ (>= |W|, and the error of W is <= eps |W|~) follow the kernel's formulas with
+ * absolute values, e.g. |KS|~ = |K| |S| + ||k|| F, |R|~ = beta (|V| + e |KS|~), |dM|~ =
+ * |dR|~ |X|~^T, |dgam_r|~ = e_r (|dO_r|.|QS_r|~ + beta_r |dR_r|~.|KS_r|~) + ... ; Y_i is that of
+ * gradient element i (dg: the suffix sum of the |dgam|~; dq, dk: summed over the value heads of
+ * the q/k head).
+ * Triangular-solve growth: the computed y of (I + M) y = b satisfies (I + M + E) y = b + db,
+ * |E| <= C u |I + M|, |db| <= e_b |b|~, and M carries the errors of K K^T and Gam (dk u, dgam u):
+ *   |X|~  = |T| |R|~ + |T| (I + |M|) |X|,       |dR|~ = |T|^T |dX|~ + |T|^T (I + |M|)^T |dR|
+ * (X, dR exact; |dX|~ = |P|^T |dO| + diag(f) |K dSn|~).
+ * Carried errors: the exact chunk map S -> S_next (and dSn -> dS) has column 2-norm gain <= 1
+ * (products of e^g (I - beta k k^T)), so the column-j error of the computed chunk-start state is
+ * <= eps F_j, F = sum over earlier chunks of the column norms of their update magnitudes
+ * (eL |S| + |K|^T diag(f) |X|~), and that of dSn <= eps FD_j, FD = sum over later chunks of
+ * (eL |dSn| + |K|^T diag(e beta) |dR|~ + |Q|^T diag(e) |dO|); they enter through S, dSn as
+ * ||k|| F_j, ||q|| F_j (products with k, q), F_j (elementwise) and column norms in <dSn, S>.
+ * Stage count: the longest chain passes K S (dk), the forward solve (C), the state update (C),
+ * K dSn (dk) and the dS update (2C), P^T dO (C), the transposed solve (C), [dM; dP] (dv),
  * [dA; dB] K and its transpose (2C), the S^T / dSn^T products (dv), the dot products over dv
- * (dv): 4 dk + 3 dv + 9 C; the expf's add (dgam + CE) u (argument gam_r - gam_s rounded to
- * float), the elementwise steps <= 24 u. Triangular solve growth: the computed y of
- * (I + M) y = b satisfies (I + M + E) y = b, |E| <= C u |M|, and M itself carries the errors of
- * K K^T and Gam; such perturbations (and errors already in b) reach y amplified by at most
- * kappa (1 + m) in the max norm, kappa = max(||T||_1, ||T||_inf), m = max row/column sum of |M|
- * over all chunks and heads; with a forward and a transposed solve on the chain: kappa^2 (1 + m).
- * The chunk-start states carry the errors of all earlier chunks (relative to |S|~, which grows
- * with them) and dSn those of all later ones: at most n_chunks times one chunk's. Hence
- *   |Y^_i - Y_i| <= eps Y_i,
- *   eps = u n_chunks kappa^2 (1 + m) (4 dk + 3 dv + 9 C + dgam + CE + 24),
- * dgam = max over chunks of gam_0 - gam_L-1 (plus the FD allowance where the reference is FD).
- * The bound is worst case (every rounding of one sign, no cancellation in |.|~); observed errors
- * are 50-10^4 x smaller (the test prints err/bound and max|Y^ - Y| / max|Y|). */
+ * (dv), K K^T (dk): at most 4 dk + 3 dv + 9 C; the expf's add (dgam + CE) u (argument
+ * gam_r - gam_s rounded to float, dgam = max gam_0 - gam_L-1), the elementwise steps <= 24 u:
+ *   |Y^_i - Y_i| <= eps Y_i,   eps = u (4 dk + 3 dv + 9 C + dgam + CE + 24)
+ * (plus the FD allowance where the reference is FD). Worst case: every rounding of one sign and
+ * |T| in place of T. With strongly coupled chunks (slow decay AND large beta at small dk, row
+ * sums of |M| ~ 20) the |T| (I + |M|) |T| products make it 10^4 x looser than with realistic
+ * ones; the slowly decaying test heads therefore write gently (see dr_make). Observed errors
+ * are 40-10^5 x below the bound (the test prints err/bound and max|Y^ - Y| / max|Y|). */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -91,7 +95,10 @@ static void *xcalloc(size_t n, size_t size)
 }
 static float *falloc(size_t n) { return xcalloc(n, sizeof(float)); }
 static double *dalloc(size_t n) { return xcalloc(n, sizeof(double)); }
-static double unif(hyla_rng *r, double lo, double hi) { return lo + (hi - lo) * hyla_rng_uniform(r); }
+static double unif(hyla_rng *r, double lo, double hi)
+{
+    return lo + (hi - lo) * hyla_rng_uniform(r);
+}
 
 /* fill with NaN: any element a kernel fails to write then fails its check */
 static void fill_nan(float *x, size_t n)
@@ -291,7 +298,8 @@ static void test_gates(int64_t n, int64_t Hv, uint64_t seed)
             int64_t ih = i * Hv + h;
             double s = (double)(float)(a[ih] + dt[h]);
             /* a: only g[ih] depends on it */
-            double gp = gate_g(a[ih] + FDH, A_log[h], dt[h]), gn = gate_g(a[ih] - FDH, A_log[h], dt[h]);
+            double gp = gate_g(a[ih] + FDH, A_log[h], dt[h]);
+            double gn = gate_g(a[ih] - FDH, A_log[h], dt[h]);
             ref_a[ih] = dg[ih] * (gp - gn) / (2 * FDH);
             double bp = 1 / (1 + exp(-(b[ih] + FDH))), bn = 1 / (1 + exp(-(b[ih] - FDH)));
             ref_b[ih] = dbeta[ih] * (bp - bn) / (2 * FDH);
@@ -387,14 +395,15 @@ static dr_in dr_make(int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, 
         in.v[i] = (float)unif(&r, -1, 1);
         in.dout[i] = (float)unif(&r, -1, 1);
     }
-    /* even value heads decay fast (g uniform in [-2, 0): a chunk decays by ~e^-64), odd ones
-     * slowly (g log-uniform in [-0.05, -0.001], as with the model's small dt): there the
-     * chunk-start state and dSn carry real weight across chunks */
+    /* even value heads decay fast (g uniform in [-2, 0): a chunk decays by ~e^-64) and write
+     * strongly (beta in (0.01, 0.99)); odd ones decay slowly (g log-uniform in [-0.05, -0.001],
+     * as with the model's small dt: the chunk-start state and dSn carry real weight across
+     * chunks) and write gently (beta in (0.01, 0.2), keeping I + M near I) */
     for (int64_t i = 0; i < ng; i++) {
         int slow = (i % Hv) % 2 == 1;
         in.g[i] = (float)(slow ? -exp(unif(&r, log(1e-3), log(0.05)))
                                : -2.0 * (1.0 - hyla_rng_uniform(&r)));
-        in.beta[i] = (float)unif(&r, 0.01, 0.99);
+        in.beta[i] = (float)unif(&r, 0.01, slow ? 0.2 : 0.99);
     }
     in.qd = to_f64(in.q, nqk), in.kd = to_f64(in.k, nqk), in.vd = to_f64(in.v, nv);
     in.od = to_f64(in.dout, nv), in.gd = to_f64(in.g, ng), in.bd = to_f64(in.beta, ng);
@@ -416,7 +425,8 @@ static double rec_loss(const dr_in *in, double *S, double *mag)
     for (int64_t h = 0; h < Hv; h++) {
         memset(S, 0, sizeof(double) * (size_t)(dk * dv));
         for (int64_t t = 0; t < T; t++) {
-            const double *q = in->qd + (t * Hk + h / rep) * dk, *k = in->kd + (t * Hk + h / rep) * dk;
+            const double *q = in->qd + (t * Hk + h / rep) * dk;
+            const double *k = in->kd + (t * Hk + h / rep) * dk;
             const double *v = in->vd + (t * Hv + h) * dv, *dO = in->od + (t * Hv + h) * dv;
             double a = exp(in->gd[t * Hv + h]), b = in->bd[t * Hv + h];
             for (int64_t j = 0; j < dv; j++)
@@ -584,7 +594,8 @@ static void chunk_mats_make(chunk_mats *cm, const dr_in *in, int64_t h, int64_t 
     cm->eL = exp(gam[L - 1]);
     cm->dgam = gam[0] - gam[L - 1];
     for (int64_t r = 0; r < L; r++) {
-        const double *kr = in->kd + ((c0 + r) * Hk + hk) * dk, *qr = in->qd + ((c0 + r) * Hk + hk) * dk;
+        const double *kr = in->kd + ((c0 + r) * Hk + hk) * dk;
+        const double *qr = in->qd + ((c0 + r) * Hk + hk) * dk;
         for (int64_t s = 0; s < L; s++) {
             const double *ks = in->kd + ((c0 + s) * Hk + hk) * dk;
             double kk = 0.0, qk = 0.0;
@@ -666,7 +677,8 @@ static void chunk_mags(chunk_mag *w, const chunk_mats *cm, const dr_in *in, int6
             double x = 0.0, ax = 0.0;
             for (int64_t s = 0; s <= r; s++) {
                 x += cm->Ti[r][s] * R[s * dv + j];
-                ax += fabs(cm->Ti[r][s]) * cm->b[s] * (fabs(V[s * lv + j]) + cm->e[s] * w->KS[s * dv + j]);
+                ax += fabs(cm->Ti[r][s]) * cm->b[s] *
+                      (fabs(V[s * lv + j]) + cm->e[s] * w->KS[s * dv + j]);
             }
             w->xe[r * dv + j] = x, w->X[r * dv + j] = ax;
         }
@@ -801,9 +813,14 @@ static void grad_mags(rec_grads *Y, const chunk_mag *w, const chunk_mats *cm, co
         dgam[r] = g + fdf;
         last += fdf;
     }
-    for (int64_t i = 0; i < dk; i++)
-        for (int64_t j = 0; j < dv; j++)
-            last += cm->eL * AD(i, j) * AS(i, j);
+    for (int64_t j = 0; j < dv; j++) { /* <dSn, S>: the errors of S, dSn enter by columns */
+        double sd = 0.0, ns = 0.0, nd = 0.0;
+        for (int64_t i = 0; i < dk; i++) {
+            double sij = S[i * dv + j], dij = dSn[i * dv + j];
+            sd += fabs(sij * dij), ns += sij * sij, nd += dij * dij;
+        }
+        last += cm->eL * (sd + F[j] * sqrt(nd) + FD[j] * sqrt(ns));
+    }
     dgam[L - 1] += last;
     double acc = 0.0;
     for (int64_t r = L - 1; r >= 0; r--)
@@ -889,7 +906,10 @@ static dr_out dr_kernel(const dr_in *in)
     return o;
 }
 
-static void dr_out_free(dr_out *o) { free(o->dq), free(o->dk), free(o->dv), free(o->dg), free(o->db); }
+static void dr_out_free(dr_out *o)
+{
+    free(o->dq), free(o->dk), free(o->dv), free(o->dg), free(o->db);
+}
 
 static int same_bits(const float *a, const float *b, int64_t n)
 {
@@ -1044,7 +1064,8 @@ static void test_threads(void)
     int64_t T = 100, Cc = 300, K = 4, Hv = 48;
     hyla_rng r;
     hyla_rng_seed(&r, 79);
-    float *x = falloc((size_t)(T * Cc)), *w = falloc((size_t)(Cc * K)), *dy = falloc((size_t)(T * Cc));
+    float *x = falloc((size_t)(T * Cc)), *w = falloc((size_t)(Cc * K));
+    float *dy = falloc((size_t)(T * Cc));
     for (int64_t i = 0; i < T * Cc; i++)
         x[i] = (float)unif(&r, -3, 3), dy[i] = (float)unif(&r, -1, 1);
     for (int64_t i = 0; i < Cc * K; i++)
@@ -1061,7 +1082,8 @@ static void test_threads(void)
         float *b10 = falloc((size_t)ng);
         for (int64_t i = 0; i < ng; i++)
             b10[i] = dy[i] * 10.0f;
-        hyla_gdn_gates_bwd(da[run], db[run], dA[run], dD[run], dy, x, x, b10, w, w + Hv, ng / Hv, Hv);
+        hyla_gdn_gates_bwd(da[run], db[run], dA[run], dD[run], dy, x, x, b10, w, w + Hv, ng / Hv,
+                           Hv);
         free(b10);
     }
     omp_set_num_threads(nmax);

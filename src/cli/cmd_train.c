@@ -10,13 +10,14 @@
 #include "io/fileio.h"
 #include "model/forward.h"
 #include "model/presets.h"
+#include "infer/routing.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/trainer.h"
 
 typedef struct {
     const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
-    const char *sample_prompt;
+    const char *sample_prompt, *replay;
     int synthetic;
     int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens;
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
@@ -148,6 +149,9 @@ static int run(const train_args *a)
     memset(&tr, 0, sizeof tr);
     if (rc == HYLA_OK)
         rc = hyla_trainer_init(&tr, &m, &tc);
+    hyla_routing replay = {0, 0, 0, NULL};
+    if (rc == HYLA_OK && a->replay && (rc = hyla_routing_read(a->replay, &m.cfg, &replay)) == HYLA_OK)
+        rc = hyla_trainer_set_replay(&tr, &replay, a->steps);
     hyla_train_state state = {0, 0, (uint64_t)a->seed, ""};
     if (rc == HYLA_OK && a->resume) {
         rc = hyla_checkpoint_load_state(a->resume, &m, &tr.opt, &state);
@@ -198,6 +202,7 @@ static int run(const train_args *a)
         rc = sample_greedy(&m, a->sample_prompt, a->sample_tokens);
     if (log)
         fclose(log);
+    hyla_routing_free(&replay);
     free(tokens);
     if (tr.grads)
         hyla_trainer_free(&tr);
@@ -241,6 +246,8 @@ int hyla_cmd_train(int argc, char **argv)
         {"--save", OPT_STRING, &a.save, "DIR", "checkpoint directory (written at the end and every --save-every)", 0, 0},
         {"--save-every", OPT_INT, &a.save_every, "N", "also checkpoint every N steps", 0, INT64_MAX},
         {"--log-json", OPT_STRING, &a.log_json, "FILE", "one JSON object per step", 0, 0},
+        {"--replay-routing", OPT_STRING, &a.replay, "FILE", "force these experts (HYLAROU1, e.g. from hyla generate "
+         "--record-routing); rows consumed batch*seq per micro-batch", 0, 0},
         {"--sample", OPT_INT, &a.sample_tokens, "N", "after training, greedily continue --prompt by N bytes", 0, 1 << 20},
         {"--prompt", OPT_STRING, &a.sample_prompt, "TEXT", "prompt for --sample (default \"And \")", 0, 0},
         {0},

@@ -13,6 +13,29 @@
 
 _Thread_local int hyla_in_gemm_library;
 
+/* Skinny products (decode: a handful of rows against a weight matrix) are memory-bound; the BLAS
+ * libraries pack operands into freshly allocated buffers on every such call, which costs more
+ * than the product. hyla's own kernel streams each weight row once for all (<= 4) input rows.
+ * C[M,N] = alpha * A[M,K] B[N,K]^T + beta * C, each element summed by one thread in a fixed order. */
+#define HYLA_SKINNY_M 4
+static void gemm_skinny_nt(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B,
+                           int64_t ldb, float beta, float *C, int64_t ldc)
+{
+#pragma omp parallel for schedule(static) if (N * K > 32768)
+    for (int64_t n = 0; n < N; n++) {
+        const float *w = B + n * ldb;
+        for (int64_t i = 0; i < M; i++) {
+            const float *x = A + i * lda;
+            float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+            for (int64_t k = 0; k < K; k++)
+                acc += x[k] * w[k];
+            float *c = C + i * ldc + n;
+            *c = alpha * acc + (beta == 0.0f ? 0.0f : beta * *c);
+        }
+    }
+}
+
 void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                int64_t ldc)
@@ -21,6 +44,10 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
         return;
     int profiled = hyla_prof.enabled && !omp_in_parallel(); /* counters are not thread-safe */
     double t0 = profiled ? hyla_now() : 0.0;
+    if (M <= HYLA_SKINNY_M && !trans_a && trans_b) {
+        gemm_skinny_nt(M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        goto done;
+    }
     hyla_in_gemm_library++;
 #if defined(HYLA_GEMM_OPENBLAS)
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
@@ -32,6 +59,7 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
     HYLA_ASSERT(st == dnnl_success);
 #endif
     hyla_in_gemm_library--;
+done:
     if (profiled) {
         hyla_prof.gemm_seconds += hyla_now() - t0;
         hyla_prof.gemm_flops += 2.0 * (double)M * (double)N * (double)K;

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "infer/routing.h"
 #include "train/executor.h"
 
 int hyla_sampling_check(const hyla_sampling *s, int64_t vocab)
@@ -105,8 +106,15 @@ static int is_stop(const hyla_sampling *s, const int32_t *out, int64_t n)
     return 0;
 }
 
+/* Copy a call's recorded routing [L][rows_in_call][k] into the file layout at row `at`. */
+static void store_routing(hyla_routing *r, const int32_t *call, int64_t rows, int64_t at)
+{
+    for (int64_t l = 0; l < r->n_layers; l++)
+        memcpy(r->ids + (l * r->rows + at) * r->k, call + l * rows * r->k, (size_t)(rows * r->k) * sizeof(int32_t));
+}
+
 static int prefill_one(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
-                       float *last_logits)
+                       float *last_logits, hyla_routing *rec)
 {
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
@@ -117,17 +125,54 @@ static int prefill_one(const hyla_model *m, hyla_infer_state *state, int64_t b, 
     hyla_infer_state_view(&view, layers, state, &m->cfg, b);
     int64_t V = m->cfg.vocab;
     float *logits = malloc((size_t)(len * V) * sizeof *logits);
-    int rc = logits ? hyla_executor_infer(&ex, prompt, &view, logits) : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    int32_t *call = rec ? malloc((size_t)(rec->n_layers * len * rec->k) * sizeof *call) : NULL;
+    ex.record = call;
+    int rc = logits && (call || !rec) ? hyla_executor_infer(&ex, prompt, &view, logits)
+                                      : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     if (rc == HYLA_OK)
         memcpy(last_logits, logits + (len - 1) * V, (size_t)V * sizeof *logits);
+    if (rc == HYLA_OK && rec)
+        store_routing(rec, call, len, 0);
+    free(call);
     free(logits);
     hyla_executor_free(&ex);
     return rc;
 }
 
+static int generate_impl(const hyla_model *m, int64_t B, const int32_t *const *prompts, const int64_t *lens,
+                         const hyla_sampling *s, int32_t **out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
+                         hyla_generate_stats *stats, hyla_routing *rec);
+
 int hyla_generate(const hyla_model *m, int64_t B, const int32_t *const *prompts, const int64_t *lens,
                   const hyla_sampling *s, int32_t **out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
                   hyla_generate_stats *stats)
+{
+    return generate_impl(m, B, prompts, lens, s, out, n_out, cb, cb_ctx, stats, NULL);
+}
+
+int hyla_generate_recorded(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s,
+                           int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx, hyla_generate_stats *stats,
+                           hyla_routing *routing)
+{
+    int64_t L = hyla_moe_layer_count(&m->cfg), k = m->cfg.top_k, cap = len + s->max_new;
+    memset(routing, 0, sizeof *routing);
+    if (L == 0)
+        return hyla_error_set(HYLA_ERR_ARG, "--record-routing: the model has no MoE layers");
+    routing->n_layers = L, routing->k = k, routing->rows = cap;
+    routing->ids = malloc((size_t)(L * cap * k) * sizeof(int32_t));
+    if (!routing->ids)
+        return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    const int32_t *prompts[1] = {prompt};
+    int32_t *outs[1] = {out};
+    int rc = generate_impl(m, 1, prompts, &len, s, outs, n_out, cb, cb_ctx, stats, routing);
+    if (rc)
+        hyla_routing_free(routing);
+    return rc;
+}
+
+static int generate_impl(const hyla_model *m, int64_t B, const int32_t *const *prompts, const int64_t *lens,
+                         const hyla_sampling *s, int32_t **out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
+                         hyla_generate_stats *stats, hyla_routing *rec)
 {
     const hyla_config *cfg = &m->cfg;
     int64_t V = cfg->vocab, max_len = 0;
@@ -156,7 +201,7 @@ int hyla_generate(const hyla_model *m, int64_t B, const int32_t *const *prompts,
     int rc = (logits && p && idx && step_tokens && done) ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     double t0 = hyla_now();
     for (int64_t b = 0; rc == HYLA_OK && b < B; b++) {
-        rc = prefill_one(m, &state, b, prompts[b], lens[b], logits + b * V);
+        rc = prefill_one(m, &state, b, prompts[b], lens[b], logits + b * V, rec);
         stats->prefill_tokens += lens[b];
         n_out[b] = 0;
     }
@@ -189,10 +234,22 @@ int hyla_generate(const hyla_model *m, int64_t B, const int32_t *const *prompts,
         }
         if (!active || step + 1 == s->max_new)
             break;
+        int32_t step_rec[HYLA_MAX_LAYERS * 64];
+        HYLA_ASSERT(cfg->top_k <= 64);
+        if (rec)
+            dec.record = step_rec; /* B = 1: [L][1][k] */
         rc = hyla_executor_infer(&dec, step_tokens, &state, logits); /* finished sequences idle along */
+        if (rec && rc == HYLA_OK)
+            store_routing(rec, step_rec, 1, lens[0] + step);
         stats->decode_tokens += active;
     }
     stats->decode_seconds = hyla_now() - t0;
+    if (rec) { /* keep the rows actually fed: the prompt and every generated token but the last */
+        int64_t rows = lens[0] + (n_out[0] > 1 ? n_out[0] - 1 : 0);
+        for (int64_t l = 1; l < rec->n_layers; l++)
+            memmove(rec->ids + l * rows * rec->k, rec->ids + l * rec->rows * rec->k, (size_t)(rows * rec->k) * sizeof(int32_t));
+        rec->rows = rows;
+    }
     if (dec.tapes)
         hyla_executor_free(&dec);
     hyla_infer_state_free(&state);

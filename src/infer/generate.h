@@ -42,6 +42,14 @@ int hyla_generate(const hyla_model *m, int64_t B, const int32_t *const *prompts,
                   const hyla_sampling *s, int32_t **out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
                   hyla_generate_stats *stats);
 
+/* Like hyla_generate for one prompt, also recording the experts chosen for every token fed
+ * through the model (prompt and generated, the last generated token excepted) into *routing
+ * (allocated; free with hyla_routing_free). */
+struct hyla_routing_s;
+int hyla_generate_recorded(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s,
+                           int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx, hyla_generate_stats *stats,
+                           struct hyla_routing_s *routing);
+
 /* A one-sequence view (B = 1) of sequence b of a batched state; `layers` is caller storage
  * [n_layers]. */
 void hyla_infer_state_view(hyla_infer_state *view, hyla_layer_state *layers, const hyla_infer_state *s,

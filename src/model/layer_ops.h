@@ -95,6 +95,9 @@ typedef struct {
     struct hyla_layer_state_s *state;
     const int64_t *past;     /* [B] */
     int64_t max_len;         /* cache capacity per sequence */
+    /* router replay / recording for this layer (MoE layers): [n, k] expert ids, -1 = padding */
+    const int32_t *replay;   /* force these experts, or NULL */
+    int32_t *record;         /* write the chosen experts here, or NULL */
 } hyla_op_ctx;
 
 typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);

@@ -37,19 +37,31 @@ static void route_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
     int64_t n = c->n, E = CFG->n_experts, k = CFG->top_k;
     int32_t *idx = I32(HYLA_S_TOPIDX), *offs = I32(HYLA_S_OFFS), *slot_tok = I32(HYLA_S_SLOT_TOK), *slot_j = I32(HYLA_S_SLOT_J);
-    hyla_moe_route_fwd(idx, t->p[HYLA_S_TOPW], t->p[HYLA_S_PROBS], t->p[HYLA_S_RLOGITS], n, E, k, CFG->norm_topk_prob);
+    if (c->replay) { /* router replay: forced experts, live softmax weights */
+        memcpy(idx, c->replay, (size_t)(n * k) * sizeof *idx);
+        hyla_moe_route_forced_fwd(t->p[HYLA_S_TOPW], t->p[HYLA_S_PROBS], t->p[HYLA_S_RLOGITS], idx, n, E, k,
+                                  CFG->norm_topk_prob);
+    } else {
+        hyla_moe_route_fwd(idx, t->p[HYLA_S_TOPW], t->p[HYLA_S_PROBS], t->p[HYLA_S_RLOGITS], n, E, k, CFG->norm_topk_prob);
+    }
+    if (c->record)
+        memcpy(c->record, idx, (size_t)(n * k) * sizeof *idx);
     if (!c->recompute && c->aux_counts) {
         hyla_aux_loss_accumulate(c->aux_counts, c->aux_psum, idx, t->p[HYLA_S_PROBS], n, E, k);
         *c->aux_rows += n;
     }
+    /* group slots by expert; padding slots (-1) go after the last expert, unprocessed */
     memset(offs, 0, (size_t)(E + 1) * sizeof *offs);
     for (int64_t i = 0; i < n * k; i++)
-        offs[idx[i] + 1]++;
+        if (idx[i] >= 0)
+            offs[idx[i] + 1]++;
     for (int64_t e = 0; e < E; e++)
         offs[e + 1] += offs[e];
+    int32_t pad = offs[E];
     for (int64_t tok = 0; tok < n; tok++) /* offs[e] used as a cursor, restored below */
         for (int64_t j = 0; j < k; j++) {
-            int32_t at = offs[idx[tok * k + j]]++;
+            int32_t e = idx[tok * k + j];
+            int32_t at = e >= 0 ? offs[e]++ : pad++;
             slot_tok[at] = (int32_t)tok;
             slot_j[at] = (int32_t)j;
         }
@@ -210,11 +222,12 @@ static void mlp_down_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d,
 /* ---- combine: FFN = sum_slots w * EOUT (+ sigmoid(SG) * SOUT) ------------------------------ */
 static void combine_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    int64_t n = c->n, H = CFG->hidden, k = CFG->top_k, nk = nk_of(c);
+    int64_t n = c->n, H = CFG->hidden, k = CFG->top_k;
     const int32_t *slot_tok = CI32(HYLA_S_SLOT_TOK), *slot_j = CI32(HYLA_S_SLOT_J);
     float *y = t->p[HYLA_S_FFN];
     memset(y, 0, (size_t)(n * H) * sizeof *y);
-    for (int64_t s = 0; s < nk; s++) { /* expert by expert, increasing index (HF eager order) */
+    int64_t n_routed = CI32(HYLA_S_OFFS)[CFG->n_experts]; /* slots past this are replay padding */
+    for (int64_t s = 0; s < n_routed; s++) { /* expert by expert, increasing index (HF eager order) */
         int64_t tok = slot_tok[s];
         float w = t->p[HYLA_S_TOPW][tok * k + slot_j[s]];
         const float *src = t->p[HYLA_S_EOUT] + s * H;
@@ -231,10 +244,11 @@ static void combine_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 }
 static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    int64_t n = c->n, H = CFG->hidden, k = CFG->top_k, nk = nk_of(c);
+    int64_t n = c->n, H = CFG->hidden, k = CFG->top_k;
     const int32_t *slot_tok = CI32(HYLA_S_SLOT_TOK), *slot_j = CI32(HYLA_S_SLOT_J);
     const float *dy = d->p[HYLA_S_FFN];
-    for (int64_t s = 0; s < nk; s++) {
+    int64_t n_routed = CI32(HYLA_S_OFFS)[CFG->n_experts];
+    for (int64_t s = 0; s < n_routed; s++) {
         int64_t tok = slot_tok[s], at = tok * k + slot_j[s];
         float w = t->p[HYLA_S_TOPW][at];
         const float *eo = t->p[HYLA_S_EOUT] + s * H, *dyt = dy + tok * H;
@@ -289,15 +303,17 @@ const hyla_layer_op hyla_ops_moe[] = {
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},
     {"shared_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH)},
     {"moe_combine", combine_fwd, combine_bwd, none, none,
-     HYLA_IN(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J, HYLA_S_SOUT, HYLA_S_SG), HYLA_OUT(HYLA_S_FFN),
-     HYLA_READS(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J, HYLA_S_SOUT, HYLA_S_SG)},
+     HYLA_IN(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J, HYLA_S_OFFS, HYLA_S_SOUT, HYLA_S_SG),
+     HYLA_OUT(HYLA_S_FFN),
+     HYLA_READS(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J, HYLA_S_OFFS, HYLA_S_SOUT, HYLA_S_SG)},
 };
 const int hyla_n_ops_moe = sizeof hyla_ops_moe / sizeof *hyla_ops_moe;
 
 const hyla_layer_op hyla_ops_moe_routed_only[] = {
     ROUTED_OPS,
-    {"moe_combine", combine_fwd, combine_bwd, none, none, HYLA_IN(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J),
-     HYLA_OUT(HYLA_S_FFN), HYLA_READS(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J)},
+    {"moe_combine", combine_fwd, combine_bwd, none, none,
+     HYLA_IN(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J, HYLA_S_OFFS),
+     HYLA_OUT(HYLA_S_FFN), HYLA_READS(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J, HYLA_S_OFFS)},
 };
 const int hyla_n_ops_moe_routed_only = sizeof hyla_ops_moe_routed_only / sizeof *hyla_ops_moe_routed_only;
 

@@ -55,8 +55,9 @@ void hyla_aux_loss_accumulate(double *counts /*[E]*/, double *psum /*[E]*/,
                               int64_t n, int64_t E, int64_t k)
 {
     for (int64_t i = 0; i < n * k; i++) {
-        HYLA_ASSERT(top_idx[i] >= 0 && top_idx[i] < E);
-        counts[top_idx[i]] += 1.0;
+        HYLA_ASSERT(top_idx[i] < E);
+        if (top_idx[i] >= 0) /* -1: padding slot of a replayed routing */
+            counts[top_idx[i]] += 1.0;
     }
     for (int64_t i = 0; i < n; i++) /* row order: deterministic */
         for (int64_t e = 0; e < E; e++)

@@ -11,6 +11,41 @@ static int route_before(float pa, int64_t a, float pb, int64_t b)
     return pa > pb || (pa == pb && a < b);
 }
 
+/* probs[e] = softmax(l)[e]: max subtraction, exp in fp32, sum in double. */
+static void softmax_row(float *p, const float *l, int64_t E)
+{
+    float mx = l[0];
+    for (int64_t e = 1; e < E; e++)
+        mx = l[e] > mx ? l[e] : mx;
+    double sum = 0.0;
+    for (int64_t e = 0; e < E; e++) {
+        p[e] = expf(l[e] - mx);
+        sum += p[e];
+    }
+    double inv = 1.0 / sum;
+    for (int64_t e = 0; e < E; e++)
+        p[e] = (float)(p[e] * inv);
+}
+
+void hyla_moe_route_forced_fwd(float *top_w, float *probs, const float *logits, const int32_t *top_idx, int64_t n,
+                               int64_t E, int64_t k, int renorm)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        float *p = probs + i * E, *w = top_w + i * k;
+        const int32_t *idx = top_idx + i * k;
+        softmax_row(p, logits + i * E, E);
+        double wsum = 0.0;
+        for (int64_t s = 0; s < k; s++) {
+            w[s] = idx[s] >= 0 ? p[idx[s]] : 0.0f;
+            wsum += w[s];
+        }
+        if (renorm && wsum > 0)
+            for (int64_t s = 0; s < k; s++)
+                w[s] = (float)(w[s] / wsum);
+    }
+}
+
 void hyla_moe_route_fwd(int32_t *top_idx /*[n,k]*/, float *top_w /*[n,k]*/,
                         float *probs /*[n,E]*/, const float *logits /*[n,E]*/, int64_t n,
                         int64_t E, int64_t k, int renorm)
@@ -23,18 +58,7 @@ void hyla_moe_route_fwd(int32_t *top_idx /*[n,k]*/, float *top_w /*[n,k]*/,
         int32_t *idx = top_idx + i * k;
         float *w = top_w + i * k;
 
-        /* softmax with max subtraction: exp in fp32 (arguments <= 0), sum in double */
-        float mx = l[0];
-        for (int64_t e = 1; e < E; e++)
-            mx = l[e] > mx ? l[e] : mx;
-        double sum = 0.0;
-        for (int64_t e = 0; e < E; e++) {
-            p[e] = expf(l[e] - mx);
-            sum += p[e];
-        }
-        double inv = 1.0 / sum;
-        for (int64_t e = 0; e < E; e++)
-            p[e] = (float)(p[e] * inv);
+        softmax_row(p, l, E); /* exp in fp32 (arguments <= 0), sum in double */
 
         /* top-k by repeated selection: slot s takes the first expert (in the order above) that
          * comes after slot s-1's; no scratch needed, ties go to the lower index. O(k E). */
@@ -79,22 +103,27 @@ void hyla_moe_route_bwd(float *dlogits /*[n,E]*/, const float *dtop_w /*[n,k]*/,
         float *dl = dlogits + i * E;
         double vsum = 0.0, wdw = 0.0, pdp = 0.0;
         for (int64_t s = 0; s < k; s++) {
-            HYLA_ASSERT(idx[s] >= 0 && idx[s] < E);
-            vsum += p[idx[s]];
+            HYLA_ASSERT(idx[s] < E);
+            if (idx[s] >= 0) /* -1: padding slot of a replayed routing (zero weight) */
+                vsum += p[idx[s]];
         }
-        if (renorm)
+        if (renorm && vsum > 0)
             for (int64_t s = 0; s < k; s++)
-                wdw += (double)p[idx[s]] / vsum * (double)dw[s];
+                if (idx[s] >= 0)
+                    wdw += (double)p[idx[s]] / vsum * (double)dw[s];
 #define ROUTE_DV(s) (renorm ? ((double)dw[s] - wdw) / vsum : (double)dw[s])
         if (aux_dprob)
             for (int64_t e = 0; e < E; e++)
                 pdp += (double)p[e] * aux_dprob[e];
         for (int64_t s = 0; s < k; s++)
-            pdp += (double)p[idx[s]] * ROUTE_DV(s);
+            if (idx[s] >= 0 && vsum > 0)
+                pdp += (double)p[idx[s]] * ROUTE_DV(s);
         for (int64_t e = 0; e < E; e++)
             dl[e] = (float)((double)p[e] * ((aux_dprob ? aux_dprob[e] : 0.0) - pdp));
         for (int64_t s = 0; s < k; s++) {
             int32_t e = idx[s];
+            if (e < 0 || vsum <= 0)
+                continue;
             dl[e] = (float)((double)p[e] * ((aux_dprob ? aux_dprob[e] : 0.0) + ROUTE_DV(s) - pdp));
         }
 #undef ROUTE_DV

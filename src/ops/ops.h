@@ -104,6 +104,12 @@ void hyla_moe_route_fwd(int32_t *top_idx /*[n,k]*/, float *top_w /*[n,k]*/,
                         float *probs /*[n,E]*/, const float *logits /*[n,E]*/, int64_t n,
                         int64_t E, int64_t k, int renorm);
 
+/* Router replay: the top-k experts are given (top_idx, -1 = padding slot with zero weight); the
+ * weights still come from the live softmax: top_w[s] = probs[idx_s] (renormalised over the
+ * valid slots if renorm), so router gradients flow. */
+void hyla_moe_route_forced_fwd(float *top_w /*[n,k]*/, float *probs /*[n,E]*/, const float *logits /*[n,E]*/,
+                               const int32_t *top_idx /*[n,k]*/, int64_t n, int64_t E, int64_t k, int renorm);
+
 /* ---- losses (ops/loss.c) ----------------------------------------------------------------- */
 
 /* Cross-entropy: returns the SUM over rows with labels[i] >= 0 of -log softmax(logits[i])[label]

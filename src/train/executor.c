@@ -109,6 +109,11 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
     c.aux_psum = ex->aux_psum;
     c.aux_dprob = ex->aux_dprob;
     c.recompute = recompute;
+    if (ex->m->cfg.layer_is_moe[l]) {
+        size_t slice = (size_t)ex->moe_index[l] * (size_t)(ex->n * ex->m->cfg.top_k);
+        c.replay = ex->replay ? ex->replay + slice : NULL;
+        c.record = ex->record && !recompute ? ex->record + slice : NULL;
+    }
     if (ex->state) {
         c.state = &ex->state->layers[l];
         c.past = ex->state->len;
@@ -480,8 +485,11 @@ int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy
             return hyla_error_set(HYLA_ERR_ARG, "policy '%s': offload of '%s' is not available yet (host tier not built)",
                                   policy->name, hyla_ckpt_name_str((hyla_ckpt_name)c));
     const hyla_config *cfg = &m->cfg;
-    for (int l = 0; l < cfg->n_layers; l++)
+    int n_moe = 0;
+    for (int l = 0; l < cfg->n_layers; l++) {
         ex->n_ops[l] = hyla_layer_ops(cfg, l, ex->ops[l]);
+        ex->moe_index[l] = cfg->layer_is_moe[l] ? n_moe++ : -1;
+    }
     build_units(ex);
 
     int64_t nH = ex->n * cfg->hidden, E = cfg->n_experts > 0 ? cfg->n_experts : 1;

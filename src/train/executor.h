@@ -56,6 +56,10 @@ typedef struct {
     double *aux_counts, *aux_psum, *aux_dprob; /* [E] */
     int dry;               /* planning pass: allocate on dry arenas, compute nothing */
     struct hyla_infer_state_s *state; /* inference caches for the current call, or NULL */
+    /* router replay / recording for the next calls: [n_moe_layers][n][k] (see infer/routing.h) */
+    const int32_t *replay;
+    int32_t *record;
+    int moe_index[HYLA_MAX_LAYERS]; /* layer -> its index among MoE layers */
 } hyla_executor;
 
 /* Build units and plan arena sizes; allocates the arenas and fixed buffers. */

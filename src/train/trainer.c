@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "infer/routing.h"
 
 int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_config *cfg)
 {
@@ -32,6 +33,7 @@ void hyla_trainer_free(hyla_trainer *tr)
         hyla_executor_free(&tr->ex);
     hyla_adamw_free(&tr->opt);
     free(tr->grads);
+    free(tr->replay_buf);
     memset(tr, 0, sizeof *tr);
 }
 
@@ -57,6 +59,14 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     double ce_sum = 0.0, aux_sum = 0.0;
     int have_aux = 0;
     for (int64_t a = 0; a < A; a++) {
+        if (tr->replay) { /* this micro-batch's rows of every MoE layer */
+            const hyla_routing *r = tr->replay;
+            for (int64_t l = 0; l < r->n_layers; l++)
+                memcpy(tr->replay_buf + l * per * r->k, r->ids + (l * r->rows + tr->replay_row) * r->k,
+                       (size_t)(per * r->k) * sizeof(int32_t));
+            tr->replay_row += per;
+            tr->ex.replay = tr->replay_buf;
+        }
         hyla_step_loss l;
         HYLA_TRY(hyla_executor_step(&tr->ex, tokens + a * per, NULL, tr->grads, ce_scale, aux_scale, &l));
         ce_sum += l.ce_sum;
@@ -73,5 +83,21 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     stats->grad_norm = hyla_adamw_step(&tr->opt, &tr->model->table, tr->model->w, tr->grads);
     stats->tokens = A * per;
     stats->seconds = hyla_now() - t0;
+    return HYLA_OK;
+}
+
+int hyla_trainer_set_replay(hyla_trainer *tr, const hyla_routing *r, int64_t steps)
+{
+    int64_t per = tr->cfg.batch * tr->cfg.seq, need = steps * tr->cfg.accum * per;
+    if (r->rows < need)
+        return hyla_error_set(HYLA_ERR_ARG, "replay routing has %lld rows but %lld steps of %lld micro-batches x %lld "
+                              "tokens need %lld", (long long)r->rows, (long long)steps, (long long)tr->cfg.accum,
+                              (long long)per, (long long)need);
+    free(tr->replay_buf);
+    tr->replay_buf = malloc((size_t)(r->n_layers * per * r->k) * sizeof(int32_t));
+    if (!tr->replay_buf)
+        return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    tr->replay = r;
+    tr->replay_row = 0;
     return HYLA_OK;
 }

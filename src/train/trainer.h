@@ -33,7 +33,16 @@ typedef struct {
     hyla_executor ex;
     hyla_adamw opt;
     float *grads;           /* [table.total_floats] */
+    /* router replay: micro-batch i of the run uses rows [r, r + batch*seq) of the file, r
+     * advancing by batch*seq per micro-batch (replay_row), laid out [layers][rows][k]. */
+    const struct hyla_routing_s *replay;
+    int64_t replay_row;
+    int32_t *replay_buf;    /* [layers][batch*seq][k] */
 } hyla_trainer;
+
+/* Replay routing from r (not owned) in the following steps; HYLA_ERR_ARG if it cannot cover
+ * `steps` more steps. */
+int hyla_trainer_set_replay(hyla_trainer *tr, const struct hyla_routing_s *r, int64_t steps);
 
 int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_config *cfg);
 void hyla_trainer_free(hyla_trainer *tr);

@@ -1,0 +1,61 @@
+/* Inference benchmark: prefill tokens/s (prompt of SEQ tokens, chunked delta rule) and decode
+ * tokens/s (NEW tokens, recurrent rule, KV/state caches), fp32; decode bandwidth as bytes of
+ * active weights read per token x tokens/s, as % of the machine's measured DRAM read bandwidth
+ * (54 GB/s on the reference machine; override HYLA_DRAM_GBS).
+ * usage: infer_bench MODEL_DIR [SEQ=512] [NEW=128]   (one JSON object) */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "infer/generate.h"
+#include "model/model.h"
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: infer_bench MODEL_DIR [SEQ] [NEW]\n");
+        return 2;
+    }
+    int64_t T = argc > 2 ? atoll(argv[2]) : 512, NEW = argc > 3 ? atoll(argv[3]) : 128;
+    const char *bw_env = getenv("HYLA_DRAM_GBS");
+    double dram = bw_env ? atof(bw_env) : 54.0;
+    hyla_model m;
+    if (hyla_model_load(&m, argv[1])) {
+        fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
+        return 1;
+    }
+    int32_t *prompt = malloc((size_t)T * sizeof *prompt), *out = malloc((size_t)NEW * sizeof *out);
+    for (int64_t i = 0; i < T; i++)
+        prompt[i] = (int32_t)((i * 7919 + 13) % m.cfg.vocab);
+    hyla_sampling s = {0, 0, 1.0, 1, NEW, NULL, 0, 0};
+    const int32_t *prompts[1] = {prompt};
+    int64_t n_out;
+    hyla_generate_stats st, best = {1e30, 1e30, 0, 0};
+    for (int rep = 0; rep < 3; rep++) { /* first run warms up; keep the best of the others */
+        if (hyla_generate(&m, 1, prompts, &T, &s, &out, &n_out, NULL, NULL, &st)) {
+            fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
+            return 1;
+        }
+        if (rep > 0 && st.prefill_seconds < best.prefill_seconds)
+            best.prefill_seconds = st.prefill_seconds, best.prefill_tokens = st.prefill_tokens;
+        if (rep > 0 && st.decode_seconds < best.decode_seconds)
+            best.decode_seconds = st.decode_seconds, best.decode_tokens = st.decode_tokens;
+    }
+    hyla_param_counts pc;
+    hyla_params_count(&m.table, &pc);
+    /* weights read per decoded token: every active parameter except the embedding table, of
+     * which one row is read */
+    double bytes_per_token = 4.0 * (double)(pc.active - m.cfg.vocab * m.cfg.hidden + m.cfg.hidden);
+    if (m.cfg.tie_word_embeddings)
+        bytes_per_token += 4.0 * (double)(m.cfg.vocab * m.cfg.hidden);
+    double pf = best.prefill_tokens / best.prefill_seconds, dc = best.decode_tokens / best.decode_seconds;
+    printf("{\"engine\": \"hyla\", \"seq\": %lld, \"new\": %lld, \"params_total\": %lld, \"params_active\": %lld, "
+           "\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f, \"decode_weight_bytes_per_token\": %.4g, "
+           "\"decode_bandwidth_gbs\": %.1f, \"decode_pct_of_dram_bw\": %.1f, \"dram_gbs\": %.1f}\n",
+           (long long)T, (long long)NEW, (long long)pc.total, (long long)pc.active, pf, dc, bytes_per_token,
+           dc * bytes_per_token / 1e9, 100.0 * dc * bytes_per_token / 1e9 / dram, dram);
+    free(prompt);
+    free(out);
+    hyla_model_free(&m);
+    return 0;
+}

@@ -1,0 +1,41 @@
+#!/usr/bin/python3
+"""PyTorch peer of bench/infer_bench.c: the reference model (tests/reference/hyla_ref.py) in
+float32 on the same weights and prompt. It has no caches, so "decode" re-runs the forward over
+the growing sequence (what the reference can do); prefill is one forward over the prompt.
+usage: torch_infer.py MODEL_DIR SEQ DECODE_STEPS THREADS"""
+import json
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+import torch  # noqa: E402
+
+import hyla_ref  # noqa: E402
+
+
+def main():
+    model_dir, T, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    torch.set_num_threads(threads)
+    hyla_ref.DT = torch.float32
+    torch.set_default_dtype(torch.float32)
+    m = hyla_ref.HylaRef(model_dir, check_delta=False, dtype=torch.float32)
+    V = m.cfg["vocab_size"]
+    seq = [(i * 7919 + 13) % V for i in range(T)]
+    with torch.no_grad():
+        m.forward(seq[:16])
+        t0 = time.perf_counter()
+        out = m.forward(seq)
+        prefill = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            seq.append(int(out["logits"][-1].argmax()))
+            out = m.forward(seq)
+        decode = time.perf_counter() - t0
+    print(json.dumps({"engine": "pytorch-reference-fp32 (no cache: decode recomputes the prefix)", "threads": threads,
+                      "seq": T, "prefill_tokens_per_s": T / prefill, "decode_steps": steps,
+                      "decode_tokens_per_s": steps / decode}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+/* Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Qwen2/Qwen3 layout).
+ *
+ * Supported tokenizer.json shape (anything else is a load error naming the field):
+ *   model:         type "BPE"; vocab {token: id}; merges ["a b", ...] or [["a","b"], ...];
+ *                  ignore_merges honoured; dropout null/0, byte_fallback false,
+ *                  continuing_subword_prefix / end_of_word_suffix empty.
+ *   pre_tokenizer: a "Split" {pattern: {Regex}, behavior "Isolated", invert false} and a
+ *                  "ByteLevel" {add_prefix_space false}, alone or in a "Sequence"; a ByteLevel
+ *                  with use_regex true (the default) and no Split uses the GPT-2 pattern.
+ *                  The pattern is compiled with PCRE2 (PCRE2_UTF | PCRE2_UCP).
+ *   decoder:       "ByteLevel".
+ *   normalizer:    null, or "NFC", which is recognised but NOT applied: text that is not in
+ *                  NFC may tokenize differently from Hugging Face (NFC text is identical).
+ *   added_tokens:  [{id, content, special, lstrip/rstrip/single_word false}].
+ *   Every one of the 256 byte-level tokens (GPT-2 bytes_to_unicode) must be in model.vocab.
+ *
+ * Encoding. Added tokens (special or not) are matched literally in the raw input first,
+ * leftmost, longest at a position, and each becomes its own id. Each stretch between them
+ * is split into valid-UTF-8 runs and invalid bytes:
+ *   invalid-UTF-8 rule: a byte that does not start a well-formed UTF-8 sequence (Unicode
+ *   Table 3-7: no overlongs, surrogates or code points above U+10FFFF; a truncated sequence
+ *   counts as invalid at its lead byte) is a piece of its own and encodes to its byte token;
+ *   scanning resumes at the next byte. Each valid run is pre-tokenized by the regex on its
+ *   own (the regex never sees past an invalid byte or an added token).
+ * Each piece is BPE-merged by rank (lowest merge rank first, leftmost on ties; the same order
+ * as Hugging Face tokenizers). No BOS/EOS or other post-processing ids are added.
+ * Hence decode(encode(x)) == x byte for byte for every input x.
+ *
+ * Decoding maps each id to its bytes: vocab tokens through the inverse byte-level table (a
+ * token with a character outside that table decodes to its own UTF-8 bytes, as in Hugging
+ * Face), added tokens to their content. The output may be invalid UTF-8 when ids cut a
+ * character.
+ *
+ * A loaded tokenizer is read-only: encode/decode/token_id may run concurrently on one. */
+#ifndef HYLA_IO_TOKENIZER_H
+#define HYLA_IO_TOKENIZER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct hyla_tokenizer hyla_tokenizer;
+
+/* Load `path` (a tokenizer.json). On success *out is owned by the caller (free with
+ * hyla_tokenizer_free); on failure *out is NULL and the message names the file and field. */
+int hyla_tokenizer_load(hyla_tokenizer **out, const char *path);
+void hyla_tokenizer_free(hyla_tokenizer *t);
+
+/* Encode `len` bytes of `text` (any bytes; NUL and invalid UTF-8 included). *ids is a
+ * malloc'd array of *n_ids ids owned by the caller (non-NULL even when *n_ids is 0). */
+int hyla_tokenizer_encode(const hyla_tokenizer *t, const char *text, size_t len, int32_t **ids,
+                          size_t *n_ids);
+
+/* Decode `n` ids into bytes. *text is malloc'd, owned by the caller, *len bytes long plus a
+ * terminating NUL not counted in *len. An id outside [0, vocab_size) or with no token is an
+ * error naming the id and its index. */
+int hyla_tokenizer_decode(const hyla_tokenizer *t, const int32_t *ids, size_t n, char **text,
+                          size_t *len);
+
+/* Id of `token`: an added token's content (e.g. "<|im_end|>") or a vocab entry in its
+ * byte-level spelling (e.g. "Ġthe" for " the"). Added tokens are looked up first.
+ * Returns -1 if absent. */
+int32_t hyla_tokenizer_token_id(const hyla_tokenizer *t, const char *token);
+
+/* One more than the largest id (vocab and added tokens), e.g. 151669 for Qwen3. */
+size_t hyla_tokenizer_vocab_size(const hyla_tokenizer *t);
+
+#endif
