@@ -29,6 +29,27 @@ int64_t hyla_num_layers(const hyla_engine *e);
 int hyla_forward_tokens(hyla_engine *e, const int32_t *tokens, int64_t B, int64_t T, float *logits,
                         double *ce_loss, double *aux_loss);
 
+/* ---- inference with caller-visible per-layer caches ------------------------------------------
+ * The state is one flat per-layer list for B sequences (spec §5): for linear-attention layers the
+ * conv window [B, K, conv_dim] (last K raw conv inputs) and the fp32 recurrent state
+ * [B, Hv, dk, dv]; for full-attention layers keys and values [B, max_len, Hkv, hd]. A serving
+ * engine that manages its own memory fills hyla_layer_cache pointers itself (sizes from
+ * hyla_cache_floats) and passes them in; hyla reads and updates them in place. */
+typedef struct {
+    float *conv, *ssm;      /* linear-attention layers, else NULL */
+    float *keys, *values;   /* full-attention layers, else NULL */
+} hyla_layer_cache;
+
+typedef enum { HYLA_CACHE_CONV, HYLA_CACHE_SSM, HYLA_CACHE_KEYS, HYLA_CACHE_VALUES } hyla_cache_part;
+/* Floats of one part of layer `layer` for ONE sequence (keys/values: for max_len tokens); 0 if the
+ * layer has no such part. */
+size_t hyla_cache_floats(const hyla_engine *e, int layer, hyla_cache_part part, int64_t max_len);
+
+/* Run tokens [B, T] (sequence b continues at position len[b]) on the caches `layers`
+ * [num_layers], update them and len[b] += T. logits: [B*T, vocab] or NULL. */
+int hyla_step(hyla_engine *e, const int32_t *tokens, int64_t B, int64_t T, hyla_layer_cache *layers, int64_t *len,
+              int64_t max_len, float *logits);
+
 /* Save the model to a new directory in the layout it was loaded with (max_shard_bytes 0 = one file). */
 int hyla_save(const hyla_engine *e, const char *out_dir, size_t max_shard_bytes);
 

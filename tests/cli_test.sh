@@ -112,6 +112,30 @@ expect_error "corrupt checkpoint" "trainer_state.json: field 'step'" "$HYLA" tra
 cp -r "$T/ck" "$T/ck_bad2"; $PY tests/corrupt_safetensors.py "$T/ck/optimizer/model.safetensors" "$T/ck_bad2/optimizer/model.safetensors" truncate
 expect_error "truncated optimizer state" "optimizer/model.safetensors" "$HYLA" train --resume "$T/ck_bad2" --synthetic --steps 8
 
+# --- generate: JSON ids, record routing -> replay in training, bad inputs ------------------------------
+"$HYLA" generate "$T/good" --prompt-tokens 1,2,3 --max-new 4 --json --record-routing "$T/route.bin" >"$T/gen.json" \
+    || fail "generate --json"
+$PY - "$T/gen.json" <<'PYEOF' || fail "generate --json output"
+import json, sys
+j = json.load(open(sys.argv[1]))
+assert j["prompt_tokens"] == [1, 2, 3] and len(j["tokens"]) == 4, j
+assert all(0 <= t < 512 for t in j["tokens"])
+print("  ok  generate --json: tokens", j["tokens"])
+PYEOF
+# 3 prompt + 3 fed generated tokens = 6 routed rows: one training step of 1 x 6 tokens replays them
+"$HYLA" train --model "$T/good" --synthetic --steps 1 --batch 1 --seq 6 --replay-routing "$T/route.bin" >/dev/null \
+    || fail "train --replay-routing with a recorded file"
+expect_error "replay file too short" "route.bin.*rows|has 6 rows" "$HYLA" train --model "$T/good" --synthetic --steps 2 --batch 1 --seq 6 --replay-routing "$T/route.bin"
+expect_error "replay file for another model" "MoE layers" "$HYLA" train --preset bench-100m --synthetic --steps 1 --batch 1 --seq 6 --replay-routing "$T/route.bin"
+expect_error "generate token id >= vocab" "token id 512 at position 1" "$HYLA" generate "$T/good" --prompt-tokens 1,512 --max-new 2
+expect_error "bad top-p" "top-p must be in \(0, 1\]" "$HYLA" generate "$T/good" --prompt-tokens 1 --top-p 0
+expect_error "bad temperature" "temperature must be >= 0" "$HYLA" generate "$T/good" --prompt-tokens 1 --temperature -1
+expect_error "prompt longer than the cache allows" "exceeds the model's 4096 positions" "$HYLA" generate "$T/good" \
+    --prompt-tokens "$(seq -s, 1 4000 | sed 's/[0-9]*/7/g')" --max-new 200
+echo '{"model": {"type": "BPE", "vocab": 5}}' > "$T/bad_tokenizer.json"
+expect_error "malformed tokenizer.json" "bad_tokenizer.json" "$HYLA" generate "$T/good" --tokenizer "$T/bad_tokenizer.json" --prompt hi
+expect_error "generate needs a prompt" "exactly one of --prompt" "$HYLA" generate "$T/good"
+
 # --- inspect on the shipped real configs (no weights) --------------------------------------------
 out=$("$HYLA" inspect configs/qwen3-next-80b-a3b.json) || fail "inspect 80B config"
 echo "$out" | grep -q "schedule: 48 layers (36 linear, 12 full; 48 MoE, 0 dense) in 12 blocks" || fail "80B schedule line"

@@ -150,8 +150,12 @@ static int run(const train_args *a)
     if (rc == HYLA_OK)
         rc = hyla_trainer_init(&tr, &m, &tc);
     hyla_routing replay = {0, 0, 0, NULL};
-    if (rc == HYLA_OK && a->replay && (rc = hyla_routing_read(a->replay, &m.cfg, &replay)) == HYLA_OK)
-        rc = hyla_trainer_set_replay(&tr, &replay, a->steps);
+    if (rc == HYLA_OK && a->replay && (rc = hyla_routing_read(a->replay, &m.cfg, &replay)) == HYLA_OK &&
+        (rc = hyla_trainer_set_replay(&tr, &replay, a->steps)) != HYLA_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", hyla_error_message());
+        hyla_error_set(rc, "%s: %s", a->replay, msg);
+    }
     hyla_train_state state = {0, 0, (uint64_t)a->seed, ""};
     if (rc == HYLA_OK && a->resume) {
         rc = hyla_checkpoint_load_state(a->resume, &m, &tr.opt, &state);

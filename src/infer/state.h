@@ -14,6 +14,7 @@
 
 #include "model/model.h"
 
+/* Same layout as hyla_layer_cache in include/hyla.h (the public API casts between them). */
 typedef struct hyla_layer_state_s {
     float *conv;    /* linear layers: [B, K, conv_dim] */
     float *ssm;     /* linear layers: [B, Hv, dk, dv] */
