@@ -3,22 +3,17 @@
 in float32 on the same weights and tokens, same thread count. Prints one JSON object.
 usage: torch_forward.py MODEL_DIR SEQ REPS THREADS"""
 import json
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
-import torch  # noqa: E402
+import torch
 
-import hyla_ref  # noqa: E402
+from torch_peer import load_fp32
 
 
 def main():
     model_dir, T, reps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    torch.set_num_threads(threads)
-    hyla_ref.DT = torch.float32
-    torch.set_default_dtype(torch.float32)
-    m = hyla_ref.HylaRef(model_dir, check_delta=False, dtype=torch.float32)
+    m = load_fp32(model_dir, threads)
     V = m.cfg["vocab_size"]
     tokens = [(i * 7919 + 13) % V for i in range(T)]
     with torch.no_grad():

@@ -4,22 +4,17 @@ float32 on the same weights and prompt. It has no caches, so "decode" re-runs th
 the growing sequence (what the reference can do); prefill is one forward over the prompt.
 usage: torch_infer.py MODEL_DIR SEQ DECODE_STEPS THREADS"""
 import json
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
-import torch  # noqa: E402
+import torch
 
-import hyla_ref  # noqa: E402
+from torch_peer import load_fp32
 
 
 def main():
     model_dir, T, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    torch.set_num_threads(threads)
-    hyla_ref.DT = torch.float32
-    torch.set_default_dtype(torch.float32)
-    m = hyla_ref.HylaRef(model_dir, check_delta=False, dtype=torch.float32)
+    m = load_fp32(model_dir, threads)
     V = m.cfg["vocab_size"]
     seq = [(i * 7919 + 13) % V for i in range(T)]
     with torch.no_grad():

@@ -3,22 +3,17 @@
 float32 trained with autograd + torch.optim.AdamW + clip_grad_norm_, same model, batch shape and
 thread count. Prints one JSON object. usage: torch_train.py MODEL_DIR BATCH SEQ STEPS THREADS"""
 import json
-import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
-import torch  # noqa: E402
+import torch
 
-import hyla_ref  # noqa: E402
+from torch_peer import load_fp32
 
 
 def main():
     model_dir, B, T, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
-    torch.set_num_threads(threads)
-    hyla_ref.DT = torch.float32
-    torch.set_default_dtype(torch.float32)
-    m = hyla_ref.HylaRef(model_dir, check_delta=False, dtype=torch.float32)
+    m = load_fp32(model_dir, threads)
     V = m.cfg["vocab_size"]
     P = {k: v.detach().clone().requires_grad_(True) for k, v in m.params().items()}
     decay = [p for p in P.values() if p.dim() >= 2]

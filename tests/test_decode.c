@@ -25,16 +25,9 @@
 #include "model/forward.h"
 #include "train/executor.h"
 
-static int failures = 0, near_ties = 0;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            failures++;                                 \
-        }                                               \
-    } while (0)
+#include "check.h"
+
+static int near_ties = 0;
 
 #define NEW 6
 

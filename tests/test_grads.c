@@ -27,16 +27,8 @@
 #include "core/gemm.h"
 #include "train/executor.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            failures++;                                 \
-        }                                               \
-    } while (0)
+#include "check.h"
+
 
 /* ---- allocation counting (not under ASan, which owns malloc) ------------------------------ */
 #if defined(__SANITIZE_ADDRESS__)

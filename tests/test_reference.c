@@ -34,16 +34,8 @@
 #include "model/forward.h"
 #include "model/model.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                      \
-    do {                                                      \
-        if (!(cond)) {                                        \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);       \
-            printf(__VA_ARGS__);                              \
-            printf("\n");                                     \
-            failures++;                                       \
-        }                                                     \
-    } while (0)
+#include "check.h"
+
 
 static double logit_tolerance(const hyla_model *m, const float *ref, int64_t count)
 {

@@ -14,16 +14,8 @@
 #include "infer/routing.h"
 #include "train/executor.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            failures++;                                 \
-        }                                               \
-    } while (0)
+#include "check.h"
+
 
 static double step(const hyla_model *m, const int32_t *tokens, int64_t T, const int32_t *replay, int32_t *record,
                    float *grads)

@@ -32,16 +32,8 @@
 #include "train/data.h"
 #include "train/trainer.h"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-            failures++;                                 \
-        }                                               \
-    } while (0)
+#include "check.h"
+
 
 static double num(const cJSON *o, const char *k)
 {
