@@ -19,21 +19,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
 #include "core/error.h"
 #include "io/fileio.h"
 #include "io/tokenizer.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        if (!(cond)) {                                                    \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);          \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-            failures++;                                                   \
-        }                                                                 \
-    } while (0)
 
 #define QWEN_DIR "tests/tokenizer"
 #define QWEN_JSON QWEN_DIR "/qwen3/tokenizer.json"
@@ -86,9 +75,9 @@ static int round_trip(const hyla_tokenizer *t, const char *s, size_t n, const ch
     int ok = ids && hyla_tokenizer_decode(t, ids, n_ids, &back, &len) == HYLA_OK && len == n &&
              memcmp(back, s, n) == 0;
     if (!ok) {
-        fprintf(stderr, "FAIL round trip of %s (%zu bytes -> %zu ids -> %zu bytes): ", what, n, n_ids, len);
-        print_escaped(stderr, s, n, 120);
-        fputc('\n', stderr);
+        printf("FAIL round trip of %s (%zu bytes -> %zu ids -> %zu bytes): ", what, n, n_ids, len);
+        print_escaped(stdout, s, n, 120);
+        putchar('\n');
         failures++;
     }
     free(ids);
@@ -105,21 +94,21 @@ static int same_ids(const hyla_tokenizer *t, const int32_t *ids, size_t n, const
         i++;
     if (i == n && i == n_want)
         return 1;
-    fprintf(stderr, "FAIL %s: %zu ids, expected %zu; first difference at index %zu\n", what, n, n_want, i);
+    printf("FAIL %s: %zu ids, expected %zu; first difference at index %zu\n", what, n, n_want, i);
     size_t lo = i > 4 ? i - 4 : 0;
     for (int side = 0; side < 2; side++) {
         const int32_t *v = side ? want : ids;
         size_t nv = side ? n_want : n;
-        fprintf(stderr, "  %-8s [%zu..]:", side ? "expected" : "got", lo);
+        printf("  %-8s [%zu..]:", side ? "expected" : "got", lo);
         for (size_t k = lo; k < nv && k < i + 5; k++) {
             char *s = NULL;
             size_t len = 0;
-            fprintf(stderr, " %d=", v[k]);
+            printf(" %d=", v[k]);
             if (hyla_tokenizer_decode(t, &v[k], 1, &s, &len) == HYLA_OK)
-                print_escaped(stderr, s, len, 24);
+                print_escaped(stdout, s, len, 24);
             free(s);
         }
-        fputc('\n', stderr);
+        putchar('\n');
     }
     failures++;
     return 0;
@@ -132,7 +121,7 @@ static cJSON *read_json(const char *path)
     char *text;
     size_t len;
     if (hyla_read_text_file(path, &text, &len) != HYLA_OK) {
-        fprintf(stderr, "FAIL %s\n", hyla_error_message());
+        printf("FAIL %s\n", hyla_error_message());
         failures++;
         return NULL;
     }
@@ -166,9 +155,9 @@ static void test_oracle(const hyla_tokenizer *t)
         char what[64];
         snprintf(what, sizeof what, "texts.json[%zu]", i);
         if (ids && !same_ids(t, ids, n_ids, w, n_want, what)) {
-            fprintf(stderr, "  text: ");
-            print_escaped(stderr, s->valuestring, n, 200);
-            fputc('\n', stderr);
+            printf("  text: ");
+            print_escaped(stdout, s->valuestring, n, 200);
+            putchar('\n');
         } else if (ids)
             matched++;
         round_trip(t, s->valuestring, n, what);
@@ -652,7 +641,7 @@ int main(int argc, char **argv)
     double t0 = now_ms();
     hyla_tokenizer *qwen = NULL;
     if (hyla_tokenizer_load(&qwen, QWEN_JSON) != HYLA_OK) {
-        fprintf(stderr, "FAIL %s (run from the repository root)\n", hyla_error_message());
+        printf("FAIL %s (run from the repository root)\n", hyla_error_message());
         return 1;
     }
     printf("load %s: %.0f ms, vocab_size %zu\n", QWEN_JSON, now_ms() - t0, hyla_tokenizer_vocab_size(qwen));
@@ -665,7 +654,7 @@ int main(int argc, char **argv)
     test_bad_files();
     printf("total %.0f ms\n", now_ms() - t0);
     if (failures) {
-        fprintf(stderr, "test_tokenizer: %d FAILED (files kept in %s)\n", failures, tmpdir);
+        printf("test_tokenizer: %d FAILED (files kept in %s)\n", failures, tmpdir);
         return 1;
     }
     remove_tmpdir();

@@ -40,7 +40,6 @@ typedef struct {
     uint32_t str_off, str_len; /* spelling in arena (NUL-terminated) */
     uint32_t dec_off, dec_len; /* decoded bytes in arena */
     uint8_t kind;              /* TOK_NONE (unused id), TOK_VOCAB or TOK_ADDED */
-    uint8_t special;           /* added token marked "special" */
 } tok_entry;
 
 typedef struct {
@@ -309,8 +308,7 @@ static int parse_added(hyla_tokenizer *t, const cJSON *added)
             if (is_false(it, unsupported[k]) != 1)
                 return hyla_error_set(HYLA_ERR_FORMAT, "%s: added_tokens[%zu] ('%.64s'): '%s' must be false "
                                       "(not supported)", t->path, i, content, unsupported[k]);
-        int plain = is_false(it, "special");
-        if (plain < 0)
+        if (is_false(it, "special") < 0) /* special or not, an added token is matched the same way */
             return hyla_error_set(HYLA_ERR_FORMAT, "%s: added_tokens[%zu]: 'special' must be true or false",
                                   t->path, i);
         size_t slot = str_table_slot(t, &t->added, content, n);
@@ -327,7 +325,6 @@ static int parse_added(hyla_tokenizer *t, const cJSON *added)
             e->str_len = (uint32_t)n;
         }
         e->kind = TOK_ADDED;
-        e->special = (uint8_t)!plain;
         t->added.slots[slot] = id;
         t->added_order[i] = id;
     }
@@ -719,11 +716,9 @@ typedef struct {
     uint64_t hash;
 } cache_slot;
 
-typedef struct {
-    int32_t rank, pos;   /* order: lowest rank, then leftmost */
-    int32_t left, right; /* the pair this entry merges (stale if the symbols changed) */
-    int32_t merged;
-} heap_entry;
+/* A candidate merge: rank << 32 | position of its left symbol, so that the smallest key is the
+ * lowest rank, leftmost on ties. 8 bytes: on long pieces the heap's memory traffic dominates. */
+typedef uint64_t heap_entry;
 
 typedef struct {
     const hyla_tokenizer *t;
@@ -738,6 +733,7 @@ typedef struct {
     char *spell;            /* [spell_cap] byte-level spelling of a piece (ignore_merges) */
     size_t spell_cap;
     pcre2_match_data *md;
+    pcre2_match_context *mc; /* match limit scaled to the run length */
 } enc_ctx;
 
 static int out_reserve(enc_ctx *c, size_t extra)
@@ -762,20 +758,15 @@ static int out_push(enc_ctx *c, int32_t id)
     return HYLA_OK;
 }
 
-static int heap_less(const heap_entry *a, const heap_entry *b)
-{
-    return a->rank != b->rank ? a->rank < b->rank : a->pos < b->pos;
-}
-
 static void heap_push_pair(const hyla_tokenizer *t, heap_entry *h, size_t *n, int32_t pos, int32_t left,
                            int32_t right)
 {
     const merge_slot *m = merge_find(t, left, right);
     if (m->key == MERGE_EMPTY)
         return;
+    heap_entry e = (uint64_t)(uint32_t)m->rank << 32 | (uint32_t)pos;
     size_t i = (*n)++;
-    heap_entry e = {m->rank, pos, left, right, m->merged};
-    while (i > 0 && heap_less(&e, &h[(i - 1) / 2])) {
+    while (i > 0 && e < h[(i - 1) / 2]) {
         h[i] = h[(i - 1) / 2];
         i = (i - 1) / 2;
     }
@@ -790,9 +781,9 @@ static heap_entry heap_pop(heap_entry *h, size_t *n)
         size_t k = 2 * i + 1;
         if (k >= *n)
             break;
-        if (k + 1 < *n && heap_less(&h[k + 1], &h[k]))
+        if (k + 1 < *n && h[k + 1] < h[k])
             k++;
-        if (!heap_less(&h[k], &last))
+        if (h[k] >= last)
             break;
         h[i] = h[k];
         i = k;
@@ -821,7 +812,8 @@ static int workspace_reserve(enc_ctx *c, size_t n)
 }
 
 /* BPE-merge the n bytes at p and append the ids. Each merge takes the candidate pair with the
- * lowest rank, leftmost on ties; entries made stale by an earlier merge are skipped. */
+ * lowest rank, leftmost on ties (Hugging Face's order); an entry whose pair has changed since it
+ * was pushed is skipped (a merge rank names exactly one pair, so comparing ranks suffices). */
 static int bpe(enc_ctx *c, const unsigned char *p, size_t n)
 {
     const hyla_tokenizer *t = c->t;
@@ -837,18 +829,21 @@ static int bpe(enc_ctx *c, const unsigned char *p, size_t n)
         heap_push_pair(t, c->heap, &nh, (int32_t)i, id[i], id[i + 1]);
     while (nh > 0) {
         heap_entry e = heap_pop(c->heap, &nh);
-        int32_t r = next[e.pos];
-        if (id[e.pos] != e.left || r < 0 || id[r] != e.right)
-            continue; /* stale: a symbol of this pair was merged away (dead symbols hold id -1) */
-        id[e.pos] = e.merged;
+        int32_t pos = (int32_t)(uint32_t)e, r = next[pos];
+        if (id[pos] < 0 || r < 0)
+            continue; /* stale: the left symbol was merged away (dead symbols hold id -1) or is last */
+        const merge_slot *m = merge_find(t, id[pos], id[r]);
+        if (m->key == MERGE_EMPTY || (uint32_t)m->rank != (uint32_t)(e >> 32))
+            continue; /* stale: the pair at pos changed since this entry was pushed */
+        id[pos] = m->merged;
         id[r] = -1;
-        next[e.pos] = next[r];
+        next[pos] = next[r];
         if (next[r] >= 0)
-            prev[next[r]] = e.pos;
-        if (prev[e.pos] >= 0)
-            heap_push_pair(t, c->heap, &nh, prev[e.pos], id[prev[e.pos]], e.merged);
-        if (next[e.pos] >= 0)
-            heap_push_pair(t, c->heap, &nh, e.pos, e.merged, id[next[e.pos]]);
+            prev[next[r]] = pos;
+        if (prev[pos] >= 0)
+            heap_push_pair(t, c->heap, &nh, prev[pos], id[prev[pos]], id[pos]);
+        if (next[pos] >= 0)
+            heap_push_pair(t, c->heap, &nh, pos, id[pos], id[next[pos]]);
     }
     for (int32_t i = 0; i >= 0; i = next[i])
         HYLA_TRY(out_push(c, id[i]));
@@ -941,10 +936,15 @@ static int encode_run(enc_ctx *c, size_t s, size_t e)
         return encode_piece(c, s, e - s);
     const unsigned char *subj = c->text + s;
     size_t n = e - s, start = 0, last = 0;
+    /* PCRE2's default limit (10M backtracking steps per match) fails on a whitespace run of
+     * ~10 MB: "\s*[\r\n]+" backtracks over the whole run once before "\s+(?!\S)" matches it.
+     * That cost is linear in the run, so allow a fixed multiple of its length. */
+    double limit = 1e7 + 64.0 * (double)n;
+    pcre2_set_match_limit(c->mc, limit < UINT32_MAX ? (uint32_t)limit : UINT32_MAX);
     while (start < n) {
-        int rc = pcre2_match(t->re, subj, n, start, PCRE2_NO_UTF_CHECK, c->md, NULL);
+        int rc = pcre2_match(t->re, subj, n, start, PCRE2_NO_UTF_CHECK, c->md, c->mc);
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
-            rc = pcre2_match(t->re, subj, n, start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, c->md, NULL);
+            rc = pcre2_match(t->re, subj, n, start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, c->md, c->mc);
         if (rc == PCRE2_ERROR_NOMATCH)
             break;
         PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
@@ -1013,7 +1013,8 @@ int hyla_tokenizer_encode(const hyla_tokenizer *t, const char *text, size_t len,
         return hyla_error_set(HYLA_ERR_ARG, "tokenizer encode: NULL text with length %zu", len);
     enc_ctx c = {.t = t, .text = (const unsigned char *)text};
     int st = out_reserve(&c, len / 4 + 16);
-    if (st == HYLA_OK && t->re && !(c.md = pcre2_match_data_create_from_pattern(t->re, NULL)))
+    if (st == HYLA_OK && t->re &&
+        (!(c.md = pcre2_match_data_create_from_pattern(t->re, NULL)) || !(c.mc = pcre2_match_context_create(NULL))))
         st = hyla_error_set(HYLA_ERR_NOMEM, "tokenizer encode: cannot allocate match data");
     for (size_t pos = 0; st == HYLA_OK && pos < len;) {
         size_t at;
@@ -1025,6 +1026,7 @@ int hyla_tokenizer_encode(const hyla_tokenizer *t, const char *text, size_t len,
         pos = id >= 0 ? at + t->tokens[id].str_len : len;
     }
     pcre2_match_data_free(c.md);
+    pcre2_match_context_free(c.mc);
     free(c.sym);
     free(c.heap);
     free(c.cache);

@@ -2,6 +2,7 @@
 #include "train/executor.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -124,6 +125,13 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
 
 static int64_t aux_rows_dummy;
 
+static void sample_timeline(hyla_executor *ex)
+{
+    if (!ex->dry || !ex->timeline || ex->n_timeline == ex->cap_timeline)
+        return;
+    ex->timeline[ex->n_timeline++] = ex->ckpt.used + ex->work.used;
+}
+
 static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recompute, int64_t *aux_rows)
 {
     size_t mark = hyla_arena_mark(&ex->work);
@@ -135,6 +143,7 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         op->fwd(&c, &ex->tapes[l], scratch);
         HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
     }
+    sample_timeline(ex);
     hyla_arena_reset_to(&ex->work, mark);
 }
 
@@ -164,6 +173,10 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
         } else {
             int keep = !in_backward && hyla_executor_keeps(ex, l, s);
             t->p[s] = alloc_slot(ex, keep ? &ex->ckpt : &ex->work, floats, 0);
+            if (keep && ex->dry) {
+                ex->kept_bytes_by_name[hyla_slot_ckpt(s)] += hyla_align_up((size_t)floats * sizeof(float));
+                ex->kept_bytes_by_kind[cfg->layer_kind[l] == HYLA_LAYER_FULL] += hyla_align_up((size_t)floats * sizeof(float));
+            }
         }
     }
 }
@@ -356,6 +369,7 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
                 op->bwd(&c, &ex->tapes[l], &dt[l - un->layer0], scratch);
                 HYLA_PROF_END("backward", t0);
             }
+            sample_timeline(ex);
             hyla_arena_reset_to(&ex->work, mark);
         }
     }
@@ -468,10 +482,15 @@ int hyla_executor_forward(hyla_executor *ex, const int32_t *tokens, const int32_
 
 /* ---- setup ------------------------------------------------------------------------------------- */
 
-int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
-                       int64_t B, int64_t T, hyla_delta_mode mode, int forward_only)
+/* plan_only: stop after the planning pass (hyla_executor_plan); timeline: [cap] or NULL. */
+static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
+                          int64_t B, int64_t T, hyla_delta_mode mode, int forward_only, int plan_only,
+                          size_t *timeline, int cap)
 {
     memset(ex, 0, sizeof *ex);
+    ex->plan_only = plan_only;
+    ex->timeline = timeline;
+    ex->cap_timeline = cap;
     ex->m = m;
     ex->policy = *policy;
     ex->unit_kind = unit;
@@ -499,10 +518,13 @@ int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy
     ex->aux_counts = calloc((size_t)E, sizeof(double));
     ex->aux_psum = calloc((size_t)E, sizeof(double));
     ex->aux_dprob = calloc((size_t)E, sizeof(double));
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && !ex->plan_only; i++) {
         ex->carry[i] = aligned_alloc(64, hyla_align_up((size_t)nH * sizeof(float)));
         ex->dcarry[i] = forward_only ? NULL : aligned_alloc(64, hyla_align_up((size_t)nH * sizeof(float)));
     }
+    if (ex->plan_only) /* placeholders: the planning pass never dereferences them */
+        for (int i = 0; i < 2; i++)
+            ex->carry[i] = (float *)(uintptr_t)(64 * (i + 1)), ex->dcarry[i] = (float *)(uintptr_t)(64 * (i + 3));
     if (!ex->tapes || !ex->pos || !ex->labels || !ex->aux_counts || !ex->aux_psum || !ex->aux_dprob || !ex->carry[0] ||
         !ex->carry[1] || (!forward_only && (!ex->dcarry[0] || !ex->dcarry[1]))) {
         hyla_executor_free(ex);
@@ -524,6 +546,8 @@ int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy
     free(tokens);
     ex->ckpt_bytes = ex->ckpt.high_water;
     ex->work_bytes = ex->work.high_water;
+    if (ex->plan_only)
+        return HYLA_OK;
     ex->dry = 0;
     int st = hyla_arena_init(&ex->ckpt, "checkpoint", ex->ckpt_bytes);
     if (st == HYLA_OK)
@@ -533,11 +557,32 @@ int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy
     return st;
 }
 
+int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
+                       int64_t B, int64_t T, hyla_delta_mode mode, int forward_only)
+{
+    return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0);
+}
+
+int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
+                       int64_t B, int64_t T)
+{
+    enum { CAP = 1 << 16 };
+    size_t *timeline = malloc(CAP * sizeof *timeline);
+    if (!timeline)
+        return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
+    int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP);
+    if (st && ex->timeline) { /* failed before hyla_executor_free took it */
+        free(ex->timeline);
+        ex->timeline = NULL;
+    }
+    return st;
+}
+
 void hyla_executor_free(hyla_executor *ex)
 {
-    if (ex->ckpt.base)
+    if (ex->ckpt.base && !ex->plan_only)
         hyla_arena_free(&ex->ckpt);
-    if (ex->work.base)
+    if (ex->work.base && !ex->plan_only)
         hyla_arena_free(&ex->work);
     free(ex->tapes);
     free(ex->pos);
@@ -545,9 +590,10 @@ void hyla_executor_free(hyla_executor *ex)
     free(ex->aux_counts);
     free(ex->aux_psum);
     free(ex->aux_dprob);
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2 && !ex->plan_only; i++) {
         free(ex->carry[i]);
         free(ex->dcarry[i]);
     }
+    free(ex->timeline);
     memset(ex, 0, sizeof *ex);
 }

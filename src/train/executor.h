@@ -60,7 +60,19 @@ typedef struct {
     const int32_t *replay;
     int32_t *record;
     int moe_index[HYLA_MAX_LAYERS]; /* layer -> its index among MoE layers */
+    /* filled by the planning (dry) pass */
+    size_t kept_bytes_by_name[HYLA_CK__COUNT + 1]; /* checkpoint-arena bytes per name (+ internal) */
+    size_t kept_bytes_by_kind[2];                 /* ... per layer kind: linear, full */
+    size_t *timeline;      /* live bytes (checkpoint + work) after each op, forward then backward */
+    int n_timeline, cap_timeline;
+    int plan_only;         /* hyla_executor_plan: nothing allocated beyond bookkeeping */
 } hyla_executor;
+
+/* Plan only (hyla plan): run the planning pass and fill ckpt_bytes, work_bytes, the per-name and
+ * per-kind kept bytes and the timeline, allocating no activation memory. The model needs its
+ * config and parameter table only (no weights). Free with hyla_executor_free. */
+int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
+                       int64_t B, int64_t T);
 
 /* Build units and plan arena sizes; allocates the arenas and fixed buffers. */
 int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,

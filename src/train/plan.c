@@ -1,0 +1,67 @@
+#include "train/plan.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+
+/* Largest parameter count of one decoder layer (what FSDP gathers at once). */
+static int64_t largest_layer_params(const hyla_param_table *t)
+{
+    int64_t best = 0;
+    for (int l = 0; l < t->cfg.n_layers; l++) {
+        int64_t sum = 0;
+        for (int i = 0; i < t->n_params; i++)
+            if (t->params[i].layer == l)
+                sum += t->params[i].numel;
+        best = sum > best ? sum : best;
+    }
+    return best;
+}
+
+int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan *out)
+{
+    memset(out, 0, sizeof *out);
+    if (pc->batch < 1 || pc->seq < 2 || pc->devices < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: need batch >= 1, seq >= 2, devices >= 1");
+    hyla_param_counts counts;
+    hyla_params_count(&m->table, &counts);
+    out->params = counts.total;
+    double shard = pc->fsdp ? (double)pc->devices : 1.0;
+    out->param_bytes = (double)counts.total * pc->param_bytes / shard;
+    out->opt_bytes = 2.0 * (double)counts.total * pc->opt_bytes / shard;
+    out->batch_bytes = 2.0 * (double)(pc->batch * pc->seq) * 4.0; /* token ids + labels, int32 */
+    out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
+
+    hyla_executor ex;
+    HYLA_TRY(hyla_executor_plan(&ex, m, &pc->policy, pc->unit, pc->batch, pc->seq));
+    double scale = pc->act_bytes / 4.0;
+    out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;
+    out->work_bytes = (double)ex.work_bytes * scale;
+    out->carry_bytes = 4.0 * (double)(pc->batch * pc->seq * m->cfg.hidden) * pc->act_bytes;
+    for (int c = 0; c <= HYLA_CK__COUNT; c++)
+        out->by_name[c] = (double)ex.kept_bytes_by_name[c] * scale;
+    out->by_kind[0] = (double)ex.kept_bytes_by_kind[0] * scale;
+    out->by_kind[1] = (double)ex.kept_bytes_by_kind[1] * scale;
+    out->n_timeline = ex.n_timeline;
+    out->timeline = malloc((size_t)(ex.n_timeline ? ex.n_timeline : 1) * sizeof *out->timeline);
+    for (int i = 0; out->timeline && i < ex.n_timeline; i++)
+        out->timeline[i] = (double)ex.timeline[i] * scale;
+    hyla_executor_free(&ex);
+    if (!out->timeline)
+        return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
+    int64_t layer = largest_layer_params(&m->table);
+    /* gradients live for the whole backward (sharded), plus one layer's full gradient before
+     * it is reduce-scattered; FSDP gathers one layer's weights whole as a transient */
+    out->grad_bytes = (double)counts.total * pc->grad_bytes / shard + (pc->fsdp && pc->devices > 1 ? (double)layer * pc->grad_bytes : 0);
+    out->gathered_bytes = pc->fsdp && pc->devices > 1 ? (double)layer * pc->param_bytes : 0;
+    out->temp_bytes = out->checkpoint_bytes + out->work_bytes + out->carry_bytes + out->grad_bytes + out->gathered_bytes;
+    out->peak_bytes = out->argument_bytes + out->temp_bytes;
+    return HYLA_OK;
+}
+
+void hyla_plan_free(hyla_plan *p)
+{
+    free(p->timeline);
+    memset(p, 0, sizeof *p);
+}

@@ -1,0 +1,39 @@
+/* Memory plan of one training step, computed without allocating it (hyla plan).
+ *
+ * Activation figures come from the executor's own planning pass (hyla_executor_plan): the exact
+ * sizes its arenas take in a real step on this machine (fp32 activations), scaled by
+ * act_bytes / 4 for other activation dtypes. Argument bytes follow XLA's terms: what persists
+ * across steps (parameters, optimizer moments, the batch). With FSDP-style sharding over
+ * `devices`, parameters, gradients and moments are split evenly; each layer's weights are
+ * gathered whole as a transient. GB = 1e9 bytes. */
+#ifndef HYLA_TRAIN_PLAN_H
+#define HYLA_TRAIN_PLAN_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "train/executor.h"
+
+typedef struct {
+    int64_t batch, seq, devices;
+    hyla_policy policy;
+    hyla_remat_unit unit;
+    int fsdp;                       /* shard parameters / gradients / moments over devices */
+    double param_bytes, grad_bytes, opt_bytes, act_bytes; /* per element */
+} hyla_plan_config;
+
+typedef struct {
+    int64_t params;                 /* parameter count */
+    double param_bytes, opt_bytes, batch_bytes, argument_bytes;           /* per device */
+    double checkpoint_bytes, work_bytes, carry_bytes, grad_bytes, gathered_bytes, temp_bytes;
+    double by_name[HYLA_CK__COUNT + 1]; /* kept checkpoint bytes per name (last: internal) */
+    double by_kind[2];              /* kept checkpoint bytes in linear / full layers */
+    int n_timeline;
+    double *timeline;               /* live activation bytes after each op (forward then backward), owned */
+    double peak_bytes;              /* argument + temp */
+} hyla_plan;
+
+int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan *out);
+void hyla_plan_free(hyla_plan *p);
+
+#endif
