@@ -166,6 +166,24 @@ print(f"  ok  80B: total {total/1e9:.3f}B ({100*(total/80e9-1):+.2f}% of 80B), a
 PYEOF
 for c in configs/*.json; do "$HYLA" inspect "$c" >/dev/null || fail "inspect $c"; done
 
+# --- plan: the seeds' argument sizes (fp32 params + fp32 Adam moments sharded over the devices) ----
+for spec in "qwen3-next-80b-a3b 128 7.49" "qwen3.5-35b-a3b 16 26.01" "qwen3.5-397b-a17b 256 18.61"; do
+    set -- $spec
+    start=$(date +%s%N)
+    "$HYLA" plan "configs/$1.json" --devices "$2" --seq 4096 --json >"$T/plan.json" || { fail "plan $1"; continue; }
+    ms=$(( ($(date +%s%N) - start) / 1000000 ))
+    $PY - "$T/plan.json" "$3" "$1" "$ms" <<'PYEOF' || fail "plan $1 argument bytes"
+import json, sys
+p, want, name, ms = json.load(open(sys.argv[1])), float(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+got = p["argument_bytes"] / 1e9
+assert abs(got / want - 1) < 0.01, (name, got, want)
+assert p["temp_bytes"] > 0 and len(p["activation_timeline_bytes"]) > 0
+print(f"  ok  plan {name} on {p['devices']} devices: argument {got:.3f} GB (seed {want} GB, {100*(got/want-1):+.2f}%), "
+      f"temp {p['temp_bytes']/1e9:.3f} GB, {ms} ms")
+PYEOF
+done
+expect_error "plan: bad dtype" "--param-dtype must be f32, bf16 or f16" "$HYLA" plan configs/qwen3-next-80b-a3b.json --param-dtype f8
+
 # --- forward CLI output format against a reference case ------------------------------------------
 if [ -d "$CASES/next_moe_8l" ]; then
     toks=$($PY -c "import json;r=json.load(open('$CASES/next_moe_8l/expected.json'))['runs'];print(','.join(map(str,[x for x in r if len(x['tokens'])==65][0]['tokens'])))")

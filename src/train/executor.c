@@ -147,6 +147,16 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
     hyla_arena_reset_to(&ex->work, mark);
 }
 
+/* Planning pass: account a kept checkpoint of layer l by name and layer kind. */
+static void count_kept(hyla_executor *ex, int l, hyla_slot s, int64_t floats)
+{
+    if (!ex->dry)
+        return;
+    size_t bytes = hyla_align_up((size_t)floats * sizeof(float));
+    ex->kept_bytes_by_name[hyla_slot_ckpt(s)] += bytes;
+    ex->kept_bytes_by_kind[ex->m->cfg.layer_kind[l] == HYLA_LAYER_FULL] += bytes;
+}
+
 /* Allocate op outputs that are missing. In forward: kept -> ckpt, else work; Y_l is X_{l+1}. */
 static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int in_backward)
 {
@@ -162,9 +172,10 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
             if (!next->p[HYLA_S_X]) {
                 if (in_backward)
                     next->p[HYLA_S_X] = alloc_slot(ex, &ex->work, floats, 0);
-                else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X))
+                else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X)) {
                     next->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, floats, 0);
-                else
+                    count_kept(ex, l + 1, HYLA_S_X, floats);
+                } else
                     next->p[HYLA_S_X] = ex->carry[(l + 1) & 1];
             }
             t->p[s] = next->p[HYLA_S_X];
@@ -173,10 +184,8 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
         } else {
             int keep = !in_backward && hyla_executor_keeps(ex, l, s);
             t->p[s] = alloc_slot(ex, keep ? &ex->ckpt : &ex->work, floats, 0);
-            if (keep && ex->dry) {
-                ex->kept_bytes_by_name[hyla_slot_ckpt(s)] += hyla_align_up((size_t)floats * sizeof(float));
-                ex->kept_bytes_by_kind[cfg->layer_kind[l] == HYLA_LAYER_FULL] += hyla_align_up((size_t)floats * sizeof(float));
-            }
+            if (keep)
+                count_kept(ex, l, s, floats);
         }
     }
 }
@@ -204,7 +213,12 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     const hyla_config *cfg = &ex->m->cfg;
     hyla_tape *t0 = &ex->tapes[0];
     int64_t H = cfg->hidden;
-    t0->p[HYLA_S_X] = hyla_executor_keeps(ex, 0, HYLA_S_X) ? alloc_slot(ex, &ex->ckpt, ex->n * H, 0) : ex->carry[0];
+    if (hyla_executor_keeps(ex, 0, HYLA_S_X)) {
+        t0->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, ex->n * H, 0);
+        count_kept(ex, 0, HYLA_S_X, ex->n * H);
+    } else {
+        t0->p[HYLA_S_X] = ex->carry[0];
+    }
     if (ex->dry)
         return;
     const float *E = hyla_model_param(ex->m, HYLA_P_EMBED, -1);

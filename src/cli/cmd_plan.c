@@ -1,0 +1,139 @@
+/* hyla plan CONFIG: a training step's memory, predicted without allocating it. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "core/error.h"
+#include "io/fileio.h"
+#include "model/model.h"
+#include "train/plan.h"
+
+static int dtype_bytes(const char *flag, const char *v, double *out)
+{
+    if (!strcmp(v, "f32") || !strcmp(v, "fp32"))
+        *out = 4;
+    else if (!strcmp(v, "bf16") || !strcmp(v, "f16") || !strcmp(v, "fp16"))
+        *out = 2;
+    else
+        return hyla_error_set(HYLA_ERR_ARG, "%s must be f32, bf16 or f16, got '%s'", flag, v);
+    return HYLA_OK;
+}
+
+static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
+{
+    printf("{\"devices\": %lld, \"batch\": %lld, \"seq\": %lld, \"policy\": \"%s\", \"unit\": \"%s\", \"params\": %lld,\n",
+           (long long)pc->devices, (long long)pc->batch, (long long)pc->seq, pc->policy.name,
+           hyla_remat_unit_name(pc->unit), (long long)p->params);
+    printf(" \"argument_bytes\": %.0f, \"param_bytes\": %.0f, \"optimizer_bytes\": %.0f, \"batch_bytes\": %.0f,\n",
+           p->argument_bytes, p->param_bytes, p->opt_bytes, p->batch_bytes);
+    printf(" \"temp_bytes\": %.0f, \"checkpoint_bytes\": %.0f, \"work_bytes\": %.0f, \"carry_bytes\": %.0f, "
+           "\"gradient_bytes\": %.0f, \"gathered_weight_bytes\": %.0f, \"total_bytes\": %.0f,\n",
+           p->temp_bytes, p->checkpoint_bytes, p->work_bytes, p->carry_bytes, p->grad_bytes, p->gathered_bytes,
+           p->peak_bytes);
+    printf(" \"checkpoints_by_name\": {");
+    for (int c = 0; c <= HYLA_CK__COUNT; c++)
+        printf("%s\"%s\": %.0f", c ? ", " : "", hyla_ckpt_name_str((hyla_ckpt_name)c), p->by_name[c]);
+    printf("},\n \"checkpoints_by_layer_kind\": {\"linear_attention\": %.0f, \"full_attention\": %.0f},\n", p->by_kind[0],
+           p->by_kind[1]);
+    printf(" \"activation_timeline_bytes\": [");
+    for (int i = 0; i < p->n_timeline; i++)
+        printf("%s%.0f", i ? ", " : "", p->timeline[i]);
+    printf("]}\n");
+}
+
+static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const char *path)
+{
+    double G = 1e9, Gi = 1073741824.0;
+    printf("plan: %s, batch %lld x seq %lld, remat %s / %s, %lld device%s%s\n", path, (long long)pc->batch,
+           (long long)pc->seq, pc->policy.name, hyla_remat_unit_name(pc->unit), (long long)pc->devices,
+           pc->devices > 1 ? "s" : "", pc->fsdp && pc->devices > 1 ? " (FSDP: parameters, gradients, moments sharded)" : "");
+    printf("parameters %.3f B; per device (GB = 1e9 bytes):\n", p->params / 1e9);
+    printf("  argument %9.3f GB (%8.3f GiB) = parameters %.3f + AdamW moments %.3f + batch %.6f\n", p->argument_bytes / G,
+           p->argument_bytes / Gi, p->param_bytes / G, p->opt_bytes / G, p->batch_bytes / G);
+    printf("  temp     %9.3f GB (%8.3f GiB) = checkpoints %.3f + working set %.3f + carries %.3f + gradients %.3f"
+           " + gathered weights %.3f\n",
+           p->temp_bytes / G, p->temp_bytes / Gi, p->checkpoint_bytes / G, p->work_bytes / G, p->carry_bytes / G,
+           p->grad_bytes / G, p->gathered_bytes / G);
+    printf("  total    %9.3f GB (%8.3f GiB)\n", p->peak_bytes / G, p->peak_bytes / Gi);
+    printf("checkpoints kept, by name (all layers):\n");
+    for (int c = 0; c <= HYLA_CK__COUNT; c++)
+        if (p->by_name[c] > 0)
+            printf("  %-22s %10.3f GB\n", hyla_ckpt_name_str((hyla_ckpt_name)c), p->by_name[c] / G);
+    printf("by layer kind: linear attention %.3f GB, full attention %.3f GB\n", p->by_kind[0] / G, p->by_kind[1] / G);
+    double peak = 0;
+    int at = 0;
+    for (int i = 0; i < p->n_timeline; i++)
+        if (p->timeline[i] > peak)
+            peak = p->timeline[i], at = i;
+    printf("activation timeline: %d ops; peak %.3f GB at op %d\n", p->n_timeline, peak / G, at);
+}
+
+int hyla_cmd_plan(int argc, char **argv)
+{
+    const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
+    int64_t batch = 1, seq = 4096, devices = 1;
+    int json = 0;
+    const hyla_opt opts[] = {
+        {"--batch", OPT_INT, &batch, "N", "sequences per device (default 1)", 1, 1 << 20},
+        {"--seq", OPT_INT, &seq, "N", "tokens per sequence (default 4096)", 2, 1 << 24},
+        {"--remat", OPT_STRING, &remat, "POLICY", "remat policy (default full)", 0, 0},
+        {"--remat-unit", OPT_STRING, &unit_s, "UNIT", "layer (default), block or part", 0, 0},
+        {"--devices", OPT_INT, &devices, "N", "devices the state is sharded over (default 1)", 1, 1 << 20},
+        {"--shard", OPT_STRING, &shard, "fsdp|none", "how parameters, gradients and moments are split (default fsdp)", 0, 0},
+        {"--param-dtype", OPT_STRING, &pd, "f32|bf16", "parameter storage (default f32)", 0, 0},
+        {"--grad-dtype", OPT_STRING, &gd, "f32|bf16", "gradient storage (default f32)", 0, 0},
+        {"--opt-dtype", OPT_STRING, &od, "f32|bf16", "AdamW moment storage (default f32)", 0, 0},
+        {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activation storage (default f32, what hyla runs)", 0, 0},
+        {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
+        {0},
+    };
+    const hyla_command_spec spec = {"plan", "CONFIG|DIR [options]",
+                                    "Predict a training step's memory from a config.json alone (nothing is allocated).", opts,
+                                    1, 1};
+    const char *pos[1];
+    int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
+    if (r)
+        return r < 0 ? 2 : 0;
+    hyla_plan_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.batch = batch, pc.seq = seq, pc.devices = devices;
+    if (strcmp(shard, "fsdp") && strcmp(shard, "none")) {
+        fprintf(stderr, "hyla plan: --shard must be fsdp or none, got '%s'\n", shard);
+        return 2;
+    }
+    pc.fsdp = !strcmp(shard, "fsdp");
+    if (hyla_policy_parse(&pc.policy, remat) || hyla_remat_unit_parse(unit_s, &pc.unit) ||
+        dtype_bytes("--param-dtype", pd, &pc.param_bytes) || dtype_bytes("--grad-dtype", gd, &pc.grad_bytes) ||
+        dtype_bytes("--opt-dtype", od, &pc.opt_bytes) || dtype_bytes("--act-dtype", ad, &pc.act_bytes))
+        return hyla_cli_fail("plan");
+    struct stat sb;
+    char cfg_path[4200];
+    if (stat(pos[0], &sb) == 0 && S_ISDIR(sb.st_mode))
+        snprintf(cfg_path, sizeof cfg_path, "%s/config.json", pos[0]);
+    else
+        snprintf(cfg_path, sizeof cfg_path, "%s", pos[0]);
+    hyla_model m;
+    memset(&m, 0, sizeof m);
+    hyla_layout lay;
+    if (hyla_config_load(&m.cfg, cfg_path))
+        return hyla_cli_fail("plan");
+    hyla_schedule_build(&m.sched, &m.cfg);
+    hyla_default_layout(&m.cfg, &lay);
+    if (hyla_params_build(&m.table, &m.cfg, &lay))
+        return hyla_cli_fail("plan");
+    hyla_plan p;
+    int rc = 0;
+    if (hyla_plan_compute(&m, &pc, &p)) {
+        rc = hyla_cli_fail("plan");
+    } else {
+        if (json)
+            print_json(&p, &pc);
+        else
+            print_text(&p, &pc, cfg_path);
+        hyla_plan_free(&p);
+    }
+    hyla_params_free(&m.table);
+    return rc;
+}
