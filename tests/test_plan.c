@@ -1,0 +1,78 @@
+/* Plan exactness: for 24 configurations (models with different layouts and remainder blocks,
+ * batch, sequence, every policy and unit) the planner's prediction (hyla_plan_compute, which
+ * allocates nothing) equals what a real training step measures: the high-water marks of the
+ * checkpoint and work arenas after the step, byte for byte. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/error.h"
+#include "train/plan.h"
+
+typedef struct {
+    const char *model, *policy;
+    hyla_remat_unit unit;
+    int64_t B, T;
+} plan_case;
+
+int main(int argc, char **argv)
+{
+    const char *cases = argc > 1 ? argv[1] : "build/cases";
+    static const plan_case sweep[] = {
+        {"next_moe_8l", "none", HYLA_UNIT_LAYER, 1, 65},       {"next_moe_8l", "full", HYLA_UNIT_LAYER, 2, 33},
+        {"next_moe_8l", "full", HYLA_UNIT_BLOCK, 1, 64},       {"next_moe_8l", "minimal", HYLA_UNIT_PART, 1, 100},
+        {"next_moe_6l", "save_qkv_proj", HYLA_UNIT_LAYER, 3, 20}, {"next_moe_6l", "full", HYLA_UNIT_BLOCK, 1, 130},
+        {"next_moe_6l", "minimal_with_context", HYLA_UNIT_LAYER, 1, 7},
+        {"next_moe_6l", "save_out_proj", HYLA_UNIT_PART, 2, 64}, {"q35_dense", "none", HYLA_UNIT_BLOCK, 1, 65},
+        {"q35_dense", "save_dot_except_mlp", HYLA_UNIT_LAYER, 2, 40}, {"q35_dense", "full", HYLA_UNIT_PART, 1, 2},
+        {"q35_moe", "save_dot_except_mlpwi", HYLA_UNIT_LAYER, 1, 65}, {"q35_moe", "minimal", HYLA_UNIT_BLOCK, 2, 31},
+        {"q35_moe", "full", HYLA_UNIT_LAYER, 4, 16},           {"irregular", "full", HYLA_UNIT_BLOCK, 1, 65},
+        {"irregular", "minimal", HYLA_UNIT_LAYER, 2, 50},      {"irregular", "custom:gdn_core=device,context=device",
+                                                                HYLA_UNIT_PART, 1, 64},
+        {"irregular", "none", HYLA_UNIT_LAYER, 1, 129},        {"all_linear", "full", HYLA_UNIT_BLOCK, 1, 65},
+        {"all_linear", "save_qkv_proj", HYLA_UNIT_PART, 2, 33}, {"all_linear", "none", HYLA_UNIT_LAYER, 1, 3},
+        {"all_attention", "full", HYLA_UNIT_LAYER, 2, 65},     {"all_attention", "minimal", HYLA_UNIT_BLOCK, 1, 64},
+        {"all_attention", "custom:attention_out=device,ffn_input=device", HYLA_UNIT_PART, 3, 10},
+    };
+    int n = (int)(sizeof sweep / sizeof *sweep);
+    for (int i = 0; i < n; i++) {
+        const plan_case *c = &sweep[i];
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/%s", cases, c->model);
+        hyla_model m;
+        if (hyla_model_load(&m, dir)) {
+            CHECK(0, "%s: %s", c->model, hyla_error_message());
+            continue;
+        }
+        hyla_plan_config pc;
+        memset(&pc, 0, sizeof pc);
+        hyla_policy_parse(&pc.policy, c->policy);
+        pc.unit = c->unit, pc.batch = c->B, pc.seq = c->T, pc.devices = 1;
+        pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
+        hyla_plan plan;
+        CHECK(hyla_plan_compute(&m, &pc, &plan) == HYLA_OK, "plan: %s", hyla_error_message());
+        hyla_executor ex;
+        CHECK(hyla_executor_init(&ex, &m, &pc.policy, c->unit, c->B, c->T, HYLA_DELTA_CHUNKED, 0) == HYLA_OK, "%s",
+              hyla_error_message());
+        int32_t *tokens = malloc((size_t)(c->B * c->T) * sizeof *tokens);
+        for (int64_t t = 0; t < c->B * c->T; t++)
+            tokens[t] = (int32_t)((t * 37 + i) % m.cfg.vocab);
+        float *grads = calloc(m.table.total_floats, sizeof(float));
+        hyla_step_loss loss;
+        hyla_executor_step(&ex, tokens, NULL, grads, 0.01f, 0.001f, &loss);
+        CHECK((double)ex.ckpt.high_water == plan.checkpoint_bytes && (double)ex.work.high_water == plan.work_bytes,
+              "%s %s/%s B=%lld T=%lld: measured checkpoint %zu + work %zu, planned %.0f + %.0f", c->model, c->policy,
+              hyla_remat_unit_name(c->unit), (long long)c->B, (long long)c->T, ex.ckpt.high_water, ex.work.high_water,
+              plan.checkpoint_bytes, plan.work_bytes);
+        printf("  %-14s %-24.24s %-5s B=%lld T=%-3lld checkpoints %9zu + work %9zu bytes == plan\n", c->model, c->policy,
+               hyla_remat_unit_name(c->unit), (long long)c->B, (long long)c->T, ex.ckpt.high_water, ex.work.high_water);
+        free(tokens);
+        free(grads);
+        hyla_executor_free(&ex);
+        hyla_plan_free(&plan);
+        hyla_model_free(&m);
+    }
+    printf("%s: %d configurations, %d failures\n", failures ? "FAIL" : "ok", n, failures);
+    return failures ? 1 : 0;
+}
