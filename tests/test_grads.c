@@ -186,7 +186,7 @@ static const char *const policies[] = {"full", "minimal", "minimal_with_context"
 static void check_policies(const hyla_model *m, const char *name, const int32_t *tokens, int64_t T, const float *g_none,
                            double loss_none, size_t bytes_none)
 {
-    size_t n = m->table.total_floats;
+    size_t n = m->table.total_floats, bytes_minimal = 0, bytes_full_layer = 0, bytes_full_block = 0;
     for (int unit = 0; unit < 3; unit++) {
         for (size_t p = 0; p < sizeof policies / sizeof *policies + 1; p++) {
             const char *pol = p < sizeof policies / sizeof *policies ? policies[p] : "none";
@@ -200,12 +200,25 @@ static void check_policies(const hyla_model *m, const char *name, const int32_t 
             CHECK(loss == loss_none, "%s %s/%s: loss %.9g != none %.9g", name, pol, hyla_remat_unit_name(unit), loss, loss_none);
             CHECK(!memcmp(g, g_none, n * sizeof(float)), "%s %s/%s: gradients not bit-identical to none", name, pol,
                   hyla_remat_unit_name(unit));
+            if (unit == 0 && !strcmp(pol, "minimal"))
+                bytes_minimal = bytes;
+            if (!strcmp(pol, "full") && unit < 2)
+                *(unit == 0 ? &bytes_full_layer : &bytes_full_block) = bytes;
             if (unit == 0 || (unit == 1 && !strcmp(pol, "full")))
                 printf("  %-14s %-24s unit %-5s activation arenas %8zu bytes (%.0f%% of none)\n", name,
                        p < 7 ? pol : "custom", hyla_remat_unit_name(unit), bytes, 100.0 * bytes / bytes_none);
             free(g);
         }
     }
+    /* activation memory ordered as the policies promise: none >= minimal >= full, and per-layer
+     * remat below block remat whenever a block holds more than one layer */
+    int multi_layer_block = 0;
+    for (int b = 0; b < m->sched.n_blocks; b++)
+        multi_layer_block |= m->sched.blocks[b].n_layers > 1;
+    CHECK(bytes_none >= bytes_minimal && bytes_minimal >= bytes_full_layer, "%s: activation bytes none %zu, minimal %zu, "
+          "full %zu not ordered", name, bytes_none, bytes_minimal, bytes_full_layer);
+    CHECK(multi_layer_block ? bytes_full_layer < bytes_full_block : bytes_full_layer <= bytes_full_block,
+          "%s: full/layer %zu bytes vs full/block %zu", name, bytes_full_layer, bytes_full_block);
 }
 
 int main(int argc, char **argv)

@@ -273,6 +273,29 @@ static void check_resume(const char *cases)
     CHECK(!memcmp(ta.opt.m, tb.opt.m, n) && !memcmp(ta.opt.v, tb.opt.v, n), "resume: moments not bit-identical");
     printf("  resume: 10 steps == 5 + checkpoint + resume + 5, bit-identical (loss %.4f -> %.4f)\n", losses[0], losses[9]);
 
+    /* an interrupted checkpoint write (simulated: a later save died after writing part of its
+     * temporary directory) leaves the previous checkpoint intact and loadable */
+    char stale[4400], stale_file[4500];
+    snprintf(stale, sizeof stale, "%s.tmp.999999", ckdir);
+    snprintf(stale_file, sizeof stale_file, "%s/model.safetensors", stale);
+    hyla_mkdir_p(stale);
+    hyla_write_file_atomic(stale_file, "\x10\x00\x00", 3);
+    hyla_model c;
+    hyla_trainer tcc;
+    hyla_train_state st2;
+    CHECK(hyla_checkpoint_load_model(ckdir, &c) == HYLA_OK, "after an interrupted write: %s", hyla_error_message());
+    CHECK(hyla_trainer_init(&tcc, &c, &tc) == HYLA_OK && hyla_checkpoint_load_state(ckdir, &c, &tcc.opt, &st2) == HYLA_OK &&
+              st2.step == 5,
+          "previous checkpoint not loadable after an interrupted write: %s", hyla_error_message());
+    /* a second save over an existing checkpoint replaces it whole (atomic exchange) */
+    hyla_train_state st3 = {7, 123, 42, "synthetic"};
+    CHECK(hyla_checkpoint_save(ckdir, &c, &tcc.opt, &st3) == HYLA_OK, "re-save: %s", hyla_error_message());
+    CHECK(hyla_checkpoint_load_state(ckdir, &c, &tcc.opt, &st2) == HYLA_OK && st2.step == 7 && st2.data_pos == 123,
+          "re-saved checkpoint not the new one");
+    hyla_trainer_free(&tcc);
+    hyla_model_free(&c);
+    hyla_remove_tree(stale);
+
     /* a corrupt checkpoint is refused with a clear error */
     char state_path[4300];
     snprintf(state_path, sizeof state_path, "%s/trainer_state.json", ckdir);

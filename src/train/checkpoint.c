@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <errno.h>
+#include <fcntl.h>
 
 #include "core/error.h"
 #include "io/fileio.h"
@@ -53,9 +55,8 @@ static int write_state_json(const char *path, const hyla_adamw *opt, const hyla_
 
 int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw *opt, const hyla_train_state *st)
 {
-    char tmp[4096], old[4096], path[4200];
+    char tmp[4096], path[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
-    snprintf(old, sizeof old, "%s.old.%d", dir, (int)getpid());
     HYLA_TRY(hyla_remove_tree(tmp));
     /* parameters in F32 whatever they were loaded from: training made them fp32 values */
     hyla_model *mm = (hyla_model *)m;
@@ -90,16 +91,17 @@ int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw 
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         rc = write_state_json(path, opt, st);
     }
-    if (rc == HYLA_OK) { /* swap in: DIR -> DIR.old, tmp -> DIR, remove DIR.old */
-        if (access(dir, F_OK) == 0 && rename(dir, old) != 0)
-            rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot move the previous checkpoint aside", dir);
-        else if (rename(tmp, dir) != 0)
-            rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot rename the new checkpoint into place", dir);
-        else
-            rc = hyla_remove_tree(old);
+    if (rc == HYLA_OK) {
+        /* swap in atomically: exchange tmp and DIR (at no instant is there no complete DIR),
+         * then remove the previous checkpoint, now at tmp */
+        if (access(dir, F_OK) != 0) {
+            if (rename(tmp, dir) != 0)
+                rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot rename the new checkpoint into place: %s", dir, strerror(errno));
+        } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
+            rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot swap the new checkpoint in: %s", dir, strerror(errno));
+        }
     }
-    if (rc != HYLA_OK)
-        hyla_remove_tree(tmp);
+    hyla_remove_tree(tmp); /* success: the previous checkpoint; failure: the partial new one */
     return rc;
 }
 

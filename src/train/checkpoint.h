@@ -5,8 +5,9 @@
  *   optimizer.safetensors                       AdamW moments: exp_avg.NAME, exp_avg_sq.NAME
  *                                               (NAME = internal parameter, e.g. layers.3.gdn_qkv)
  *   trainer_state.json                          step, data position and source, seed, schedule
- * Written into DIR.tmp.PID and renamed over DIR only when complete: a crash never leaves a
- * half-written checkpoint in place of a good one. */
+ * Written into DIR.tmp.PID; only when complete is it exchanged with DIR in one atomic
+ * renameat2(RENAME_EXCHANGE), so at every instant DIR is a complete checkpoint (the previous or
+ * the new one); a crash leaves at most a stale DIR.tmp.PID, which loading ignores. */
 #ifndef HYLA_TRAIN_CHECKPOINT_H
 #define HYLA_TRAIN_CHECKPOINT_H
 
