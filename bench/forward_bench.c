@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
-#include "model/forward.h"
+#include "train/executor.h"
 #include "model/model.h"
 
 int main(int argc, char **argv)
@@ -27,14 +27,23 @@ int main(int argc, char **argv)
     int32_t *tokens = malloc((size_t)T * sizeof *tokens);
     for (int64_t i = 0; i < T; i++)
         tokens[i] = (int32_t)((i * 7919 + 13) % m.cfg.vocab);
-    hyla_forward_out out;
-    hyla_forward(&m, tokens, NULL, 1, T, HYLA_DELTA_CHUNKED, NULL, &out); /* warm-up */
+    /* one executor for every repetition, as an engine serving requests would keep it: its arenas
+     * are allocated and first touched once (hyla_forward builds a fresh one per call) */
+    hyla_policy nothing;
+    hyla_policy_parse(&nothing, "full");
+    hyla_executor ex;
+    if (hyla_executor_init(&ex, &m, &nothing, HYLA_UNIT_LAYER, 1, T, HYLA_DELTA_CHUNKED, 1)) {
+        fprintf(stderr, "forward_bench: %s\n", hyla_error_message());
+        return 1;
+    }
+    hyla_step_loss out;
+    hyla_executor_forward(&ex, tokens, NULL, NULL, &out); /* warm-up */
     hyla_prof.enabled = 1;
     hyla_prof_reset();
     double best = 1e30, total = 0;
     for (int64_t r = 0; r < reps; r++) {
         double t0 = hyla_now();
-        hyla_forward(&m, tokens, NULL, 1, T, HYLA_DELTA_CHUNKED, NULL, &out);
+        hyla_executor_forward(&ex, tokens, NULL, NULL, &out);
         double dt = hyla_now() - t0;
         total += dt;
         if (dt < best)
@@ -48,10 +57,11 @@ int main(int argc, char **argv)
            "\"gemm_gflops\": %.1f, \"gemm_pct_peak\": %.1f, \"gemm_seconds_share\": %.3f, \"peak_gflops\": %.0f, "
            "\"profile\": ",
            (long long)T, (long long)reps, best, total / reps, T / best, (long long)pc.total, (long long)pc.active,
-           out.ce_loss, gemm_gflops, 100 * gemm_gflops / peak, hyla_prof.gemm_seconds / total, peak);
+           out.ce_sum / (double)out.ce_count, gemm_gflops, 100 * gemm_gflops / peak, hyla_prof.gemm_seconds / total, peak);
     hyla_prof_print_json(stdout);
     printf("}\n");
     free(tokens);
+    hyla_executor_free(&ex);
     hyla_model_free(&m);
     return 0;
 }

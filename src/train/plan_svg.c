@@ -186,18 +186,25 @@ static void header(sbuf *b, const hyla_plan *p, const char *title)
               " <tspan fill=\"" C_MUTED "\">+</tspan> temp <tspan font-weight=\"700\">%s</tspan>",
               tot, arg, tmp);
     if (p->params > 0)
-        sb_printf(b, "<tspan dx=\"12\" fill=\"" C_MUTED "\">\xC2\xB7</tspan><tspan dx=\"12\" fill=\"" C_MUTED "\">%.3f B parameters</tspan>", (double)p->params / 1e9);
+    {
+        double n = (double)p->params;
+        const char *u = n >= 1e9 ? "B" : n >= 1e6 ? "M" : "k";
+        double d = n >= 1e9 ? 1e9 : n >= 1e6 ? 1e6 : 1e3;
+        sb_printf(b, "<tspan dx=\"12\" fill=\"" C_MUTED "\">\xC2\xB7</tspan><tspan dx=\"12\" fill=\"" C_MUTED "\">%.*f %s"
+                     " parameters</tspan>", n / d < 10 ? 2 : n / d < 100 ? 1 : 0, n / d, u);
+    }
     sb_printf(b, "</text>\n");
-    double G = 1e9;
-    sb_printf(b,
-              "<text x=\"28\" y=\"86\" font-size=\"11.5\" fill=\"" C_MUTED "\">argument = parameters %.3f + AdamW moments"
-              " %.3f + batch %.4f GB</text>\n",
-              clean(p->param_bytes) / G, clean(p->opt_bytes) / G, clean(p->batch_bytes) / G);
-    sb_printf(b,
-              "<text x=\"28\" y=\"102\" font-size=\"11.5\" fill=\"" C_MUTED "\">temp = checkpoints %.3f + working set %.3f"
-              " + carries %.3f + gradients %.3f + gathered weights %.3f GB</text>\n",
-              clean(p->checkpoint_bytes) / G, clean(p->work_bytes) / G, clean(p->carry_bytes) / G, clean(p->grad_bytes) / G,
-              clean(p->gathered_bytes) / G);
+    char v[7][32];
+    const double parts[7] = {p->param_bytes, p->opt_bytes, p->batch_bytes, p->checkpoint_bytes, p->work_bytes, p->carry_bytes,
+                             p->grad_bytes};
+    for (int i = 0; i < 7; i++)
+        fmt_bytes(v[i], sizeof v[i], clean(parts[i]));
+    char g[32];
+    fmt_bytes(g, sizeof g, clean(p->gathered_bytes));
+    sb_printf(b, "<text x=\"28\" y=\"86\" font-size=\"11.5\" fill=\"" C_MUTED "\">argument = parameters %s + AdamW moments"
+                 " %s + batch %s</text>\n", v[0], v[1], v[2]);
+    sb_printf(b, "<text x=\"28\" y=\"102\" font-size=\"11.5\" fill=\"" C_MUTED "\">temp = checkpoints %s + working set %s"
+                 " + carries %s + gradients %s + gathered weights %s</text>\n", v[3], v[4], v[5], v[6], g);
     sb_printf(b, "<line x1=\"28\" y1=\"116\" x2=\"%d\" y2=\"116\" stroke=\"" C_GRID "\" stroke-width=\"1\"/>\n", W - 28);
 }
 
@@ -216,6 +223,8 @@ static void timeline_panel(sbuf *b, const hyla_plan *p)
             tmax = clean(p->timeline[i]), at = i;
     double total = clean(p->peak_bytes), top = fmax(base + tmax, total);
     double step = nice_step(top > 0 ? top * 1.06 : 1, 6), ymax = ceil((top > 0 ? top * 1.06 : 1) / step) * step;
+    if (step < 1) /* no fractional bytes on the axis */
+        step = 1, ymax = ceil(ymax);
     if (ymax < step)
         ymax = step;
 
@@ -347,12 +356,33 @@ static void timeline_panel(sbuf *b, const hyla_plan *p)
         snprintf(l1, sizeof l1, "%s live at op %d", s1, at);
         snprintf(l2, sizeof l2, "activations %s + %s below", s2, s3);
         double bw = fmax(approx_text_w(l1, 12.5), approx_text_w(l2, 11)) + 18, bh = 40;
-        int right = xp + 14 + bw < PR || xp - 14 - bw < PL;
-        double bx = right ? xp + 14 : xp - 14 - bw, by = yp + 10;
-        if (by + bh > PB - 4)
-            by = PB - 4 - bh;
-        if (by < PT + 4)
-            by = PT + 4;
+        char ts[32], tl[64];
+        fmt_bytes(ts, sizeof ts, total);
+        snprintf(tl, sizeof tl, "plan total %s", ts);
+        double tlx = PR - 4 - approx_text_w(tl, 11) - 6;
+        /* place the label beside the peak where it hides the least of the curve */
+        double bx = xp + 14, by = PT + 4, best = 1e300;
+        for (int side = 0; side < 2; side++) {
+            double cx = side ? xp - 14 - bw : xp + 14;
+            if (cx < PL + 4 || cx + bw > PR - 4)
+                continue;
+            for (double cy = PT + 4; cy + bh <= PB - 4; cy += 4) {
+                double hidden = 0;
+                int i0 = n > 1 ? (int)fmax(0, floor((cx - PL) / PW * (n - 1))) : 0;
+                int i1 = n > 1 ? (int)fmin(n - 1, ceil((cx + bw - PL) / PW * (n - 1))) : 0;
+                for (int i = i0; i <= i1; i++) { /* how much of the box the area fills */
+                    double yc = YPOS(base + clean(p->timeline[i]));
+                    hidden += fmax(0, cy + bh - fmax(cy, yc)) / bh;
+                }
+                double cost = hidden * PW / n + fabs(cy - yp) * 0.08 + side * 2;
+                if (total > 0 && cx + bw > tlx && cy < YPOS(total) && cy + bh > YPOS(total) - 18)
+                    cost += 1e6; /* keep "plan total" readable */
+                if (cost < best)
+                    best = cost, bx = cx, by = cy;
+            }
+        }
+        if (best == 1e300) /* too narrow on both sides: below the peak */
+            bx = fmin(fmax(xp - bw / 2, PL + 4), PR - 4 - bw), by = fmin(yp + 14, PB - 4 - bh);
         sb_printf(b, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" rx=\"6\" fill=\"#FFFFFF\""
                      " fill-opacity=\"0.93\" stroke=\"" C_PEAK "\" stroke-width=\"1\"/>\n", bx, by, bw, bh);
         sb_printf(b, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12.5\" font-weight=\"700\" fill=\"" C_PEAK "\">%s</text>\n",
