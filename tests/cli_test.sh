@@ -154,8 +154,8 @@ expect_error "generate needs a prompt" "exactly one of --prompt" "$HYLA" generat
 
 # --- inspect on the shipped real configs (no weights) --------------------------------------------
 out=$("$HYLA" inspect configs/qwen3-next-80b-a3b.json) || fail "inspect 80B config"
-echo "$out" | grep -q "schedule: 48 layers (36 linear, 12 full; 48 MoE, 0 dense) in 12 blocks" || fail "80B schedule line"
-[ "$(echo "$out" | grep -c 'linear + 1 full')" -eq 12 ] || fail "80B: 12 blocks of 3+1"
+grep -q "schedule: 48 layers (36 linear, 12 full; 48 MoE, 0 dense) in 12 blocks" <<<"$out" || fail "80B schedule line"
+[ "$(grep -c 'linear + 1 full' <<<"$out")" -eq 12 ] || fail "80B: 12 blocks of 3+1"
 json=$("$HYLA" inspect configs/qwen3-next-80b-a3b.json --json) || fail "inspect --json"
 $PY - "$json" configs/qwen3-next-80b-a3b.json <<'PYEOF' || fail "80B parameter counts"
 import json, sys
@@ -198,6 +198,8 @@ print(f"  ok  plan {name} on {p['devices']} devices: argument {got:.3f} GB (seed
       f"temp {p['temp_bytes']/1e9:.3f} GB, {ms} ms")
 PYEOF
 done
+"$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 128 --remat minimal --svg "$T/plan.svg" >/dev/null \
+    && head -c 4 "$T/plan.svg" | grep -q "<svg" && tail -c 7 "$T/plan.svg" | grep -q "</svg>" || fail "plan --svg"
 expect_error "plan: bad dtype" "--param-dtype must be f32, bf16 or f16" "$HYLA" plan configs/qwen3-next-80b-a3b.json --param-dtype f8
 
 # --- forward CLI output format against a reference case ------------------------------------------

@@ -9,6 +9,7 @@
 #include "io/fileio.h"
 #include "model/model.h"
 #include "train/plan.h"
+#include "train/plan_svg.h"
 
 static int dtype_bytes(const char *flag, const char *v, double *out)
 {
@@ -75,6 +76,7 @@ int hyla_cmd_plan(int argc, char **argv)
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
     int64_t batch = 1, seq = 4096, devices = 1;
     int json = 0;
+    const char *svg = NULL;
     const hyla_opt opts[] = {
         {"--batch", OPT_INT, &batch, "N", "sequences per device (default 1)", 1, 1 << 20},
         {"--seq", OPT_INT, &seq, "N", "tokens per sequence (default 4096)", 2, 1 << 24},
@@ -87,6 +89,7 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--opt-dtype", OPT_STRING, &od, "f32|bf16", "AdamW moment storage (default f32)", 0, 0},
         {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activation storage (default f32, what hyla runs)", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
+        {"--svg", OPT_STRING, &svg, "FILE", "draw the live-bytes timeline and per-checkpoint bars", 0, 0},
         {0},
     };
     const hyla_command_spec spec = {"plan", "CONFIG|DIR [options]",
@@ -132,6 +135,12 @@ int hyla_cmd_plan(int argc, char **argv)
             print_json(&p, &pc);
         else
             print_text(&p, &pc, cfg_path);
+        char title[4400];
+        const char *base = strrchr(cfg_path, '/') ? strrchr(cfg_path, '/') + 1 : cfg_path;
+        snprintf(title, sizeof title, "%s: batch %lld x seq %lld, %s / %s, %lld device(s)", base, (long long)batch,
+                 (long long)seq, pc.policy.name, hyla_remat_unit_name(pc.unit), (long long)devices);
+        if (svg && hyla_plan_write_svg(&p, title, svg))
+            rc = hyla_cli_fail("plan");
         hyla_plan_free(&p);
     }
     hyla_params_free(&m.table);
