@@ -160,6 +160,7 @@ int hyla_cmd_generate(int argc, char **argv)
         printf("], \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f}\n", pf, dc);
     } else {
         printf("\n");
+        fflush(stdout);
         fprintf(stderr, "prefill %lld tokens at %.1f tokens/s; decode %lld tokens at %.1f tokens/s\n",
                 (long long)st.prefill_tokens, pf, (long long)st.decode_tokens, dc);
     }
