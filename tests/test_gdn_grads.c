@@ -84,21 +84,7 @@ static const double CE = 1.01;   /* glibc expf: <= 0.502 ulp */
 static const double FDH = 1e-5;  /* finite-difference step */
 static int failures;
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-static float *falloc(size_t n) { return xcalloc(n, sizeof(float)); }
-static double *dalloc(size_t n) { return xcalloc(n, sizeof(double)); }
-static double unif(hyla_rng *r, double lo, double hi)
-{
-    return lo + (hi - lo) * hyla_rng_uniform(r);
-}
+#include "test_alloc.h"
 
 /* fill with NaN: any element a kernel fails to write then fails its check */
 static void fill_nan(float *x, size_t n)

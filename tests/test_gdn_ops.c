@@ -70,22 +70,7 @@ static const double U = 0x1p-24; /* fp32 unit roundoff */
 static const double CE = 1.01;   /* glibc expf: <= 0.502 ulp = 1.004 u relative */
 static int failures;
 
-static void *xcalloc(size_t n, size_t size)
-{
-    void *p = calloc(n ? n : 1, size);
-    if (!p) {
-        fprintf(stderr, "out of memory\n");
-        exit(2);
-    }
-    return p;
-}
-static float *falloc(size_t n) { return xcalloc(n, sizeof(float)); }
-static double *dalloc(size_t n) { return xcalloc(n, sizeof(double)); }
-
-static double unif(hyla_rng *r, double lo, double hi)
-{
-    return lo + (hi - lo) * hyla_rng_uniform(r);
-}
+#include "test_alloc.h"
 
 /* Report one check: pass iff err <= bound (NaN fails). */
 static void check(const char *what, double err, double bound)

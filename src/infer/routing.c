@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "io/fileio.h"
+#include "io/le.h"
 
 int hyla_moe_layer_count(const hyla_config *cfg)
 {
@@ -14,12 +15,6 @@ int hyla_moe_layer_count(const hyla_config *cfg)
     return n;
 }
 
-static void put32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
 
 int hyla_routing_write(const char *path, const hyla_routing *r)
 {
@@ -28,12 +23,11 @@ int hyla_routing_write(const char *path, const hyla_routing *r)
     if (!b)
         return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     memcpy(b, "HYLAROU1", 8);
-    put32(b + 8, (uint32_t)r->n_layers);
-    put32(b + 12, (uint32_t)r->k);
-    put32(b + 16, (uint32_t)r->rows);
-    put32(b + 20, (uint32_t)((uint64_t)r->rows >> 32));
+    hyla_le_put32(b + 8, (uint32_t)r->n_layers);
+    hyla_le_put32(b + 12, (uint32_t)r->k);
+    hyla_le_put64(b + 16, (uint64_t)r->rows);
     for (size_t i = 0; i < count; i++)
-        put32(b + 24 + 4 * i, (uint32_t)r->ids[i]);
+        hyla_le_put32(b + 24 + 4 * i, (uint32_t)r->ids[i]);
     int rc = hyla_write_file_atomic(path, b, len);
     free(b);
     return rc;
@@ -51,9 +45,9 @@ int hyla_routing_read(const char *path, const hyla_config *cfg, hyla_routing *r)
         rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: not a routing file (missing HYLAROU1 header)", path);
         goto done;
     }
-    r->n_layers = get32(b + 8);
-    r->k = get32(b + 12);
-    r->rows = (int64_t)((uint64_t)get32(b + 16) | (uint64_t)get32(b + 20) << 32);
+    r->n_layers = hyla_le_get32(b + 8);
+    r->k = hyla_le_get32(b + 12);
+    r->rows = (int64_t)hyla_le_get64(b + 16);
     int want_layers = hyla_moe_layer_count(cfg);
     if (r->n_layers != want_layers || r->k != cfg->top_k) {
         rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: routing for %lld MoE layers x top-%lld, but the model has %d x top-%lld",
@@ -72,7 +66,7 @@ int hyla_routing_read(const char *path, const hyla_config *cfg, hyla_routing *r)
         goto done;
     }
     for (size_t i = 0; i < count && rc == HYLA_OK; i++) {
-        int32_t id = (int32_t)get32(b + 24 + 4 * i);
+        int32_t id = (int32_t)hyla_le_get32(b + 24 + 4 * i);
         int64_t layer = (int64_t)(i / (size_t)(r->rows * r->k)), row = (int64_t)(i / (size_t)r->k) % r->rows;
         if (id < -1 || id >= cfg->n_experts)
             rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: MoE layer %lld, row %lld: expert id %d is out of range [-1, %lld)",

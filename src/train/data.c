@@ -6,9 +6,8 @@
 
 #include "core/error.h"
 #include "io/fileio.h"
+#include "io/le.h"
 
-static uint32_t rd32(const unsigned char *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-static uint64_t rd64(const unsigned char *p) { return (uint64_t)rd32(p) | (uint64_t)rd32(p + 4) << 32; }
 
 int hyla_data_open_tokens(hyla_data *d, const char *path, int64_t vocab)
 {
@@ -22,13 +21,13 @@ int hyla_data_open_tokens(hyla_data *d, const char *path, int64_t vocab)
         st = hyla_error_set(HYLA_ERR_FORMAT, "%s: not a hyla token file (missing HYLATOK1 header)", path);
         goto done;
     }
-    uint64_t n = rd64(b + 16);
+    uint64_t n = hyla_le_get64(b + 16);
     if (n == 0 || n > (len - 24) / 4 || len != 24 + 4 * n) {
         st = hyla_error_set(HYLA_ERR_FORMAT, "%s: header says %llu tokens but the file holds %zu bytes of ids", path,
                             (unsigned long long)n, len - 24);
         goto done;
     }
-    uint32_t file_vocab = rd32(b + 8);
+    uint32_t file_vocab = hyla_le_get32(b + 8);
     if (file_vocab && file_vocab > vocab) {
         st = hyla_error_set(HYLA_ERR_FORMAT, "%s: made for vocabulary %u, larger than the model's %lld", path, file_vocab,
                             (long long)vocab);
@@ -40,7 +39,7 @@ int hyla_data_open_tokens(hyla_data *d, const char *path, int64_t vocab)
         goto done;
     }
     for (uint64_t i = 0; i < n; i++) {
-        uint32_t id = rd32(b + 24 + 4 * i);
+        uint32_t id = hyla_le_get32(b + 24 + 4 * i);
         if (id >= (uint64_t)vocab) {
             st = hyla_error_set(HYLA_ERR_FORMAT, "%s: token %llu has id %u, out of range [0, %lld)", path,
                                 (unsigned long long)i, id, (long long)vocab);
@@ -134,14 +133,11 @@ int hyla_data_write_tokens(const char *path, const int32_t *ids, int64_t n, int6
     if (!b)
         return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     memcpy(b, "HYLATOK1", 8);
-    uint64_t hdr[2] = {(uint64_t)(uint32_t)vocab, (uint64_t)n};
-    for (int i = 0; i < 4; i++)
-        b[8 + i] = (unsigned char)(hdr[0] >> (8 * i)), b[12 + i] = 0;
-    for (int i = 0; i < 8; i++)
-        b[16 + i] = (unsigned char)(hdr[1] >> (8 * i));
+    hyla_le_put32(b + 8, (uint32_t)vocab);
+    hyla_le_put32(b + 12, 0);
+    hyla_le_put64(b + 16, (uint64_t)n);
     for (int64_t i = 0; i < n; i++)
-        for (int k = 0; k < 4; k++)
-            b[24 + 4 * i + k] = (unsigned char)((uint32_t)ids[i] >> (8 * k));
+        hyla_le_put32(b + 24 + 4 * i, (uint32_t)ids[i]);
     int st = hyla_write_file_atomic(path, b, len);
     free(b);
     return st;
