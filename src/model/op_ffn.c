@@ -95,18 +95,30 @@ static void gather_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, f
 }
 
 /* ---- experts' gate/up: XE -> EGATE, EUP (per expert, weights [E, 2Ie, H]) ------------------- */
-static void expert_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+/* gate [rows, I] and up [rows, I] from one GEMM against the fused [2I, H] weight (a wider GEMM
+ * runs closer to peak than two halves); gu [rows, 2I] is scratch. */
+static void fused_gate_up(float *gate, float *up, const float *x, const float *W, int64_t rows, int64_t H, int64_t I,
+                          float *gu)
+{
+    hyla_linear(gu, x, W, rows, H, 2 * I, 0);
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(gate + r * I, gu + r * 2 * I, (size_t)I * sizeof(float));
+        memcpy(up + r * I, gu + r * 2 * I + I, (size_t)I * sizeof(float));
+    }
+}
+
+static void expert_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*[n*k, 2Ie]*/)
 {
     int64_t H = CFG->hidden, Ie = CFG->moe_inter;
     const int32_t *offs = CI32(HYLA_S_OFFS);
     const float *W = hyla_op_w(c, HYLA_P_MOE_GATE_UP);
     for (int64_t e = 0; e < CFG->n_experts; e++) {
         int64_t s0 = offs[e], cnt = offs[e + 1] - offs[e];
-        const float *x = t->p[HYLA_S_XE] + s0 * H, *We = W + e * 2 * Ie * H;
-        hyla_linear(t->p[HYLA_S_EGATE] + s0 * Ie, x, We, cnt, H, Ie, 0);
-        hyla_linear(t->p[HYLA_S_EUP] + s0 * Ie, x, We + Ie * H, cnt, H, Ie, 0);
+        fused_gate_up(t->p[HYLA_S_EGATE] + s0 * Ie, t->p[HYLA_S_EUP] + s0 * Ie, t->p[HYLA_S_XE] + s0 * H,
+                      W + e * 2 * Ie * H, cnt, H, Ie, scratch);
     }
 }
+static int64_t expert_up_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->top_k * 2 * cfg->moe_inter; }
 static void expert_up_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
     int64_t H = CFG->hidden, Ie = CFG->moe_inter;
@@ -189,12 +201,15 @@ static void expert_down_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape 
 static hyla_role up_role(const hyla_op_ctx *c) { return CFG->layer_is_moe[c->layer] ? HYLA_P_SHARED_GATE_UP : HYLA_P_MLP_GATE_UP; }
 static hyla_role down_role(const hyla_op_ctx *c) { return CFG->layer_is_moe[c->layer] ? HYLA_P_SHARED_DOWN : HYLA_P_MLP_DOWN; }
 
-static void mlp_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+static int64_t mlp_up_scratch(const hyla_config *cfg, int64_t n, int64_t T)
+{
+    return 2 * n * (cfg->shared_inter > cfg->inter ? cfg->shared_inter : cfg->inter);
+}
+static void mlp_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*[n, 2I]*/)
 {
     int64_t n = c->n, H = CFG->hidden, I = mlp_width(c);
     const float *W = hyla_op_w(c, up_role(c)), *x = t->p[HYLA_S_HN];
-    hyla_linear(t->p[HYLA_S_SGATE], x, W, n, H, I, 0);
-    hyla_linear(t->p[HYLA_S_SUP], x, W + I * H, n, H, I, 0);
+    fused_gate_up(t->p[HYLA_S_SGATE], t->p[HYLA_S_SUP], x, W, n, H, I, scratch);
     if (CFG->layer_is_moe[c->layer])
         hyla_linear(t->p[HYLA_S_SG], x, hyla_op_w(c, HYLA_P_SHARED_EXPERT_GATE), n, H, 1, 0);
 }
@@ -281,7 +296,7 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
      HYLA_READS(HYLA_S_PROBS, HYLA_S_TOPIDX)},                                                                         \
     {"moe_gather", gather_fwd, gather_bwd, none, none, HYLA_IN(HYLA_S_HN, HYLA_S_SLOT_TOK), HYLA_OUT(HYLA_S_XE),       \
      HYLA_READS(HYLA_S_SLOT_TOK)},                                                                                     \
-    {"moe_expert_up", expert_up_fwd, expert_up_bwd, none, none, HYLA_IN(HYLA_S_XE, HYLA_S_OFFS),                       \
+    {"moe_expert_up", expert_up_fwd, expert_up_bwd, expert_up_scratch, none, HYLA_IN(HYLA_S_XE, HYLA_S_OFFS),                       \
      HYLA_OUT(HYLA_S_EGATE, HYLA_S_EUP), HYLA_READS(HYLA_S_XE, HYLA_S_OFFS)},                                          \
     {"moe_expert_act", expert_act_fwd, expert_act_bwd, none, expert_act_scratch, HYLA_IN(HYLA_S_EGATE, HYLA_S_EUP),    \
      HYLA_OUT(HYLA_S_EH), HYLA_READS(HYLA_S_EGATE, HYLA_S_EUP)},                                                       \
@@ -289,7 +304,7 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
      HYLA_OUT(HYLA_S_EOUT), HYLA_READS(HYLA_S_EH, HYLA_S_OFFS)}
 
 #define MLP_OPS                                                                                                        \
-    {"mlp_up", mlp_up_fwd, mlp_up_bwd, none, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),             \
+    {"mlp_up", mlp_up_fwd, mlp_up_bwd, mlp_up_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),             \
      HYLA_READS(HYLA_S_HN)},                                                                                           \
     {"mlp_act", mlp_act_fwd, mlp_act_bwd, none, mlp_act_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH), \
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},                                                                            \
@@ -297,7 +312,7 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
 
 const hyla_layer_op hyla_ops_moe[] = {
     ROUTED_OPS,
-    {"shared_up", mlp_up_fwd, mlp_up_bwd, none, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP, HYLA_S_SG),
+    {"shared_up", mlp_up_fwd, mlp_up_bwd, mlp_up_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP, HYLA_S_SG),
      HYLA_READS(HYLA_S_HN)},
     {"shared_act", mlp_act_fwd, mlp_act_bwd, none, mlp_act_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH),
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},
