@@ -200,6 +200,13 @@ PYEOF
 done
 "$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 128 --remat minimal --svg "$T/plan.svg" >/dev/null \
     && head -c 4 "$T/plan.svg" | grep -q "<svg" && tail -c 7 "$T/plan.svg" | grep -q "</svg>" || fail "plan --svg"
+out=$("$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 128 --remat auto --memory-budget 40GB) || fail "plan --remat auto"
+grep -q "^auto policy for 40GB: custom:decoder_layer_input=device" <<<"$out" || fail "plan --remat auto prints its policy"
+expect_error "plan: impossible budget" "memory budget 20 GB is impossible: the least this step needs is 28.98 GB" \
+    "$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 128 --remat auto --memory-budget 20GB
+expect_error "plan: bad budget" "memory budget 'lots' is not a positive size" "$HYLA" plan configs/qwen3-next-80b-a3b.json --remat auto --memory-budget lots
+"$HYLA" train --preset tiny-hybrid --synthetic --steps 1 --batch 2 --seq 16 --remat auto --memory-budget 150MB >"$T/auto.out" 2>&1 \
+    && grep -q "auto policy for 150MB" "$T/auto.out" || { fail "train --remat auto"; cat "$T/auto.out"; }
 expect_error "plan: bad dtype" "--param-dtype must be f32, bf16 or f16" "$HYLA" plan configs/qwen3-next-80b-a3b.json --param-dtype f8
 
 # --- forward CLI output format against a reference case ------------------------------------------

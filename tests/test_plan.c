@@ -2,12 +2,14 @@
  * batch, sequence, every policy and unit) the planner's prediction (hyla_plan_compute, which
  * allocates nothing) equals what a real training step measures: the high-water marks of the
  * checkpoint and work arenas after the step, byte for byte. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "check.h"
 #include "core/error.h"
+#include "train/auto_policy.h"
 #include "train/plan.h"
 
 typedef struct {
@@ -71,6 +73,46 @@ int main(int argc, char **argv)
         free(grads);
         hyla_executor_free(&ex);
         hyla_plan_free(&plan);
+        hyla_model_free(&m);
+    }
+    /* --remat auto: predicted peak monotone non-increasing as the budget falls; the chosen
+     * policy, written in custom syntax and parsed back, plans to the same peak; an impossible
+     * budget is an error stating the minimum */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/next_moe_8l", cases);
+    hyla_model m;
+    if (hyla_model_load(&m, dir) == HYLA_OK) {
+        hyla_plan_config pc;
+        memset(&pc, 0, sizeof pc);
+        pc.unit = HYLA_UNIT_LAYER, pc.batch = 2, pc.seq = 64, pc.devices = 1;
+        pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
+        double prev = INFINITY, lowest = 0;
+        int steps = 0;
+        for (double budget = 60e6; budget > 1e6; budget *= 0.97) {
+            hyla_plan p;
+            hyla_plan_config a = pc;
+            if (hyla_auto_policy(&m, &a, budget, &p) != HYLA_OK) {
+                CHECK(strstr(hyla_error_message(), "impossible") && strstr(hyla_error_message(), "least"),
+                      "auto: unexpected error %s", hyla_error_message());
+                break;
+            }
+            CHECK(p.peak_bytes <= budget && p.peak_bytes <= prev, "auto: budget %.0f -> peak %.0f (previous %.0f)",
+                  budget, p.peak_bytes, prev);
+            char text[2048], custom[2100];
+            hyla_policy_format(&a.policy, text, sizeof text);
+            snprintf(custom, sizeof custom, "custom:%s", text);
+            hyla_plan_config b = pc;
+            hyla_plan q;
+            CHECK(hyla_policy_parse(&b.policy, custom) == HYLA_OK && hyla_plan_compute(&m, &b, &q) == HYLA_OK &&
+                      q.peak_bytes == p.peak_bytes,
+                  "auto: the printed policy does not reproduce its plan (%s)", custom);
+            hyla_plan_free(&q);
+            prev = lowest = p.peak_bytes;
+            steps++;
+            hyla_plan_free(&p);
+        }
+        CHECK(steps > 3, "auto: only %d feasible budgets in the sweep", steps);
+        printf("  auto: %d budgets from 60 MB down: peak monotone, lowest %.0f bytes; below it: clear error\n", steps, lowest);
         hyla_model_free(&m);
     }
     printf("%s: %d configurations, %d failures\n", failures ? "FAIL" : "ok", n, failures);

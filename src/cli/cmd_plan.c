@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "model/model.h"
+#include "train/auto_policy.h"
 #include "train/plan.h"
 #include "train/plan_svg.h"
 
@@ -76,7 +77,7 @@ int hyla_cmd_plan(int argc, char **argv)
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
     int64_t batch = 1, seq = 4096, devices = 1;
     int json = 0;
-    const char *svg = NULL;
+    const char *svg = NULL, *budget_s = NULL;
     const hyla_opt opts[] = {
         {"--batch", OPT_INT, &batch, "N", "sequences per device (default 1)", 1, 1 << 20},
         {"--seq", OPT_INT, &seq, "N", "tokens per sequence (default 4096)", 2, 1 << 24},
@@ -90,6 +91,7 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activation storage (default f32, what hyla runs)", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
         {"--svg", OPT_STRING, &svg, "FILE", "draw the live-bytes timeline and per-checkpoint bars", 0, 0},
+        {"--memory-budget", OPT_STRING, &budget_s, "SIZE", "with --remat auto: per-device budget, e.g. 40GB or 30GiB", 0, 0},
         {0},
     };
     const hyla_command_spec spec = {"plan", "CONFIG|DIR [options]",
@@ -107,7 +109,14 @@ int hyla_cmd_plan(int argc, char **argv)
         return 2;
     }
     pc.fsdp = !strcmp(shard, "fsdp");
-    if (hyla_policy_parse(&pc.policy, remat) || hyla_remat_unit_parse(unit_s, &pc.unit) ||
+    int is_auto = !strcmp(remat, "auto");
+    double budget = 0;
+    if (is_auto != !!budget_s) {
+        fprintf(stderr, "hyla plan: --remat auto and --memory-budget go together\n");
+        return 2;
+    }
+    if ((is_auto ? hyla_parse_size(budget_s, &budget) : hyla_policy_parse(&pc.policy, remat)) ||
+        hyla_remat_unit_parse(unit_s, &pc.unit) ||
         dtype_bytes("--param-dtype", pd, &pc.param_bytes) || dtype_bytes("--grad-dtype", gd, &pc.grad_bytes) ||
         dtype_bytes("--opt-dtype", od, &pc.opt_bytes) || dtype_bytes("--act-dtype", ad, &pc.act_bytes))
         return hyla_cli_fail("plan");
@@ -128,9 +137,14 @@ int hyla_cmd_plan(int argc, char **argv)
         return hyla_cli_fail("plan");
     hyla_plan p;
     int rc = 0;
-    if (hyla_plan_compute(&m, &pc, &p)) {
+    if (is_auto ? hyla_auto_policy(&m, &pc, budget, &p) : hyla_plan_compute(&m, &pc, &p)) {
         rc = hyla_cli_fail("plan");
     } else {
+        if (is_auto) { /* reusable as --remat custom:... */
+            char chosen[2048];
+            hyla_policy_format(&pc.policy, chosen, sizeof chosen);
+            fprintf(json ? stderr : stdout, "auto policy for %s: custom:%s\n", budget_s, chosen);
+        }
         if (json)
             print_json(&p, &pc);
         else

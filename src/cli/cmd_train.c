@@ -11,13 +11,14 @@
 #include "model/forward.h"
 #include "model/presets.h"
 #include "infer/routing.h"
+#include "train/auto_policy.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
 #include "train/trainer.h"
 
 typedef struct {
     const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
-    const char *sample_prompt, *replay;
+    const char *sample_prompt, *replay, *budget;
     int synthetic;
     int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens;
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
@@ -132,9 +133,25 @@ static int run(const train_args *a)
     HYLA_TRY(open_model(a, &m));
     hyla_train_config tc;
     memset(&tc, 0, sizeof tc);
-    int rc = hyla_policy_parse(&tc.policy, a->remat);
-    if (rc == HYLA_OK)
-        rc = hyla_remat_unit_parse(a->unit, &tc.unit);
+    int rc = hyla_remat_unit_parse(a->unit, &tc.unit);
+    if (rc == HYLA_OK && !strcmp(a->remat, "auto")) { /* the planner picks the policy for this step */
+        hyla_plan_config pc;
+        memset(&pc, 0, sizeof pc);
+        pc.batch = a->batch, pc.seq = a->seq, pc.devices = 1, pc.unit = tc.unit;
+        pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
+        double budget = 0;
+        hyla_plan plan;
+        if ((rc = hyla_parse_size(a->budget ? a->budget : "", &budget)) == HYLA_OK &&
+            (rc = hyla_auto_policy(&m, &pc, budget, &plan)) == HYLA_OK) {
+            char chosen[2048];
+            hyla_policy_format(&pc.policy, chosen, sizeof chosen);
+            printf("auto policy for %s (planned %.3f GB): custom:%s\n", a->budget, plan.peak_bytes / 1e9, chosen);
+            tc.policy = pc.policy;
+            hyla_plan_free(&plan);
+        }
+    } else if (rc == HYLA_OK) {
+        rc = hyla_policy_parse(&tc.policy, a->remat);
+    }
     if (rc == HYLA_OK)
         rc = hyla_lr_schedule_parse(a->schedule, &tc.schedule.kind);
     tc.batch = a->batch, tc.seq = a->seq, tc.accum = a->accum;
@@ -245,6 +262,7 @@ int hyla_cmd_train(int argc, char **argv)
         {"--eps", OPT_DOUBLE, &a.eps, "X", "AdamW epsilon (1e-8)", 0, 0},
         {"--seed", OPT_INT, &a.seed, "N", "initialisation and synthetic-data seed (default 1)", 0, INT64_MAX},
         {"--remat", OPT_STRING, &a.remat, "POLICY", "none, full (default), minimal, ..., custom:NAME=device|remat,...", 0, 0},
+        {"--memory-budget", OPT_STRING, &a.budget, "SIZE", "with --remat auto: activation + state budget (e.g. 2GB)", 0, 0},
         {"--remat-unit", OPT_STRING, &a.unit, "UNIT", "layer (default), block or part", 0, 0},
         {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
         {"--save", OPT_STRING, &a.save, "DIR", "checkpoint directory (written at the end and every --save-every)", 0, 0},
