@@ -21,4 +21,23 @@ static inline float *falloc(size_t n) { return xcalloc(n, sizeof(float)); }
 static inline double *dalloc(size_t n) { return xcalloc(n, sizeof(double)); }
 static inline double unif(hyla_rng *r, double lo, double hi) { return lo + (hi - lo) * hyla_rng_uniform(r); }
 
+#include <math.h>
+#include <stdint.h>
+
+/* rows x d random unit vectors (normal draws, normalised in double), times scale. */
+static void unit_rows(float *x, int64_t rows, int64_t d, double scale, hyla_rng *r)
+{
+    double *t = dalloc((size_t)d);
+    for (int64_t i = 0; i < rows; i++) {
+        double ss = 0.0;
+        for (int64_t j = 0; j < d; j++) {
+            t[j] = hyla_rng_normal(r);
+            ss += t[j] * t[j];
+        }
+        for (int64_t j = 0; j < d; j++)
+            x[i * d + j] = (float)(t[j] / sqrt(ss) * scale);
+    }
+    free(t);
+}
+
 #endif

@@ -343,20 +343,6 @@ typedef struct {
     double *qd, *kd, *vd, *gd, *bd, *od; /* float64 copies (the FD perturbs these) */
 } dr_in;
 
-static void unit_rows(float *x, int64_t rows, int64_t d, double scale, hyla_rng *r)
-{
-    double *t = dalloc((size_t)d);
-    for (int64_t i = 0; i < rows; i++) {
-        double ss = 0.0;
-        for (int64_t j = 0; j < d; j++) {
-            t[j] = hyla_rng_normal(r);
-            ss += t[j] * t[j];
-        }
-        for (int64_t j = 0; j < d; j++)
-            x[i * d + j] = (float)(t[j] / sqrt(ss) * scale);
-    }
-    free(t);
-}
 
 static double *to_f64(const float *x, int64_t n)
 {

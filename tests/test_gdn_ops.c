@@ -125,20 +125,6 @@ typedef struct {
     float *S0;        /* [Hv,dk,dv] initial state */
 } gdn_in;
 
-static void unit_rows(float *x, int64_t rows, int64_t d, double scale, hyla_rng *r)
-{
-    double *t = dalloc((size_t)d);
-    for (int64_t i = 0; i < rows; i++) {
-        double ss = 0.0;
-        for (int64_t j = 0; j < d; j++) {
-            t[j] = hyla_rng_normal(r);
-            ss += t[j] * t[j];
-        }
-        for (int64_t j = 0; j < d; j++)
-            x[i * d + j] = (float)(t[j] / sqrt(ss) * scale);
-    }
-    free(t);
-}
 
 static gdn_in gdn_make(int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int state,
                        uint64_t seed)

@@ -29,8 +29,11 @@ void hyla_rope_table(float *cos_t /*[n,R/2]*/, float *sin_t /*[n,R/2]*/, const i
     }
 }
 
-void hyla_rope_fwd(float *x /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/,
-                   const float *sin_t /*[n,R/2]*/, int64_t n, int64_t heads, int64_t hd, int64_t R)
+/* Rotate the first R dims of every head by +angle (sign = 1) or -angle (sign = -1, the transpose):
+ * x1' = a cos - sign b sin ; x2' = b cos + sign a sin for (a, b) = (x1, x2). Flipping the sign of a
+ * product is exact, so the two directions share one loop. */
+static void rope_rotate(float *x /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/, const float *sin_t /*[n,R/2]*/,
+                        int64_t n, int64_t heads, int64_t hd, int64_t R, float sign)
 {
     HYLA_ASSERT(R > 0 && R % 2 == 0 && R <= hd);
     int64_t half = R / 2;
@@ -41,30 +44,23 @@ void hyla_rope_fwd(float *x /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/,
             float *x1 = x + (t * heads + h) * hd, *x2 = x1 + half;
             for (int64_t i = 0; i < half; i++) {
                 float a = x1[i], b = x2[i];
-                x1[i] = a * c[i] - b * s[i];
-                x2[i] = b * c[i] + a * s[i];
+                x1[i] = a * c[i] - (sign * b) * s[i];
+                x2[i] = b * c[i] + (sign * a) * s[i];
             }
         }
     }
 }
 
+void hyla_rope_fwd(float *x /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/,
+                   const float *sin_t /*[n,R/2]*/, int64_t n, int64_t heads, int64_t hd, int64_t R)
+{
+    rope_rotate(x, cos_t, sin_t, n, heads, hd, R, 1.0f);
+}
+
 /* Backward = the transpose of the rotation (rotation by -angle) on the first R dims, identity on
- * the rest (spec §8.9): dx1 = a cos + b sin ; dx2 = b cos - a sin for (a, b) = (dy1, dy2). */
+ * the rest (spec §8.9). */
 void hyla_rope_bwd(float *dx /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*/,
                    const float *sin_t /*[n,R/2]*/, int64_t n, int64_t heads, int64_t hd, int64_t R)
 {
-    HYLA_ASSERT(R > 0 && R % 2 == 0 && R <= hd);
-    int64_t half = R / 2;
-#pragma omp parallel for schedule(static)
-    for (int64_t t = 0; t < n; t++) {
-        const float *c = cos_t + t * half, *s = sin_t + t * half;
-        for (int64_t h = 0; h < heads; h++) {
-            float *x1 = dx + (t * heads + h) * hd, *x2 = x1 + half;
-            for (int64_t i = 0; i < half; i++) {
-                float a = x1[i], b = x2[i];
-                x1[i] = a * c[i] + b * s[i];
-                x2[i] = b * c[i] - a * s[i];
-            }
-        }
-    }
+    rope_rotate(dx, cos_t, sin_t, n, heads, hd, R, -1.0f);
 }
