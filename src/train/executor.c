@@ -69,20 +69,28 @@ static int unit_starts_at(const hyla_executor *ex, int layer, int op)
     return 0;
 }
 
-int hyla_executor_keeps(const hyla_executor *ex, int l, hyla_slot s)
+/* Where slot s of layer l lives after its forward: HYLA_KEEP_DEVICE (checkpoint arena),
+ * HYLA_KEEP_OFFLOAD (host store) or HYLA_KEEP_REMAT (dropped). */
+static hyla_keep slot_tier(const hyla_executor *ex, int l, hyla_slot s)
 {
     if (ex->forward_only)
-        return 0;
+        return HYLA_KEEP_REMAT;
     const hyla_policy *p = &ex->policy;
-    if (s == HYLA_S_X)
-        return unit_starts_at(ex, l, 0) || p->where[HYLA_CK_DECODER_LAYER_INPUT] == HYLA_KEEP_DEVICE || p->keep_internal;
+    if (s == HYLA_S_X) {
+        hyla_keep w = p->where[HYLA_CK_DECODER_LAYER_INPUT];
+        if (w == HYLA_KEEP_OFFLOAD)
+            return w;
+        return unit_starts_at(ex, l, 0) || w == HYLA_KEEP_DEVICE || p->keep_internal ? HYLA_KEEP_DEVICE : HYLA_KEEP_REMAT;
+    }
     if (s == HYLA_S_H && ex->unit_kind == HYLA_UNIT_PART)
-        return 1; /* boundary between the mixer and FFN units */
+        return HYLA_KEEP_DEVICE; /* boundary between the mixer and FFN units */
     if (s == HYLA_S_Y)
-        return 0; /* Y is the next layer's X (or, for the last layer, kept by the loss head) */
+        return HYLA_KEEP_REMAT; /* Y is the next layer's X (or, for the last layer, kept by the loss head) */
     hyla_ckpt_name c = hyla_slot_ckpt(s);
-    return c == HYLA_CK_INTERNAL ? p->keep_internal : p->where[c] == HYLA_KEEP_DEVICE;
+    return c == HYLA_CK_INTERNAL ? (p->keep_internal ? HYLA_KEEP_DEVICE : HYLA_KEEP_REMAT) : p->where[c];
 }
+
+int hyla_executor_keeps(const hyla_executor *ex, int l, hyla_slot s) { return slot_tier(ex, l, s) == HYLA_KEEP_DEVICE; }
 
 /* ---- allocation helpers ------------------------------------------------------------------------ */
 
@@ -129,7 +137,112 @@ static void sample_timeline(hyla_executor *ex)
 {
     if (!ex->dry || !ex->timeline || ex->n_timeline == ex->cap_timeline)
         return;
-    ex->timeline[ex->n_timeline++] = ex->ckpt.used + ex->work.used;
+    ex->host_timeline[ex->n_timeline] = ex->host.used;
+    ex->timeline[ex->n_timeline++] = ex->ckpt.used + ex->work.used + ex->xfer[0].used + ex->xfer[1].used;
+}
+
+/* ---- offload: staging, writes, read-back ------------------------------------------------------ */
+
+#define HOST_OFF(ex, l, s) ((ex)->host_off[(size_t)(l) * HYLA_S__COUNT + (size_t)(s)])
+#define WRITTEN(ex, l, s) ((ex)->offl_written[(size_t)(l) * HYLA_S__COUNT + (size_t)(s)])
+
+static void io_check(hyla_executor *ex, int status)
+{
+    if (status != HYLA_OK && ex->io_status == HYLA_OK)
+        ex->io_status = status;
+}
+
+/* Reuse staging half h: wait until the copies out of it are done, then empty it. */
+static void xfer_reset(hyla_executor *ex, int h, hyla_xfer_ticket pending)
+{
+    if (!ex->dry && pending)
+        io_check(ex, hyla_host_store_wait(ex->store, pending));
+    hyla_arena_reset_to(&ex->xfer[h], 0);
+}
+
+/* Allocate the device staging buffer of offloaded slot s of layer `owner` in half h and its
+ * place in the host store. */
+static float *stage_offload(hyla_executor *ex, int owner, hyla_slot s, int64_t floats, int h)
+{
+    size_t bytes = hyla_align_up((size_t)floats * sizeof(float));
+    HOST_OFF(ex, owner, s) = (size_t)((uintptr_t)hyla_arena_alloc(&ex->host, bytes) - HYLA_ALIGN); /* dry: offsets */
+    WRITTEN(ex, owner, s) = 0;
+    if (ex->dry) {
+        ex->offloaded_bytes_by_name[hyla_slot_ckpt(s)] += bytes;
+        ex->offloaded_bytes_by_kind[ex->m->cfg.layer_kind[owner] == HYLA_LAYER_FULL] += bytes;
+    }
+    return alloc_slot(ex, &ex->xfer[h], floats, 0);
+}
+
+/* After layer l's op produced slot s (s == Y: layer l+1's X), send it to the host store if it is
+ * offloaded; the copy's ticket is that of layer l's staging half. */
+static void write_offloaded(hyla_executor *ex, int l, hyla_slot s)
+{
+    int owner = l;
+    if (s == HYLA_S_Y) {
+        if (l + 1 == ex->m->cfg.n_layers)
+            return;
+        owner = l + 1, s = HYLA_S_X;
+    }
+    if (HOST_OFF(ex, owner, s) == SIZE_MAX || WRITTEN(ex, owner, s))
+        return;
+    WRITTEN(ex, owner, s) = 1;
+    if (ex->dry)
+        return;
+    size_t bytes = (size_t)hyla_slot_floats(&ex->m->cfg, s, ex->n) * sizeof(float);
+    ex->write_ticket[l & 1] = hyla_host_store_write(ex->store, HOST_OFF(ex, owner, s), ex->tapes[owner].p[s], bytes);
+}
+
+/* Calls fn(ex, l, s) for every offloaded slot unit u reads back: its ops' outputs and the input
+ * X of a layer whose op 0 it contains. */
+#define FOR_UNIT_OFFLOADED(ex, un, l, s, body)                                                     \
+    for (int l = (un)->layer0; l <= (un)->layer1; l++) {                                           \
+        int i0_ = l == (un)->layer0 ? (un)->op0 : 0, i1_ = l == (un)->layer1 ? (un)->op1 : (ex)->n_ops[l]; \
+        if (i0_ == 0 && HOST_OFF(ex, l, HYLA_S_X) != SIZE_MAX) {                                   \
+            hyla_slot s = HYLA_S_X;                                                                \
+            body;                                                                                  \
+        }                                                                                          \
+        for (int i_ = i0_; i_ < i1_; i_++)                                                         \
+            for (int o_ = 0; o_ < (ex)->ops[l][i_]->n_out; o_++) {                                 \
+                hyla_slot s = (ex)->ops[l][i_]->out[o_];                                           \
+                if (s != HYLA_S_Y && HOST_OFF(ex, l, s) != SIZE_MAX)                               \
+                    body;                                                                          \
+            }                                                                                      \
+    }
+
+/* Start reading unit u's offloaded checkpoints back into staging half u & 1. */
+static void prefetch_unit(hyla_executor *ex, int u)
+{
+    if (u < 0 || !ex->host.high_water) /* (the planning pass sets host_bytes only at its end) */
+        return;
+    const hyla_unit *un = &ex->units[u];
+    int h = u & 1;
+    xfer_reset(ex, h, 0); /* its previous user, unit u + 2, is done */
+    FOR_UNIT_OFFLOADED(ex, un, l, s, {
+        if (!ex->fetched[l].p[s]) {
+            int64_t floats = hyla_slot_floats(&ex->m->cfg, s, ex->n);
+            ex->fetched[l].p[s] = alloc_slot(ex, &ex->xfer[h], floats, 0);
+            if (!ex->dry)
+                ex->read_ticket[h] = hyla_host_store_read(ex->store, HOST_OFF(ex, l, s), ex->fetched[l].p[s],
+                                                          (size_t)floats * sizeof(float));
+        }
+    })
+}
+
+/* Wait for unit u's reads and hand the buffers to the tapes. */
+static void activate_unit(hyla_executor *ex, int u)
+{
+    if (!ex->host.high_water)
+        return;
+    const hyla_unit *un = &ex->units[u];
+    if (!ex->dry && ex->read_ticket[u & 1])
+        io_check(ex, hyla_host_store_wait(ex->store, ex->read_ticket[u & 1]));
+    FOR_UNIT_OFFLOADED(ex, un, l, s, {
+        if (ex->fetched[l].p[s]) {
+            ex->tapes[l].p[s] = ex->fetched[l].p[s];
+            ex->fetched[l].p[s] = NULL;
+        }
+    })
 }
 
 static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recompute, int64_t *aux_rows)
@@ -143,6 +256,8 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         op->fwd(&c, &ex->tapes[l], scratch);
         HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
     }
+    for (int i = 0; i < op->n_out && !recompute; i++)
+        write_offloaded(ex, l, op->out[i]);
     sample_timeline(ex);
     hyla_arena_reset_to(&ex->work, mark);
 }
@@ -172,6 +287,8 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
             if (!next->p[HYLA_S_X]) {
                 if (in_backward)
                     next->p[HYLA_S_X] = alloc_slot(ex, &ex->work, floats, 0);
+                else if (slot_tier(ex, l + 1, HYLA_S_X) == HYLA_KEEP_OFFLOAD)
+                    next->p[HYLA_S_X] = stage_offload(ex, l + 1, HYLA_S_X, floats, l & 1);
                 else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X)) {
                     next->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, floats, 0);
                     count_kept(ex, l + 1, HYLA_S_X, floats);
@@ -181,6 +298,8 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
             t->p[s] = next->p[HYLA_S_X];
         } else if (s == HYLA_S_Y) { /* final hidden, read by the loss head */
             t->p[s] = ex->forward_only ? ex->carry[(l + 1) & 1] : alloc_slot(ex, &ex->ckpt, floats, 0);
+        } else if (!in_backward && slot_tier(ex, l, s) == HYLA_KEEP_OFFLOAD) {
+            t->p[s] = stage_offload(ex, l, s, floats, l & 1);
         } else {
             int keep = !in_backward && hyla_executor_keeps(ex, l, s);
             t->p[s] = alloc_slot(ex, keep ? &ex->ckpt : &ex->work, floats, 0);
@@ -213,27 +332,38 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     const hyla_config *cfg = &ex->m->cfg;
     hyla_tape *t0 = &ex->tapes[0];
     int64_t H = cfg->hidden;
-    if (hyla_executor_keeps(ex, 0, HYLA_S_X)) {
+    if (slot_tier(ex, 0, HYLA_S_X) == HYLA_KEEP_OFFLOAD) {
+        t0->p[HYLA_S_X] = stage_offload(ex, 0, HYLA_S_X, ex->n * H, 1); /* half of "layer -1" */
+    } else if (hyla_executor_keeps(ex, 0, HYLA_S_X)) {
         t0->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, ex->n * H, 0);
         count_kept(ex, 0, HYLA_S_X, ex->n * H);
     } else {
         t0->p[HYLA_S_X] = ex->carry[0];
     }
-    if (ex->dry)
-        return;
-    const float *E = hyla_model_param(ex->m, HYLA_P_EMBED, -1);
-    for (int64_t i = 0; i < ex->n; i++)
-        memcpy(t0->p[HYLA_S_X] + i * H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
+    if (!ex->dry) {
+        const float *E = hyla_model_param(ex->m, HYLA_P_EMBED, -1);
+        for (int64_t i = 0; i < ex->n; i++)
+            memcpy(t0->p[HYLA_S_X] + i * H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
+    }
+    if (HOST_OFF(ex, 0, HYLA_S_X) != SIZE_MAX && !WRITTEN(ex, 0, HYLA_S_X)) {
+        WRITTEN(ex, 0, HYLA_S_X) = 1;
+        if (!ex->dry)
+            ex->write_ticket[1] = hyla_host_store_write(ex->store, HOST_OFF(ex, 0, HYLA_S_X), t0->p[HYLA_S_X],
+                                                        (size_t)(ex->n * H) * sizeof(float));
+    }
 }
 
-static void forward_units(hyla_executor *ex, size_t *unit_marks, int64_t *aux_rows)
+static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_marks, int64_t *aux_rows)
 {
     for (int u = 0; u < ex->n_units; u++) {
         const hyla_unit *un = &ex->units[u];
         unit_marks[u] = hyla_arena_mark(&ex->ckpt);
+        host_marks[u] = hyla_arena_mark(&ex->host);
         for (int l = un->layer0; l <= un->layer1; l++) {
             size_t wmark = hyla_arena_mark(&ex->work);
             int i0 = l == un->layer0 ? un->op0 : 0, i1 = l == un->layer1 ? un->op1 : ex->n_ops[l];
+            if (i0 == 0 && !ex->forward_only) /* layer l stages into half l & 1, last used by layer l - 2 */
+                xfer_reset(ex, l & 1, ex->write_ticket[l & 1]);
             for (int i = i0; i < i1; i++) {
                 alloc_outputs(ex, l, ex->ops[l][i], 0);
                 run_fwd(ex, l, ex->ops[l][i], 0, aux_rows);
@@ -414,7 +544,16 @@ static void set_labels(hyla_executor *ex, const int32_t *tokens, const int32_t *
 
 static void reset_state(hyla_executor *ex)
 {
-    memset(ex->tapes, 0, sizeof(hyla_tape) * (size_t)ex->m->cfg.n_layers);
+    size_t L = (size_t)ex->m->cfg.n_layers;
+    memset(ex->tapes, 0, sizeof(hyla_tape) * L);
+    memset(ex->fetched, 0, sizeof(hyla_tape) * L);
+    memset(ex->host_off, 0xff, L * HYLA_S__COUNT * sizeof(size_t)); /* SIZE_MAX: not offloaded */
+    memset(ex->write_ticket, 0, sizeof ex->write_ticket);
+    memset(ex->read_ticket, 0, sizeof ex->read_ticket);
+    ex->io_status = HYLA_OK;
+    for (int h = 0; h < 2; h++)
+        hyla_arena_reset_to(&ex->xfer[h], 0);
+    hyla_arena_reset_to(&ex->host, 0);
     int64_t E = ex->m->cfg.n_experts > 0 ? ex->m->cfg.n_experts : 1;
     memset(ex->aux_counts, 0, (size_t)E * sizeof(double));
     memset(ex->aux_psum, 0, (size_t)E * sizeof(double));
@@ -422,39 +561,69 @@ static void reset_state(hyla_executor *ex)
     hyla_arena_reset_to(&ex->work, 0);
 }
 
-static void run_step(hyla_executor *ex, const int32_t *tokens, float *grads, float *logits, float ce_scale,
-                     float aux_scale, hyla_step_loss *loss)
+/* After unit u's backward: forget what its ops produced (and an inner layer's X, which is the
+ * previous layer's Y), and an offloaded input X whose staging half is about to be reused. */
+static void forget_unit(hyla_executor *ex, int u)
+{
+    const hyla_unit *un = &ex->units[u];
+    FOR_UNIT_OPS(ex, un, l, i)
+        for (int o = 0; o < ex->ops[l][i]->n_out; o++)
+            ex->tapes[l].p[ex->ops[l][i]->out[o]] = NULL;
+    for (int l = un->layer0 + 1; l <= un->layer1; l++)
+        ex->tapes[l].p[HYLA_S_X] = NULL;
+    if (un->op0 == 0 && HOST_OFF(ex, un->layer0, HYLA_S_X) != SIZE_MAX)
+        ex->tapes[un->layer0].p[HYLA_S_X] = NULL;
+}
+
+static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, float *logits, float ce_scale,
+                    float aux_scale, hyla_step_loss *loss)
 {
     const hyla_config *cfg = &ex->m->cfg;
-    static size_t unit_marks[HYLA_MAX_UNITS];
+    static size_t unit_marks[HYLA_MAX_UNITS], host_marks[HYLA_MAX_UNITS];
     int64_t aux_rows = 0;
+    if (ex->host_bytes && !ex->dry && !ex->store)
+        return hyla_error_set(HYLA_ERR_ARG, "policy '%s' offloads %zu bytes per step but no host store is attached",
+                              ex->policy.name, ex->host_bytes);
     reset_state(ex);
     embed_rows(ex, tokens);
-    forward_units(ex, unit_marks, &aux_rows);
+    forward_units(ex, unit_marks, host_marks, &aux_rows);
     int64_t E = cfg->n_experts;
     loss->aux_loss = (!ex->dry && aux_rows > 0) ? hyla_aux_loss_finish(ex->aux_counts, ex->aux_psum, aux_rows, E) : NAN;
     if (!ex->dry && aux_rows > 0)
         for (int64_t e = 0; e < E; e++) /* d aux / d p[row,e] = E count_e / rows^2 (spec §8.8) */
             ex->aux_dprob[e] = (double)aux_scale * (double)E * ex->aux_counts[e] / ((double)aux_rows * (double)aux_rows);
+    if (ex->host.high_water && grads) { /* all writes done; start reading back the last two units */
+        for (int h = 0; h < 2; h++)
+            xfer_reset(ex, h, ex->write_ticket[h]);
+        prefetch_unit(ex, ex->n_units - 1);
+        prefetch_unit(ex, ex->n_units - 2);
+    }
     size_t head_mark = hyla_arena_mark(&ex->work);
     loss_head(ex, grads, logits, ce_scale, loss);
     hyla_arena_reset_to(&ex->work, head_mark);
     if (!grads)
-        return;
+        return HYLA_OK;
     int cur = 0;
-    for (int u = ex->n_units - 1; u >= 0; u--) {
+    for (int u = ex->n_units - 1; u >= 0 && ex->io_status == HYLA_OK; u--) {
+        activate_unit(ex, u);
+        if (ex->io_status != HYLA_OK)
+            break; /* its checkpoints did not come back: stop before using them */
         size_t wmark = hyla_arena_mark(&ex->work);
         backward_unit(ex, u, grads, cur);
         hyla_arena_reset_to(&ex->work, wmark);
         hyla_arena_reset_to(&ex->ckpt, unit_marks[u]);
-        for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++) /* forget popped slots */
-            for (int s = 0; s < HYLA_S__COUNT; s++)
-                if (!(l == ex->units[u].layer0 && (s == HYLA_S_X || (ex->units[u].op0 && s == HYLA_S_H))))
-                    ex->tapes[l].p[s] = NULL;
+        hyla_arena_reset_to(&ex->host, host_marks[u]);
+        forget_unit(ex, u);
+        prefetch_unit(ex, u - 2);
         cur = 1 - cur;
     }
+    if (ex->store && !ex->dry)
+        hyla_host_store_drain(ex->store); /* nothing may still write into the arenas */
+    if (ex->io_status != HYLA_OK)
+        return ex->io_status; /* its message was set by the failed wait */
     if (!ex->dry)
         embed_backward(ex, tokens, grads, ex->dcarry[cur]);
+    return HYLA_OK;
 }
 
 int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *grads, float ce_scale,
@@ -462,8 +631,7 @@ int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *
 {
     HYLA_ASSERT(!ex->forward_only);
     set_labels(ex, tokens, labels);
-    run_step(ex, tokens, grads, NULL, ce_scale, aux_scale, loss);
-    return HYLA_OK;
+    return run_step(ex, tokens, grads, NULL, ce_scale, aux_scale, loss);
 }
 
 int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits)
@@ -479,8 +647,9 @@ int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_in
             ex->pos[b * ex->T + t] = state->len[b] + t;
     ex->state = state;
     hyla_step_loss loss;
-    run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, &loss);
+    int st = run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, &loss);
     ex->state = NULL;
+    HYLA_TRY(st);
     for (int64_t b = 0; b < ex->B; b++)
         state->len[b] += ex->T;
     return HYLA_OK;
@@ -490,8 +659,7 @@ int hyla_executor_forward(hyla_executor *ex, const int32_t *tokens, const int32_
                           hyla_step_loss *loss)
 {
     set_labels(ex, tokens, labels);
-    run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, loss);
-    return HYLA_OK;
+    return run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, loss);
 }
 
 /* ---- setup ------------------------------------------------------------------------------------- */
@@ -504,6 +672,7 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     memset(ex, 0, sizeof *ex);
     ex->plan_only = plan_only;
     ex->timeline = timeline;
+    ex->host_timeline = timeline ? timeline + cap : NULL; /* one allocation: [device | host] */
     ex->cap_timeline = cap;
     ex->m = m;
     ex->policy = *policy;
@@ -513,10 +682,6 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     ex->T = T;
     ex->n = B * T;
     ex->forward_only = forward_only;
-    for (int c = 0; c < HYLA_CK__COUNT && !forward_only; c++)
-        if (policy->where[c] == HYLA_KEEP_OFFLOAD)
-            return hyla_error_set(HYLA_ERR_ARG, "policy '%s': offload of '%s' is not available yet (host tier not built)",
-                                  policy->name, hyla_ckpt_name_str((hyla_ckpt_name)c));
     const hyla_config *cfg = &m->cfg;
     int n_moe = 0;
     for (int l = 0; l < cfg->n_layers; l++) {
@@ -527,6 +692,9 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
 
     int64_t nH = ex->n * cfg->hidden, E = cfg->n_experts > 0 ? cfg->n_experts : 1;
     ex->tapes = calloc((size_t)cfg->n_layers, sizeof(hyla_tape));
+    ex->fetched = calloc((size_t)cfg->n_layers, sizeof(hyla_tape));
+    ex->host_off = malloc((size_t)cfg->n_layers * HYLA_S__COUNT * sizeof(size_t));
+    ex->offl_written = calloc((size_t)cfg->n_layers * HYLA_S__COUNT, 1);
     ex->pos = malloc((size_t)ex->n * sizeof(int64_t));
     ex->labels = malloc((size_t)ex->n * sizeof(int32_t));
     ex->aux_counts = calloc((size_t)E, sizeof(double));
@@ -539,7 +707,7 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     if (ex->plan_only) /* placeholders: the planning pass never dereferences them */
         for (int i = 0; i < 2; i++)
             ex->carry[i] = (float *)(uintptr_t)(64 * (i + 1)), ex->dcarry[i] = (float *)(uintptr_t)(64 * (i + 3));
-    if (!ex->tapes || !ex->pos || !ex->labels || !ex->aux_counts || !ex->aux_psum || !ex->aux_dprob || !ex->carry[0] ||
+    if (!ex->tapes || !ex->fetched || !ex->host_off || !ex->offl_written || !ex->pos || !ex->labels || !ex->aux_counts || !ex->aux_psum || !ex->aux_dprob || !ex->carry[0] ||
         !ex->carry[1] || (!forward_only && (!ex->dcarry[0] || !ex->dcarry[1]))) {
         hyla_executor_free(ex);
         return hyla_error_set(HYLA_ERR_NOMEM, "executor: cannot allocate step buffers for %lld tokens", (long long)ex->n);
@@ -549,6 +717,9 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     ex->dry = 1;
     hyla_arena_init_dry(&ex->ckpt, "checkpoint");
     hyla_arena_init_dry(&ex->work, "work");
+    hyla_arena_init_dry(&ex->xfer[0], "offload staging 0");
+    hyla_arena_init_dry(&ex->xfer[1], "offload staging 1");
+    hyla_arena_init_dry(&ex->host, "host store");
     int32_t *tokens = calloc((size_t)ex->n, sizeof(int32_t));
     if (!tokens) {
         hyla_executor_free(ex);
@@ -556,16 +727,23 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     }
     hyla_step_loss loss;
     set_labels(ex, tokens, NULL);
-    run_step(ex, tokens, forward_only ? NULL : (float *)ex->carry[0], NULL, 1.0f, 1.0f, &loss);
+    int st = run_step(ex, tokens, forward_only ? NULL : (float *)ex->carry[0], NULL, 1.0f, 1.0f, &loss);
     free(tokens);
+    HYLA_ASSERT(st == HYLA_OK); /* a dry pass touches no store */
     ex->ckpt_bytes = ex->ckpt.high_water;
     ex->work_bytes = ex->work.high_water;
+    ex->xfer_bytes[0] = ex->xfer[0].high_water;
+    ex->xfer_bytes[1] = ex->xfer[1].high_water;
+    ex->host_bytes = ex->host.high_water;
     if (ex->plan_only)
         return HYLA_OK;
     ex->dry = 0;
-    int st = hyla_arena_init(&ex->ckpt, "checkpoint", ex->ckpt_bytes);
+    st = hyla_arena_init(&ex->ckpt, "checkpoint", ex->ckpt_bytes);
     if (st == HYLA_OK)
         st = hyla_arena_init(&ex->work, "work", ex->work_bytes);
+    for (int h = 0; h < 2 && st == HYLA_OK; h++)
+        st = ex->xfer_bytes[h] ? hyla_arena_init(&ex->xfer[h], h ? "offload staging 1" : "offload staging 0", ex->xfer_bytes[h])
+                               : HYLA_OK;
     if (st != HYLA_OK)
         hyla_executor_free(ex);
     return st;
@@ -577,11 +755,17 @@ int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy
     return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0);
 }
 
+int hyla_executor_attach_store(hyla_executor *ex, hyla_host_store *store)
+{
+    ex->store = store;
+    return ex->host_bytes ? hyla_host_store_reserve(store, ex->host_bytes) : HYLA_OK;
+}
+
 int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                        int64_t B, int64_t T)
 {
     enum { CAP = 1 << 16 };
-    size_t *timeline = malloc(CAP * sizeof *timeline);
+    size_t *timeline = malloc(2 * CAP * sizeof *timeline);
     if (!timeline)
         return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
     int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP);
@@ -598,7 +782,13 @@ void hyla_executor_free(hyla_executor *ex)
         hyla_arena_free(&ex->ckpt);
     if (ex->work.base && !ex->plan_only)
         hyla_arena_free(&ex->work);
+    for (int h = 0; h < 2; h++)
+        if (ex->xfer[h].base && !ex->plan_only)
+            hyla_arena_free(&ex->xfer[h]);
     free(ex->tapes);
+    free(ex->fetched);
+    free(ex->host_off);
+    free(ex->offl_written);
     free(ex->pos);
     free(ex->labels);
     free(ex->aux_counts);

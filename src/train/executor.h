@@ -3,10 +3,19 @@
  * re-running only the forward ops whose outputs were not kept, then the unit's backward, then
  * freeing the unit's buffers.
  *
- * Memory: two arenas sized before the step by a dry run of the very same allocation sequence
+ * Memory: arenas sized before the step by a dry run of the very same allocation sequence
  * (hyla_executor_plan): `ckpt` holds kept checkpoints as a stack (a unit's checkpoints are popped
  * after its backward), `work` holds everything transient (non-kept activations, recomputed
- * activations, activation gradients, op scratch, logits). Nothing in a step calls malloc. */
+ * activations, activation gradients, op scratch, logits). Nothing in a step calls malloc.
+ *
+ * Offload (policy value `offload`): an offloaded checkpoint is produced into a device staging
+ * arena, `xfer[l & 1]` for layer l, and copied to the host store (host_store.h) by its I/O thread
+ * while layer l+1 computes; layer l+2 waits for those copies before reusing the half. Host
+ * offsets are a stack like `ckpt` (the dry `host` arena). Backward double-buffers the other way:
+ * while unit u is differentiated, unit u-1's offloaded checkpoints are read back into
+ * `xfer[(u-1) & 1]` (reverse layer order); unit u waits for its own reads before it starts. The
+ * checkpoint arena therefore shrinks by exactly the offloaded bytes, and the only device cost of
+ * offloading is the two staging halves, which the plan states. */
 #ifndef HYLA_TRAIN_EXECUTOR_H
 #define HYLA_TRAIN_EXECUTOR_H
 
@@ -16,6 +25,7 @@
 #include "core/arena.h"
 #include "model/layer_ops.h"
 #include "train/checkpoint_names.h"
+#include "train/host_store.h"
 
 typedef enum { HYLA_UNIT_LAYER = 0, HYLA_UNIT_BLOCK = 1, HYLA_UNIT_PART = 2 } hyla_remat_unit;
 
@@ -47,7 +57,16 @@ typedef struct {
     int n_ops[HYLA_MAX_LAYERS];
     const hyla_layer_op *ops[HYLA_MAX_LAYERS][HYLA_MAX_LAYER_OPS];
     hyla_arena ckpt, work;
+    hyla_arena xfer[2];    /* offload staging: forward layer l uses [l & 1], backward unit u uses [u & 1] */
+    hyla_arena host;       /* always dry: offsets in the host store, a stack like ckpt */
     size_t ckpt_bytes, work_bytes; /* planned capacities (dry run high-water marks) */
+    size_t xfer_bytes[2], host_bytes;
+    size_t *host_off;      /* [n_layers][HYLA_S__COUNT] store offset of an offloaded slot this step; SIZE_MAX: none */
+    unsigned char *offl_written; /* [n_layers][HYLA_S__COUNT] its write was submitted */
+    hyla_tape *fetched;    /* [n_layers] device copies read back, handed to the tapes when their unit starts */
+    hyla_host_store *store; /* not owned; needed when host_bytes > 0 */
+    hyla_xfer_ticket write_ticket[2], read_ticket[2];
+    int io_status;         /* first host store error of the step */
     hyla_tape *tapes;      /* [n_layers] forward slots */
     float *carry[2];       /* [n,H] forward carries for non-kept layer inputs */
     float *dcarry[2];      /* [n,H] activation gradients crossing unit boundaries */
@@ -63,7 +82,10 @@ typedef struct {
     /* filled by the planning (dry) pass */
     size_t kept_bytes_by_name[HYLA_CK__COUNT + 1]; /* checkpoint-arena bytes per name (+ internal) */
     size_t kept_bytes_by_kind[2];                 /* ... per layer kind: linear, full */
-    size_t *timeline;      /* live bytes (checkpoint + work) after each op, forward then backward */
+    size_t offloaded_bytes_by_name[HYLA_CK__COUNT + 1]; /* host-store bytes per name */
+    size_t offloaded_bytes_by_kind[2];
+    size_t *timeline;      /* device bytes live (checkpoint + work + staging) after each op, forward then backward */
+    size_t *host_timeline; /* host-store bytes live at the same points */
     int n_timeline, cap_timeline;
     int plan_only;         /* hyla_executor_plan: nothing allocated beyond bookkeeping */
 } hyla_executor;
@@ -74,14 +96,20 @@ typedef struct {
 int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                        int64_t B, int64_t T);
 
-/* Build units and plan arena sizes; allocates the arenas and fixed buffers. */
+/* Build units and plan arena sizes; allocates the arenas and fixed buffers. A policy that
+ * offloads needs a store attached (hyla_executor_attach_store) before the first step. */
 int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                        int64_t B, int64_t T, hyla_delta_mode mode, int forward_only);
 void hyla_executor_free(hyla_executor *ex);
+/* Use `store` (not owned) as the host tier; reserves the planned host bytes in it (a store too
+ * small is an error naming it and both sizes). */
+int hyla_executor_attach_store(hyla_executor *ex, hyla_host_store *store);
 
 /* One forward + backward over tokens [B,T] with labels [B,T] (-100 ignored; NULL: next token).
  * Parameter gradients ACCUMULATE into grads (table layout): dLoss/dparam where
- * Loss = ce_scale * ce_sum + aux_scale * aux_loss. Token ids must be valid (checked by callers). */
+ * Loss = ce_scale * ce_sum + aux_scale * aux_loss. Token ids must be valid (checked by callers).
+ * A host store error stops the step and is returned (HYLA_ERR_IO naming the store); the
+ * gradients are then partial and must not be applied. */
 int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *grads,
                        float ce_scale, float aux_scale, hyla_step_loss *loss);
 
