@@ -1,7 +1,13 @@
-/* Plan exactness: for 24 configurations (models with different layouts and remainder blocks,
- * batch, sequence, every policy and unit) the planner's prediction (hyla_plan_compute, which
- * allocates nothing) equals what a real training step measures: the high-water marks of the
- * checkpoint and work arenas after the step, byte for byte. */
+/* Plan exactness: for 28 configurations (models with different layouts and remainder blocks,
+ * batch, sequence, every policy and unit, offloading ones included) the planner's prediction
+ * (hyla_plan_compute, which allocates nothing) equals what a real training step measures: the
+ * high-water marks of the checkpoint, work and offload staging arenas after the step, and the
+ * bytes the host store wrote and read back, byte for byte.
+ *
+ * Offload accounting: for each offloading configuration, its twin with every `offload` turned
+ * into `device` plans a checkpoint arena larger by exactly the host bytes, the same working set,
+ * and a temp larger by exactly host - staging (staging = the two device halves copies go
+ * through, the only device cost of offloading). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +42,9 @@ int main(int argc, char **argv)
         {"all_linear", "save_qkv_proj", HYLA_UNIT_PART, 2, 33}, {"all_linear", "none", HYLA_UNIT_LAYER, 1, 3},
         {"all_attention", "full", HYLA_UNIT_LAYER, 2, 65},     {"all_attention", "minimal", HYLA_UNIT_BLOCK, 1, 64},
         {"all_attention", "custom:attention_out=device,ffn_input=device", HYLA_UNIT_PART, 3, 10},
+        {"next_moe_8l", "minimal_offloaded", HYLA_UNIT_LAYER, 1, 65}, {"q35_moe", "qkv_proj_offloaded", HYLA_UNIT_BLOCK, 2, 31},
+        {"irregular", "custom:decoder_layer_input=offload,gdn_core=offload,context=device,mlpwo=offload", HYLA_UNIT_PART, 1, 64},
+        {"all_linear", "minimal_offloaded", HYLA_UNIT_PART, 1, 40},
     };
     int n = (int)(sizeof sweep / sizeof *sweep);
     for (int i = 0; i < n; i++) {
@@ -57,18 +66,54 @@ int main(int argc, char **argv)
         hyla_executor ex;
         CHECK(hyla_executor_init(&ex, &m, &pc.policy, c->unit, c->B, c->T, HYLA_DELTA_CHUNKED, 0) == HYLA_OK, "%s",
               hyla_error_message());
+        hyla_host_store *store = NULL;
+        if (ex.host_bytes)
+            CHECK(hyla_host_store_open(&store, NULL, 0) == HYLA_OK && hyla_executor_attach_store(&ex, store) == HYLA_OK,
+                  "store: %s", hyla_error_message());
         int32_t *tokens = malloc((size_t)(c->B * c->T) * sizeof *tokens);
         for (int64_t t = 0; t < c->B * c->T; t++)
             tokens[t] = (int32_t)((t * 37 + i) % m.cfg.vocab);
         float *grads = calloc(m.table.total_floats, sizeof(float));
         hyla_step_loss loss;
-        hyla_executor_step(&ex, tokens, NULL, grads, 0.01f, 0.001f, &loss);
-        CHECK((double)ex.ckpt.high_water == plan.checkpoint_bytes && (double)ex.work.high_water == plan.work_bytes,
-              "%s %s/%s B=%lld T=%lld: measured checkpoint %zu + work %zu, planned %.0f + %.0f", c->model, c->policy,
-              hyla_remat_unit_name(c->unit), (long long)c->B, (long long)c->T, ex.ckpt.high_water, ex.work.high_water,
-              plan.checkpoint_bytes, plan.work_bytes);
-        printf("  %-14s %-24.24s %-5s B=%lld T=%-3lld checkpoints %9zu + work %9zu bytes == plan\n", c->model, c->policy,
-               hyla_remat_unit_name(c->unit), (long long)c->B, (long long)c->T, ex.ckpt.high_water, ex.work.high_water);
+        CHECK(hyla_executor_step(&ex, tokens, NULL, grads, 0.01f, 0.001f, &loss) == HYLA_OK, "step: %s", hyla_error_message());
+        size_t staging = ex.xfer[0].high_water + ex.xfer[1].high_water;
+        CHECK((double)ex.ckpt.high_water == plan.checkpoint_bytes && (double)ex.work.high_water == plan.work_bytes &&
+              (double)staging == plan.staging_bytes,
+              "%s %s/%s B=%lld T=%lld: measured checkpoint %zu + work %zu + staging %zu, planned %.0f + %.0f + %.0f",
+              c->model, c->policy, hyla_remat_unit_name(c->unit), (long long)c->B, (long long)c->T, ex.ckpt.high_water,
+              ex.work.high_water, staging, plan.checkpoint_bytes, plan.work_bytes, plan.staging_bytes);
+        printf("  %-14s %-24.24s %-5s B=%lld T=%-3lld checkpoints %9zu + work %9zu + staging %7zu bytes == plan\n",
+               c->model, c->policy, hyla_remat_unit_name(c->unit), (long long)c->B, (long long)c->T, ex.ckpt.high_water,
+               ex.work.high_water, staging);
+        if (store) {
+            hyla_host_store_stats io;
+            hyla_host_store_stats_get(store, &io);
+            /* every offloaded tensor written once and read back once, at its exact size; the store's
+             * offsets are 64-byte aligned, so each copy pads the plan by less than 64 bytes */
+            CHECK(io.bytes_written == io.bytes_read && io.writes == io.reads && (double)io.bytes_written <= plan.host_bytes &&
+                      plan.host_bytes < (double)(io.bytes_written + 64 * io.writes),
+                  "%s %s: host store wrote %llu bytes in %llu copies and read %llu in %llu, plan says %.0f", c->model,
+                  c->policy, (unsigned long long)io.bytes_written, (unsigned long long)io.writes,
+                  (unsigned long long)io.bytes_read, (unsigned long long)io.reads, plan.host_bytes);
+            /* the device twin: offload -> device */
+            hyla_plan_config twin = pc;
+            for (int k = 0; k < HYLA_CK__COUNT; k++)
+                if (twin.policy.where[k] == HYLA_KEEP_OFFLOAD)
+                    twin.policy.where[k] = HYLA_KEEP_DEVICE;
+            hyla_plan dev;
+            CHECK(hyla_plan_compute(&m, &twin, &dev) == HYLA_OK, "twin plan: %s", hyla_error_message());
+            CHECK(dev.checkpoint_bytes - plan.checkpoint_bytes == plan.host_bytes && dev.work_bytes == plan.work_bytes &&
+                  dev.temp_bytes - plan.temp_bytes == plan.host_bytes - plan.staging_bytes,
+                  "%s %s: device twin checkpoints %.0f vs %.0f, work %.0f vs %.0f, temp %.0f vs %.0f; host %.0f staging %.0f",
+                  c->model, c->policy, dev.checkpoint_bytes, plan.checkpoint_bytes, dev.work_bytes, plan.work_bytes,
+                  dev.temp_bytes, plan.temp_bytes, plan.host_bytes, plan.staging_bytes);
+            printf("  %14s offloaded %.0f bytes: checkpoint arena %+.0f exactly, temp %+.0f (= staging %.0f - host); "
+                   "copies %.2f ms, compute waited %.2f ms\n", "", plan.host_bytes,
+                   plan.checkpoint_bytes - dev.checkpoint_bytes, plan.temp_bytes - dev.temp_bytes, plan.staging_bytes,
+                   io.io_seconds * 1e3, io.wait_seconds * 1e3);
+            hyla_plan_free(&dev);
+        }
+        hyla_host_store_close(store);
         free(tokens);
         free(grads);
         hyla_executor_free(&ex);

@@ -30,18 +30,27 @@ static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
            hyla_remat_unit_name(pc->unit), (long long)p->params);
     printf(" \"argument_bytes\": %.0f, \"param_bytes\": %.0f, \"optimizer_bytes\": %.0f, \"batch_bytes\": %.0f,\n",
            p->argument_bytes, p->param_bytes, p->opt_bytes, p->batch_bytes);
-    printf(" \"temp_bytes\": %.0f, \"checkpoint_bytes\": %.0f, \"work_bytes\": %.0f, \"carry_bytes\": %.0f, "
-           "\"gradient_bytes\": %.0f, \"gathered_weight_bytes\": %.0f, \"total_bytes\": %.0f,\n",
-           p->temp_bytes, p->checkpoint_bytes, p->work_bytes, p->carry_bytes, p->grad_bytes, p->gathered_bytes,
-           p->peak_bytes);
+    printf(" \"temp_bytes\": %.0f, \"checkpoint_bytes\": %.0f, \"work_bytes\": %.0f, \"offload_staging_bytes\": %.0f, "
+           "\"carry_bytes\": %.0f, \"gradient_bytes\": %.0f, \"gathered_weight_bytes\": %.0f, \"total_bytes\": %.0f, "
+           "\"host_bytes\": %.0f,\n",
+           p->temp_bytes, p->checkpoint_bytes, p->work_bytes, p->staging_bytes, p->carry_bytes, p->grad_bytes,
+           p->gathered_bytes, p->peak_bytes, p->host_bytes);
     printf(" \"checkpoints_by_name\": {");
     for (int c = 0; c <= HYLA_CK__COUNT; c++)
         printf("%s\"%s\": %.0f", c ? ", " : "", hyla_ckpt_name_str((hyla_ckpt_name)c), p->by_name[c]);
+    printf("},\n \"host_checkpoints_by_name\": {");
+    for (int c = 0; c <= HYLA_CK__COUNT; c++)
+        printf("%s\"%s\": %.0f", c ? ", " : "", hyla_ckpt_name_str((hyla_ckpt_name)c), p->host_by_name[c]);
     printf("},\n \"checkpoints_by_layer_kind\": {\"linear_attention\": %.0f, \"full_attention\": %.0f},\n", p->by_kind[0],
            p->by_kind[1]);
+    printf(" \"host_checkpoints_by_layer_kind\": {\"linear_attention\": %.0f, \"full_attention\": %.0f},\n",
+           p->host_by_kind[0], p->host_by_kind[1]);
     printf(" \"activation_timeline_bytes\": [");
     for (int i = 0; i < p->n_timeline; i++)
         printf("%s%.0f", i ? ", " : "", p->timeline[i]);
+    printf("],\n \"host_timeline_bytes\": [");
+    for (int i = 0; i < p->n_timeline; i++)
+        printf("%s%.0f", i ? ", " : "", p->host_timeline[i]);
     printf("]}\n");
 }
 
@@ -55,15 +64,26 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
     printf("  argument %9.3f GB (%8.3f GiB) = parameters %.3f + AdamW moments %.3f + batch %.6f\n", p->argument_bytes / G,
            p->argument_bytes / Gi, p->param_bytes / G, p->opt_bytes / G, p->batch_bytes / G);
     printf("  temp     %9.3f GB (%8.3f GiB) = checkpoints %.3f + working set %.3f + carries %.3f + gradients %.3f"
-           " + gathered weights %.3f\n",
+           " + gathered weights %.3f%s",
            p->temp_bytes / G, p->temp_bytes / Gi, p->checkpoint_bytes / G, p->work_bytes / G, p->carry_bytes / G,
-           p->grad_bytes / G, p->gathered_bytes / G);
+           p->grad_bytes / G, p->gathered_bytes / G, p->host_bytes > 0 ? "" : "\n");
+    if (p->host_bytes > 0)
+        printf(" + offload staging %.3f\n", p->staging_bytes / G);
     printf("  total    %9.3f GB (%8.3f GiB)\n", p->peak_bytes / G, p->peak_bytes / Gi);
-    printf("checkpoints kept, by name (all layers):\n");
+    if (p->host_bytes > 0)
+        printf("  host     %9.3f GB (%8.3f GiB) of offloaded checkpoints\n", p->host_bytes / G, p->host_bytes / Gi);
+    printf("checkpoints by name (all layers):%s\n", p->host_bytes > 0 ? "       device           host" : "");
     for (int c = 0; c <= HYLA_CK__COUNT; c++)
-        if (p->by_name[c] > 0)
-            printf("  %-22s %10.3f GB\n", hyla_ckpt_name_str((hyla_ckpt_name)c), p->by_name[c] / G);
-    printf("by layer kind: linear attention %.3f GB, full attention %.3f GB\n", p->by_kind[0] / G, p->by_kind[1] / G);
+        if (p->by_name[c] > 0 || p->host_by_name[c] > 0) {
+            printf("  %-22s %10.3f GB", hyla_ckpt_name_str((hyla_ckpt_name)c), p->by_name[c] / G);
+            if (p->host_bytes > 0)
+                printf("  %10.3f GB", p->host_by_name[c] / G);
+            printf("\n");
+        }
+    printf("by layer kind: linear attention %.3f GB, full attention %.3f GB", p->by_kind[0] / G, p->by_kind[1] / G);
+    if (p->host_bytes > 0)
+        printf(" (host: %.3f GB, %.3f GB)", p->host_by_kind[0] / G, p->host_by_kind[1] / G);
+    printf("\n");
     double peak = 0;
     int at = 0;
     for (int i = 0; i < p->n_timeline; i++)

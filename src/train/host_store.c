@@ -77,9 +77,9 @@ static void *io_thread(void *arg)
         if (!skip) {
             s->stats.io_seconds += dt;
             if (r.is_read)
-                s->stats.bytes_read += r.bytes;
+                s->stats.bytes_read += r.bytes, s->stats.reads++;
             else
-                s->stats.bytes_written += r.bytes;
+                s->stats.bytes_written += r.bytes, s->stats.writes++;
         }
         s->completed++;
         pthread_cond_broadcast(&s->done);

@@ -22,6 +22,7 @@ typedef struct {
     double io_seconds;      /* time the I/O thread spent copying */
     double wait_seconds;    /* time the compute thread spent blocked in hyla_host_store_wait */
     uint64_t bytes_written, bytes_read;
+    uint64_t writes, reads; /* copies */
 } hyla_host_store_stats;
 
 /* Open a store of at most `limit` bytes (0: no limit). path NULL: an anonymous file in $TMPDIR

@@ -38,24 +38,36 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     double scale = pc->act_bytes / 4.0;
     out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;
     out->work_bytes = (double)ex.work_bytes * scale;
+    out->staging_bytes = (double)(ex.xfer_bytes[0] + ex.xfer_bytes[1]) * scale;
+    out->host_bytes = (double)ex.host_bytes * scale;
     out->carry_bytes = 4.0 * (double)(pc->batch * pc->seq * m->cfg.hidden) * pc->act_bytes;
     for (int c = 0; c <= HYLA_CK__COUNT; c++)
         out->by_name[c] = (double)ex.kept_bytes_by_name[c] * scale;
-    out->by_kind[0] = (double)ex.kept_bytes_by_kind[0] * scale;
-    out->by_kind[1] = (double)ex.kept_bytes_by_kind[1] * scale;
+    for (int c = 0; c <= HYLA_CK__COUNT; c++)
+        out->host_by_name[c] = (double)ex.offloaded_bytes_by_name[c] * scale;
+    for (int k = 0; k < 2; k++) {
+        out->by_kind[k] = (double)ex.kept_bytes_by_kind[k] * scale;
+        out->host_by_kind[k] = (double)ex.offloaded_bytes_by_kind[k] * scale;
+    }
     out->n_timeline = ex.n_timeline;
     out->timeline = malloc((size_t)(ex.n_timeline ? ex.n_timeline : 1) * sizeof *out->timeline);
-    for (int i = 0; out->timeline && i < ex.n_timeline; i++)
+    out->host_timeline = malloc((size_t)(ex.n_timeline ? ex.n_timeline : 1) * sizeof *out->host_timeline);
+    for (int i = 0; out->timeline && out->host_timeline && i < ex.n_timeline; i++) {
         out->timeline[i] = (double)ex.timeline[i] * scale;
+        out->host_timeline[i] = (double)ex.host_timeline[i] * scale;
+    }
     hyla_executor_free(&ex);
-    if (!out->timeline)
+    if (!out->timeline || !out->host_timeline) {
+        hyla_plan_free(out);
         return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
+    }
     int64_t layer = largest_layer_params(&m->table);
     /* gradients live for the whole backward (sharded), plus one layer's full gradient before
      * it is reduce-scattered; FSDP gathers one layer's weights whole as a transient */
     out->grad_bytes = (double)counts.total * pc->grad_bytes / shard + (pc->fsdp && pc->devices > 1 ? (double)layer * pc->grad_bytes : 0);
     out->gathered_bytes = pc->fsdp && pc->devices > 1 ? (double)layer * pc->param_bytes : 0;
-    out->temp_bytes = out->checkpoint_bytes + out->work_bytes + out->carry_bytes + out->grad_bytes + out->gathered_bytes;
+    out->temp_bytes = out->checkpoint_bytes + out->work_bytes + out->staging_bytes + out->carry_bytes + out->grad_bytes +
+                      out->gathered_bytes;
     out->peak_bytes = out->argument_bytes + out->temp_bytes;
     return HYLA_OK;
 }
@@ -63,5 +75,6 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
 void hyla_plan_free(hyla_plan *p)
 {
     free(p->timeline);
+    free(p->host_timeline);
     memset(p, 0, sizeof *p);
 }

@@ -5,7 +5,8 @@
  * act_bytes / 4 for other activation dtypes. Argument bytes follow XLA's terms: what persists
  * across steps (parameters, optimizer moments, the batch). With FSDP-style sharding over
  * `devices`, parameters, gradients and moments are split evenly; each layer's weights are
- * gathered whole as a transient. GB = 1e9 bytes. */
+ * gathered whole as a transient. Offloaded checkpoints are host bytes; their device cost is
+ * the two staging halves (staging_bytes, part of temp). GB = 1e9 bytes. */
 #ifndef HYLA_TRAIN_PLAN_H
 #define HYLA_TRAIN_PLAN_H
 
@@ -25,12 +26,15 @@ typedef struct {
 typedef struct {
     int64_t params;                 /* parameter count */
     double param_bytes, opt_bytes, batch_bytes, argument_bytes;           /* per device */
-    double checkpoint_bytes, work_bytes, carry_bytes, grad_bytes, gathered_bytes, temp_bytes;
-    double by_name[HYLA_CK__COUNT + 1]; /* kept checkpoint bytes per name (last: internal) */
+    double checkpoint_bytes, work_bytes, staging_bytes, carry_bytes, grad_bytes, gathered_bytes, temp_bytes;
+    double host_bytes;              /* offloaded checkpoints in the host tier */
+    double by_name[HYLA_CK__COUNT + 1]; /* kept (device) checkpoint bytes per name (last: internal) */
     double by_kind[2];              /* kept checkpoint bytes in linear / full layers */
+    double host_by_name[HYLA_CK__COUNT + 1], host_by_kind[2]; /* offloaded bytes, the same way */
     int n_timeline;
-    double *timeline;               /* live activation bytes after each op (forward then backward), owned */
-    double peak_bytes;              /* argument + temp */
+    double *timeline;               /* live device activation bytes after each op (forward then backward), owned */
+    double *host_timeline;          /* live host bytes at the same points, owned */
+    double peak_bytes;              /* argument + temp (device) */
 } hyla_plan;
 
 int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan *out);
