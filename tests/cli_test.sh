@@ -102,6 +102,37 @@ expect_error "unknown remat policy" "unknown remat policy 'fastest'" "$HYLA" tra
 expect_error "unknown checkpoint name" "unknown checkpoint name 'qkv'" "$HYLA" train --preset tiny-hybrid --remat custom:qkv=device --steps 1
 expect_error "bad remat value" "must be device, remat or offload" "$HYLA" train --preset tiny-hybrid --remat custom:gdn_conv=disk --steps 1
 expect_error "unknown remat unit" "unknown remat unit 'row'" "$HYLA" train --preset tiny-hybrid --remat-unit row --steps 1
+# offload: the same run through the host store gives the same losses bit for bit; a store that
+# cannot be created, exists, is too small, or fails mid-step is a clear error and no checkpoint
+"$HYLA" train --preset tiny-hybrid --synthetic --steps 3 --batch 2 --seq 16 --warmup 1 --remat minimal \
+    --log-json "$T/dev.jsonl" >/dev/null 2>&1 || fail "train minimal"
+"$HYLA" train --preset tiny-hybrid --synthetic --steps 3 --batch 2 --seq 16 --warmup 1 --remat minimal_offloaded \
+    --offload-store "$T/store.bin" --offload-limit 64MiB --log-json "$T/off.jsonl" >"$T/off.out" 2>&1 \
+    || { fail "train minimal_offloaded"; cat "$T/off.out"; }
+$PY - "$T/dev.jsonl" "$T/off.jsonl" <<'PYEOF' || fail "offloaded run differs from the device run"
+import json, sys
+dev = [json.loads(l) for l in open(sys.argv[1])]
+off = [json.loads(l) for l in open(sys.argv[2])]
+assert [(r["loss"], r["grad_norm"]) for r in dev] == [(r["loss"], r["grad_norm"]) for r in off], (dev, off)
+assert all(r["offload_bytes"] > 0 and 0 <= r["copy_hidden_fraction"] <= 1 for r in off), off
+assert all(r["activation_bytes"] < d["activation_bytes"] for r, d in zip(off, dev))
+print("  ok  train minimal_offloaded == minimal (loss, grad norm) over 3 steps; %d bytes offloaded per step, "
+      "copies %.0f%% hidden in the last" % (off[-1]["offload_bytes"], 100 * off[-1]["copy_hidden_fraction"]))
+PYEOF
+[ ! -e "$T/store.bin" ] || fail "the offload store file is left behind"
+expect_error "store in a missing directory" "offload store '$T/no/dir/s': cannot create" \
+    "$HYLA" train --preset tiny-hybrid --steps 1 --seq 16 --remat minimal_offloaded --offload-store "$T/no/dir/s"
+echo keep >"$T/precious"
+expect_error "store over an existing file" "already exists; refusing to overwrite" \
+    "$HYLA" train --preset tiny-hybrid --steps 1 --seq 16 --remat minimal_offloaded --offload-store "$T/precious"
+grep -q keep "$T/precious" || fail "an existing file was overwritten by the offload store"
+expect_error "store too small" "is full: this step offloads" \
+    "$HYLA" train --preset tiny-hybrid --steps 1 --seq 16 --remat qkv_proj_offloaded --offload-limit 1KB
+if [ -w /dev/full ]; then
+    expect_error "store fails mid-step" "offload store '/dev/full': write of" "$HYLA" train --preset tiny-hybrid \
+        --steps 1 --seq 16 --remat minimal_offloaded --offload-store /dev/full --save "$T/ck_full"
+    [ ! -e "$T/ck_full" ] || fail "a failed offloading step still wrote a checkpoint"
+fi
 expect_error "two model sources" "exactly one of" "$HYLA" train --preset tiny-hybrid --model "$T/good" --steps 1
 expect_error "resume from nowhere" "$T/nowhere/config.json" "$HYLA" train --resume "$T/nowhere" --steps 1
 expect_error "batch 0" "--batch expects an integer in \[1," "$HYLA" train --preset tiny-hybrid --batch 0 --steps 1

@@ -18,7 +18,7 @@
 
 typedef struct {
     const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
-    const char *sample_prompt, *replay, *budget;
+    const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit;
     int synthetic;
     int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens;
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
@@ -69,12 +69,27 @@ static int open_data(const train_args *a, const hyla_model *m, hyla_data *d)
 static void print_memory(const hyla_trainer *tr, const hyla_model *m)
 {
     double mib = 1024.0 * 1024.0, params = (double)m->table.total_floats * 4;
+    size_t staging = tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1];
     printf("memory: parameters %.1f MiB, gradients %.1f MiB, AdamW moments %.1f MiB; activations (policy %s, unit %s): "
-           "checkpoints %.2f MiB + working set %.2f MiB + carries %.2f MiB = %.2f MiB\n",
+           "checkpoints %.2f MiB + working set %.2f MiB + carries %.2f MiB",
            params / mib, params / mib, 2 * params / mib, tr->cfg.policy.name, hyla_remat_unit_name(tr->cfg.unit),
            tr->ex.ckpt_bytes / mib, tr->ex.work_bytes / mib,
-           (hyla_trainer_activation_bytes(tr) - tr->ex.ckpt_bytes - tr->ex.work_bytes) / mib,
-           hyla_trainer_activation_bytes(tr) / mib);
+           (hyla_trainer_activation_bytes(tr) - tr->ex.ckpt_bytes - tr->ex.work_bytes - staging) / mib);
+    if (tr->store)
+        printf(" + offload staging %.2f MiB", staging / mib);
+    printf(" = %.2f MiB\n", hyla_trainer_activation_bytes(tr) / mib);
+    if (tr->store)
+        printf("offload: %.2f MiB of checkpoints per step to the host store %s\n", tr->ex.host_bytes / mib,
+               hyla_host_store_path(tr->store));
+}
+
+/* Share of the host copies' time that compute did not wait for. */
+static double hidden_fraction(const hyla_step_stats *s)
+{
+    if (s->copy_seconds <= 0)
+        return 1.0;
+    double h = 1.0 - s->copy_wait_seconds / s->copy_seconds;
+    return h < 0 ? 0 : h;
 }
 
 /* Greedy continuation of a byte-level prompt by re-running the forward over the growing prefix. */
@@ -122,8 +137,10 @@ static void log_json(FILE *f, int64_t step, const hyla_step_stats *s, size_t act
     else
         fprintf(f, "\"aux\": %.9g, ", s->aux);
     fprintf(f, "\"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
-               "\"activation_bytes\": %zu}\n",
-            s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes);
+               "\"activation_bytes\": %zu, \"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
+               "\"copy_hidden_fraction\": %.4f}\n",
+            s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes,
+            (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, hidden_fraction(s));
     fflush(f);
 }
 
@@ -158,6 +175,11 @@ static int run(const train_args *a)
     tc.adamw = (hyla_adamw_config){a->lr, a->beta1, a->beta2, a->eps, a->wd, a->clip};
     tc.schedule.peak = a->lr, tc.schedule.min_lr = a->min_lr, tc.schedule.warmup = a->warmup;
     tc.schedule.total = a->steps, tc.schedule.decay_fraction = a->decay_fraction;
+    tc.offload_store = a->offload_store;
+    double limit = 0;
+    if (rc == HYLA_OK && a->offload_limit && (rc = hyla_parse_size(a->offload_limit, &limit)) != HYLA_OK)
+        rc = hyla_error_set(rc, "--offload-limit: '%s' is not a size (e.g. 8GB, 512MiB)", a->offload_limit);
+    tc.offload_limit = (size_t)limit;
     hyla_data data;
     memset(&data, 0, sizeof data);
     if (rc == HYLA_OK)
@@ -207,8 +229,12 @@ static int run(const train_args *a)
         printf("step %5lld/%lld  loss %.4f", (long long)step + 1, (long long)a->steps, s.loss);
         if (!isnan(s.aux))
             printf(" (ce %.4f aux %.3f)", s.ce, s.aux);
-        printf("  lr %.2e  gnorm %.3f  %.0f tok/s  act %.1f MiB\n", s.lr, s.grad_norm, s.tokens / s.seconds,
+        printf("  lr %.2e  gnorm %.3f  %.0f tok/s  act %.1f MiB", s.lr, s.grad_norm, s.tokens / s.seconds,
                hyla_trainer_activation_bytes(&tr) / 1048576.0);
+        if (s.offload_bytes)
+            printf("  offload %.1f MiB, copies %.0f ms, %.0f%% hidden", s.offload_bytes / 1048576.0, s.copy_seconds * 1e3,
+                   100.0 * hidden_fraction(&s));
+        printf("\n");
         fflush(stdout);
         if (log)
             log_json(log, step + 1, &s, hyla_trainer_activation_bytes(&tr));
@@ -261,9 +287,13 @@ int hyla_cmd_train(int argc, char **argv)
         {"--beta2", OPT_DOUBLE, &a.beta2, "X", "AdamW beta2 (0.95)", 0, 0},
         {"--eps", OPT_DOUBLE, &a.eps, "X", "AdamW epsilon (1e-8)", 0, 0},
         {"--seed", OPT_INT, &a.seed, "N", "initialisation and synthetic-data seed (default 1)", 0, INT64_MAX},
-        {"--remat", OPT_STRING, &a.remat, "POLICY", "none, full (default), minimal, ..., custom:NAME=device|remat,...", 0, 0},
+        {"--remat", OPT_STRING, &a.remat, "POLICY", "none, full (default), minimal, minimal_offloaded, ..., custom:NAME=device|remat|offload,...,"
+         " auto", 0, 0},
         {"--memory-budget", OPT_STRING, &a.budget, "SIZE", "with --remat auto: activation + state budget (e.g. 2GB)", 0, 0},
         {"--remat-unit", OPT_STRING, &a.unit, "UNIT", "layer (default), block or part", 0, 0},
+        {"--offload-store", OPT_STRING, &a.offload_store, "PATH", "host store file for offloaded checkpoints (must not "
+         "exist; default: an anonymous file in $TMPDIR)", 0, 0},
+        {"--offload-limit", OPT_STRING, &a.offload_limit, "SIZE", "host store size limit (default: none)", 0, 0},
         {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
         {"--save", OPT_STRING, &a.save, "DIR", "checkpoint directory (written at the end and every --save-every)", 0, 0},
         {"--save-every", OPT_INT, &a.save_every, "N", "also checkpoint every N steps", 0, INT64_MAX},

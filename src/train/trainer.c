@@ -22,6 +22,11 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
     if (st == HYLA_OK)
         st = hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
+    if (st == HYLA_OK && tr->ex.host_bytes) {
+        st = hyla_host_store_open(&tr->store, cfg->offload_store, cfg->offload_limit);
+        if (st == HYLA_OK)
+            st = hyla_executor_attach_store(&tr->ex, tr->store);
+    }
     if (st != HYLA_OK)
         hyla_trainer_free(tr);
     return st;
@@ -32,6 +37,7 @@ void hyla_trainer_free(hyla_trainer *tr)
     if (tr->ex.tapes)
         hyla_executor_free(&tr->ex);
     hyla_adamw_free(&tr->opt);
+    hyla_host_store_close(tr->store);
     free(tr->grads);
     free(tr->replay_buf);
     memset(tr, 0, sizeof *tr);
@@ -40,7 +46,7 @@ void hyla_trainer_free(hyla_trainer *tr)
 size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
 {
     size_t nH = (size_t)tr->ex.n * (size_t)tr->model->cfg.hidden * sizeof(float);
-    return tr->ex.ckpt_bytes + tr->ex.work_bytes + 4 * hyla_align_up(nH);
+    return tr->ex.ckpt_bytes + tr->ex.work_bytes + tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1] + 4 * hyla_align_up(nH);
 }
 
 int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *stats)
@@ -52,6 +58,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
             return hyla_error_set(HYLA_ERR_ARG, "token id %d at batch position %lld is out of range [0, %lld)", tokens[i],
                                   (long long)i, (long long)cfg->vocab);
     double t0 = hyla_now();
+    if (tr->store)
+        hyla_host_store_stats_reset(tr->store);
     memset(tr->grads, 0, tr->model->table.total_floats * sizeof(float));
     int64_t labelled = A * B * (T - 1); /* next-token labels inside each sequence */
     float ce_scale = (float)(1.0 / (double)labelled);
@@ -83,6 +91,15 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     stats->grad_norm = hyla_adamw_step(&tr->opt, &tr->model->table, tr->model->w, tr->grads);
     stats->tokens = A * per;
     stats->seconds = hyla_now() - t0;
+    stats->offload_bytes = 0;
+    stats->copy_seconds = stats->copy_wait_seconds = 0;
+    if (tr->store) {
+        hyla_host_store_stats io;
+        hyla_host_store_stats_get(tr->store, &io);
+        stats->offload_bytes = io.bytes_written;
+        stats->copy_seconds = io.io_seconds;
+        stats->copy_wait_seconds = io.wait_seconds;
+    }
     return HYLA_OK;
 }
 

@@ -18,6 +18,8 @@ typedef struct {
     int64_t batch, seq, accum;
     hyla_adamw_config adamw;
     hyla_lr_schedule schedule;
+    const char *offload_store; /* host store path for offloaded checkpoints (NULL: anonymous temp file) */
+    size_t offload_limit;      /* its size limit in bytes (0: none) */
 } hyla_train_config;
 
 typedef struct {
@@ -25,6 +27,10 @@ typedef struct {
     double lr, grad_norm;
     int64_t tokens;         /* tokens processed this step (all micro-batches) */
     double seconds;
+    /* offload (zero without): bytes sent to the host store and read back, the I/O thread's copy
+     * time, and how long compute waited for copies; hidden = 1 - waited / copy time */
+    uint64_t offload_bytes;
+    double copy_seconds, copy_wait_seconds;
 } hyla_step_stats;
 
 typedef struct {
@@ -33,6 +39,7 @@ typedef struct {
     hyla_executor ex;
     hyla_adamw opt;
     float *grads;           /* [table.total_floats] */
+    hyla_host_store *store; /* owned; only when the policy offloads */
     /* router replay: micro-batch i of the run uses rows [r, r + batch*seq) of the file, r
      * advancing by batch*seq per micro-batch (replay_row), laid out [layers][rows][k]. */
     const struct hyla_routing_s *replay;
@@ -49,7 +56,8 @@ void hyla_trainer_free(hyla_trainer *tr);
 /* tokens: [accum, batch, seq]; token ids must be in range (checked). */
 int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *stats);
 
-/* Bytes of the step's activation arenas (checkpoint + work) and fixed step buffers. */
+/* Bytes of the step's device activation arenas (checkpoint + work + offload staging) and fixed
+ * step buffers. */
 size_t hyla_trainer_activation_bytes(const hyla_trainer *tr);
 
 #endif
