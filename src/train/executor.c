@@ -135,6 +135,12 @@ static int64_t aux_rows_dummy;
 
 static void sample_timeline(hyla_executor *ex)
 {
+    if (!ex->dry && ex->measure_cap && ex->n_measured < ex->measure_cap) {
+        int i = ex->n_measured++;
+        ex->measured_device[i] = ex->ckpt.used + ex->work.used + ex->xfer[0].used + ex->xfer[1].used;
+        ex->measured_host[i] = ex->host.used;
+        ex->measured_seconds[i] = hyla_now() - ex->measure_t0;
+    }
     if (!ex->dry || !ex->timeline || ex->n_timeline == ex->cap_timeline)
         return;
     ex->host_timeline[ex->n_timeline] = ex->host.used;
@@ -585,6 +591,8 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
         return hyla_error_set(HYLA_ERR_ARG, "policy '%s' offloads %zu bytes per step but no host store is attached",
                               ex->policy.name, ex->host_bytes);
     reset_state(ex);
+    ex->n_measured = 0;
+    ex->measure_t0 = hyla_now();
     embed_rows(ex, tokens);
     forward_units(ex, unit_marks, host_marks, &aux_rows);
     int64_t E = cfg->n_experts;
@@ -755,6 +763,22 @@ int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy
     return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0);
 }
 
+int hyla_executor_measure(hyla_executor *ex)
+{
+    if (ex->measure_cap)
+        return HYLA_OK;
+    int cap = 4; /* ops per step: the planning pass's count is not kept, so count them: forward + backward */
+    for (int l = 0; l < ex->m->cfg.n_layers; l++)
+        cap += 3 * ex->n_ops[l];
+    ex->measured_device = malloc((size_t)cap * sizeof(size_t));
+    ex->measured_host = malloc((size_t)cap * sizeof(size_t));
+    ex->measured_seconds = malloc((size_t)cap * sizeof(double));
+    if (!ex->measured_device || !ex->measured_host || !ex->measured_seconds)
+        return hyla_error_set(HYLA_ERR_NOMEM, "executor: cannot allocate the measurement buffers");
+    ex->measure_cap = cap;
+    return HYLA_OK;
+}
+
 int hyla_executor_attach_store(hyla_executor *ex, hyla_host_store *store)
 {
     ex->store = store;
@@ -799,5 +823,8 @@ void hyla_executor_free(hyla_executor *ex)
         free(ex->dcarry[i]);
     }
     free(ex->timeline);
+    free(ex->measured_device);
+    free(ex->measured_host);
+    free(ex->measured_seconds);
     memset(ex, 0, sizeof *ex);
 }

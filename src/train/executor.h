@@ -88,7 +88,16 @@ typedef struct {
     size_t *host_timeline; /* host-store bytes live at the same points */
     int n_timeline, cap_timeline;
     int plan_only;         /* hyla_executor_plan: nothing allocated beyond bookkeeping */
+    /* measured run (hyla_executor_measure): after each op of a real step, the device bytes in use,
+     * host bytes in use and seconds since the step began; [measure_cap] each, owned */
+    size_t *measured_device, *measured_host;
+    double *measured_seconds, measure_t0;
+    int n_measured, measure_cap;
 } hyla_executor;
+
+/* Record the next real step's live bytes and time after every op (measured_*; one sample per op,
+ * the same points as the plan's timeline). Allocates once, here, not in the step. */
+int hyla_executor_measure(hyla_executor *ex);
 
 /* Plan only (hyla plan): run the planning pass and fill ckpt_bytes, work_bytes, the per-name and
  * per-kind kept bytes and the timeline, allocating no activation memory. The model needs its
