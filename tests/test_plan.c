@@ -131,12 +131,14 @@ int main(int argc, char **argv)
         memset(&pc, 0, sizeof pc);
         pc.unit = HYLA_UNIT_LAYER, pc.batch = 2, pc.seq = 64, pc.devices = 1;
         pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
+        double lowest_no_host = 0;
+        for (int with_host = 0; with_host < 2; with_host++) {
         double prev = INFINITY, lowest = 0;
-        int steps = 0;
+        int steps = 0, offloading = 0;
         for (double budget = 60e6; budget > 1e6; budget *= 0.97) {
             hyla_plan p;
             hyla_plan_config a = pc;
-            if (hyla_auto_policy(&m, &a, budget, &p) != HYLA_OK) {
+            if (hyla_auto_policy(&m, &a, budget, with_host ? INFINITY : 0, &p) != HYLA_OK) {
                 CHECK(strstr(hyla_error_message(), "impossible") && strstr(hyla_error_message(), "least"),
                       "auto: unexpected error %s", hyla_error_message());
                 break;
@@ -152,12 +154,21 @@ int main(int argc, char **argv)
                       q.peak_bytes == p.peak_bytes,
                   "auto: the printed policy does not reproduce its plan (%s)", custom);
             hyla_plan_free(&q);
+            CHECK(with_host || p.host_bytes == 0, "auto: offloads with a host budget of 0");
+            offloading += p.host_bytes > 0;
             prev = lowest = p.peak_bytes;
             steps++;
             hyla_plan_free(&p);
         }
         CHECK(steps > 3, "auto: only %d feasible budgets in the sweep", steps);
-        printf("  auto: %d budgets from 60 MB down: peak monotone, lowest %.0f bytes; below it: clear error\n", steps, lowest);
+        printf("  auto (%s): %d budgets from 60 MB down: peak monotone, lowest %.0f bytes (%d offloading); below it: "
+               "clear error\n", with_host ? "device/offload/remat" : "device/remat", steps, lowest, offloading);
+        if (!with_host)
+            lowest_no_host = lowest;
+        else
+            CHECK(offloading > 0 && lowest < lowest_no_host, "auto: offload never chosen, or no lower minimum (%.0f vs %.0f)",
+                  lowest, lowest_no_host);
+        }
         hyla_model_free(&m);
     }
     printf("%s: %d configurations, %d failures\n", failures ? "FAIL" : "ok", n, failures);

@@ -1,4 +1,5 @@
 /* hyla plan CONFIG: a training step's memory, predicted without allocating it. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -97,7 +98,7 @@ int hyla_cmd_plan(int argc, char **argv)
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
     int64_t batch = 1, seq = 4096, devices = 1;
     int json = 0;
-    const char *svg = NULL, *budget_s = NULL;
+    const char *svg = NULL, *budget_s = NULL, *host_s = NULL;
     const hyla_opt opts[] = {
         {"--batch", OPT_INT, &batch, "N", "sequences per device (default 1)", 1, 1 << 20},
         {"--seq", OPT_INT, &seq, "N", "tokens per sequence (default 4096)", 2, 1 << 24},
@@ -112,6 +113,8 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
         {"--svg", OPT_STRING, &svg, "FILE", "draw the live-bytes timeline and per-checkpoint bars", 0, 0},
         {"--memory-budget", OPT_STRING, &budget_s, "SIZE", "with --remat auto: per-device budget, e.g. 40GB or 30GiB", 0, 0},
+        {"--host-budget", OPT_STRING, &host_s, "SIZE", "with --remat auto: host bytes offload may use (default: no "
+         "limit; 0: never offload)", 0, 0},
         {0},
     };
     const hyla_command_spec spec = {"plan", "CONFIG|DIR [options]",
@@ -130,7 +133,11 @@ int hyla_cmd_plan(int argc, char **argv)
     }
     pc.fsdp = !strcmp(shard, "fsdp");
     int is_auto = !strcmp(remat, "auto");
-    double budget = 0;
+    double budget = 0, host_budget = INFINITY;
+    if (host_s && strcmp(host_s, "0") && hyla_parse_size(host_s, &host_budget))
+        return hyla_cli_fail("plan");
+    if (host_s && !strcmp(host_s, "0"))
+        host_budget = 0;
     if (is_auto != !!budget_s) {
         fprintf(stderr, "hyla plan: --remat auto and --memory-budget go together\n");
         return 2;
@@ -157,7 +164,7 @@ int hyla_cmd_plan(int argc, char **argv)
         return hyla_cli_fail("plan");
     hyla_plan p;
     int rc = 0;
-    if (is_auto ? hyla_auto_policy(&m, &pc, budget, &p) : hyla_plan_compute(&m, &pc, &p)) {
+    if (is_auto ? hyla_auto_policy(&m, &pc, budget, host_budget, &p) : hyla_plan_compute(&m, &pc, &p)) {
         rc = hyla_cli_fail("plan");
     } else {
         if (is_auto) { /* reusable as --remat custom:... */

@@ -151,6 +151,11 @@ static int run(const train_args *a)
     hyla_train_config tc;
     memset(&tc, 0, sizeof tc);
     int rc = hyla_remat_unit_parse(a->unit, &tc.unit);
+    double limit = 0, host_budget = INFINITY; /* --remat auto may offload up to the store's limit */
+    if (rc == HYLA_OK && a->offload_limit && (rc = hyla_parse_size(a->offload_limit, &limit)) != HYLA_OK)
+        rc = hyla_error_set(rc, "--offload-limit: '%s' is not a size (e.g. 8GB, 512MiB)", a->offload_limit);
+    if (limit > 0)
+        host_budget = limit;
     if (rc == HYLA_OK && !strcmp(a->remat, "auto")) { /* the planner picks the policy for this step */
         hyla_plan_config pc;
         memset(&pc, 0, sizeof pc);
@@ -159,7 +164,7 @@ static int run(const train_args *a)
         double budget = 0;
         hyla_plan plan;
         if ((rc = hyla_parse_size(a->budget ? a->budget : "", &budget)) == HYLA_OK &&
-            (rc = hyla_auto_policy(&m, &pc, budget, &plan)) == HYLA_OK) {
+            (rc = hyla_auto_policy(&m, &pc, budget, host_budget, &plan)) == HYLA_OK) {
             char chosen[2048];
             hyla_policy_format(&pc.policy, chosen, sizeof chosen);
             printf("auto policy for %s (planned %.3f GB): custom:%s\n", a->budget, plan.peak_bytes / 1e9, chosen);
@@ -176,9 +181,6 @@ static int run(const train_args *a)
     tc.schedule.peak = a->lr, tc.schedule.min_lr = a->min_lr, tc.schedule.warmup = a->warmup;
     tc.schedule.total = a->steps, tc.schedule.decay_fraction = a->decay_fraction;
     tc.offload_store = a->offload_store;
-    double limit = 0;
-    if (rc == HYLA_OK && a->offload_limit && (rc = hyla_parse_size(a->offload_limit, &limit)) != HYLA_OK)
-        rc = hyla_error_set(rc, "--offload-limit: '%s' is not a size (e.g. 8GB, 512MiB)", a->offload_limit);
     tc.offload_limit = (size_t)limit;
     hyla_data data;
     memset(&data, 0, sizeof data);

@@ -44,21 +44,39 @@ static double flops_per_element(const hyla_config *c, hyla_ckpt_name n, int64_t 
 
 static int is_gemm(hyla_ckpt_name n) { return n != HYLA_CK_GDN_CONV && n != HYLA_CK_GDN_NORM && n != HYLA_CK_ATTENTION_OUT && n != HYLA_CK_FFN_INPUT; }
 
+/* Measured on the reference machine (2-core EPYC, fp32): projection GEMMs ~270 GFLOP/s in the
+ * training step, elementwise ops ~10 GFLOP/s; the host store (page cache through the I/O
+ * thread) moves a byte out and back in ~0.25 ns (`hyla train` reports copy times per step). */
+#define GEMM_FLOPS 270e9
+#define ELEMENTWISE_FLOPS 10e9
+#define HOST_ROUND_TRIP_S_PER_BYTE 0.25e-9
+
 typedef struct {
     hyla_ckpt_name name;
+    hyla_keep to;
     double seconds_per_byte;
-} candidate;
+} move;
 
-static int cmp_candidate(const void *a, const void *b)
+static int cmp_move(const void *a, const void *b)
 {
-    double x = ((const candidate *)a)->seconds_per_byte, y = ((const candidate *)b)->seconds_per_byte;
+    double x = ((const move *)a)->seconds_per_byte, y = ((const move *)b)->seconds_per_byte;
     return x < y ? -1 : x > y;
 }
 
-int hyla_auto_policy(const hyla_model *m, hyla_plan_config *pc, double budget, hyla_plan *out)
+/* Share of host copy time the step's compute cannot hide if `bytes` go to the host and back. */
+static double exposed_share(const hyla_model *m, const hyla_plan_config *pc, double bytes)
 {
-    /* measured speeds on the reference machine: projection GEMMs ~270 GFLOP/s, elementwise ~10 */
-    const double gemm_flops = 270e9, elementwise_flops = 10e9;
+    hyla_param_counts counts;
+    hyla_params_count(&m->table, &counts);
+    double tokens = (double)(pc->batch * pc->seq);
+    double compute = 6.0 * (double)(counts.active - counts.embedding) * tokens / GEMM_FLOPS;
+    double copies = bytes * HOST_ROUND_TRIP_S_PER_BYTE;
+    double share = copies > compute ? 1.0 - compute / copies : 0.0;
+    return share > 0.05 ? share : 0.05;
+}
+
+int hyla_auto_policy(const hyla_model *m, hyla_plan_config *pc, double budget, double host_budget, hyla_plan *out)
+{
     hyla_policy p;
     memset(&p, 0, sizeof p);
     snprintf(p.name, sizeof p.name, "auto");
@@ -67,28 +85,37 @@ int hyla_auto_policy(const hyla_model *m, hyla_plan_config *pc, double budget, h
     pc->policy = p;
     hyla_plan plan;
     HYLA_TRY(hyla_plan_compute(m, pc, &plan));
-    candidate cand[HYLA_CK__COUNT];
+    double all_bytes = 0;
+    for (int c = 0; c < HYLA_CK__COUNT; c++)
+        all_bytes += plan.by_name[c];
+    double offload_cost = HOST_ROUND_TRIP_S_PER_BYTE * exposed_share(m, pc, all_bytes);
+    move moves[2 * HYLA_CK__COUNT];
     int n = 0;
-    for (int c = 1; c < HYLA_CK__COUNT; c++) { /* decoder_layer_input is the remat boundary */
+    for (int c = 0; c < HYLA_CK__COUNT; c++) {
         if (plan.by_name[c] <= 0)
             continue;
-        double fpe = flops_per_element(&m->cfg, (hyla_ckpt_name)c, pc->seq);
-        double speed = is_gemm((hyla_ckpt_name)c) ? gemm_flops : elementwise_flops;
-        cand[n].name = (hyla_ckpt_name)c;
-        cand[n].seconds_per_byte = fpe / 4.0 / speed; /* per fp32 element = 4 bytes */
-        n++;
+        if (c != HYLA_CK_DECODER_LAYER_INPUT) { /* the remat boundary itself cannot be recomputed */
+            double fpe = flops_per_element(&m->cfg, (hyla_ckpt_name)c, pc->seq);
+            double speed = is_gemm((hyla_ckpt_name)c) ? GEMM_FLOPS : ELEMENTWISE_FLOPS;
+            moves[n++] = (move){(hyla_ckpt_name)c, HYLA_KEEP_REMAT, fpe / 4.0 / speed}; /* fp32: 4 bytes */
+        }
+        if (host_budget > 0)
+            moves[n++] = (move){(hyla_ckpt_name)c, HYLA_KEEP_OFFLOAD, offload_cost};
     }
-    qsort(cand, (size_t)n, sizeof *cand, cmp_candidate);
+    qsort(moves, (size_t)n, sizeof *moves, cmp_move);
     for (int i = 0; i < n && plan.peak_bytes > budget; i++) {
+        hyla_keep now = pc->policy.where[moves[i].name];
+        if (now == HYLA_KEEP_REMAT || (now == HYLA_KEEP_OFFLOAD && moves[i].to == HYLA_KEEP_OFFLOAD))
+            continue;
         hyla_plan_config trial = *pc;
-        trial.policy.where[cand[i].name] = HYLA_KEEP_REMAT;
+        trial.policy.where[moves[i].name] = moves[i].to;
         hyla_plan next;
         int st = hyla_plan_compute(m, &trial, &next);
         if (st) {
             hyla_plan_free(&plan);
             return st;
         }
-        if (next.peak_bytes < plan.peak_bytes) { /* keep the step only if it lowers the peak */
+        if (next.peak_bytes < plan.peak_bytes && next.host_bytes <= host_budget) { /* keep only useful moves */
             hyla_plan_free(&plan);
             plan = next;
             *pc = trial;
@@ -100,7 +127,7 @@ int hyla_auto_policy(const hyla_model *m, hyla_plan_config *pc, double budget, h
         double minimum = plan.peak_bytes;
         hyla_plan_free(&plan);
         return hyla_error_set(HYLA_ERR_ARG, "memory budget %.4g GB is impossible: the least this step needs is %.4g GB "
-                              "(every checkpoint rematerialised)", budget / 1e9, minimum / 1e9);
+                              "(every checkpoint rematerialised or offloaded)", budget / 1e9, minimum / 1e9);
     }
     *out = plan;
     return HYLA_OK;
