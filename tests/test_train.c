@@ -30,6 +30,7 @@
 #include "io/fileio.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/plan.h"
 #include "train/trainer.h"
 
 #include "check.h"
@@ -310,6 +311,77 @@ static void check_resume(const char *cases)
     hyla_remove_tree(ck);
 }
 
+/* Per-layer updates (AdamW applied to each layer as soon as its gradients are complete) give
+ * weights and moments BIT-IDENTICAL to one update after the whole backward (clipping off; each
+ * element's update reads only its own gradient), for every remat unit and with offload, and
+ * hold less gradient memory: the head plus one unit's window instead of the whole table. Bad
+ * combinations (accumulation, clipping) are refused with a clear error. */
+static void check_update_per_layer(const char *cases)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/next_moe_8l", cases);
+    const char *policies[] = {"minimal", "full", "minimal_offloaded"};
+    for (int unit = 0; unit < 3; unit++) {
+        hyla_model a, b;
+        CHECK(hyla_model_load(&a, dir) == HYLA_OK && hyla_model_load(&b, dir) == HYLA_OK, "%s", hyla_error_message());
+        hyla_train_config tc;
+        memset(&tc, 0, sizeof tc);
+        hyla_policy_parse(&tc.policy, policies[unit]);
+        tc.unit = (hyla_remat_unit)unit, tc.batch = 2, tc.seq = 24, tc.accum = 1;
+        tc.adamw = (hyla_adamw_config){1e-2, 0.9, 0.95, 1e-8, 0.1, 0.0};
+        tc.schedule = (hyla_lr_schedule){HYLA_SCHED_COSINE, 1e-2, 1e-3, 2, 6, 0};
+        hyla_trainer ta, tb;
+        CHECK(hyla_trainer_init(&ta, &a, &tc) == HYLA_OK, "%s", hyla_error_message());
+        tc.update_per_layer = 1;
+        CHECK(hyla_trainer_init(&tb, &b, &tc) == HYLA_OK, "per-layer: %s", hyla_error_message());
+        hyla_data d;
+        hyla_data_open_synthetic(&d, 7, a.cfg.vocab);
+        int32_t tokens[2 * 24];
+        for (int step = 0; step < 4; step++) {
+            hyla_step_stats sa, sb;
+            hyla_data_next(&d, tokens, 2, 24);
+            CHECK(hyla_trainer_step(&ta, tokens, &sa) == HYLA_OK && hyla_trainer_step(&tb, tokens, &sb) == HYLA_OK,
+                  "step: %s", hyla_error_message());
+            CHECK(sa.loss == sb.loss, "per-layer %s step %d: loss %.9g != %.9g", policies[unit], step, sb.loss, sa.loss);
+            /* the norm is summed in another order: equal to rounding (relative 1e-12 in double) */
+            CHECK(fabs(sa.grad_norm - sb.grad_norm) <= 1e-12 * sa.grad_norm, "per-layer: grad norm %.17g vs %.17g",
+                  sb.grad_norm, sa.grad_norm);
+        }
+        size_t n = a.table.total_floats * sizeof(float);
+        CHECK(!memcmp(a.w, b.w, n) && !memcmp(ta.opt.m, tb.opt.m, n) && !memcmp(ta.opt.v, tb.opt.v, n),
+              "per-layer %s/%s: weights or moments not bit-identical to whole-step updates", policies[unit],
+              hyla_remat_unit_name(tc.unit));
+        size_t ga = hyla_trainer_gradient_bytes(&ta), gb = hyla_trainer_gradient_bytes(&tb);
+        CHECK(gb < ga, "per-layer: gradient bytes %zu not below %zu", gb, ga);
+        hyla_plan_config pc = {.batch = 2, .seq = 24, .devices = 1, .policy = tc.policy, .unit = tc.unit,
+                               .update_per_layer = 1, .param_bytes = 4, .grad_bytes = 4, .opt_bytes = 4, .act_bytes = 4};
+        hyla_plan plan;
+        CHECK(hyla_plan_compute(&b, &pc, &plan) == HYLA_OK && plan.grad_bytes == (double)gb,
+              "per-layer: planned gradient bytes %.0f != the trainer's %zu", plan.grad_bytes, gb);
+        hyla_plan_free(&plan);
+        printf("  per-layer updates, %s / %s: 4 steps bit-identical; gradient memory %zu -> %zu bytes (%.0f%%)\n",
+               policies[unit], hyla_remat_unit_name(tc.unit), ga, gb, 100.0 * gb / ga);
+        hyla_trainer_free(&ta);
+        hyla_trainer_free(&tb);
+        hyla_model_free(&a);
+        hyla_model_free(&b);
+    }
+    hyla_model m;
+    CHECK(hyla_model_load(&m, dir) == HYLA_OK, "%s", hyla_error_message());
+    hyla_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    hyla_policy_parse(&tc.policy, "full");
+    tc.batch = 1, tc.seq = 8, tc.accum = 1, tc.update_per_layer = 1;
+    tc.adamw = (hyla_adamw_config){1e-2, 0.9, 0.95, 1e-8, 0.1, 1.0};
+    hyla_trainer t;
+    CHECK(hyla_trainer_init(&t, &m, &tc) == HYLA_ERR_ARG && strstr(hyla_error_message(), "--clip 0"),
+          "per-layer updates with clipping accepted (%s)", hyla_error_message());
+    tc.adamw.clip = 0, tc.accum = 2;
+    CHECK(hyla_trainer_init(&t, &m, &tc) == HYLA_ERR_ARG && strstr(hyla_error_message(), "--accum 1"),
+          "per-layer updates with accumulation accepted (%s)", hyla_error_message());
+    hyla_model_free(&m);
+}
+
 int main(int argc, char **argv)
 {
     const char *cases = argc > 1 ? argv[1] : "build/cases";
@@ -317,6 +389,7 @@ int main(int argc, char **argv)
     check_reference_run(cases, "q35_dense");
     check_reference_run(cases, "next_moe_8l");
     check_resume(cases);
+    check_update_per_layer(cases);
     printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
 }

@@ -97,7 +97,7 @@ int hyla_cmd_plan(int argc, char **argv)
 {
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
     int64_t batch = 1, seq = 4096, devices = 1;
-    int json = 0;
+    int json = 0, per_layer = 0;
     const char *svg = NULL, *budget_s = NULL, *host_s = NULL;
     const hyla_opt opts[] = {
         {"--batch", OPT_INT, &batch, "N", "sequences per device (default 1)", 1, 1 << 20},
@@ -111,6 +111,8 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--opt-dtype", OPT_STRING, &od, "f32|bf16", "AdamW moment storage (default f32)", 0, 0},
         {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activation storage (default f32, what hyla runs)", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
+        {"--update-per-layer", OPT_FLAG, &per_layer, NULL, "optimizer updates each layer during backward (gradients of "
+         "one remat unit at a time)", 0, 0},
         {"--svg", OPT_STRING, &svg, "FILE", "draw the live-bytes timeline and per-checkpoint bars", 0, 0},
         {"--memory-budget", OPT_STRING, &budget_s, "SIZE", "with --remat auto: per-device budget, e.g. 40GB or 30GiB", 0, 0},
         {"--host-budget", OPT_STRING, &host_s, "SIZE", "with --remat auto: host bytes offload may use (default: no "
@@ -132,6 +134,7 @@ int hyla_cmd_plan(int argc, char **argv)
         return 2;
     }
     pc.fsdp = !strcmp(shard, "fsdp");
+    pc.update_per_layer = per_layer;
     int is_auto = !strcmp(remat, "auto");
     double budget = 0, host_budget = INFINITY;
     if (host_s && strcmp(host_s, "0") && hyla_parse_size(host_s, &host_budget))

@@ -19,7 +19,7 @@
 typedef struct {
     const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
     const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit;
-    int synthetic;
+    int synthetic, update_per_layer;
     int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens;
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
 } train_args;
@@ -72,7 +72,7 @@ static void print_memory(const hyla_trainer *tr, const hyla_model *m)
     size_t staging = tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1];
     printf("memory: parameters %.1f MiB, gradients %.1f MiB, AdamW moments %.1f MiB; activations (policy %s, unit %s): "
            "checkpoints %.2f MiB + working set %.2f MiB + carries %.2f MiB",
-           params / mib, params / mib, 2 * params / mib, tr->cfg.policy.name, hyla_remat_unit_name(tr->cfg.unit),
+           params / mib, hyla_trainer_gradient_bytes(tr) / mib, 2 * params / mib, tr->cfg.policy.name, hyla_remat_unit_name(tr->cfg.unit),
            tr->ex.ckpt_bytes / mib, tr->ex.work_bytes / mib,
            (hyla_trainer_activation_bytes(tr) - tr->ex.ckpt_bytes - tr->ex.work_bytes - staging) / mib);
     if (tr->store)
@@ -159,7 +159,7 @@ static int run(const train_args *a)
     if (rc == HYLA_OK && !strcmp(a->remat, "auto")) { /* the planner picks the policy for this step */
         hyla_plan_config pc;
         memset(&pc, 0, sizeof pc);
-        pc.batch = a->batch, pc.seq = a->seq, pc.devices = 1, pc.unit = tc.unit;
+        pc.batch = a->batch, pc.seq = a->seq, pc.devices = 1, pc.unit = tc.unit, pc.update_per_layer = a->update_per_layer;
         pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
         double budget = 0;
         hyla_plan plan;
@@ -182,6 +182,7 @@ static int run(const train_args *a)
     tc.schedule.total = a->steps, tc.schedule.decay_fraction = a->decay_fraction;
     tc.offload_store = a->offload_store;
     tc.offload_limit = (size_t)limit;
+    tc.update_per_layer = a->update_per_layer;
     hyla_data data;
     memset(&data, 0, sizeof data);
     if (rc == HYLA_OK)
@@ -295,6 +296,8 @@ int hyla_cmd_train(int argc, char **argv)
         {"--remat-unit", OPT_STRING, &a.unit, "UNIT", "layer (default), block or part", 0, 0},
         {"--offload-store", OPT_STRING, &a.offload_store, "PATH", "host store file for offloaded checkpoints (must not "
          "exist; default: an anonymous file in $TMPDIR)", 0, 0},
+        {"--update-per-layer", OPT_FLAG, &a.update_per_layer, NULL, "apply AdamW to each layer as soon as its "
+         "gradients are complete (needs --accum 1 --clip 0; gradients of one remat unit at a time)", 0, 0},
         {"--offload-limit", OPT_STRING, &a.offload_limit, "SIZE", "host store size limit (default: none)", 0, 0},
         {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
         {"--save", OPT_STRING, &a.save, "DIR", "checkpoint directory (written at the end and every --save-every)", 0, 0},

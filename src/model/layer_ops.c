@@ -87,7 +87,7 @@ const float *hyla_op_w(const hyla_op_ctx *c, hyla_role role) { return hyla_model
 float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role)
 {
     int i = hyla_param_find(&c->m->table, role, c->layer);
-    return c->grads + c->m->table.params[i].offset;
+    return c->grads + (c->m->table.params[i].offset - c->grad_base);
 }
 
 void hyla_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,

@@ -80,7 +80,8 @@ typedef struct {
 /* Everything an op needs besides the tape. */
 typedef struct {
     const hyla_model *m;
-    float *grads;            /* parameter gradients (table layout), NULL in inference */
+    float *grads;            /* parameter gradients (table layout from offset grad_base), NULL in inference */
+    size_t grad_base;        /* table offset of grads[0]: 0, or a window's first offset (per-layer updates) */
     int layer;
     int64_t B, T, n;         /* n = B*T rows */
     const int64_t *pos;      /* [n] */

@@ -46,7 +46,7 @@ static int add_param(builder *b, hyla_role role, int layer, int ndim, int64_t d0
     p->shape[2] = ndim > 2 ? d2 : 1;
     p->numel = p->shape[0] * p->shape[1] * p->shape[2];
     p->offset = t->total_floats;
-    t->total_floats += (size_t)((p->numel + 15) & ~(int64_t)15); /* 64-byte aligned */
+    t->total_floats += hyla_param_span(p);
     p->no_decay = ndim == 1 || role == HYLA_P_GDN_CONV || role == HYLA_P_SHARED_EXPERT_GATE;
     t->index[layer < 0 ? t->cfg.n_layers : layer][role] = t->n_params;
     return t->n_params++;

@@ -60,6 +60,9 @@ typedef struct {
     int no_decay;       /* norms, biases, gate scalars: excluded from weight decay */
 } hyla_param;
 
+/* Floats a parameter occupies in the table: numel padded to 16 (64-byte aligned offsets). */
+static inline size_t hyla_param_span(const hyla_param *p) { return (size_t)((p->numel + 15) & ~(int64_t)15); }
+
 typedef struct {
     char name[112];     /* HF tensor name */
     int ndim;

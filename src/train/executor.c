@@ -118,6 +118,10 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
     c.aux_psum = ex->aux_psum;
     c.aux_dprob = ex->aux_dprob;
     c.recompute = recompute;
+    if (grads && ex->updates) { /* this unit's layers' gradients live in the window */
+        c.grads = ex->updates->window;
+        c.grad_base = ex->window_lo;
+    }
     if (ex->m->cfg.layer_is_moe[l]) {
         size_t slice = (size_t)ex->moe_index[l] * (size_t)(ex->n * ex->m->cfg.top_k);
         c.replay = ex->replay ? ex->replay + slice : NULL;
@@ -391,7 +395,11 @@ static float *param_grad(const hyla_executor *ex, float *grads, hyla_role role)
 {
     if (role == HYLA_P_LM_HEAD && ex->m->cfg.tie_word_embeddings)
         role = HYLA_P_EMBED;
-    return grads + ex->m->table.params[hyla_param_find(&ex->m->table, role, -1)].offset;
+    size_t off = ex->m->table.params[hyla_param_find(&ex->m->table, role, -1)].offset;
+    if (!ex->updates)
+        return grads + off;
+    size_t lo = ex->layer_lo[0], hi = ex->layer_hi[ex->m->cfg.n_layers - 1]; /* compact head */
+    return ex->updates->head + (off < lo ? off : lo + (off - hi));
 }
 
 static void loss_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
@@ -616,6 +624,11 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
         activate_unit(ex, u);
         if (ex->io_status != HYLA_OK)
             break; /* its checkpoints did not come back: stop before using them */
+        const hyla_unit *un = &ex->units[u];
+        if (ex->updates && !ex->dry && un->op1 == ex->n_ops[un->layer1]) { /* first unit touching its layers */
+            ex->window_lo = ex->layer_lo[un->layer0];
+            memset(ex->updates->window, 0, (ex->layer_hi[un->layer1] - ex->window_lo) * sizeof(float));
+        }
         size_t wmark = hyla_arena_mark(&ex->work);
         backward_unit(ex, u, grads, cur);
         hyla_arena_reset_to(&ex->work, wmark);
@@ -623,6 +636,14 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
         hyla_arena_reset_to(&ex->host, host_marks[u]);
         forget_unit(ex, u);
         prefetch_unit(ex, u - 2);
+        if (ex->updates && !ex->dry && un->op0 == 0) { /* its layers' gradients are complete */
+            int st = ex->updates->apply(ex->updates->ctx, un->layer0, un->layer1, ex->updates->window, ex->window_lo);
+            if (st != HYLA_OK) {
+                if (ex->store)
+                    hyla_host_store_drain(ex->store);
+                return st;
+            }
+        }
         cur = 1 - cur;
     }
     if (ex->store && !ex->dry)
@@ -763,6 +784,65 @@ int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy
     return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0);
 }
 
+int hyla_layer_ranges(const hyla_param_table *t, size_t *lo, size_t *hi)
+{
+    int L = t->cfg.n_layers;
+    for (int l = 0; l < L; l++)
+        lo[l] = SIZE_MAX, hi[l] = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        const hyla_param *p = &t->params[i];
+        if (p->layer < 0)
+            continue;
+        size_t end = p->offset + hyla_param_span(p);
+        lo[p->layer] = p->offset < lo[p->layer] ? p->offset : lo[p->layer];
+        hi[p->layer] = end > hi[p->layer] ? end : hi[p->layer];
+    }
+    for (int l = 0; l < L; l++) /* contiguous and in order: layer l ends where layer l + 1 begins */
+        if (lo[l] == SIZE_MAX || (l + 1 < L && hi[l] != lo[l + 1]))
+            return hyla_error_set(HYLA_ERR_MODEL, "parameter table: layer %d's parameters are not contiguous", l);
+    for (int i = 0; i < t->n_params; i++) /* nothing else inside the layers' span */
+        if (t->params[i].layer < 0 && t->params[i].offset >= lo[0] && t->params[i].offset < hi[L - 1])
+            return hyla_error_set(HYLA_ERR_MODEL, "parameter table: a non-layer parameter sits between layers");
+    return HYLA_OK;
+}
+
+size_t hyla_grad_head_floats(const hyla_param_table *t)
+{
+    size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS];
+    if (hyla_layer_ranges(t, lo, hi))
+        return t->total_floats;
+    return t->total_floats - (hi[t->cfg.n_layers - 1] - lo[0]);
+}
+
+size_t hyla_executor_window_floats(const hyla_executor *ex)
+{
+    size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS], best = 0;
+    if (hyla_layer_ranges(&ex->m->table, lo, hi))
+        return ex->m->table.total_floats;
+    for (int u = 0; u < ex->n_units; u++) {
+        size_t w = hi[ex->units[u].layer1] - lo[ex->units[u].layer0];
+        best = w > best ? w : best;
+    }
+    return best;
+}
+
+int hyla_executor_update_per_layer(hyla_executor *ex, const hyla_layer_updates *u)
+{
+    ex->updates = NULL;
+    if (!u)
+        return HYLA_OK;
+    int L = ex->m->cfg.n_layers;
+    if (!ex->layer_lo) {
+        ex->layer_lo = malloc((size_t)L * sizeof(size_t));
+        ex->layer_hi = malloc((size_t)L * sizeof(size_t));
+        if (!ex->layer_lo || !ex->layer_hi)
+            return hyla_error_set(HYLA_ERR_NOMEM, "executor: out of memory");
+    }
+    HYLA_TRY(hyla_layer_ranges(&ex->m->table, ex->layer_lo, ex->layer_hi));
+    ex->updates = u;
+    return HYLA_OK;
+}
+
 int hyla_executor_measure(hyla_executor *ex)
 {
     if (ex->measure_cap)
@@ -823,6 +903,8 @@ void hyla_executor_free(hyla_executor *ex)
         free(ex->dcarry[i]);
     }
     free(ex->timeline);
+    free(ex->layer_lo);
+    free(ex->layer_hi);
     free(ex->measured_device);
     free(ex->measured_host);
     free(ex->measured_seconds);

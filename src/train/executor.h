@@ -67,6 +67,9 @@ typedef struct {
     hyla_host_store *store; /* not owned; needed when host_bytes > 0 */
     hyla_xfer_ticket write_ticket[2], read_ticket[2];
     int io_status;         /* first host store error of the step */
+    const struct hyla_layer_updates_s *updates; /* per-layer updates, or NULL */
+    size_t *layer_lo, *layer_hi;       /* [n_layers] table ranges (per-layer updates) */
+    size_t window_lo;                  /* table offset of updates->window[0] in the current unit */
     hyla_tape *tapes;      /* [n_layers] forward slots */
     float *carry[2];       /* [n,H] forward carries for non-kept layer inputs */
     float *dcarry[2];      /* [n,H] activation gradients crossing unit boundaries */
@@ -110,6 +113,28 @@ int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy
 int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                        int64_t B, int64_t T, hyla_delta_mode mode, int forward_only);
 void hyla_executor_free(hyla_executor *ex);
+/* Per-layer updates (optional, hyla_executor_update_per_layer): decoder-layer gradients go to
+ * `window`, which holds one remat unit's layers (table offsets [lo, hi) of those layers, stored
+ * from window[0]); after each unit's backward, apply(ctx, layer0, layer1, window, lo) consumes
+ * them (the optimizer updates those layers) and the window is reused. The embedding, final norm
+ * and lm_head gradients go to `head`, compact: table offsets [0, layers_lo) then
+ * [layers_hi, total) (hyla_grad_head_floats). The step's `grads` argument is then ignored except
+ * for being non-NULL. */
+typedef struct hyla_layer_updates_s {
+    float *head, *window;
+    int (*apply)(void *ctx, int layer0, int layer1, const float *window, size_t lo);
+    void *ctx;
+} hyla_layer_updates;
+
+/* Table offsets of the decoder layers' parameters: layer l owns [lo[l], hi[l]) (contiguous,
+ * layers in order); HYLA_ERR_MODEL if the table is not laid out that way. */
+int hyla_layer_ranges(const hyla_param_table *t, size_t *lo, size_t *hi);
+/* Floats of the compact head (non-layer parameters) and of the largest unit's window. */
+size_t hyla_grad_head_floats(const hyla_param_table *t);
+size_t hyla_executor_window_floats(const hyla_executor *ex);
+/* Route gradients through u (not owned; NULL: back to whole-table gradients). */
+int hyla_executor_update_per_layer(hyla_executor *ex, const hyla_layer_updates *u);
+
 /* Use `store` (not owned) as the host tier; reserves the planned host bytes in it (a store too
  * small is an error naming it and both sizes). */
 int hyla_executor_attach_store(hyla_executor *ex, hyla_host_store *store);

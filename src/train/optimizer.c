@@ -38,29 +38,49 @@ double hyla_grad_norm(const hyla_param_table *t, const float *grads)
     return sqrt(ss);
 }
 
+void hyla_adamw_begin(hyla_adamw *opt)
+{
+    opt->step++;
+    opt->bc1 = 1.0 - pow(opt->cfg.beta1, (double)opt->step);
+    opt->bc2 = 1.0 - pow(opt->cfg.beta2, (double)opt->step);
+}
+
+/* One parameter's update with gradient g scaled by `scale`. */
+static void update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double scale)
+{
+    const hyla_adamw_config *c = &opt->cfg;
+    float *w = weights + p->offset, *m = opt->m + p->offset, *v = opt->v + p->offset;
+    double decay = p->ndim >= 2 ? c->weight_decay : 0.0;
+    float wd_factor = (float)(1.0 - c->lr * decay);
+    float b1 = (float)c->beta1, b2 = (float)c->beta2, lr = (float)c->lr, eps = (float)c->eps;
+    float s = (float)scale, rbc1 = (float)(1.0 / opt->bc1), rbc2 = (float)(1.0 / opt->bc2);
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < p->numel; j++) {
+        float gj = g[j] * s;
+        m[j] = b1 * m[j] + (1.0f - b1) * gj;
+        v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
+        float mhat = m[j] * rbc1, vhat = v[j] * rbc2;
+        w[j] = w[j] * wd_factor - lr * mhat / (sqrtf(vhat) + eps);
+    }
+}
+
+double hyla_adamw_update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g)
+{
+    double ss = 0.0;
+    for (int64_t j = 0; j < p->numel; j++)
+        ss += (double)g[j] * (double)g[j];
+    update_param(opt, p, weights, g, 1.0);
+    return ss;
+}
+
 double hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, float *grads)
 {
     const hyla_adamw_config *c = &opt->cfg;
     double norm = hyla_grad_norm(t, grads);
     double scale = (c->clip > 0 && norm > c->clip) ? c->clip / (norm + 1e-6) : 1.0;
-    opt->step++;
-    double bc1 = 1.0 - pow(c->beta1, (double)opt->step), bc2 = 1.0 - pow(c->beta2, (double)opt->step);
-    for (int i = 0; i < t->n_params; i++) {
-        const hyla_param *p = &t->params[i];
-        float *w = weights + p->offset, *g = grads + p->offset, *m = opt->m + p->offset, *v = opt->v + p->offset;
-        double decay = p->ndim >= 2 ? c->weight_decay : 0.0;
-        float wd_factor = (float)(1.0 - c->lr * decay);
-        float b1 = (float)c->beta1, b2 = (float)c->beta2, lr = (float)c->lr, eps = (float)c->eps;
-        float s = (float)scale, rbc1 = (float)(1.0 / bc1), rbc2 = (float)(1.0 / bc2);
-#pragma omp parallel for schedule(static)
-        for (int64_t j = 0; j < p->numel; j++) {
-            float gj = g[j] * s;
-            m[j] = b1 * m[j] + (1.0f - b1) * gj;
-            v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
-            float mhat = m[j] * rbc1, vhat = v[j] * rbc2;
-            w[j] = w[j] * wd_factor - lr * mhat / (sqrtf(vhat) + eps);
-        }
-    }
+    hyla_adamw_begin(opt);
+    for (int i = 0; i < t->n_params; i++)
+        update_param(opt, &t->params[i], weights, grads + t->params[i].offset, scale);
     return norm;
 }
 

@@ -21,6 +21,7 @@ typedef struct {
     int64_t step;         /* completed updates */
     float *m, *v;         /* [table.total_floats] first and second moments, owned */
     size_t n_floats;
+    double bc1, bc2;      /* bias corrections of the current step (hyla_adamw_begin) */
 } hyla_adamw;
 
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats);
@@ -32,6 +33,13 @@ double hyla_grad_norm(const hyla_param_table *t, const float *grads);
 /* Clip (if cfg.clip > 0 and norm > clip: scale by clip / (norm + 1e-6)) and apply one AdamW
  * update with learning rate opt->cfg.lr. Returns the pre-clip norm. */
 double hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, float *grads);
+
+/* The same update in pieces, for per-layer updates during backward (no clipping: a global
+ * norm needs every gradient first): hyla_adamw_begin once per step, then
+ * hyla_adamw_update_param once per parameter with its gradient g [p->numel]; returns the sum
+ * of squares of g. Bit-identical to hyla_adamw_step with clipping off. */
+void hyla_adamw_begin(hyla_adamw *opt);
+double hyla_adamw_update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g);
 
 typedef enum { HYLA_SCHED_COSINE = 0, HYLA_SCHED_WSD = 1, HYLA_SCHED_CONSTANT = 2 } hyla_schedule_kind;
 

@@ -35,6 +35,7 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
 
     hyla_executor ex;
     HYLA_TRY(hyla_executor_plan(&ex, m, &pc->policy, pc->unit, pc->batch, pc->seq));
+    size_t window = hyla_executor_window_floats(&ex);
     double scale = pc->act_bytes / 4.0;
     out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;
     out->work_bytes = (double)ex.work_bytes * scale;
@@ -63,8 +64,14 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     }
     int64_t layer = largest_layer_params(&m->table);
     /* gradients live for the whole backward (sharded), plus one layer's full gradient before
-     * it is reduce-scattered; FSDP gathers one layer's weights whole as a transient */
-    out->grad_bytes = (double)counts.total * pc->grad_bytes / shard + (pc->fsdp && pc->devices > 1 ? (double)layer * pc->grad_bytes : 0);
+     * it is reduce-scattered; FSDP gathers one layer's weights whole as a transient. With
+     * per-layer updates only the non-layer parameters' gradients (sharded) and one remat unit's
+     * layer gradients (whole, as the trainer allocates them) exist. */
+    if (pc->update_per_layer)
+        out->grad_bytes = (double)hyla_grad_head_floats(&m->table) * pc->grad_bytes / shard + (double)window * pc->grad_bytes;
+    else
+        out->grad_bytes = (double)counts.total * pc->grad_bytes / shard +
+                          (pc->fsdp && pc->devices > 1 ? (double)layer * pc->grad_bytes : 0);
     out->gathered_bytes = pc->fsdp && pc->devices > 1 ? (double)layer * pc->param_bytes : 0;
     out->temp_bytes = out->checkpoint_bytes + out->work_bytes + out->staging_bytes + out->carry_bytes + out->grad_bytes +
                       out->gathered_bytes;

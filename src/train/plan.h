@@ -20,6 +20,7 @@ typedef struct {
     hyla_policy policy;
     hyla_remat_unit unit;
     int fsdp;                       /* shard parameters / gradients / moments over devices */
+    int update_per_layer;           /* optimizer applied per layer in backward: gradients of one unit live at once */
     double param_bytes, grad_bytes, opt_bytes, act_bytes; /* per element */
 } hyla_plan_config;
 

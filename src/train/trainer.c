@@ -8,6 +8,48 @@
 #include "core/profile.h"
 #include "infer/routing.h"
 
+/* update_per_layer: AdamW on layers [layer0, layer1] with their gradients in the window. */
+static int apply_layers(void *ctx, int layer0, int layer1, const float *window, size_t lo)
+{
+    hyla_trainer *tr = ctx;
+    const hyla_param_table *t = &tr->model->table;
+    for (int i = 0; i < t->n_params; i++)
+        if (t->params[i].layer >= layer0 && t->params[i].layer <= layer1)
+            tr->step_sumsq += hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w, window + (t->params[i].offset - lo));
+    return HYLA_OK;
+}
+
+/* update_per_layer: AdamW on the embedding, final norm and lm_head (compact head gradients). */
+static void apply_head(hyla_trainer *tr)
+{
+    const hyla_param_table *t = &tr->model->table;
+    size_t lo = tr->ex.layer_lo[0], hi = tr->ex.layer_hi[t->cfg.n_layers - 1];
+    for (int i = 0; i < t->n_params; i++) {
+        size_t off = t->params[i].offset;
+        if (t->params[i].layer < 0)
+            tr->step_sumsq += hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w,
+                                                      tr->grads + (off < lo ? off : lo + (off - hi)));
+    }
+}
+
+static int alloc_gradients(hyla_trainer *tr)
+{
+    const hyla_param_table *t = &tr->model->table;
+    size_t head = t->total_floats, window = 0;
+    if (tr->cfg.update_per_layer) {
+        head = hyla_grad_head_floats(t);
+        window = hyla_executor_window_floats(&tr->ex);
+        tr->grad_window = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
+        tr->updates = (hyla_layer_updates){NULL, tr->grad_window, apply_layers, tr};
+    }
+    tr->grads = aligned_alloc(64, hyla_align_up((head ? head : 1) * sizeof(float)));
+    tr->updates.head = tr->grads;
+    tr->grad_floats = head + window;
+    if (!tr->grads || (window && !tr->grad_window))
+        return hyla_error_set(HYLA_ERR_NOMEM, "train: cannot allocate %zu gradient floats", head + window);
+    return tr->cfg.update_per_layer ? hyla_executor_update_per_layer(&tr->ex, &tr->updates) : HYLA_OK;
+}
+
 int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_config *cfg)
 {
     memset(tr, 0, sizeof *tr);
@@ -15,13 +57,15 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     tr->cfg = *cfg;
     if (cfg->batch < 1 || cfg->seq < 2 || cfg->accum < 1)
         return hyla_error_set(HYLA_ERR_ARG, "train: need batch >= 1, seq >= 2, accum >= 1");
+    if (cfg->update_per_layer && (cfg->accum != 1 || cfg->adamw.clip > 0))
+        return hyla_error_set(HYLA_ERR_ARG, "per-layer updates need --accum 1 and --clip 0 (accumulation and global-norm "
+                              "clipping need every gradient before the first update)");
     size_t n = model->table.total_floats;
-    tr->grads = aligned_alloc(64, hyla_align_up(n * sizeof(float)));
-    if (!tr->grads)
-        return hyla_error_set(HYLA_ERR_NOMEM, "train: cannot allocate %zu gradient floats", n);
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
     if (st == HYLA_OK)
         st = hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
+    if (st == HYLA_OK)
+        st = alloc_gradients(tr);
     if (st == HYLA_OK && tr->ex.host_bytes) {
         st = hyla_host_store_open(&tr->store, cfg->offload_store, cfg->offload_limit);
         if (st == HYLA_OK)
@@ -39,9 +83,12 @@ void hyla_trainer_free(hyla_trainer *tr)
     hyla_adamw_free(&tr->opt);
     hyla_host_store_close(tr->store);
     free(tr->grads);
+    free(tr->grad_window);
     free(tr->replay_buf);
     memset(tr, 0, sizeof *tr);
 }
+
+size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr) { return tr->grad_floats * sizeof(float); }
 
 size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
 {
@@ -60,7 +107,11 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     double t0 = hyla_now();
     if (tr->store)
         hyla_host_store_stats_reset(tr->store);
-    memset(tr->grads, 0, tr->model->table.total_floats * sizeof(float));
+    memset(tr->grads, 0, (tr->grad_floats - (tr->grad_window ? hyla_executor_window_floats(&tr->ex) : 0)) * sizeof(float));
+    tr->opt.cfg.lr = hyla_lr_at(&tr->cfg.schedule, tr->opt.step);
+    tr->step_sumsq = 0.0;
+    if (tr->cfg.update_per_layer)
+        hyla_adamw_begin(&tr->opt);
     int64_t labelled = A * B * (T - 1); /* next-token labels inside each sequence */
     float ce_scale = (float)(1.0 / (double)labelled);
     float aux_scale = (float)(cfg->router_aux_loss_coef / (double)A);
@@ -86,9 +137,13 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     stats->ce = ce_sum / (double)labelled;
     stats->aux = have_aux ? aux_sum / (double)A : NAN;
     stats->loss = stats->ce + (have_aux ? cfg->router_aux_loss_coef * stats->aux : 0.0);
-    tr->opt.cfg.lr = hyla_lr_at(&tr->cfg.schedule, tr->opt.step);
     stats->lr = tr->opt.cfg.lr;
-    stats->grad_norm = hyla_adamw_step(&tr->opt, &tr->model->table, tr->model->w, tr->grads);
+    if (tr->cfg.update_per_layer) { /* the layers were updated during backward */
+        apply_head(tr);
+        stats->grad_norm = sqrt(tr->step_sumsq);
+    } else {
+        stats->grad_norm = hyla_adamw_step(&tr->opt, &tr->model->table, tr->model->w, tr->grads);
+    }
     stats->tokens = A * per;
     stats->seconds = hyla_now() - t0;
     stats->offload_bytes = 0;

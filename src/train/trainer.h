@@ -20,6 +20,9 @@ typedef struct {
     hyla_lr_schedule schedule;
     const char *offload_store; /* host store path for offloaded checkpoints (NULL: anonymous temp file) */
     size_t offload_limit;      /* its size limit in bytes (0: none) */
+    /* update each layer as soon as its gradients are complete (during backward), so only one
+     * remat unit's layer gradients exist at a time; needs accum == 1 and no clipping */
+    int update_per_layer;
 } hyla_train_config;
 
 typedef struct {
@@ -38,7 +41,11 @@ typedef struct {
     hyla_train_config cfg;
     hyla_executor ex;
     hyla_adamw opt;
-    float *grads;           /* [table.total_floats] */
+    float *grads;           /* [table.total_floats]; with update_per_layer: the compact head instead */
+    float *grad_window;     /* update_per_layer: one unit's layer gradients */
+    size_t grad_floats;     /* floats of gradient storage (grads + grad_window) */
+    hyla_layer_updates updates;
+    double step_sumsq;      /* update_per_layer: sum of squared gradients applied this step */
     hyla_host_store *store; /* owned; only when the policy offloads */
     /* router replay: micro-batch i of the run uses rows [r, r + batch*seq) of the file, r
      * advancing by batch*seq per micro-batch (replay_row), laid out [layers][rows][k]. */
@@ -55,6 +62,9 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
 void hyla_trainer_free(hyla_trainer *tr);
 /* tokens: [accum, batch, seq]; token ids must be in range (checked). */
 int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *stats);
+
+/* Bytes of gradient storage (the whole table, or the head + one unit's window). */
+size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr);
 
 /* Bytes of the step's device activation arenas (checkpoint + work + offload staging) and fixed
  * step buffers. */
