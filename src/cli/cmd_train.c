@@ -14,11 +14,12 @@
 #include "train/auto_policy.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/plan_svg.h"
 #include "train/trainer.h"
 
 typedef struct {
     const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
-    const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit;
+    const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit, *svg;
     int synthetic, update_per_layer;
     int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens;
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
@@ -144,6 +145,32 @@ static void log_json(FILE *f, int64_t step, const hyla_step_stats *s, size_t act
     fflush(f);
 }
 
+/* --svg: the last step as measured (tr->ex.measured_*, one sample per op) over the same step
+ * planned, which gives the flat bands, the per-name bars and the predicted peak. */
+static int write_measured_svg(const train_args *a, const hyla_trainer *tr, const hyla_model *m)
+{
+    hyla_plan_config pc;
+    memset(&pc, 0, sizeof pc);
+    pc.batch = a->batch, pc.seq = a->seq, pc.devices = 1, pc.policy = tr->cfg.policy, pc.unit = tr->cfg.unit;
+    pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
+    hyla_plan plan;
+    HYLA_TRY(hyla_plan_compute(m, &pc, &plan));
+    int n = tr->ex.n_measured;
+    double *dev = malloc((size_t)(n ? 2 * n : 1) * sizeof *dev); /* [device | host] */
+    int rc = dev ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    for (int i = 0; dev && i < n; i++)
+        dev[i] = (double)tr->ex.measured_device[i], dev[n + i] = (double)tr->ex.measured_host[i];
+    char title[1024];
+    snprintf(title, sizeof title, "%s: batch %lld x seq %lld, %s / %s, measured step", a->preset ? a->preset
+             : a->config ? a->config : a->model ? a->model : a->resume, (long long)a->batch, (long long)a->seq,
+             tr->cfg.policy.name, hyla_remat_unit_name(tr->cfg.unit));
+    if (rc == HYLA_OK && (rc = hyla_measured_write_svg(&plan, tr->ex.measured_seconds, dev, dev + n, n, title, a->svg)) == HYLA_OK)
+        printf("memory timeline of the last step: %s\n", a->svg);
+    free(dev);
+    hyla_plan_free(&plan);
+    return rc;
+}
+
 static int run(const train_args *a)
 {
     hyla_model m;
@@ -226,6 +253,9 @@ static int run(const train_args *a)
     for (int64_t step = state.step; rc == HYLA_OK && step < a->steps; step++) {
         hyla_data_next(&data, tokens, a->accum * a->batch, a->seq);
         hyla_step_stats s;
+        int last = step + 1 == a->steps;
+        if (a->svg && last && (rc = hyla_executor_measure(&tr.ex)) != HYLA_OK)
+            break;
         rc = hyla_trainer_step(&tr, tokens, &s);
         if (rc)
             break;
@@ -244,9 +274,10 @@ static int run(const train_args *a)
         state.step = step + 1;
         state.data_pos = data.pos;
         snprintf(state.data_source, sizeof state.data_source, "%s", data.source);
-        int last = step + 1 == a->steps;
         if (a->save && ((a->save_every > 0 && state.step % a->save_every == 0) || last))
             rc = hyla_checkpoint_save(a->save, &m, &tr.opt, &state);
+        if (rc == HYLA_OK && a->svg && last)
+            rc = write_measured_svg(a, &tr, &m);
     }
     if (rc == HYLA_OK && a->sample_tokens > 0)
         rc = sample_greedy(&m, a->sample_prompt, a->sample_tokens);
@@ -303,6 +334,7 @@ int hyla_cmd_train(int argc, char **argv)
         {"--save", OPT_STRING, &a.save, "DIR", "checkpoint directory (written at the end and every --save-every)", 0, 0},
         {"--save-every", OPT_INT, &a.save_every, "N", "also checkpoint every N steps", 0, INT64_MAX},
         {"--log-json", OPT_STRING, &a.log_json, "FILE", "one JSON object per step", 0, 0},
+        {"--svg", OPT_STRING, &a.svg, "FILE", "write the measured memory timeline of the last step as SVG", 0, 0},
         {"--replay-routing", OPT_STRING, &a.replay, "FILE", "force these experts (HYLAROU1, e.g. from hyla generate "
          "--record-routing); rows consumed batch*seq per micro-batch", 0, 0},
         {"--sample", OPT_INT, &a.sample_tokens, "N", "after training, greedily continue --prompt by N bytes", 0, 1 << 20},

@@ -1,13 +1,18 @@
-/* A picture of a memory plan (hyla plan): one self-contained SVG.
+/* Pictures of a training step's memory: one self-contained SVG each.
  *
- * Top: the step's memory over op index, forward then backward. The per-device arguments
- * (parameters, AdamW moments, batch) and the step-long temp parts (gradients, gathered
- * weights, carries) are flat bands at the bottom; the live activations (checkpoints + working
- * set, hyla_plan.timeline) are a filled area on top of them. A dashed vertical marker at the
- * timeline's maximum ("peak") separates forward from backward, and a dashed horizontal line
- * shows the plan's total (argument + temp). Bottom: kept checkpoint bytes per name, largest
- * first, with a share bar and one colour per name. Header: title, total, argument, temp.
- * GB = 1e9 bytes, as in the text report. */
+ * hyla_plan_write_svg (hyla plan --svg): the planned step over op index, forward then backward.
+ * hyla_measured_write_svg (hyla train --svg): a measured step over wall-clock seconds, so the
+ * time spent in each op shows as width, with the plan's predicted peak as a dashed reference.
+ *
+ * Both share one layout. Header: title, the headline figure, the argument / temp breakdown.
+ * Device tier: the per-device arguments (parameters, AdamW moments, batch) and the step-long
+ * temp parts (gradients, gathered weights, carries, offload staging) are flat bands; the live
+ * activation bytes (checkpoints + working set + staging in use) are a filled area on top. A
+ * dashed vertical marker at the device maximum ("peak") separates forward from backward. Host
+ * tier (only when the policy offloads): the offloaded checkpoints live in the host store over the
+ * same axis, hatched. Bottom: checkpoint bytes per name, largest first, one colour per name,
+ * solid on device and hatched on host. The plan picture uses GB = 1e9 bytes, as `hyla plan`
+ * prints; the measured one MiB = 2^20 bytes, as `hyla train` prints. */
 #ifndef HYLA_TRAIN_PLAN_SVG_H
 #define HYLA_TRAIN_PLAN_SVG_H
 
@@ -17,5 +22,12 @@
  * Returns HYLA_OK, HYLA_ERR_ARG (NULL plan or path), HYLA_ERR_NOMEM, or HYLA_ERR_IO naming
  * the path. */
 int hyla_plan_write_svg(const hyla_plan *p, const char *title, const char *path);
+
+/* Write the picture of a measured step: after op i the step had run seconds[i] and held
+ * device[i] live activation bytes (hyla_executor measured_device: checkpoints + working set +
+ * staging) and host[i] host-store bytes (host may be NULL: none), i < n. `plan` (the same step
+ * planned) gives the flat bands, the per-name bars and the predicted peak. Errors as above. */
+int hyla_measured_write_svg(const hyla_plan *plan, const double *seconds, const double *device, const double *host, int n,
+                            const char *title, const char *path);
 
 #endif
