@@ -1,7 +1,13 @@
 /* hyla_plan_write_svg on a hand-built plan: the file is one well-formed SVG document (checked
  * by a small XML scanner: balanced elements, quoted attributes, escaped text), names every
  * checkpoint with bytes and none without, escapes the title, survives an empty plan, and an
- * unwritable path is an HYLA_ERR_IO error naming it. */
+ * unwritable path is an HYLA_ERR_IO error naming it.
+ *
+ * On a real model (argv[1]: the oracle cases), with an offloading policy and without: the plan
+ * picture has a host tier exactly when the plan has host bytes; a measured step
+ * (hyla_executor_measure) samples after every op the very points of the plan's timeline, and
+ * its device and host bytes equal the plan's byte for byte (both fp32, the same allocation
+ * sequence); the measured picture is well-formed and says the prediction was exact. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +17,7 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "train/checkpoint_names.h"
+#include "train/host_store.h"
 #include "train/plan.h"
 #include "train/plan_svg.h"
 
@@ -162,8 +169,108 @@ static void check_document(const char *what, const char *t)
     CHECK(!strstr(t, "nan") && !strstr(t, "inf"), "%s: a number printed as nan/inf", what);
 }
 
-int main(void)
+/* Run one real step of `ex` with measurement on (and a store when the policy offloads). */
+static int measured_step(hyla_executor *ex, const hyla_model *m, int64_t B, int64_t T, hyla_host_store **store)
 {
+    int rc = hyla_executor_measure(ex);
+    if (rc == HYLA_OK && ex->host_bytes && (rc = hyla_host_store_open(store, NULL, 0)) == HYLA_OK)
+        rc = hyla_executor_attach_store(ex, *store);
+    int32_t *tokens = malloc((size_t)(B * T) * sizeof *tokens);
+    float *grads = calloc(m->table.total_floats, sizeof(float));
+    for (int64_t t = 0; tokens && t < B * T; t++)
+        tokens[t] = (int32_t)((t * 37 + 5) % m->cfg.vocab);
+    hyla_step_loss loss;
+    if (rc == HYLA_OK)
+        rc = tokens && grads ? hyla_executor_step(ex, tokens, NULL, grads, 0.01f, 0.001f, &loss) : HYLA_ERR_NOMEM;
+    free(tokens);
+    free(grads);
+    return rc;
+}
+
+/* The plan picture and a measured step's picture of `policy` on the case model `dir`. */
+static void real_model(const char *dir, const char *policy, hyla_remat_unit unit, int64_t B, int64_t T)
+{
+    hyla_model m;
+    if (hyla_model_load(&m, dir)) {
+        CHECK(0, "%s: %s", dir, hyla_error_message());
+        return;
+    }
+    hyla_plan_config pc;
+    memset(&pc, 0, sizeof pc);
+    CHECK(hyla_policy_parse(&pc.policy, policy) == HYLA_OK, "policy %s: %s", policy, hyla_error_message());
+    pc.unit = unit, pc.batch = B, pc.seq = T, pc.devices = 1;
+    pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
+    hyla_plan plan;
+    if (hyla_plan_compute(&m, &pc, &plan) != HYLA_OK) {
+        CHECK(0, "plan %s: %s", policy, hyla_error_message());
+        hyla_model_free(&m);
+        return;
+    }
+    int offloads = plan.host_bytes > 0;
+    CHECK(offloads == (strstr(policy, "offload") != NULL), "%s: host bytes %.0f", policy, plan.host_bytes);
+
+    /* the plan picture: a host tier, hatched per-name host bars, staging band, iff it offloads */
+    const char *path = "/tmp/hyla_test_plan_real.svg";
+    CHECK(hyla_plan_write_svg(&plan, policy, path) == HYLA_OK, "%s: %s", policy, hyla_error_message());
+    char *t = read_all(path);
+    CHECK(t, "cannot read back %s", path);
+    if (t) {
+        check_document(policy, t);
+        CHECK(!!strstr(t, "<g id=\"host\">") == offloads, "%s: host tier %s", policy, offloads ? "missing" : "drawn");
+        CHECK(!!strstr(t, ">offload staging <tspan") == offloads, "%s: staging band %s", policy, offloads ? "missing" : "drawn");
+        for (int c = 0; c <= HYLA_CK__COUNT; c++) {
+            const char *nm = hyla_ckpt_name_str((hyla_ckpt_name)c);
+            char row[64];
+            snprintf(row, sizeof row, ">%s<", nm);
+            CHECK(!!strstr(t, row) == (plan.by_name[c] + plan.host_by_name[c] > 0), "%s: bar for %s", policy, nm);
+        }
+        CHECK(!offloads || strstr(t, " on host"), "%s: no host bytes in the bars", policy);
+        free(t);
+    }
+
+    /* a measured step samples the plan's points and holds exactly the planned bytes there */
+    hyla_executor ex;
+    hyla_host_store *store = NULL;
+    int rc = hyla_executor_init(&ex, &m, &pc.policy, unit, B, T, HYLA_DELTA_CHUNKED, 0);
+    CHECK(rc == HYLA_OK, "init %s: %s", policy, hyla_error_message());
+    if (rc == HYLA_OK && (rc = measured_step(&ex, &m, B, T, &store)) != HYLA_OK)
+        CHECK(0, "step %s: %s", policy, hyla_error_message());
+    if (rc == HYLA_OK) {
+        int n = ex.n_measured, bad = -1;
+        CHECK(n == plan.n_timeline && n > 0, "%s: %d samples measured, the plan has %d", policy, n, plan.n_timeline);
+        double *dev = malloc((size_t)(n ? 2 * n : 1) * sizeof *dev), *host = dev ? dev + n : NULL;
+        for (int i = 0; dev && i < n; i++) {
+            dev[i] = (double)ex.measured_device[i], host[i] = (double)ex.measured_host[i];
+            if (bad < 0 && i < plan.n_timeline && (dev[i] != plan.timeline[i] || host[i] != plan.host_timeline[i]))
+                bad = i;
+            CHECK(ex.measured_seconds[i] >= (i ? ex.measured_seconds[i - 1] : 0), "%s: time runs back at %d", policy, i);
+        }
+        CHECK(bad < 0, "%s: after op %d measured %.0f device / %.0f host bytes, planned %.0f / %.0f", policy, bad,
+              bad >= 0 ? dev[bad] : 0, bad >= 0 ? host[bad] : 0, bad >= 0 ? plan.timeline[bad] : 0,
+              bad >= 0 ? plan.host_timeline[bad] : 0);
+        const char *mpath = "/tmp/hyla_test_measured.svg";
+        CHECK(dev && hyla_measured_write_svg(&plan, ex.measured_seconds, dev, host, n, policy, mpath) == HYLA_OK,
+              "measured %s: %s", policy, hyla_error_message());
+        t = read_all(mpath);
+        if (t) {
+            check_document("measured", t);
+            CHECK(strstr(t, "(exact)"), "%s: the measured picture does not say the plan was exact", policy);
+            CHECK(strstr(t, "wall-clock time within the step"), "%s: no time axis", policy);
+            CHECK(!!strstr(t, "<g id=\"host\">") == offloads, "%s: measured host tier", policy);
+            CHECK(strstr(t, "MiB</text>"), "%s: no MiB axis ticks", policy);
+            free(t);
+        }
+        free(dev);
+    }
+    hyla_executor_free(&ex);
+    hyla_host_store_close(store);
+    hyla_plan_free(&plan);
+    hyla_model_free(&m);
+}
+
+int main(int argc, char **argv)
+{
+    const char *cases = argc > 1 ? argv[1] : "build/cases";
     const double G = 1e9;
     hyla_plan p;
     memset(&p, 0, sizeof p);
@@ -252,6 +359,17 @@ int main(void)
     CHECK(!hyla_file_exists(bad), "something was written at %s", bad);
     CHECK(hyla_plan_write_svg(NULL, "t", path) == HYLA_ERR_ARG, "NULL plan accepted");
     CHECK(hyla_plan_write_svg(&p, "t", NULL) == HYLA_ERR_ARG, "NULL path accepted");
+    double one = 1;
+    CHECK(hyla_measured_write_svg(NULL, &one, &one, NULL, 1, "t", path) == HYLA_ERR_ARG, "measured: NULL plan accepted");
+    CHECK(hyla_measured_write_svg(&p, NULL, &one, NULL, 1, "t", path) == HYLA_ERR_ARG, "measured: NULL seconds accepted");
+    CHECK(hyla_measured_write_svg(&p, &one, &one, NULL, 1, "t", bad) == HYLA_ERR_IO, "measured: unwritable path");
+
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/next_moe_8l", cases);
+    real_model(dir, "minimal_offloaded", HYLA_UNIT_LAYER, 1, 64);
+    real_model(dir, "full", HYLA_UNIT_BLOCK, 2, 33);
+    snprintf(dir, sizeof dir, "%s/q35_moe", cases);
+    real_model(dir, "qkv_proj_offloaded", HYLA_UNIT_PART, 1, 40);
 
     free(p.timeline);
     if (failures) {

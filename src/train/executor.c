@@ -617,6 +617,8 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
     size_t head_mark = hyla_arena_mark(&ex->work);
     loss_head(ex, grads, logits, ce_scale, loss);
     hyla_arena_reset_to(&ex->work, head_mark);
+    if (ex->dry)
+        ex->timeline_forward = ex->n_timeline;
     if (!grads)
         return HYLA_OK;
     int cur = 0;

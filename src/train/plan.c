@@ -51,6 +51,7 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         out->host_by_kind[k] = (double)ex.offloaded_bytes_by_kind[k] * scale;
     }
     out->n_timeline = ex.n_timeline;
+    out->n_forward = ex.timeline_forward;
     out->timeline = malloc((size_t)(ex.n_timeline ? ex.n_timeline : 1) * sizeof *out->timeline);
     out->host_timeline = malloc((size_t)(ex.n_timeline ? ex.n_timeline : 1) * sizeof *out->host_timeline);
     for (int i = 0; out->timeline && out->host_timeline && i < ex.n_timeline; i++) {

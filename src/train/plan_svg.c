@@ -247,7 +247,7 @@ static void legend_item(sbuf *b, double *x, double *y, const char *color, int ha
     if (value)
         sb_printf(b, " <tspan fill=\"" C_MUTED "\">%s</tspan>", value);
     sb_printf(b, "</text>\n");
-    *x += w + 22;
+    *x += w + 18;
 }
 
 /* Title, shrunk (then squeezed) to fit one line. */
@@ -277,7 +277,9 @@ static int header_breakdown(doc *d, const hyla_plan *p, int y)
                  " %s + batch %s</text>\n", y, v[0], v[1], v[2]);
     y += 16;
     sb_printf(b, "<text x=\"28\" y=\"%d\" font-size=\"11.5\" fill=\"" C_MUTED "\">temp = checkpoints %s + working set %s"
-                 " + carries %s + gradients %s + gathered weights %s", y, v[3], v[4], v[5], v[6], v[7]);
+                 " + carries %s + gradients %s", y, v[3], v[4], v[5], v[6]);
+    if (clean(p->gathered_bytes) > 0)
+        sb_printf(b, " + gathered weights %s", v[7]);
     if (clean(p->staging_bytes) > 0) {
         fmt_bytes(d->u, v[0], sizeof v[0], p->staging_bytes);
         sb_printf(b, " + offload staging %s", v[0]);
@@ -318,7 +320,8 @@ typedef struct {
     double ref;                        /* a dashed horizontal line at ref bytes (0: none) */
     char ref_label[64];
     int split;                         /* forward / backward marker at this sample (-1: none) */
-    int split_is_peak;                 /* labelled "◀ forward  peak  backward ▶" */
+    int split_is_peak;                 /* the marker is also the peak: red, "peak" between the labels */
+    int split_labelled;                /* "◀ forward  backward ▶" around the marker */
     char peak1[96], peak2[96];         /* the label box at the series maximum */
     const char *empty;                 /* said when there are no samples */
     int x_title;                       /* the x axis title under this panel */
@@ -344,10 +347,22 @@ static double fy(const frame *f, double v)
     return f->bottom - fmax(0, v - f->ymin) / (f->ymax - f->ymin) * (f->bottom - f->top);
 }
 
-/* The plot column (0 .. PW) sample i falls in. */
-static int fcol(const frame *f, int i)
+/* The series' path. Over op index: one vertex per sample. Over time: two, at the start and the
+ * end of op i, both at y[i], so each op's bytes span the time it ran. */
+static int n_vertices(const frame *f) { return f->t ? 2 * f->n : f->n; }
+static int vertex_sample(const frame *f, int k) { return f->t ? k / 2 : k; }
+
+static double vertex_x(const frame *f, int k)
 {
-    int c = (int)(fx(f, i) - PL);
+    if (!f->t)
+        return fx(f, k);
+    return k % 2 ? fx(f, k / 2) : k > 0 ? fx(f, k / 2 - 1) : PL;
+}
+
+/* The plot column (0 .. PW) vertex k falls in. */
+static int vertex_col(const frame *f, int k)
+{
+    int c = (int)(vertex_x(f, k) - PL);
     return c < 0 ? 0 : c > PW ? PW : c;
 }
 
@@ -387,10 +402,15 @@ static void y_axis(sbuf *b, const frame *f, const yscale *s)
         sb_printf(b, "<text x=\"%d\" y=\"%.1f\">%.*f %s</text>\n", PL - 8, y + 4, dec, v / s->unit, s->name);
     }
     sb_printf(b, "</g>\n");
-    if (s->min > 0) /* axis break: the bottom is not zero */
-        sb_printf(b, "<path d=\"M%d,%d l10,-5 m-10,10 l10,-5\" stroke=\"" C_AXIS "\" stroke-width=\"1.5\"/>\n"
-                     "<path d=\"M%d,%d l10,-5 l0,5 l-10,5 Z\" fill=\"#FFFFFF\"/>\n", PL - 5, f->bottom - 8, PL - 5,
-                  f->bottom - 8);
+}
+
+/* The y axis line, broken near the bottom when the axis does not start at zero. */
+static void y_axis_line(sbuf *b, const frame *f, int broken)
+{
+    sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"" C_AXIS "\"/>\n", PL, f->top, PL, f->bottom);
+    if (broken) /* a white gap between two slashes */
+        sb_printf(b, "<path d=\"M%d,%d l12,-6 l0,5 l-12,6 Z\" fill=\"#FFFFFF\"/>\n<path d=\"M%d,%d l12,-6 m-12,11 l12,-6\""
+                     " stroke=\"" C_MUTED "\" stroke-width=\"1.3\"/>\n", PL - 8, f->bottom - 10, PL - 8, f->bottom - 10);
 }
 
 /* X ticks under the plot: op index, or wall-clock time in µs / ms / s. */
@@ -434,27 +454,34 @@ static void bands_draw(sbuf *b, const frame *f, const band *bs, int n)
     }
 }
 
-static void point(sbuf *pts, const frame *f, int i, double v)
+/* Bytes at vertex k: offset + its sample, raised to at least lo. */
+static double vertex_v(const frame *f, const double *y, int k, double offset, double lo)
 {
-    sb_printf(pts, "%s%.1f,%.1f", pts->len ? " " : "", fx(f, i), fy(f, v));
+    return fmax(lo, offset + clean(y[vertex_sample(f, k)]));
 }
 
-/* "x,y" points of offset + y[i], raised to at least lo. A long step keeps at most two points per
- * plot column (its minimum and maximum, in order), so the file stays small and no peak is lost. */
+static void point(sbuf *pts, const frame *f, int k, double v)
+{
+    sb_printf(pts, "%s%.1f,%.1f", pts->len ? " " : "", vertex_x(f, k), fy(f, v));
+}
+
+/* "x,y" points of the series' path. A long step keeps at most two points per plot column (its
+ * minimum and maximum, in order), so the file stays small and no peak is lost. */
 static void series_points(sbuf *pts, const frame *f, const double *y, double offset, double lo)
 {
-    for (int i = 0; i < f->n;) {
-        int j = i + 1, mn = i, mx = i;
-        if (f->n > 2 * PW)
-            for (; j < f->n && fcol(f, j) == fcol(f, i); j++) {
-                mn = clean(y[j]) < clean(y[mn]) ? j : mn;
-                mx = clean(y[j]) > clean(y[mx]) ? j : mx;
+    int nv = n_vertices(f);
+    for (int k = 0; k < nv;) {
+        int j = k + 1, mn = k, mx = k;
+        if (nv > 2 * PW)
+            for (; j < nv && vertex_col(f, j) == vertex_col(f, k); j++) {
+                mn = vertex_v(f, y, j, offset, lo) < vertex_v(f, y, mn, offset, lo) ? j : mn;
+                mx = vertex_v(f, y, j, offset, lo) > vertex_v(f, y, mx, offset, lo) ? j : mx;
             }
         int a = mn < mx ? mn : mx, z = mn < mx ? mx : mn;
-        point(pts, f, a, fmax(lo, offset + clean(y[a])));
+        point(pts, f, a, vertex_v(f, y, a, offset, lo));
         if (z != a)
-            point(pts, f, z, fmax(lo, offset + clean(y[z])));
-        i = j;
+            point(pts, f, z, vertex_v(f, y, z, offset, lo));
+        k = j;
     }
 }
 
@@ -468,8 +495,8 @@ static void series_draw(sbuf *b, const frame *f, const panel *pn, double offset,
         b->oom = 1;
     } else {
         for (int pass = 0; pass < 1 + pn->hatched; pass++)
-            sb_printf(b, "<path d=\"M%.1f,%.1f L%s L%.1f,%.1f Z\" fill=\"%s\"/>\n", fx(f, 0), fy(f, floor_), area.s,
-                      fx(f, f->n - 1), fy(f, floor_), pass ? "url(#hatch)" : pn->fill);
+            sb_printf(b, "<path d=\"M%.1f,%.1f L%s L%.1f,%.1f Z\" fill=\"%s\"/>\n", vertex_x(f, 0), fy(f, floor_), area.s,
+                      vertex_x(f, n_vertices(f) - 1), fy(f, floor_), pass ? "url(#hatch)" : pn->fill);
         sb_printf(b, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.4\" stroke-linejoin=\"round\"/>\n",
                   line.s, pn->stroke);
     }
@@ -487,16 +514,18 @@ static void ref_draw(sbuf *b, const frame *f, double v, const char *label)
     sb_printf(b, "</text>\n");
 }
 
-/* The forward / backward boundary: a dashed vertical line, labelled when it is the peak. */
-static void split_draw(sbuf *b, const frame *f, int i, int is_peak)
+/* The forward / backward boundary: a dashed vertical line with "forward" and "backward" either
+ * side (labels only when `labelled`), red and marked "peak" when the peak is right there. */
+static void split_draw(sbuf *b, const frame *f, int i, int is_peak, int labelled)
 {
     double xp = fx(f, i);
     sb_printf(b, "<line x1=\"%.1f\" y1=\"%d\" x2=\"%.1f\" y2=\"%d\" stroke=\"%s\" stroke-width=\"1.5\""
                  " stroke-dasharray=\"5 4\"/>\n", xp, f->top - (is_peak ? 4 : 0), xp, f->bottom, is_peak ? C_PEAK : C_AXIS);
-    if (!is_peak)
+    if (!labelled)
         return;
-    sb_printf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"12\" font-weight=\"700\" fill=\"" C_PEAK "\""
-                 " text-anchor=\"middle\">peak</text>\n", xp, f->top - 8);
+    if (is_peak)
+        sb_printf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"12\" font-weight=\"700\" fill=\"" C_PEAK "\""
+                     " text-anchor=\"middle\">peak</text>\n", xp, f->top - 8);
     if (xp - PL > 90)
         sb_printf(b, "<text x=\"%.1f\" y=\"%d\" font-size=\"11.5\" fill=\"" C_MUTED "\" text-anchor=\"end\">"
                      "\xE2\x97\x80 forward</text>\n", xp - 26, f->top - 8);
@@ -510,9 +539,9 @@ static void column_tops(const frame *f, const double *y, double offset, double *
 {
     for (int c = 0; c <= PW; c++)
         top[c] = f->bottom;
-    for (int i = 0; i < f->n; i++) {
-        int h = i > 0 ? i - 1 : i, c0 = fcol(f, h), c1 = fcol(f, i);
-        double py = fmin(fy(f, offset + clean(y[i])), fy(f, offset + clean(y[h])));
+    for (int k = 0; k < n_vertices(f); k++) {
+        int h = k > 0 ? k - 1 : k, c0 = vertex_col(f, h), c1 = vertex_col(f, k);
+        double py = fy(f, fmax(vertex_v(f, y, k, offset, 0), vertex_v(f, y, h, offset, 0)));
         for (int c = c0 < c1 ? c0 : c1; c <= (c0 < c1 ? c1 : c0); c++)
             top[c] = fmin(top[c], py);
     }
@@ -595,12 +624,12 @@ static int panel_draw(doc *d, const panel *pn, int y)
     if (n > 0)
         series_draw(b, &f, pn, under, floor_);
     sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"" C_AXIS "\"/>\n", PL, f.bottom, PR, f.bottom);
-    sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"" C_AXIS "\"/>\n", PL, f.top, PL, f.bottom);
+    y_axis_line(b, &f, s.min > 0);
     if (pn->ref > 0)
         ref_draw(b, &f, pn->ref, pn->ref_label);
     if (n > 0) {
         if (pn->split >= 0 && pn->split < n)
-            split_draw(b, &f, pn->split, pn->split_is_peak);
+            split_draw(b, &f, pn->split, pn->split_is_peak, pn->split_labelled);
         peak_draw(b, &f, pn, at, under);
     } else {
         sb_printf(b, "<text x=\"%d\" y=\"%d\" font-size=\"13\" fill=\"" C_MUTED "\" text-anchor=\"middle\">%s</text>\n",
@@ -661,19 +690,20 @@ static int tiers_draw(doc *d, const hyla_plan *p, const step_view *sv, int y)
     double under = 0;
     for (int k = 0; k < n_under; k++)
         under += clean(bands[k].bytes);
-    int split = sv->n > 0 ? argmax(sv->device, sv->n) : -1, hpeak = host && sv->n > 0 ? argmax(sv->host, sv->n) : 0;
+    int peak = sv->n > 0 ? argmax(sv->device, sv->n) : -1, hpeak = host && sv->n > 0 ? argmax(sv->host, sv->n) : 0;
+    int split = p->n_forward > 0 && p->n_forward < sv->n ? p->n_forward : peak; /* first backward sample */
     char when[48], v1[32], v2[32];
     panel dev = {.id = "timeline", .title = sv->device_title, .height = 300, .y_ticks = 6, .t = sv->t, .y = sv->device,
                  .n = sv->n, .bands = bands, .n_bands = n_bands, .n_under = n_under, .label = "live activations",
                  .fill = "url(#actfill)", .stroke = C_ACT_LINE, .ref = sv->device_ref, .split = split,
-                 .split_is_peak = 1, .empty = sv->empty, .x_title = !host};
+                 .split_is_peak = split == peak, .split_labelled = 1, .empty = sv->empty, .x_title = !host};
     fmt_bytes(d->u, v1, sizeof v1, clean(sv->device_ref));
     snprintf(dev.ref_label, sizeof dev.ref_label, "%s %s", sv->device_ref_what, v1);
-    if (split >= 0) {
-        fmt_when(when, sizeof when, sv->t, split);
-        fmt_bytes(d->u, v1, sizeof v1, under + clean(sv->device[split]));
+    if (peak >= 0) {
+        fmt_when(when, sizeof when, sv->t, peak);
+        fmt_bytes(d->u, v1, sizeof v1, under + clean(sv->device[peak]));
         snprintf(dev.peak1, sizeof dev.peak1, "%s live at %s", v1, when);
-        fmt_bytes(d->u, v1, sizeof v1, clean(sv->device[split]));
+        fmt_bytes(d->u, v1, sizeof v1, clean(sv->device[peak]));
         fmt_bytes(d->u, v2, sizeof v2, under);
         snprintf(dev.peak2, sizeof dev.peak2, "activations %s + %s below", v1, v2);
     }
