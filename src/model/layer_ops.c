@@ -52,7 +52,7 @@ int hyla_slot_has_grad(hyla_slot s)
     }
 }
 
-int64_t hyla_slot_floats(const hyla_config *c, hyla_slot s, int64_t n)
+int64_t hyla_slot_floats(const hyla_config *c, int layer, hyla_slot s, int64_t n)
 {
     int64_t H = c->hidden, kd = hyla_cfg_key_dim(c), vd = hyla_cfg_value_dim(c), cd = hyla_cfg_conv_dim(c);
     int64_t Hv = c->lin_v_heads, hd = c->head_dim, Hq = c->n_heads, Hkv = c->n_kv_heads;
@@ -75,7 +75,7 @@ int64_t hyla_slot_floats(const hyla_config *c, hyla_slot s, int64_t n)
     case HYLA_S_SLOT_TOK: case HYLA_S_SLOT_J: return nk;
     case HYLA_S_XE: case HYLA_S_EOUT: return nk * H;
     case HYLA_S_EGATE: case HYLA_S_EUP: case HYLA_S_EH: return nk * c->moe_inter;
-    case HYLA_S_SGATE: case HYLA_S_SUP: case HYLA_S_SH: return n * (c->shared_inter > c->inter ? c->shared_inter : c->inter);
+    case HYLA_S_SGATE: case HYLA_S_SUP: case HYLA_S_SH: return n * (c->layer_is_moe[layer] ? c->shared_inter : c->inter);
     case HYLA_S_SG: return n;
     case HYLA_S__COUNT: break;
     }

@@ -122,8 +122,9 @@ typedef struct {
  * Returns the count; ops[] receives pointers to static op descriptions. */
 int hyla_layer_ops(const hyla_config *cfg, int layer, const hyla_layer_op **ops /*[HYLA_MAX_LAYER_OPS]*/);
 
-/* Slot metadata. */
-int64_t hyla_slot_floats(const hyla_config *cfg, hyla_slot s, int64_t n);
+/* Slot metadata. Floats of slot s of layer `layer` for n rows (the shared expert / dense MLP
+ * slots depend on the layer: shared expert width in MoE layers, dense width otherwise). */
+int64_t hyla_slot_floats(const hyla_config *cfg, int layer, hyla_slot s, int64_t n);
 hyla_ckpt_name hyla_slot_ckpt(hyla_slot s);
 int hyla_slot_has_grad(hyla_slot s); /* 0 for index tables, probabilities, RoPE tables, lse */
 const char *hyla_slot_name(hyla_slot s);

@@ -210,8 +210,6 @@ static void mlp_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*[n, 
     int64_t n = c->n, H = CFG->hidden, I = mlp_width(c);
     const float *W = hyla_op_w(c, up_role(c)), *x = t->p[HYLA_S_HN];
     fused_gate_up(t->p[HYLA_S_SGATE], t->p[HYLA_S_SUP], x, W, n, H, I, scratch);
-    if (CFG->layer_is_moe[c->layer])
-        hyla_linear(t->p[HYLA_S_SG], x, hyla_op_w(c, HYLA_P_SHARED_EXPERT_GATE), n, H, 1, 0);
 }
 static void mlp_up_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
@@ -220,9 +218,19 @@ static void mlp_up_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, f
     float *dW = hyla_op_dw(c, up_role(c)), *dx = d->p[HYLA_S_HN];
     hyla_linear_bwd(dx, dW, d->p[HYLA_S_SGATE], x, W, n, H, I);
     hyla_linear_bwd(dx, dW + I * H, d->p[HYLA_S_SUP], x, W + I * H, n, H, I);
-    if (CFG->layer_is_moe[c->layer])
-        hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_SHARED_EXPERT_GATE), d->p[HYLA_S_SG], x,
-                        hyla_op_w(c, HYLA_P_SHARED_EXPERT_GATE), n, H, 1);
+}
+
+/* ---- shared expert gate: SG = HN w_gate [n, 1] -------------------------------------------
+ * Its own op, so that keeping the shared expert's projections (mlpwi_0/1) spares their GEMM in
+ * backward: the gate logit is recomputed alone. */
+static void shared_gate_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
+{
+    hyla_linear(t->p[HYLA_S_SG], t->p[HYLA_S_HN], hyla_op_w(c, HYLA_P_SHARED_EXPERT_GATE), c->n, CFG->hidden, 1, 0);
+}
+static void shared_gate_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
+{
+    hyla_linear_bwd(d->p[HYLA_S_HN], hyla_op_dw(c, HYLA_P_SHARED_EXPERT_GATE), d->p[HYLA_S_SG], t->p[HYLA_S_HN],
+                    hyla_op_w(c, HYLA_P_SHARED_EXPERT_GATE), c->n, CFG->hidden, 1);
 }
 static void mlp_down_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
@@ -312,7 +320,8 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
 
 const hyla_layer_op hyla_ops_moe[] = {
     ROUTED_OPS,
-    {"shared_up", mlp_up_fwd, mlp_up_bwd, mlp_up_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP, HYLA_S_SG),
+    {"shared_gate", shared_gate_fwd, shared_gate_bwd, none, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SG), HYLA_READS(HYLA_S_HN)},
+    {"shared_up", mlp_up_fwd, mlp_up_bwd, mlp_up_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),
      HYLA_READS(HYLA_S_HN)},
     {"shared_act", mlp_act_fwd, mlp_act_bwd, none, mlp_act_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH),
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},

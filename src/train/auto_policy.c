@@ -24,6 +24,15 @@ int hyla_parse_size(const char *text, double *bytes)
     return hyla_error_set(HYLA_ERR_ARG, "memory budget '%s' is not a positive size (e.g. 40GB, 512MiB)", text);
 }
 
+/* Width of the shared expert / dense MLP in most layers (the mlpwi / mlpwo names cover both). */
+static int64_t mlp_width(const hyla_config *c)
+{
+    int moe = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        moe += c->layer_is_moe[l];
+    return 2 * moe >= c->n_layers ? c->shared_inter : c->inter;
+}
+
 /* Estimated recompute FLOPs per element of a name's tensor (the op that produces it). */
 static double flops_per_element(const hyla_config *c, hyla_ckpt_name n, int64_t seq)
 {
@@ -34,7 +43,7 @@ static double flops_per_element(const hyla_config *c, hyla_ckpt_name n, int64_t 
     case HYLA_CK_MOE_MLPWI_1:
         return 2 * H;
     case HYLA_CK_OUT_PROJ: return 2.0 * (double)(c->n_heads * c->head_dim > hyla_cfg_value_dim(c) ? c->n_heads * c->head_dim : hyla_cfg_value_dim(c));
-    case HYLA_CK_MLPWO: return 2.0 * (double)(c->shared_inter > c->inter ? c->shared_inter : c->inter);
+    case HYLA_CK_MLPWO: return 2.0 * (double)mlp_width(c);
     case HYLA_CK_MOE_MLPWO: return 2.0 * (double)c->moe_inter;
     case HYLA_CK_GDN_CORE: return 4.0 * (HYLA_DELTA_CHUNK + (double)c->lin_k_dim);
     case HYLA_CK_CONTEXT: return 2.0 * (double)seq; /* causal QK^T and PV per output element */

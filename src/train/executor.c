@@ -199,7 +199,7 @@ static void write_offloaded(hyla_executor *ex, int l, hyla_slot s)
     WRITTEN(ex, owner, s) = 1;
     if (ex->dry)
         return;
-    size_t bytes = (size_t)hyla_slot_floats(&ex->m->cfg, s, ex->n) * sizeof(float);
+    size_t bytes = (size_t)hyla_slot_floats(&ex->m->cfg, owner, s, ex->n) * sizeof(float);
     ex->write_ticket[l & 1] = hyla_host_store_write(ex->store, HOST_OFF(ex, owner, s), ex->tapes[owner].p[s], bytes);
 }
 
@@ -230,7 +230,7 @@ static void prefetch_unit(hyla_executor *ex, int u)
     xfer_reset(ex, h, 0); /* its previous user, unit u + 2, is done */
     FOR_UNIT_OFFLOADED(ex, un, l, s, {
         if (!ex->fetched[l].p[s]) {
-            int64_t floats = hyla_slot_floats(&ex->m->cfg, s, ex->n);
+            int64_t floats = hyla_slot_floats(&ex->m->cfg, l, s, ex->n);
             ex->fetched[l].p[s] = alloc_slot(ex, &ex->xfer[h], floats, 0);
             if (!ex->dry)
                 ex->read_ticket[h] = hyla_host_store_read(ex->store, HOST_OFF(ex, l, s), ex->fetched[l].p[s],
@@ -291,7 +291,7 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
         hyla_tape *t = &ex->tapes[l];
         if (t->p[s])
             continue;
-        int64_t floats = hyla_slot_floats(cfg, s, ex->n);
+        int64_t floats = hyla_slot_floats(cfg, l, s, ex->n); /* (Y's size is X's of layer l + 1: [n, H]) */
         if (s == HYLA_S_Y && l + 1 < cfg->n_layers) {
             hyla_tape *next = &ex->tapes[l + 1];
             if (!next->p[HYLA_S_X]) {
@@ -474,7 +474,7 @@ static float *dslot(hyla_executor *ex, hyla_tape *dt, const hyla_unit *un, int l
     hyla_tape *d = &dt[l - un->layer0];
     if (d->p[s])
         return d->p[s];
-    int64_t floats = hyla_slot_floats(&ex->m->cfg, s, ex->n);
+    int64_t floats = hyla_slot_floats(&ex->m->cfg, l, s, ex->n);
     int out_is_y = un->op1 == ex->n_ops[un->layer1];
     if (l == un->layer1 && ((out_is_y && s == HYLA_S_Y) || (!out_is_y && s == HYLA_S_H) )) {
         d->p[s] = ex->dcarry[cur]; /* incoming gradient */
