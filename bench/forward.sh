@@ -5,10 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-2}; SEQ=${2:-512}; REPS=${3:-5}
-make -j"$(nproc)" build/hyla build/bench/forward_bench >/dev/null
-MODEL=build/bench-models/bench-100m
-[ -f "$MODEL/model.safetensors" ] || { rm -rf "$MODEL"; ./build/hyla init --preset bench-100m --seed 5 --out "$MODEL" >/dev/null; }
-export OMP_NUM_THREADS=$THREADS
+. bench/common.sh
+bench_setup bench-100m forward_bench
 hyla=$(./build/bench/forward_bench "$MODEL" "$SEQ" "$REPS")
 torch=$(/usr/bin/python3 bench/torch_forward.py "$MODEL" "$SEQ" "$REPS" "$THREADS")
 /usr/bin/python3 - "$hyla" "$torch" <<'PY'

@@ -5,10 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-2}
-make -j"$(nproc)" build/hyla build/bench/infer_bench >/dev/null
-MODEL=build/bench-models/bench-387m
-[ -f "$MODEL/model.safetensors" ] || { rm -rf "$MODEL"; ./build/hyla init --preset bench-387m --seed 5 --out "$MODEL" >/dev/null; }
-export OMP_NUM_THREADS=$THREADS
+. bench/common.sh
+bench_setup bench-387m infer_bench
 hyla=$(./build/bench/infer_bench "$MODEL" 512 128)
 torch=$(/usr/bin/python3 bench/torch_infer.py "$MODEL" 512 4 "$THREADS")
 /usr/bin/python3 - "$hyla" "$torch" <<'PY'

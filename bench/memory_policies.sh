@@ -21,10 +21,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-2}; B=${2:-1}; SEQ=${3:-512}; STEPS=${4:-4}
-make -j"$(nproc)" build/hyla build/bench/train_bench >/dev/null
-MODEL=build/bench-models/bench-100m
-[ -f "$MODEL/model.safetensors" ] || { rm -rf "$MODEL"; ./build/hyla init --preset bench-100m --seed 5 --out "$MODEL" >/dev/null; }
-export OMP_NUM_THREADS=$THREADS
+. bench/common.sh
+bench_setup bench-100m train_bench
 specs=(full:layer none:layer minimal:layer minimal_offloaded:layer save_qkv_proj:layer qkv_proj_offloaded:layer)
 for f in 1 1.25 1.5 2 none; do
     if [ "$f" = none ]; then ref=none; else ref="full*$f"; fi

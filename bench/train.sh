@@ -5,10 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-2}; B=${2:-1}; SEQ=${3:-512}; STEPS=${4:-3}
-make -j"$(nproc)" build/hyla build/bench/train_bench >/dev/null
-MODEL=build/bench-models/bench-100m
-[ -f "$MODEL/model.safetensors" ] || { rm -rf "$MODEL"; ./build/hyla init --preset bench-100m --seed 5 --out "$MODEL" >/dev/null; }
-export OMP_NUM_THREADS=$THREADS
+. bench/common.sh
+bench_setup bench-100m train_bench
 hyla=$(./build/bench/train_bench "$MODEL" "$B" "$SEQ" "$STEPS" none:layer full:layer minimal:layer save_qkv_proj:layer full:block full:part)
 torch=$(/usr/bin/python3 bench/torch_train.py "$MODEL" "$B" "$SEQ" "$STEPS" "$THREADS")
 /usr/bin/python3 - "$hyla" "$torch" <<'PY'
