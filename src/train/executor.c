@@ -148,6 +148,7 @@ static void sample_timeline(hyla_executor *ex)
     if (!ex->dry || !ex->timeline || ex->n_timeline == ex->cap_timeline)
         return;
     ex->host_timeline[ex->n_timeline] = ex->host.used;
+    ex->staging_timeline[ex->n_timeline] = ex->xfer[0].used + ex->xfer[1].used;
     ex->timeline[ex->n_timeline++] = ex->ckpt.used + ex->work.used + ex->xfer[0].used + ex->xfer[1].used;
 }
 
@@ -703,7 +704,8 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     memset(ex, 0, sizeof *ex);
     ex->plan_only = plan_only;
     ex->timeline = timeline;
-    ex->host_timeline = timeline ? timeline + cap : NULL; /* one allocation: [device | host] */
+    ex->host_timeline = timeline ? timeline + cap : NULL; /* one allocation: [device | host | staging] */
+    ex->staging_timeline = timeline ? timeline + 2 * (size_t)cap : NULL;
     ex->cap_timeline = cap;
     ex->m = m;
     ex->policy = *policy;
@@ -871,7 +873,7 @@ int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy
                        int64_t B, int64_t T)
 {
     enum { CAP = 1 << 16 };
-    size_t *timeline = malloc(2 * CAP * sizeof *timeline);
+    size_t *timeline = malloc(3 * CAP * sizeof *timeline);
     if (!timeline)
         return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
     int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP);

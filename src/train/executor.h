@@ -89,6 +89,7 @@ typedef struct {
     size_t offloaded_bytes_by_kind[2];
     size_t *timeline;      /* device bytes live (checkpoint + work + staging) after each op, forward then backward */
     size_t *host_timeline; /* host-store bytes live at the same points */
+    size_t *staging_timeline; /* offload staging in use at the same points (part of timeline) */
     int timeline_forward;  /* samples before the first backward one (forward ops + recompute-free head) */
     int n_timeline, cap_timeline;
     int plan_only;         /* hyla_executor_plan: nothing allocated beyond bookkeeping */

@@ -54,12 +54,14 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     out->n_forward = ex.timeline_forward;
     out->timeline = malloc((size_t)(ex.n_timeline ? ex.n_timeline : 1) * sizeof *out->timeline);
     out->host_timeline = malloc((size_t)(ex.n_timeline ? ex.n_timeline : 1) * sizeof *out->host_timeline);
-    for (int i = 0; out->timeline && out->host_timeline && i < ex.n_timeline; i++) {
+    out->staging_timeline = malloc((size_t)(ex.n_timeline ? ex.n_timeline : 1) * sizeof *out->staging_timeline);
+    for (int i = 0; out->timeline && out->host_timeline && out->staging_timeline && i < ex.n_timeline; i++) {
         out->timeline[i] = (double)ex.timeline[i] * scale;
         out->host_timeline[i] = (double)ex.host_timeline[i] * scale;
+        out->staging_timeline[i] = (double)ex.staging_timeline[i] * scale;
     }
     hyla_executor_free(&ex);
-    if (!out->timeline || !out->host_timeline) {
+    if (!out->timeline || !out->host_timeline || !out->staging_timeline) {
         hyla_plan_free(out);
         return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
     }
@@ -84,5 +86,6 @@ void hyla_plan_free(hyla_plan *p)
 {
     free(p->timeline);
     free(p->host_timeline);
+    free(p->staging_timeline);
     memset(p, 0, sizeof *p);
 }

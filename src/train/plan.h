@@ -35,6 +35,7 @@ typedef struct {
     int n_timeline;
     double *timeline;               /* live device activation bytes after each op (forward then backward), owned */
     double *host_timeline;          /* live host bytes at the same points, owned */
+    double *staging_timeline;       /* offload staging in use at the same points (within timeline), owned */
     int n_forward;                  /* timeline samples of the forward; backward starts at this index */
     double peak_bytes;              /* argument + temp (device) */
 } hyla_plan;

@@ -314,7 +314,9 @@ typedef struct {
     int n;
     const band *bands;                 /* bottom first */
     int n_bands, n_under;              /* the first n_under lift the series; the rest are bytes counted in y
-                                        * (offload staging in use), so they lie inside the live area */
+                                        * (offload staging), drawn inside the live area: as `inner` when given,
+                                        * else flat at their reserved size */
+    const double *inner;               /* [n] the part of y that is offload staging in use, or NULL */
     const char *label, *fill, *stroke; /* the series: legend label, area paint, line colour */
     int hatched;                       /* host bytes */
     double ref;                        /* a dashed horizontal line at ref bytes (0: none) */
@@ -486,21 +488,32 @@ static void series_points(sbuf *pts, const frame *f, const double *y, double off
 }
 
 /* The live area from `floor_` up to offset + y (hatched for host bytes), and its line. */
+/* The area between floor_ and offset + y, in `fill`, hatched on top when asked. */
+static void area_draw(sbuf *b, const frame *f, const double *y, double offset, double floor_, const char *fill, int hatched)
+{
+    sbuf area = {0};
+    series_points(&area, f, y, offset, floor_);
+    if (area.oom)
+        b->oom = 1;
+    else
+        for (int pass = 0; pass < 1 + hatched; pass++)
+            sb_printf(b, "<path d=\"M%.1f,%.1f L%s L%.1f,%.1f Z\" fill=\"%s\"/>\n", vertex_x(f, 0), fy(f, floor_), area.s,
+                      vertex_x(f, n_vertices(f) - 1), fy(f, floor_), pass ? "url(#hatch)" : fill);
+    free(area.s);
+}
+
 static void series_draw(sbuf *b, const frame *f, const panel *pn, double offset, double floor_)
 {
-    sbuf area = {0}, line = {0};
-    series_points(&area, f, pn->y, offset, floor_);
+    sbuf line = {0};
+    area_draw(b, f, pn->y, offset, floor_, pn->fill, pn->hatched);
+    if (pn->inner) /* staging in use: the bottom of the live area */
+        area_draw(b, f, pn->inner, offset, floor_, pn->bands[pn->n_under].color, 1);
     series_points(&line, f, pn->y, offset, 0);
-    if (area.oom || line.oom) {
+    if (line.oom)
         b->oom = 1;
-    } else {
-        for (int pass = 0; pass < 1 + pn->hatched; pass++)
-            sb_printf(b, "<path d=\"M%.1f,%.1f L%s L%.1f,%.1f Z\" fill=\"%s\"/>\n", vertex_x(f, 0), fy(f, floor_), area.s,
-                      vertex_x(f, n_vertices(f) - 1), fy(f, floor_), pass ? "url(#hatch)" : pn->fill);
+    else
         sb_printf(b, "<polyline points=\"%s\" fill=\"none\" stroke=\"%s\" stroke-width=\"1.4\" stroke-linejoin=\"round\"/>\n",
                   line.s, pn->stroke);
-    }
-    free(area.s);
     free(line.s);
 }
 
@@ -588,7 +601,7 @@ static int panel_draw(doc *d, const panel *pn, int y)
 {
     sbuf *b = &d->b;
     double under = 0, floor_ = 0;
-    for (int k = 0; k < pn->n_bands; k++) {
+    for (int k = 0; k < (pn->inner ? pn->n_under : pn->n_bands); k++) { /* the live area starts at floor_ */
         floor_ += clean(pn->bands[k].bytes);
         under += k < pn->n_under ? clean(pn->bands[k].bytes) : 0;
     }
@@ -620,7 +633,7 @@ static int panel_draw(doc *d, const panel *pn, int y)
         f.tmax = 1e-9;
     y_axis(b, &f, &s);
     x_axis(b, &f, pn->x_title);
-    bands_draw(b, &f, pn->bands, pn->n_bands);
+    bands_draw(b, &f, pn->bands, pn->inner ? pn->n_under : pn->n_bands);
     if (n > 0)
         series_draw(b, &f, pn, under, floor_);
     sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"" C_AXIS "\"/>\n", PL, f.bottom, PR, f.bottom);
@@ -694,7 +707,9 @@ static int tiers_draw(doc *d, const hyla_plan *p, const step_view *sv, int y)
     int split = p->n_forward > 0 && p->n_forward < sv->n ? p->n_forward : peak; /* first backward sample */
     char when[48], v1[32], v2[32];
     panel dev = {.id = "timeline", .title = sv->device_title, .height = 300, .y_ticks = 6, .t = sv->t, .y = sv->device,
-                 .n = sv->n, .bands = bands, .n_bands = n_bands, .n_under = n_under, .label = "live activations",
+                 .n = sv->n, .bands = bands, .n_bands = n_bands, .n_under = n_under,
+                 .inner = p->staging_timeline && p->n_timeline == sv->n && p->staging_bytes > 0 ? p->staging_timeline : NULL,
+                 .label = "live activations",
                  .fill = "url(#actfill)", .stroke = C_ACT_LINE, .ref = sv->device_ref, .split = split,
                  .split_is_peak = split == peak, .split_labelled = 1, .empty = sv->empty, .x_title = !host};
     fmt_bytes(d->u, v1, sizeof v1, clean(sv->device_ref));
