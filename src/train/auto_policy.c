@@ -61,10 +61,23 @@ static int is_gemm(hyla_ckpt_name n) { return n != HYLA_CK_GDN_CONV && n != HYLA
 #define HOST_ROUND_TRIP_S_PER_BYTE 0.25e-9
 
 typedef struct {
-    hyla_ckpt_name name;
+    hyla_ckpt_name name, twin; /* twin: a name produced by the same GEMM (or name itself) */
     hyla_keep to;
     double seconds_per_byte;
 } move;
+
+/* Names one op produces together: keeping one of them on device without the other saves no
+ * recompute (the GEMM re-runs for the missing one), so they move as a pair. */
+static hyla_ckpt_name twin_of(hyla_ckpt_name c)
+{
+    switch (c) {
+    case HYLA_CK_MLPWI_0: return HYLA_CK_MLPWI_1;
+    case HYLA_CK_MLPWI_1: return HYLA_CK_MLPWI_0;
+    case HYLA_CK_MOE_MLPWI_0: return HYLA_CK_MOE_MLPWI_1;
+    case HYLA_CK_MOE_MLPWI_1: return HYLA_CK_MOE_MLPWI_0;
+    default: return c;
+    }
+}
 
 static int cmp_move(const void *a, const void *b)
 {
@@ -101,15 +114,16 @@ int hyla_auto_policy(const hyla_model *m, hyla_plan_config *pc, double budget, d
     move moves[2 * HYLA_CK__COUNT];
     int n = 0;
     for (int c = 0; c < HYLA_CK__COUNT; c++) {
-        if (plan.by_name[c] <= 0)
+        hyla_ckpt_name twin = twin_of((hyla_ckpt_name)c);
+        if (plan.by_name[c] <= 0 || (int)twin < c) /* a pair moves once, under its first name */
             continue;
         if (c != HYLA_CK_DECODER_LAYER_INPUT) { /* the remat boundary itself cannot be recomputed */
             double fpe = flops_per_element(&m->cfg, (hyla_ckpt_name)c, pc->seq);
             double speed = is_gemm((hyla_ckpt_name)c) ? GEMM_FLOPS : ELEMENTWISE_FLOPS;
-            moves[n++] = (move){(hyla_ckpt_name)c, HYLA_KEEP_REMAT, fpe / 4.0 / speed}; /* fp32: 4 bytes */
+            moves[n++] = (move){(hyla_ckpt_name)c, twin, HYLA_KEEP_REMAT, fpe / 4.0 / speed}; /* fp32: 4 bytes */
         }
         if (host_budget > 0)
-            moves[n++] = (move){(hyla_ckpt_name)c, HYLA_KEEP_OFFLOAD, offload_cost};
+            moves[n++] = (move){(hyla_ckpt_name)c, twin, HYLA_KEEP_OFFLOAD, offload_cost};
     }
     qsort(moves, (size_t)n, sizeof *moves, cmp_move);
     for (int i = 0; i < n && plan.peak_bytes > budget; i++) {
@@ -117,7 +131,7 @@ int hyla_auto_policy(const hyla_model *m, hyla_plan_config *pc, double budget, d
         if (now == HYLA_KEEP_REMAT || (now == HYLA_KEEP_OFFLOAD && moves[i].to == HYLA_KEEP_OFFLOAD))
             continue;
         hyla_plan_config trial = *pc;
-        trial.policy.where[moves[i].name] = moves[i].to;
+        trial.policy.where[moves[i].name] = trial.policy.where[moves[i].twin] = moves[i].to;
         hyla_plan next;
         int st = hyla_plan_compute(m, &trial, &next);
         if (st) {

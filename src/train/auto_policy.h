@@ -6,7 +6,9 @@
  *   offload - the round trip to the host store at its measured speed, times the share of copy
  *             time the step's compute cannot hide (estimated from the step's FLOPs if every
  *             candidate name were offloaded; at least 5% for synchronisation).
- * Start from every name on device; order all (name, remat) and (name, offload) moves by cost;
+ * Start from every name on device; order all (name, remat) and (name, offload) moves by cost
+ * (names one GEMM produces together, mlpwi_0/1 and moe_mlpwi_0/1, move as a pair: keeping one
+ * alone saves no recompute);
  * apply them in that order (a name on the host may still move to remat, never back), keeping a
  * move only if the planned peak drops and the host bytes stay within the host budget. The
  * sequence does not depend on the budget, and the budget picks the shortest prefix that fits, so
