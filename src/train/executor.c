@@ -11,6 +11,7 @@
 #include "core/profile.h"
 #include "infer/state.h"
 #include "ops/ops.h"
+#include "train/offload.h"
 
 int hyla_remat_unit_parse(const char *text, hyla_remat_unit *out)
 {
@@ -152,110 +153,6 @@ static void sample_timeline(hyla_executor *ex)
     ex->timeline[ex->n_timeline++] = ex->ckpt.used + ex->work.used + ex->xfer[0].used + ex->xfer[1].used;
 }
 
-/* ---- offload: staging, writes, read-back ------------------------------------------------------ */
-
-#define HOST_OFF(ex, l, s) ((ex)->host_off[(size_t)(l) * HYLA_S__COUNT + (size_t)(s)])
-#define WRITTEN(ex, l, s) ((ex)->offl_written[(size_t)(l) * HYLA_S__COUNT + (size_t)(s)])
-
-static void io_check(hyla_executor *ex, int status)
-{
-    if (status != HYLA_OK && ex->io_status == HYLA_OK)
-        ex->io_status = status;
-}
-
-/* Reuse staging half h: wait until the copies out of it are done, then empty it. */
-static void xfer_reset(hyla_executor *ex, int h, hyla_xfer_ticket pending)
-{
-    if (!ex->dry && pending)
-        io_check(ex, hyla_host_store_wait(ex->store, pending));
-    hyla_arena_reset_to(&ex->xfer[h], 0);
-}
-
-/* Allocate the device staging buffer of offloaded slot s of layer `owner` in half h and its
- * place in the host store. */
-static float *stage_offload(hyla_executor *ex, int owner, hyla_slot s, int64_t floats, int h)
-{
-    size_t bytes = hyla_align_up((size_t)floats * sizeof(float));
-    HOST_OFF(ex, owner, s) = (size_t)((uintptr_t)hyla_arena_alloc(&ex->host, bytes) - HYLA_ALIGN); /* dry: offsets */
-    WRITTEN(ex, owner, s) = 0;
-    if (ex->dry) {
-        ex->offloaded_bytes_by_name[hyla_slot_ckpt(s)] += bytes;
-        ex->offloaded_bytes_by_kind[ex->m->cfg.layer_kind[owner] == HYLA_LAYER_FULL] += bytes;
-    }
-    return alloc_slot(ex, &ex->xfer[h], floats, 0);
-}
-
-/* After layer l's op produced slot s (s == Y: layer l+1's X), send it to the host store if it is
- * offloaded; the copy's ticket is that of layer l's staging half. */
-static void write_offloaded(hyla_executor *ex, int l, hyla_slot s)
-{
-    int owner = l;
-    if (s == HYLA_S_Y) {
-        if (l + 1 == ex->m->cfg.n_layers)
-            return;
-        owner = l + 1, s = HYLA_S_X;
-    }
-    if (HOST_OFF(ex, owner, s) == SIZE_MAX || WRITTEN(ex, owner, s))
-        return;
-    WRITTEN(ex, owner, s) = 1;
-    if (ex->dry)
-        return;
-    size_t bytes = (size_t)hyla_slot_floats(&ex->m->cfg, owner, s, ex->n) * sizeof(float);
-    ex->write_ticket[l & 1] = hyla_host_store_write(ex->store, HOST_OFF(ex, owner, s), ex->tapes[owner].p[s], bytes);
-}
-
-/* Calls fn(ex, l, s) for every offloaded slot unit u reads back: its ops' outputs and the input
- * X of a layer whose op 0 it contains. */
-#define FOR_UNIT_OFFLOADED(ex, un, l, s, body)                                                     \
-    for (int l = (un)->layer0; l <= (un)->layer1; l++) {                                           \
-        int i0_ = l == (un)->layer0 ? (un)->op0 : 0, i1_ = l == (un)->layer1 ? (un)->op1 : (ex)->n_ops[l]; \
-        if (i0_ == 0 && HOST_OFF(ex, l, HYLA_S_X) != SIZE_MAX) {                                   \
-            hyla_slot s = HYLA_S_X;                                                                \
-            body;                                                                                  \
-        }                                                                                          \
-        for (int i_ = i0_; i_ < i1_; i_++)                                                         \
-            for (int o_ = 0; o_ < (ex)->ops[l][i_]->n_out; o_++) {                                 \
-                hyla_slot s = (ex)->ops[l][i_]->out[o_];                                           \
-                if (s != HYLA_S_Y && HOST_OFF(ex, l, s) != SIZE_MAX)                               \
-                    body;                                                                          \
-            }                                                                                      \
-    }
-
-/* Start reading unit u's offloaded checkpoints back into staging half u & 1. */
-static void prefetch_unit(hyla_executor *ex, int u)
-{
-    if (u < 0 || !ex->host.high_water) /* (the planning pass sets host_bytes only at its end) */
-        return;
-    const hyla_unit *un = &ex->units[u];
-    int h = u & 1;
-    xfer_reset(ex, h, 0); /* its previous user, unit u + 2, is done */
-    FOR_UNIT_OFFLOADED(ex, un, l, s, {
-        if (!ex->fetched[l].p[s]) {
-            int64_t floats = hyla_slot_floats(&ex->m->cfg, l, s, ex->n);
-            ex->fetched[l].p[s] = alloc_slot(ex, &ex->xfer[h], floats, 0);
-            if (!ex->dry)
-                ex->read_ticket[h] = hyla_host_store_read(ex->store, HOST_OFF(ex, l, s), ex->fetched[l].p[s],
-                                                          (size_t)floats * sizeof(float));
-        }
-    })
-}
-
-/* Wait for unit u's reads and hand the buffers to the tapes. */
-static void activate_unit(hyla_executor *ex, int u)
-{
-    if (!ex->host.high_water)
-        return;
-    const hyla_unit *un = &ex->units[u];
-    if (!ex->dry && ex->read_ticket[u & 1])
-        io_check(ex, hyla_host_store_wait(ex->store, ex->read_ticket[u & 1]));
-    FOR_UNIT_OFFLOADED(ex, un, l, s, {
-        if (ex->fetched[l].p[s]) {
-            ex->tapes[l].p[s] = ex->fetched[l].p[s];
-            ex->fetched[l].p[s] = NULL;
-        }
-    })
-}
-
 static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recompute, int64_t *aux_rows)
 {
     size_t mark = hyla_arena_mark(&ex->work);
@@ -268,7 +165,7 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
     }
     for (int i = 0; i < op->n_out && !recompute; i++)
-        write_offloaded(ex, l, op->out[i]);
+        hyla_offload_write(ex, l, op->out[i]);
     sample_timeline(ex);
     hyla_arena_reset_to(&ex->work, mark);
 }
@@ -299,7 +196,7 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
                 if (in_backward)
                     next->p[HYLA_S_X] = alloc_slot(ex, &ex->work, floats, 0);
                 else if (slot_tier(ex, l + 1, HYLA_S_X) == HYLA_KEEP_OFFLOAD)
-                    next->p[HYLA_S_X] = stage_offload(ex, l + 1, HYLA_S_X, floats, l & 1);
+                    next->p[HYLA_S_X] = hyla_offload_stage(ex, l + 1, HYLA_S_X, floats, l & 1);
                 else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X)) {
                     next->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, floats, 0);
                     count_kept(ex, l + 1, HYLA_S_X, floats);
@@ -310,7 +207,7 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
         } else if (s == HYLA_S_Y) { /* final hidden, read by the loss head */
             t->p[s] = ex->forward_only ? ex->carry[(l + 1) & 1] : alloc_slot(ex, &ex->ckpt, floats, 0);
         } else if (!in_backward && slot_tier(ex, l, s) == HYLA_KEEP_OFFLOAD) {
-            t->p[s] = stage_offload(ex, l, s, floats, l & 1);
+            t->p[s] = hyla_offload_stage(ex, l, s, floats, l & 1);
         } else {
             int keep = !in_backward && hyla_executor_keeps(ex, l, s);
             t->p[s] = alloc_slot(ex, keep ? &ex->ckpt : &ex->work, floats, 0);
@@ -344,7 +241,7 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     hyla_tape *t0 = &ex->tapes[0];
     int64_t H = cfg->hidden;
     if (slot_tier(ex, 0, HYLA_S_X) == HYLA_KEEP_OFFLOAD) {
-        t0->p[HYLA_S_X] = stage_offload(ex, 0, HYLA_S_X, ex->n * H, 1); /* half of "layer -1" */
+        t0->p[HYLA_S_X] = hyla_offload_stage(ex, 0, HYLA_S_X, ex->n * H, 1); /* half of "layer -1" */
     } else if (hyla_executor_keeps(ex, 0, HYLA_S_X)) {
         t0->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, ex->n * H, 0);
         count_kept(ex, 0, HYLA_S_X, ex->n * H);
@@ -356,12 +253,7 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
         for (int64_t i = 0; i < ex->n; i++)
             memcpy(t0->p[HYLA_S_X] + i * H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
     }
-    if (HOST_OFF(ex, 0, HYLA_S_X) != SIZE_MAX && !WRITTEN(ex, 0, HYLA_S_X)) {
-        WRITTEN(ex, 0, HYLA_S_X) = 1;
-        if (!ex->dry)
-            ex->write_ticket[1] = hyla_host_store_write(ex->store, HOST_OFF(ex, 0, HYLA_S_X), t0->p[HYLA_S_X],
-                                                        (size_t)(ex->n * H) * sizeof(float));
-    }
+    hyla_offload_write(ex, -1, HYLA_S_Y); /* X_0, "layer -1"'s output */
 }
 
 static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_marks, int64_t *aux_rows)
@@ -374,7 +266,7 @@ static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_ma
             size_t wmark = hyla_arena_mark(&ex->work);
             int i0 = l == un->layer0 ? un->op0 : 0, i1 = l == un->layer1 ? un->op1 : ex->n_ops[l];
             if (i0 == 0 && !ex->forward_only) /* layer l stages into half l & 1, last used by layer l - 2 */
-                xfer_reset(ex, l & 1, ex->write_ticket[l & 1]);
+                hyla_offload_reuse_half(ex, l & 1, ex->write_ticket[l & 1]);
             for (int i = i0; i < i1; i++) {
                 alloc_outputs(ex, l, ex->ops[l][i], 0);
                 run_fwd(ex, l, ex->ops[l][i], 0, aux_rows);
@@ -561,14 +453,7 @@ static void reset_state(hyla_executor *ex)
 {
     size_t L = (size_t)ex->m->cfg.n_layers;
     memset(ex->tapes, 0, sizeof(hyla_tape) * L);
-    memset(ex->fetched, 0, sizeof(hyla_tape) * L);
-    memset(ex->host_off, 0xff, L * HYLA_S__COUNT * sizeof(size_t)); /* SIZE_MAX: not offloaded */
-    memset(ex->write_ticket, 0, sizeof ex->write_ticket);
-    memset(ex->read_ticket, 0, sizeof ex->read_ticket);
-    ex->io_status = HYLA_OK;
-    for (int h = 0; h < 2; h++)
-        hyla_arena_reset_to(&ex->xfer[h], 0);
-    hyla_arena_reset_to(&ex->host, 0);
+    hyla_offload_reset(ex);
     int64_t E = ex->m->cfg.n_experts > 0 ? ex->m->cfg.n_experts : 1;
     memset(ex->aux_counts, 0, (size_t)E * sizeof(double));
     memset(ex->aux_psum, 0, (size_t)E * sizeof(double));
@@ -586,7 +471,7 @@ static void forget_unit(hyla_executor *ex, int u)
             ex->tapes[l].p[ex->ops[l][i]->out[o]] = NULL;
     for (int l = un->layer0 + 1; l <= un->layer1; l++)
         ex->tapes[l].p[HYLA_S_X] = NULL;
-    if (un->op0 == 0 && HOST_OFF(ex, un->layer0, HYLA_S_X) != SIZE_MAX)
+    if (un->op0 == 0 && hyla_offload_is_staged(ex, un->layer0, HYLA_S_X))
         ex->tapes[un->layer0].p[HYLA_S_X] = NULL;
 }
 
@@ -609,12 +494,8 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
     if (!ex->dry && aux_rows > 0)
         for (int64_t e = 0; e < E; e++) /* d aux / d p[row,e] = E count_e / rows^2 (spec §8.8) */
             ex->aux_dprob[e] = (double)aux_scale * (double)E * ex->aux_counts[e] / ((double)aux_rows * (double)aux_rows);
-    if (ex->host.high_water && grads) { /* all writes done; start reading back the last two units */
-        for (int h = 0; h < 2; h++)
-            xfer_reset(ex, h, ex->write_ticket[h]);
-        prefetch_unit(ex, ex->n_units - 1);
-        prefetch_unit(ex, ex->n_units - 2);
-    }
+    if (grads)
+        hyla_offload_begin_backward(ex);
     size_t head_mark = hyla_arena_mark(&ex->work);
     loss_head(ex, grads, logits, ce_scale, loss);
     hyla_arena_reset_to(&ex->work, head_mark);
@@ -624,8 +505,7 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
         return HYLA_OK;
     int cur = 0;
     for (int u = ex->n_units - 1; u >= 0 && ex->io_status == HYLA_OK; u--) {
-        activate_unit(ex, u);
-        if (ex->io_status != HYLA_OK)
+        if (hyla_offload_activate_unit(ex, u) != HYLA_OK)
             break; /* its checkpoints did not come back: stop before using them */
         const hyla_unit *un = &ex->units[u];
         if (ex->updates && !ex->dry && un->op1 == ex->n_ops[un->layer1]) { /* first unit touching its layers */
@@ -638,7 +518,7 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
         hyla_arena_reset_to(&ex->ckpt, unit_marks[u]);
         hyla_arena_reset_to(&ex->host, host_marks[u]);
         forget_unit(ex, u);
-        prefetch_unit(ex, u - 2);
+        hyla_offload_prefetch_unit(ex, u - 2);
         if (ex->updates && !ex->dry && un->op0 == 0) { /* its layers' gradients are complete */
             int st = ex->updates->apply(ex->updates->ctx, un->layer0, un->layer1, ex->updates->window, ex->window_lo);
             if (st != HYLA_OK) {
@@ -786,65 +666,6 @@ int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy
                        int64_t B, int64_t T, hyla_delta_mode mode, int forward_only)
 {
     return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0);
-}
-
-int hyla_layer_ranges(const hyla_param_table *t, size_t *lo, size_t *hi)
-{
-    int L = t->cfg.n_layers;
-    for (int l = 0; l < L; l++)
-        lo[l] = SIZE_MAX, hi[l] = 0;
-    for (int i = 0; i < t->n_params; i++) {
-        const hyla_param *p = &t->params[i];
-        if (p->layer < 0)
-            continue;
-        size_t end = p->offset + hyla_param_span(p);
-        lo[p->layer] = p->offset < lo[p->layer] ? p->offset : lo[p->layer];
-        hi[p->layer] = end > hi[p->layer] ? end : hi[p->layer];
-    }
-    for (int l = 0; l < L; l++) /* contiguous and in order: layer l ends where layer l + 1 begins */
-        if (lo[l] == SIZE_MAX || (l + 1 < L && hi[l] != lo[l + 1]))
-            return hyla_error_set(HYLA_ERR_MODEL, "parameter table: layer %d's parameters are not contiguous", l);
-    for (int i = 0; i < t->n_params; i++) /* nothing else inside the layers' span */
-        if (t->params[i].layer < 0 && t->params[i].offset >= lo[0] && t->params[i].offset < hi[L - 1])
-            return hyla_error_set(HYLA_ERR_MODEL, "parameter table: a non-layer parameter sits between layers");
-    return HYLA_OK;
-}
-
-size_t hyla_grad_head_floats(const hyla_param_table *t)
-{
-    size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS];
-    if (hyla_layer_ranges(t, lo, hi))
-        return t->total_floats;
-    return t->total_floats - (hi[t->cfg.n_layers - 1] - lo[0]);
-}
-
-size_t hyla_executor_window_floats(const hyla_executor *ex)
-{
-    size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS], best = 0;
-    if (hyla_layer_ranges(&ex->m->table, lo, hi))
-        return ex->m->table.total_floats;
-    for (int u = 0; u < ex->n_units; u++) {
-        size_t w = hi[ex->units[u].layer1] - lo[ex->units[u].layer0];
-        best = w > best ? w : best;
-    }
-    return best;
-}
-
-int hyla_executor_update_per_layer(hyla_executor *ex, const hyla_layer_updates *u)
-{
-    ex->updates = NULL;
-    if (!u)
-        return HYLA_OK;
-    int L = ex->m->cfg.n_layers;
-    if (!ex->layer_lo) {
-        ex->layer_lo = malloc((size_t)L * sizeof(size_t));
-        ex->layer_hi = malloc((size_t)L * sizeof(size_t));
-        if (!ex->layer_lo || !ex->layer_hi)
-            return hyla_error_set(HYLA_ERR_NOMEM, "executor: out of memory");
-    }
-    HYLA_TRY(hyla_layer_ranges(&ex->m->table, ex->layer_lo, ex->layer_hi));
-    ex->updates = u;
-    return HYLA_OK;
 }
 
 int hyla_executor_measure(hyla_executor *ex)

@@ -1,0 +1,66 @@
+/* Per-layer updates: where decoder layers' gradients live in the table, and how big the window
+ * holding one remat unit's layer gradients is (see hyla_layer_updates in executor.h). */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "train/executor.h"
+
+int hyla_layer_ranges(const hyla_param_table *t, size_t *lo, size_t *hi)
+{
+    int L = t->cfg.n_layers;
+    for (int l = 0; l < L; l++)
+        lo[l] = SIZE_MAX, hi[l] = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        const hyla_param *p = &t->params[i];
+        if (p->layer < 0)
+            continue;
+        size_t end = p->offset + hyla_param_span(p);
+        lo[p->layer] = p->offset < lo[p->layer] ? p->offset : lo[p->layer];
+        hi[p->layer] = end > hi[p->layer] ? end : hi[p->layer];
+    }
+    for (int l = 0; l < L; l++) /* contiguous and in order: layer l ends where layer l + 1 begins */
+        if (lo[l] == SIZE_MAX || (l + 1 < L && hi[l] != lo[l + 1]))
+            return hyla_error_set(HYLA_ERR_MODEL, "parameter table: layer %d's parameters are not contiguous", l);
+    for (int i = 0; i < t->n_params; i++) /* nothing else inside the layers' span */
+        if (t->params[i].layer < 0 && t->params[i].offset >= lo[0] && t->params[i].offset < hi[L - 1])
+            return hyla_error_set(HYLA_ERR_MODEL, "parameter table: a non-layer parameter sits between layers");
+    return HYLA_OK;
+}
+
+size_t hyla_grad_head_floats(const hyla_param_table *t)
+{
+    size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS];
+    if (hyla_layer_ranges(t, lo, hi))
+        return t->total_floats;
+    return t->total_floats - (hi[t->cfg.n_layers - 1] - lo[0]);
+}
+
+size_t hyla_executor_window_floats(const hyla_executor *ex)
+{
+    size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS], best = 0;
+    if (hyla_layer_ranges(&ex->m->table, lo, hi))
+        return ex->m->table.total_floats;
+    for (int u = 0; u < ex->n_units; u++) {
+        size_t w = hi[ex->units[u].layer1] - lo[ex->units[u].layer0];
+        best = w > best ? w : best;
+    }
+    return best;
+}
+
+int hyla_executor_update_per_layer(hyla_executor *ex, const hyla_layer_updates *u)
+{
+    ex->updates = NULL;
+    if (!u)
+        return HYLA_OK;
+    int L = ex->m->cfg.n_layers;
+    if (!ex->layer_lo) {
+        ex->layer_lo = malloc((size_t)L * sizeof(size_t));
+        ex->layer_hi = malloc((size_t)L * sizeof(size_t));
+        if (!ex->layer_lo || !ex->layer_hi)
+            return hyla_error_set(HYLA_ERR_NOMEM, "executor: out of memory");
+    }
+    HYLA_TRY(hyla_layer_ranges(&ex->m->table, ex->layer_lo, ex->layer_hi));
+    ex->updates = u;
+    return HYLA_OK;
+}
