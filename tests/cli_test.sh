@@ -233,6 +233,21 @@ done
     && head -c 4 "$T/plan.svg" | grep -q "<svg" && tail -c 7 "$T/plan.svg" | grep -q "</svg>" || fail "plan --svg"
 "$HYLA" train --preset tiny-hybrid --steps 2 --batch 1 --seq 16 --remat minimal_offloaded --svg "$T/train.svg" >/dev/null \
     && $PY -c "import sys, xml.dom.minidom as x; x.parse(sys.argv[1])" "$T/train.svg" || fail "train --svg"
+# offload in the plan's JSON: host bytes by name add up, and against the device twin the
+# checkpoints drop by exactly the host bytes and temp by host - staging
+"$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 128 --seq 8192 --remat minimal --json >"$T/p_dev.json" &&
+"$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 128 --seq 8192 --remat minimal_offloaded --json >"$T/p_off.json" &&
+$PY - "$T/p_dev.json" "$T/p_off.json" <<'PYEOF' || fail "plan --json with offload"
+import json, sys
+d, o = (json.load(open(f)) for f in sys.argv[1:3])
+assert d["host_bytes"] == 0 and o["host_bytes"] > 0
+assert abs(sum(o["host_checkpoints_by_name"].values()) - o["host_bytes"]) < 1, o["host_checkpoints_by_name"]
+assert max(o["host_timeline_bytes"]) == o["host_bytes"]
+assert d["checkpoint_bytes"] - o["checkpoint_bytes"] == o["host_bytes"]
+assert d["temp_bytes"] - o["temp_bytes"] == o["host_bytes"] - o["offload_staging_bytes"]
+print("  ok  plan --json minimal_offloaded (80B, 8k): %.3f GB to host, checkpoints -%.3f GB exactly, staging %.3f GB"
+      % (o["host_bytes"] / 1e9, (d["checkpoint_bytes"] - o["checkpoint_bytes"]) / 1e9, o["offload_staging_bytes"] / 1e9))
+PYEOF
 out=$("$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 128 --remat auto --memory-budget 40GB) || fail "plan --remat auto"
 grep -q "^auto policy for 40GB: custom:decoder_layer_input=" <<<"$out" || fail "plan --remat auto prints its policy"
 out=$("$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 128 --remat auto --memory-budget 40GB --host-budget 0) \
