@@ -167,8 +167,11 @@ static void mlp_act_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
 {
     swiglu_slots_bwd(t, d, HYLA_S_SH, HYLA_S_SGATE, HYLA_S_SUP, c->n, mlp_width(c), s);
 }
-static int64_t mlp_act_scratch(const hyla_config *cfg, int64_t n, int64_t T)
+/* Scratch of the shared expert / dense MLP up and activation ops: [n, 2 I] at the widest I (the
+ * scratch functions do not know the layer). */
+static int64_t mlp_pair_scratch(const hyla_config *cfg, int64_t n, int64_t T)
 {
+    (void)T;
     return 2 * n * (cfg->shared_inter > cfg->inter ? cfg->shared_inter : cfg->inter);
 }
 
@@ -201,10 +204,6 @@ static void expert_down_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape 
 static hyla_role up_role(const hyla_op_ctx *c) { return CFG->layer_is_moe[c->layer] ? HYLA_P_SHARED_GATE_UP : HYLA_P_MLP_GATE_UP; }
 static hyla_role down_role(const hyla_op_ctx *c) { return CFG->layer_is_moe[c->layer] ? HYLA_P_SHARED_DOWN : HYLA_P_MLP_DOWN; }
 
-static int64_t mlp_up_scratch(const hyla_config *cfg, int64_t n, int64_t T)
-{
-    return 2 * n * (cfg->shared_inter > cfg->inter ? cfg->shared_inter : cfg->inter);
-}
 static void mlp_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*[n, 2I]*/)
 {
     int64_t n = c->n, H = CFG->hidden, I = mlp_width(c);
@@ -312,18 +311,18 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
      HYLA_OUT(HYLA_S_EOUT), HYLA_READS(HYLA_S_EH, HYLA_S_OFFS)}
 
 #define MLP_OPS                                                                                                        \
-    {"mlp_up", mlp_up_fwd, mlp_up_bwd, mlp_up_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),             \
+    {"mlp_up", mlp_up_fwd, mlp_up_bwd, mlp_pair_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),             \
      HYLA_READS(HYLA_S_HN)},                                                                                           \
-    {"mlp_act", mlp_act_fwd, mlp_act_bwd, none, mlp_act_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH), \
+    {"mlp_act", mlp_act_fwd, mlp_act_bwd, none, mlp_pair_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH), \
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},                                                                            \
     {"mlp_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH)}
 
 const hyla_layer_op hyla_ops_moe[] = {
     ROUTED_OPS,
     {"shared_gate", shared_gate_fwd, shared_gate_bwd, none, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SG), HYLA_READS(HYLA_S_HN)},
-    {"shared_up", mlp_up_fwd, mlp_up_bwd, mlp_up_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),
+    {"shared_up", mlp_up_fwd, mlp_up_bwd, mlp_pair_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),
      HYLA_READS(HYLA_S_HN)},
-    {"shared_act", mlp_act_fwd, mlp_act_bwd, none, mlp_act_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH),
+    {"shared_act", mlp_act_fwd, mlp_act_bwd, none, mlp_pair_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH),
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},
     {"shared_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH)},
     {"moe_combine", combine_fwd, combine_bwd, none, none,

@@ -291,8 +291,7 @@ static float *param_grad(const hyla_executor *ex, float *grads, hyla_role role)
     size_t off = ex->m->table.params[hyla_param_find(&ex->m->table, role, -1)].offset;
     if (!ex->updates)
         return grads + off;
-    size_t lo = ex->layer_lo[0], hi = ex->layer_hi[ex->m->cfg.n_layers - 1]; /* compact head */
-    return ex->updates->head + (off < lo ? off : lo + (off - hi));
+    return ex->updates->head + hyla_grad_head_index(ex, off);
 }
 
 static void loss_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
@@ -471,7 +470,7 @@ static void forget_unit(hyla_executor *ex, int u)
             ex->tapes[l].p[ex->ops[l][i]->out[o]] = NULL;
     for (int l = un->layer0 + 1; l <= un->layer1; l++)
         ex->tapes[l].p[HYLA_S_X] = NULL;
-    if (un->op0 == 0 && hyla_offload_is_staged(ex, un->layer0, HYLA_S_X))
+    if (un->op0 == 0) /* its input too (it may sit in an offload staging half about to be reused) */
         ex->tapes[un->layer0].p[HYLA_S_X] = NULL;
 }
 

@@ -133,6 +133,9 @@ typedef struct hyla_layer_updates_s {
 int hyla_layer_ranges(const hyla_param_table *t, size_t *lo, size_t *hi);
 /* Floats of the compact head (non-layer parameters) and of the largest unit's window. */
 size_t hyla_grad_head_floats(const hyla_param_table *t);
+/* Index in the compact head of the non-layer parameter at table offset `offset` (per-layer
+ * updates set up). */
+size_t hyla_grad_head_index(const hyla_executor *ex, size_t offset);
 size_t hyla_executor_window_floats(const hyla_executor *ex);
 /* Route gradients through u (not owned; NULL: back to whole-table gradients). */
 int hyla_executor_update_per_layer(hyla_executor *ex, const hyla_layer_updates *u);

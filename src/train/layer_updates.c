@@ -48,6 +48,12 @@ size_t hyla_executor_window_floats(const hyla_executor *ex)
     return best;
 }
 
+size_t hyla_grad_head_index(const hyla_executor *ex, size_t offset)
+{
+    size_t lo = ex->layer_lo[0], hi = ex->layer_hi[ex->m->cfg.n_layers - 1];
+    return offset < lo ? offset : lo + (offset - hi);
+}
+
 int hyla_executor_update_per_layer(hyla_executor *ex, const hyla_layer_updates *u)
 {
     ex->updates = NULL;

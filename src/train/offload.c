@@ -116,8 +116,6 @@ void hyla_offload_reset(hyla_executor *ex)
     hyla_arena_reset_to(&ex->host, 0);
 }
 
-int hyla_offload_is_staged(const hyla_executor *ex, int l, hyla_slot s) { return HOST_OFF(ex, l, s) != SIZE_MAX; }
-
 void hyla_offload_begin_backward(hyla_executor *ex)
 {
     if (!ex->host.high_water)

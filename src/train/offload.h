@@ -17,7 +17,6 @@ float *hyla_offload_stage(hyla_executor *ex, int owner, hyla_slot s, int64_t flo
 /* Layer l's op has produced slot s (s == Y: layer l+1's X; l = -1: the embedding's X_0): send it
  * to the host store if it is offloaded; the copy's ticket is layer l's half's. */
 void hyla_offload_write(hyla_executor *ex, int l, hyla_slot s);
-int hyla_offload_is_staged(const hyla_executor *ex, int l, hyla_slot s);
 /* After the forward: wait for every write, start reading back the last two units. */
 void hyla_offload_begin_backward(hyla_executor *ex);
 /* Start reading unit u's offloaded checkpoints back into half u & 1 (u < 0: nothing). */

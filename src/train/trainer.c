@@ -23,13 +23,10 @@ static int apply_layers(void *ctx, int layer0, int layer1, const float *window, 
 static void apply_head(hyla_trainer *tr)
 {
     const hyla_param_table *t = &tr->model->table;
-    size_t lo = tr->ex.layer_lo[0], hi = tr->ex.layer_hi[t->cfg.n_layers - 1];
-    for (int i = 0; i < t->n_params; i++) {
-        size_t off = t->params[i].offset;
+    for (int i = 0; i < t->n_params; i++)
         if (t->params[i].layer < 0)
             tr->step_sumsq += hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w,
-                                                      tr->grads + (off < lo ? off : lo + (off - hi)));
-    }
+                                                      tr->grads + hyla_grad_head_index(&tr->ex, t->params[i].offset));
 }
 
 static int alloc_gradients(hyla_trainer *tr)
@@ -44,6 +41,7 @@ static int alloc_gradients(hyla_trainer *tr)
     }
     tr->grads = aligned_alloc(64, hyla_align_up((head ? head : 1) * sizeof(float)));
     tr->updates.head = tr->grads;
+    tr->head_floats = head;
     tr->grad_floats = head + window;
     if (!tr->grads || (window && !tr->grad_window))
         return hyla_error_set(HYLA_ERR_NOMEM, "train: cannot allocate %zu gradient floats", head + window);
@@ -107,7 +105,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     double t0 = hyla_now();
     if (tr->store)
         hyla_host_store_stats_reset(tr->store);
-    memset(tr->grads, 0, (tr->grad_floats - (tr->grad_window ? hyla_executor_window_floats(&tr->ex) : 0)) * sizeof(float));
+    memset(tr->grads, 0, tr->head_floats * sizeof(float));
     tr->opt.cfg.lr = hyla_lr_at(&tr->cfg.schedule, tr->opt.step);
     tr->step_sumsq = 0.0;
     if (tr->cfg.update_per_layer)

@@ -44,6 +44,7 @@ typedef struct {
     float *grads;           /* [table.total_floats]; with update_per_layer: the compact head instead */
     float *grad_window;     /* update_per_layer: one unit's layer gradients */
     size_t grad_floats;     /* floats of gradient storage (grads + grad_window) */
+    size_t head_floats;     /* floats of grads (the whole table, or the compact head) */
     hyla_layer_updates updates;
     double step_sumsq;      /* update_per_layer: sum of squared gradients applied this step */
     hyla_host_store *store; /* owned; only when the policy offloads */
