@@ -8,22 +8,7 @@ CASES=$2
 PY=/usr/bin/python3
 T=$(mktemp -d /tmp/hyla_cli.XXXXXX)
 trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "  FAIL: $*"; fails=$((fails + 1)); }
-
-# expect_error NAME PATTERN CMD...: non-zero exit, one stderr line matching PATTERN, no sanitizer output.
-expect_error() {
-    local name=$1 pattern=$2; shift 2
-    "$@" >"$T/out" 2>"$T/err"
-    local rc=$?
-    local lines; lines=$(grep -c . "$T/err")
-    if [ $rc -eq 0 ]; then fail "$name: exit 0 (expected an error)"; return; fi
-    if [ $rc -ge 128 ]; then fail "$name: crashed (rc $rc)"; cat "$T/err"; return; fi
-    if grep -qiE 'sanitizer|runtime error' "$T/err"; then fail "$name: sanitizer report"; cat "$T/err"; return; fi
-    if [ "$lines" -ne 1 ]; then fail "$name: expected one error line, got $lines"; cat "$T/err"; return; fi
-    if ! grep -qE -- "$pattern" "$T/err"; then fail "$name: error does not match '$pattern': $(cat "$T/err")"; return; fi
-    echo "  ok  $name: $(cat "$T/err")"
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 # --- a valid model to break ------------------------------------------------------------------
 "$HYLA" init --preset tiny-hybrid --seed 3 --out "$T/good" >/dev/null || { fail "init"; exit 1; }
@@ -60,7 +45,7 @@ json.dump(c, open(path, "w"))
 PYEOF
     expect_error "config: $1" "$2" "$HYLA" forward "$T/cfg_$1" --tokens 1,2
 }
-cfg_case "top-k > experts" "config.json.*num_experts_per_tok.*num_experts" "c['num_experts_per_tok'] = 99"
+cfg_case "top-k > experts" "config.json.*num_experts_per_tok.*num_experts" "c['num_experts_per_tok'] = c['num_experts'] + 1"
 cfg_case "heads not dividing" "config.json.*num_attention_heads.*num_key_value_heads" "c['num_key_value_heads'] = 3"
 cfg_case "value heads not dividing" "config.json.*linear_num_value_heads" "c['linear_num_value_heads'] = 5"
 cfg_case "unknown model_type" "config.json.*model_type 'llama'" "c['model_type'] = 'llama'"
@@ -80,7 +65,9 @@ expect_error "bad threads" "--threads expects an integer" "$HYLA" forward "$T/go
 expect_error "missing value" "--tokens needs a value" "$HYLA" forward "$T/good" --tokens
 expect_error "unknown command" "unknown command 'frobnicate'" "$HYLA" frobnicate
 expect_error "unknown preset" "unknown preset 'huge'" "$HYLA" init --preset huge --out "$T/x"
-expect_error "save over a model" "already holds a model" "$HYLA" init --preset tiny-hybrid --out "$T/good"
+"$HYLA" init --preset tiny-hybrid --seed 5 --out "$T/good_again" >/dev/null && "$HYLA" init --preset tiny-hybrid --seed 3 \
+    --out "$T/good_again" >/dev/null && cmp -s "$T/good/model.safetensors" "$T/good_again/model.safetensors" \
+    || fail "init over a model hyla wrote replaces it"
 expect_error "bad layout value" "--gdn-layout must be grouped or separate" "$HYLA" convert "$T/good" "$T/conv" --gdn-layout diagonal
 
 # --- train: a short run, its JSON log, resume, and bad training inputs ------------------------------

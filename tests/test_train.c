@@ -202,7 +202,8 @@ static void test_optimizer(void)
             ss += (double)g[i] * g[i];
         }
         double norm = sqrt(ss), scale = norm > 1.0 ? 1.0 / (norm + 1e-6) : 1.0;
-        double got = hyla_adamw_step(&opt, &t, w, g);
+        double got = 0;
+        CHECK(hyla_adamw_step(&opt, &t, w, g, &got) == HYLA_OK, "adamw step: %s", hyla_error_message());
         CHECK(fabs(got - norm) <= 1e-12 * norm, "adamw: grad norm %.12g vs %.12g", got, norm);
         for (int i = 0; i < 32; i++) {
             if (!(i < 6 || (i >= 16 && i < 20)))

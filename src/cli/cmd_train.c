@@ -1,6 +1,8 @@
 /* hyla train: train from scratch (--preset / --config) or from a Hugging Face directory
  * (--model), on a token file, a text file (byte-level tokens) or synthetic data. */
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +10,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "io/fileio.h"
+#include "io/outdir.h"
 #include "model/forward.h"
 #include "model/presets.h"
 #include "infer/routing.h"
@@ -130,7 +133,8 @@ static int sample_greedy(const hyla_model *m, const char *prompt, int64_t n_new)
     return HYLA_OK;
 }
 
-static void log_json(FILE *f, int64_t step, const hyla_step_stats *s, size_t act_bytes)
+/* One record per step, flushed; a failed write (a full disk) is an error that stops the run. */
+static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_stats *s, size_t act_bytes)
 {
     fprintf(f, "{\"step\": %lld, \"loss\": %.9g, \"ce\": %.9g, ", (long long)step, s->loss, s->ce);
     if (isnan(s->aux))
@@ -142,7 +146,9 @@ static void log_json(FILE *f, int64_t step, const hyla_step_stats *s, size_t act
                "\"copy_hidden_fraction\": %.4f}\n",
             s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes,
             (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, hidden_fraction(s));
-    fflush(f);
+    if (fflush(f) != 0 || ferror(f))
+        return hyla_error_set(HYLA_ERR_IO, "%s: write failed at step %lld: %s", path, (long long)step, strerror(errno));
+    return HYLA_OK;
 }
 
 /* --svg: the last step as measured (tr->ex.measured_*, one sample per op) over the same step
@@ -173,6 +179,8 @@ static int write_measured_svg(const train_args *a, const hyla_trainer *tr, const
 
 static int run(const train_args *a)
 {
+    if (a->save)
+        HYLA_TRY(hyla_outdir_check(a->save, HYLA_OUTDIR_CHECKPOINT));
     hyla_model m;
     HYLA_TRY(open_model(a, &m));
     hyla_train_config tc;
@@ -235,7 +243,7 @@ static int run(const train_args *a)
     }
     FILE *log = NULL;
     if (rc == HYLA_OK && a->log_json && !(log = fopen(a->log_json, state.step ? "a" : "w")))
-        rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing", a->log_json);
+        rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", a->log_json, strerror(errno));
     int32_t *tokens = NULL;
     if (rc == HYLA_OK) {
         tokens = malloc((size_t)(a->accum * a->batch * a->seq) * sizeof *tokens);
@@ -268,9 +276,13 @@ static int run(const train_args *a)
             printf("  offload %.1f MiB, copies %.0f ms, %.0f%% hidden", s.offload_bytes / 1048576.0, s.copy_seconds * 1e3,
                    100.0 * hidden_fraction(&s));
         printf("\n");
-        fflush(stdout);
-        if (log)
-            log_json(log, step + 1, &s, hyla_trainer_activation_bytes(&tr));
+        if (fflush(stdout) != 0 || ferror(stdout)) {
+            rc = hyla_error_set(HYLA_ERR_IO, "standard output: write failed at step %lld: %s", (long long)step + 1,
+                                strerror(errno));
+            break;
+        }
+        if (log && (rc = log_json(log, a->log_json, step + 1, &s, hyla_trainer_activation_bytes(&tr))) != HYLA_OK)
+            break;
         state.step = step + 1;
         state.data_pos = data.pos;
         snprintf(state.data_source, sizeof state.data_source, "%s", data.source);
@@ -281,8 +293,8 @@ static int run(const train_args *a)
     }
     if (rc == HYLA_OK && a->sample_tokens > 0)
         rc = sample_greedy(&m, a->sample_prompt, a->sample_tokens);
-    if (log)
-        fclose(log);
+    if (log && fclose(log) != 0 && rc == HYLA_OK)
+        rc = hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", a->log_json, strerror(errno));
     hyla_routing_free(&replay);
     free(tokens);
     if (tr.grads)

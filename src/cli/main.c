@@ -1,4 +1,5 @@
 /* hyla: command-line entry point. */
+#include <errno.h>
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -57,8 +58,15 @@ int main(int argc, char **argv)
         return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].run(argc - 1, argv + 1);
+            /* what went to standard output (a pipe, a file on a full disk) must have arrived */
+            if (fflush(stdout) != 0 || ferror(stdout)) {
+                fprintf(stderr, "hyla %s: error: standard output: write failed: %s\n", argv[1], strerror(errno));
+                return rc ? rc : 1;
+            }
+            return rc;
+        }
     fprintf(stderr, "hyla: unknown command '%s' (see hyla --help)\n", argv[1]);
     return 2;
 }

@@ -33,7 +33,11 @@ void hyla_arena_free(hyla_arena *a)
 
 void *hyla_arena_alloc(hyla_arena *a, size_t bytes)
 {
-    size_t need = hyla_align_up(bytes);
+    size_t need = bytes > a->capacity ? a->capacity + 1 : hyla_align_up(bytes);
+    if (need > a->capacity - a->used && !a->base) {
+        a->overflowed = 1;
+        return (void *)(uintptr_t)HYLA_ALIGN;
+    }
     if (need > a->capacity - a->used) {
         fprintf(stderr, "hyla: internal error: %s arena exhausted (used %zu + %zu > %zu)\n",
                 a->name, a->used, need, a->capacity);

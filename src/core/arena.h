@@ -14,6 +14,7 @@ typedef struct {
     size_t used;
     size_t high_water;
     const char *name;    /* for diagnostics */
+    int overflowed;      /* dry arena only: a step asked for more than its 2^60-byte capacity */
 } hyla_arena;
 
 #define HYLA_ALIGN 64
@@ -22,7 +23,9 @@ static inline size_t hyla_align_up(size_t n) { return (n + HYLA_ALIGN - 1) & ~(s
 int hyla_arena_init(hyla_arena *a, const char *name, size_t capacity);
 /* A dry arena allocates nothing: it hands out distinct non-NULL placeholder addresses that
  * must never be dereferenced, and records the high-water mark a real arena would reach. The
- * executor's planning pass runs the exact allocation sequence of a step on dry arenas. */
+ * executor's planning pass runs the exact allocation sequence of a step on dry arenas. A dry
+ * arena asked for more than 2^60 bytes (absurd sizes given to `hyla plan`) sets `overflowed`
+ * instead of aborting; the planner turns that into an error. */
 void hyla_arena_init_dry(hyla_arena *a, const char *name);
 void hyla_arena_free(hyla_arena *a);
 void *hyla_arena_alloc(hyla_arena *a, size_t bytes);       /* uninitialised */

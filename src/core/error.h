@@ -18,6 +18,7 @@ enum {
     HYLA_ERR_ARG = -4,     /* bad flag or argument value */
     HYLA_ERR_NOMEM = -5,   /* allocation failed */
     HYLA_ERR_MODEL = -6,   /* tensor missing, unexpected or mis-shaped */
+    HYLA_ERR_NUMERIC = -7, /* a loss, gradient or weight became NaN or infinite */
 };
 
 /* printf-style; returns `status` so callers can write `return hyla_error_set(ERR, "...")`. */

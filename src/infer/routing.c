@@ -47,19 +47,26 @@ int hyla_routing_read(const char *path, const hyla_config *cfg, hyla_routing *r)
     }
     r->n_layers = hyla_le_get32(b + 8);
     r->k = hyla_le_get32(b + 12);
-    r->rows = (int64_t)hyla_le_get64(b + 16);
     int want_layers = hyla_moe_layer_count(cfg);
     if (r->n_layers != want_layers || r->k != cfg->top_k) {
         rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: routing for %lld MoE layers x top-%lld, but the model has %d x top-%lld",
                             path, (long long)r->n_layers, (long long)r->k, want_layers, (long long)cfg->top_k);
         goto done;
     }
-    size_t count = (size_t)(r->n_layers * r->rows * r->k);
-    if (r->rows < 1 || len != 24 + 4 * count) {
-        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: header says %lld rows but the file holds %zu bytes of ids", path,
-                            (long long)r->rows, len - 24);
+    /* rows comes from the file: bound it by the bytes present before any product is formed
+     * (layers and k are the model's, both >= 1 and small, see model/config.h) */
+    uint64_t rows = hyla_le_get64(b + 16), per_row = 4 * (uint64_t)r->n_layers * (uint64_t)r->k;
+    if (r->n_layers < 1) {
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: the model has no MoE layers to replay", path);
         goto done;
     }
+    if (rows < 1 || rows > (len - 24) / per_row || len - 24 != rows * per_row) {
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: header says %llu rows but the file holds %zu bytes of ids", path,
+                            (unsigned long long)rows, len - 24);
+        goto done;
+    }
+    size_t count = (size_t)(rows * per_row / 4);
+    r->rows = (int64_t)rows;
     r->ids = malloc(count * sizeof *r->ids);
     if (!r->ids) {
         rc = hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);

@@ -2,6 +2,8 @@
 
 #define _XOPEN_SOURCE 700
 #include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,38 +13,64 @@
 
 #include "core/error.h"
 
-int hyla_read_text_file(const char *path, char **out_text, size_t *out_len)
+int hyla_open_regular(const char *path, int *out_fd, size_t *out_size)
+{
+    /* O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return hyla_error_set(HYLA_ERR_IO, "%s: not a regular file", path);
+    }
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0)
+        fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    *out_fd = fd;
+    *out_size = (size_t)sb.st_size;
+    return HYLA_OK;
+}
+
+int hyla_read_file_max(const char *path, size_t max_bytes, char **out_text, size_t *out_len)
 {
     *out_text = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return hyla_error_set(HYLA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) {
-        fclose(f);
-        return hyla_error_set(HYLA_ERR_IO, "%s: cannot seek", path);
+    int fd;
+    size_t size;
+    HYLA_TRY(hyla_open_regular(path, &fd, &size));
+    if (size > max_bytes) {
+        close(fd);
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: %zu bytes, more than the %zu this file may have", path, size, max_bytes);
     }
-    long size = ftell(f);
-    rewind(f);
-    if (size < 0) {
-        fclose(f);
-        return hyla_error_set(HYLA_ERR_IO, "%s: cannot determine size", path);
-    }
-    char *buf = malloc((size_t)size + 1);
+    char *buf = malloc(size + 1);
     if (!buf) {
-        fclose(f);
-        return hyla_error_set(HYLA_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, size);
+        close(fd);
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, size);
     }
-    size_t got = fread(buf, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) {
+    size_t got = 0;
+    while (got < size) {
+        ssize_t r = read(fd, buf + got, size - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != size) {
         free(buf);
-        return hyla_error_set(HYLA_ERR_IO, "%s: short read (%zu of %ld bytes)", path, got, size);
+        return hyla_error_set(HYLA_ERR_IO, "%s: short read (%zu of %zu bytes)", path, got, size);
     }
     buf[size] = '\0';
     *out_text = buf;
     if (out_len)
-        *out_len = (size_t)size;
+        *out_len = size;
     return HYLA_OK;
+}
+
+int hyla_read_text_file(const char *path, char **out_text, size_t *out_len)
+{
+    return hyla_read_file_max(path, SIZE_MAX - 1, out_text, out_len);
 }
 
 int hyla_write_file_atomic(const char *path, const void *data, size_t len)

@@ -4,6 +4,10 @@
 
 #include <stddef.h>
 
+/* Open a regular file for reading (a FIFO, device or directory is an error, never a hang). */
+int hyla_open_regular(const char *path, int *out_fd, size_t *out_size);
+/* Read a whole regular file of at most max_bytes into a NUL-terminated malloc'd buffer. */
+int hyla_read_file_max(const char *path, size_t max_bytes, char **out_text, size_t *out_len);
 /* Read a whole file into a NUL-terminated malloc'd buffer (owned by the caller). */
 int hyla_read_text_file(const char *path, char **out_text, size_t *out_len);
 /* Write `len` bytes to `path` atomically: write to a temporary name in the same directory,

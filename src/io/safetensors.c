@@ -482,12 +482,14 @@ static int parse_file(hyla_st_set *s, int fi)
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = (n << 8) | m[i];
+    /* The messages give sizes only, never the 8 bytes themselves: a shard may be a symlink to
+     * any file, and its first bytes are not ours to print. */
     if (n > f->size - 8)
-        return hyla_error_set(HYLA_ERR_FORMAT, "%s: header length %llu runs past the end of the file (%zu bytes)",
-                              f->path, (unsigned long long)n, f->size);
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: not a safetensors file: its 8-byte header length runs past the end "
+                              "of the file (%zu bytes)", f->path, f->size);
     if (n > HYLA_ST_MAX_HEADER)
-        return hyla_error_set(HYLA_ERR_FORMAT, "%s: header length %llu exceeds the %zu-byte limit", f->path,
-                              (unsigned long long)n, HYLA_ST_MAX_HEADER);
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: header length exceeds the %zu-byte limit", f->path,
+                              (size_t)HYLA_ST_MAX_HEADER);
     /* Parse a NUL-terminated copy: older cJSON versions can read one byte past a length-bounded
      * buffer on an unterminated string, and the mapping may end right there. */
     char *text = malloc((size_t)n + 1);
@@ -528,26 +530,20 @@ static int add_file(hyla_st_set *s, const char *path)
     if (!(f->path = strdup(path)))
         return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     int fi = s->n_files++;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return hyla_error_set(HYLA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    int fd;
+    size_t size;
+    HYLA_TRY(hyla_open_regular(path, &fd, &size));
+    if (size < 8) {
         close(fd);
-        return hyla_error_set(HYLA_ERR_IO, "%s: not a readable regular file", path);
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: file is %zu bytes, too short for a safetensors header", path, size);
     }
-    if (sb.st_size < 8) {
-        close(fd);
-        return hyla_error_set(HYLA_ERR_FORMAT, "%s: file is %lld bytes, too short for a safetensors header", path,
-                              (long long)sb.st_size);
-    }
-    void *map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
     close(fd);
     if (map == MAP_FAILED)
         return hyla_error_set(HYLA_ERR_IO, "%s: cannot mmap: %s", path, strerror(map_errno));
     f->map = map;
-    f->size = (size_t)sb.st_size;
+    f->size = size;
     return parse_file(s, fi);
 }
 
@@ -665,11 +661,11 @@ int hyla_st_open(hyla_st_set *s, const char *dir)
     char path[4096];
     HYLA_TRY(hyla_path_join(path, sizeof path, dir, INDEX_NAME));
     int st;
-    if (hyla_file_exists(path)) {
+    if (access(path, F_OK) == 0) { /* whatever it is: a FIFO or a directory is refused when opened */
         st = open_index(s, dir, path);
     } else {
         HYLA_TRY(hyla_path_join(path, sizeof path, dir, SINGLE_NAME));
-        if (hyla_file_exists(path))
+        if (access(path, F_OK) == 0)
             st = add_file(s, path);
         else
             st = hyla_error_set(HYLA_ERR_IO, "%s: neither " INDEX_NAME " nor " SINGLE_NAME " found", dir);

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "io/fileio.h"
 
 #define TOK_MAX_ID (1 << 24)           /* ids beyond this are rejected as implausible */
@@ -69,6 +70,7 @@ struct hyla_tokenizer {
     size_t n_added;
     uint32_t added_first[257]; /* added_order[added_first[b] .. added_first[b + 1]) start with b */
     pcre2_code *re;        /* NULL: no regex split, each run is one piece */
+    char re_excerpt[64];   /* the pattern's start, for error messages */
     int ignore_merges;     /* model.ignore_merges: a piece found whole in the vocab is one id */
 };
 
@@ -473,6 +475,8 @@ static int compile_regex(hyla_tokenizer *t, const char *pattern, const char *fie
                               (size_t)at, (const char *)msg);
     }
     pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */
+    size_t n = strlen(pattern), keep = sizeof t->re_excerpt - 4;
+    snprintf(t->re_excerpt, sizeof t->re_excerpt, "%.*s%s", (int)(n < keep ? n : keep), pattern, n < keep ? "" : "...");
     return HYLA_OK;
 }
 
@@ -733,8 +737,31 @@ typedef struct {
     char *spell;            /* [spell_cap] byte-level spelling of a piece (ignore_merges) */
     size_t spell_cap;
     pcre2_match_data *md;
-    pcre2_match_context *mc; /* match limit scaled to the run length */
+    pcre2_match_context *mc; /* match, depth and heap limits */
 } enc_ctx;
+
+/* Regex limits (a hostile tokenizer.json may carry a pattern that backtracks catastrophically).
+ * Every match first runs with a small step limit, enough for any piece of ordinary text. A
+ * match that needs more, such as the Qwen pattern over a long whitespace run ("\s*[\r\n]+"
+ * backtracks over the run once before "\s+(?!\S)" takes it), is retried with a limit linear in
+ * the rest of the run, and those retries share one budget per run, linear in its length. So a
+ * run of n bytes costs at most n * SMALL + (1e7 + 128 n) steps: linear, whatever the pattern;
+ * a pattern that needs more is an error naming it. Depth and heap limits bound the
+ * interpreter's memory (the JIT has its own fixed stack; hitting it falls back to the
+ * interpreter under these limits). */
+#define REGEX_SMALL_STEPS 100000u
+#define REGEX_STEPS_PER_BYTE 64.0
+#define REGEX_DEPTH_LIMIT 1000000u
+#define REGEX_HEAP_LIMIT_KIB (64u * 1024u)
+
+/* Step limits do not count a lookahead's scan over the subject (".(?=.*z)" costs the rest of
+ * the run per match: quadratic in the run), so a clock backstops them: 2 s + 20 us per byte, 40x
+ * what the Qwen pattern needs even on a whitespace run (0.5 us/byte here). Only a hostile
+ * pattern can reach it, so the clock never decides ordinary tokenization. */
+#define REGEX_SECONDS_BASE 2.0
+#define REGEX_SECONDS_PER_BYTE 2e-5
+
+static uint32_t regex_limit(double steps) { return steps < UINT32_MAX ? (uint32_t)steps : UINT32_MAX; }
 
 static int out_reserve(enc_ctx *c, size_t extra)
 {
@@ -936,13 +963,23 @@ static int encode_run(enc_ctx *c, size_t s, size_t e)
         return encode_piece(c, s, e - s);
     const unsigned char *subj = c->text + s;
     size_t n = e - s, start = 0, last = 0;
-    /* PCRE2's default limit (10M backtracking steps per match) fails on a whitespace run of
-     * ~10 MB: "\s*[\r\n]+" backtracks over the whole run once before "\s+(?!\S)" matches it.
-     * That cost is linear in the run, so allow a fixed multiple of its length. */
-    double limit = 1e7 + 64.0 * (double)n;
-    pcre2_set_match_limit(c->mc, limit < UINT32_MAX ? (uint32_t)limit : UINT32_MAX);
-    while (start < n) {
+    double retry_budget = 1e7 + 2 * REGEX_STEPS_PER_BYTE * (double)n;
+    double t0 = hyla_now(), deadline = REGEX_SECONDS_BASE + REGEX_SECONDS_PER_BYTE * (double)n;
+    for (size_t calls = 1; start < n; calls++) {
+        if (calls % 256 == 0 && hyla_now() - t0 > deadline)
+            return hyla_error_set(HYLA_ERR_ARG, "%s: pre-tokenizer regex '%s' takes over %.0f s for a %zu-byte run (input "
+                                  "byte %zu); a pattern this slow is refused", t->path, t->re_excerpt, deadline, n, s + start);
+        pcre2_set_match_limit(c->mc, REGEX_SMALL_STEPS);
         int rc = pcre2_match(t->re, subj, n, start, PCRE2_NO_UTF_CHECK, c->md, c->mc);
+        if (rc == PCRE2_ERROR_MATCHLIMIT) {
+            double big = REGEX_SMALL_STEPS + REGEX_STEPS_PER_BYTE * (double)(n - start);
+            if (big > retry_budget)
+                return hyla_error_set(HYLA_ERR_ARG, "%s: pre-tokenizer regex '%s' exceeds its backtracking budget at input "
+                                      "byte %zu (a pattern this slow is refused)", t->path, t->re_excerpt, s + start);
+            retry_budget -= big;
+            pcre2_set_match_limit(c->mc, regex_limit(big));
+            rc = pcre2_match(t->re, subj, n, start, PCRE2_NO_UTF_CHECK, c->md, c->mc);
+        }
         if (rc == PCRE2_ERROR_JIT_STACKLIMIT)
             rc = pcre2_match(t->re, subj, n, start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT, c->md, c->mc);
         if (rc == PCRE2_ERROR_NOMATCH)
@@ -952,8 +989,8 @@ static int encode_run(enc_ctx *c, size_t s, size_t e)
             PCRE2_UCHAR msg[256] = "match outside the subject";
             if (rc < 0)
                 pcre2_get_error_message(rc, msg, sizeof msg);
-            return hyla_error_set(HYLA_ERR_ARG, "%s: pre-tokenizer regex failed at input byte %zu: %s", t->path,
-                                  s + start, (const char *)msg);
+            return hyla_error_set(HYLA_ERR_ARG, "%s: pre-tokenizer regex '%s' failed at input byte %zu: %s", t->path,
+                                  t->re_excerpt, s + start, (const char *)msg);
         }
         size_t ms = ov[0], me = ov[1];
         if (ms > last)
@@ -1016,6 +1053,10 @@ int hyla_tokenizer_encode(const hyla_tokenizer *t, const char *text, size_t len,
     if (st == HYLA_OK && t->re &&
         (!(c.md = pcre2_match_data_create_from_pattern(t->re, NULL)) || !(c.mc = pcre2_match_context_create(NULL))))
         st = hyla_error_set(HYLA_ERR_NOMEM, "tokenizer encode: cannot allocate match data");
+    if (st == HYLA_OK && c.mc) {
+        pcre2_set_depth_limit(c.mc, REGEX_DEPTH_LIMIT);
+        pcre2_set_heap_limit(c.mc, REGEX_HEAP_LIMIT_KIB);
+    }
     for (size_t pos = 0; st == HYLA_OK && pos < len;) {
         size_t at;
         int32_t id;

@@ -22,7 +22,7 @@ static const cJSON *field_get(const field_reader *r, const char *name)
 }
 
 /* Integer field. required: error if absent; else *out = dflt. */
-static int field_int(const field_reader *r, const char *name, int required, int64_t dflt, int64_t lo,
+static int field_int(const field_reader *r, const char *name, int required, int64_t dflt, int64_t lo, int64_t hi,
                      int64_t *out)
 {
     const cJSON *v = field_get(r, name);
@@ -38,6 +38,9 @@ static int field_int(const field_reader *r, const char *name, int required, int6
     if (*out < lo)
         return hyla_error_set(HYLA_ERR_CONFIG, "%s: field '%s%s' = %lld must be >= %lld", r->origin,
                               r->prefix, name, (long long)*out, (long long)lo);
+    if (*out > hi)
+        return hyla_error_set(HYLA_ERR_CONFIG, "%s: field '%s%s' = %lld exceeds hyla's limit of %lld (see model/config.h)",
+                              r->origin, r->prefix, name, (long long)*out, (long long)hi);
     return HYLA_OK;
 }
 
@@ -135,7 +138,7 @@ static int parse_rope(hyla_config *cfg, const field_reader *r)
                                   r->origin, r->prefix, keys[i], cJSON_IsString(type) ? type->valuestring : "?");
         const cJSON *th = cJSON_GetObjectItemCaseSensitive(rp, "rope_theta");
         if (th) {
-            if (!cJSON_IsNumber(th) || !(th->valuedouble > 0))
+            if (!cJSON_IsNumber(th) || !(th->valuedouble > 0) || !isfinite(th->valuedouble))
                 return hyla_error_set(HYLA_ERR_CONFIG, "%s: field '%s%s.rope_theta' must be a positive number", r->origin, r->prefix, keys[i]);
             cfg->rope_theta = th->valuedouble;
         }
@@ -174,7 +177,7 @@ static int parse_layer_kinds(hyla_config *cfg, const field_reader *r)
         return HYLA_OK;
     }
     int64_t interval;
-    HYLA_TRY(field_int(r, "full_attention_interval", 0, 4, 1, &interval));
+    HYLA_TRY(field_int(r, "full_attention_interval", 0, 4, 1, HYLA_MAX_LAYERS, &interval));
     for (int64_t i = 0; i < cfg->n_layers; i++)
         cfg->layer_kind[i] = ((i + 1) % interval == 0) ? HYLA_LAYER_FULL : HYLA_LAYER_LINEAR;
     return HYLA_OK;
@@ -191,7 +194,7 @@ static int parse_ffn_kinds(hyla_config *cfg, const field_reader *r)
         return HYLA_OK;
     }
     int64_t step;
-    HYLA_TRY(field_int(r, "decoder_sparse_step", 0, 1, 1, &step));
+    HYLA_TRY(field_int(r, "decoder_sparse_step", 0, 1, 1, HYLA_MAX_LAYERS, &step));
     unsigned char mlp_only[HYLA_MAX_LAYERS] = {0};
     const cJSON *mo = field_get(r, "mlp_only_layers");
     if (mo) {
@@ -270,30 +273,25 @@ int hyla_config_parse(hyla_config *cfg, const char *json_text, const char *origi
 #define TRY(x) do { if ((st = (x)) != HYLA_OK) goto done; } while (0)
     TRY(parse_family(cfg, root, origin, &r));
     int is_moe_family = cfg->family != HYLA_FAMILY_QWEN3_5;
-    TRY(field_int(&r, "vocab_size", 1, 0, 1, &cfg->vocab));
-    TRY(field_int(&r, "hidden_size", 1, 0, 1, &cfg->hidden));
-    TRY(field_int(&r, "num_hidden_layers", 1, 0, 1, &cfg->n_layers));
-    if (cfg->n_layers > HYLA_MAX_LAYERS) {
-        st = hyla_error_set(HYLA_ERR_CONFIG, "%s: field '%snum_hidden_layers' = %lld exceeds hyla's limit of %d",
-                            origin, r.prefix, (long long)cfg->n_layers, HYLA_MAX_LAYERS);
-        goto done;
-    }
+    TRY(field_int(&r, "vocab_size", 1, 0, 1, HYLA_MAX_VOCAB, &cfg->vocab));
+    TRY(field_int(&r, "hidden_size", 1, 0, 1, HYLA_MAX_HIDDEN, &cfg->hidden));
+    TRY(field_int(&r, "num_hidden_layers", 1, 0, 1, HYLA_MAX_LAYERS, &cfg->n_layers));
     TRY(parse_layer_kinds(cfg, &r));
-    TRY(field_int(&r, "num_attention_heads", 1, 0, 1, &cfg->n_heads));
-    TRY(field_int(&r, "num_key_value_heads", 1, 0, 1, &cfg->n_kv_heads));
-    TRY(field_int(&r, "head_dim", 1, 0, 1, &cfg->head_dim));
+    TRY(field_int(&r, "num_attention_heads", 1, 0, 1, HYLA_MAX_HEADS, &cfg->n_heads));
+    TRY(field_int(&r, "num_key_value_heads", 1, 0, 1, HYLA_MAX_HEADS, &cfg->n_kv_heads));
+    TRY(field_int(&r, "head_dim", 1, 0, 1, HYLA_MAX_HEAD_DIM, &cfg->head_dim));
     TRY(field_double(&r, "partial_rotary_factor", 0.25, 1, &cfg->partial_rotary_factor));
     TRY(parse_rope(cfg, &r));
-    TRY(field_int(&r, "linear_num_key_heads", 1, 0, 1, &cfg->lin_k_heads));
-    TRY(field_int(&r, "linear_num_value_heads", 1, 0, 1, &cfg->lin_v_heads));
-    TRY(field_int(&r, "linear_key_head_dim", 1, 0, 1, &cfg->lin_k_dim));
-    TRY(field_int(&r, "linear_value_head_dim", 1, 0, 1, &cfg->lin_v_dim));
-    TRY(field_int(&r, "linear_conv_kernel_dim", 1, 0, 1, &cfg->conv_kernel));
-    TRY(field_int(&r, "num_experts", is_moe_family, 0, 0, &cfg->n_experts));
-    TRY(field_int(&r, "num_experts_per_tok", is_moe_family && cfg->n_experts > 0, 0, 0, &cfg->top_k));
-    TRY(field_int(&r, "moe_intermediate_size", is_moe_family && cfg->n_experts > 0, 0, 0, &cfg->moe_inter));
-    TRY(field_int(&r, "shared_expert_intermediate_size", 0, 0, 0, &cfg->shared_inter));
-    TRY(field_int(&r, "intermediate_size", cfg->family == HYLA_FAMILY_QWEN3_5, 0, 0, &cfg->inter));
+    TRY(field_int(&r, "linear_num_key_heads", 1, 0, 1, HYLA_MAX_HEADS, &cfg->lin_k_heads));
+    TRY(field_int(&r, "linear_num_value_heads", 1, 0, 1, HYLA_MAX_HEADS, &cfg->lin_v_heads));
+    TRY(field_int(&r, "linear_key_head_dim", 1, 0, 1, HYLA_MAX_HEAD_DIM, &cfg->lin_k_dim));
+    TRY(field_int(&r, "linear_value_head_dim", 1, 0, 1, HYLA_MAX_HEAD_DIM, &cfg->lin_v_dim));
+    TRY(field_int(&r, "linear_conv_kernel_dim", 1, 0, 1, HYLA_MAX_CONV_KERNEL, &cfg->conv_kernel));
+    TRY(field_int(&r, "num_experts", is_moe_family, 0, 0, HYLA_MAX_EXPERTS, &cfg->n_experts));
+    TRY(field_int(&r, "num_experts_per_tok", is_moe_family && cfg->n_experts > 0, 0, 0, HYLA_MAX_TOP_K, &cfg->top_k));
+    TRY(field_int(&r, "moe_intermediate_size", is_moe_family && cfg->n_experts > 0, 0, 0, HYLA_MAX_INTERMEDIATE, &cfg->moe_inter));
+    TRY(field_int(&r, "shared_expert_intermediate_size", 0, 0, 0, HYLA_MAX_INTERMEDIATE, &cfg->shared_inter));
+    TRY(field_int(&r, "intermediate_size", cfg->family == HYLA_FAMILY_QWEN3_5, 0, 0, HYLA_MAX_INTERMEDIATE, &cfg->inter));
     TRY(field_bool(&r, "norm_topk_prob", 1, &cfg->norm_topk_prob));
     if (cfg->family == HYLA_FAMILY_QWEN3_5_MOE)
         cfg->norm_topk_prob = 1; /* always renormalised in Qwen3.5-MoE (spec §1.1) */
@@ -307,7 +305,7 @@ int hyla_config_parse(hyla_config *cfg, const char *json_text, const char *origi
         TRY(field_bool(&r, "tie_word_embeddings", tie_outer, &cfg->tie_word_embeddings));
     }
     TRY(field_double(&r, "initializer_range", 0.02, 1, &cfg->initializer_range));
-    TRY(field_int(&r, "max_position_embeddings", 0, 0, 0, &cfg->max_position_embeddings));
+    TRY(field_int(&r, "max_position_embeddings", 0, 0, 0, HYLA_MAX_POSITIONS, &cfg->max_position_embeddings));
     {
         const cJSON *act = field_get(&r, "hidden_act");
         if (act && (!cJSON_IsString(act) || strcmp(act->valuestring, "silu"))) {

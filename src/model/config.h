@@ -8,7 +8,25 @@
 
 #include <stdint.h>
 
+/* Upper bounds on config sizes, checked before anything is allocated. Each is at least twice
+ * the largest released model of these families (Qwen3.5-397B-A17B: 60 layers, 512 experts, top-10,
+ * hidden 4096, vocab 248320, head_dim 256) and small enough that every size product hyla forms
+ * fits in int64 with room to spare: the largest tensor, experts x 2*intermediate x hidden, is at
+ * most 2^10 * 2^21 * 2^16 = 2^47 elements, a layer's parameters below 2^49, the model's below 2^58.
+ * Kernel limits: hidden and every normed width <= 65536 (norm.c's per-thread partial), head_dim
+ * <= 1024 (attention.c's query tile), top-k <= 64 (generate.c's per-step routing record). The
+ * parameter table holds 3 rows per expert and layer, so experts x layers bounds its memory
+ * (1024 x 512 x 3 rows of ~200 bytes: 0.3 GB at the extreme). */
 #define HYLA_MAX_LAYERS 512
+#define HYLA_MAX_VOCAB (1 << 24)
+#define HYLA_MAX_HIDDEN 65536
+#define HYLA_MAX_HEADS 1024
+#define HYLA_MAX_HEAD_DIM 1024
+#define HYLA_MAX_CONV_KERNEL 64
+#define HYLA_MAX_EXPERTS 1024
+#define HYLA_MAX_TOP_K 64
+#define HYLA_MAX_INTERMEDIATE (1 << 20)
+#define HYLA_MAX_POSITIONS (1 << 30)
 
 typedef enum {
     HYLA_FAMILY_QWEN3_NEXT = 0,

@@ -6,8 +6,10 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/finite.h"
 #include "core/rng.h"
 #include "io/fileio.h"
+#include "io/outdir.h"
 
 static int alloc_weights(hyla_model *m)
 {
@@ -108,8 +110,12 @@ static int load_tensor(hyla_model *m, size_t h, const hyla_st_tensor *st, const 
         int param;
         int64_t row;
         hyla_hf_row_dest(&m->table, ht, r, &param, &row);
-        hyla_dtype_to_f32(row_ptr(m, param, row), src + (size_t)r * (size_t)ht->row_len * esz, st->dtype,
-                          (size_t)ht->row_len);
+        float *dst = row_ptr(m, param, row);
+        hyla_dtype_to_f32(dst, src + (size_t)r * (size_t)ht->row_len * esz, st->dtype, (size_t)ht->row_len);
+        size_t bad = hyla_first_nonfinite(dst, (size_t)ht->row_len);
+        if (bad < (size_t)ht->row_len) /* NaN/inf weights would only surface as NaN losses much later */
+            return hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' holds a non-finite value (%s) at element %lld", dir,
+                                  ht->name, isnan(dst[bad]) ? "NaN" : "infinity", (long long)(r * ht->row_len + (int64_t)bad));
     }
     m->hf_dtype[h] = (unsigned char)st->dtype;
     if (ht->map == HYLA_HF_ROWS)
@@ -300,7 +306,7 @@ static void output_dtypes(const hyla_model *m, const hyla_param_table *out, unsi
     }
 }
 
-int hyla_model_save(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes)
+int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes)
 {
     hyla_param_table out;
     HYLA_TRY(hyla_params_build(&out, &m->cfg, layout ? layout : &m->table.layout));
@@ -319,18 +325,6 @@ int hyla_model_save(const hyla_model *m, const char *dir, const hyla_layout *lay
         for (int d = 0; d < out.hf[i].ndim; d++)
             entries[i].shape[d] = out.hf[i].shape[d];
     }
-    char probe[4096];
-    for (int i = 0; i < 2; i++) {
-        const char *existing = i ? "model.safetensors.index.json" : "model.safetensors";
-        if ((st = hyla_path_join(probe, sizeof probe, dir, existing)) != HYLA_OK)
-            goto done;
-        if (hyla_file_exists(probe)) {
-            st = hyla_error_set(HYLA_ERR_IO, "%s: already holds a model (%s); save to a new directory", dir, existing);
-            goto done;
-        }
-    }
-    if ((st = hyla_mkdir_p(dir)) != HYLA_OK)
-        goto done;
     save_ctx ctx = {m, &out, dt};
     if ((st = hyla_st_write(dir, entries, out.n_hf, max_shard_bytes, fill_tensor, &ctx)) != HYLA_OK)
         goto done;
@@ -345,5 +339,16 @@ done:
     free(entries);
     free(dt);
     hyla_params_free(&out);
+    return st;
+}
+
+int hyla_model_save(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes)
+{
+    hyla_outdir o;
+    HYLA_TRY(hyla_outdir_begin(&o, dir, HYLA_OUTDIR_MODEL, "hyla"));
+    int st = hyla_model_write_files(m, o.tmp, layout, max_shard_bytes);
+    if (st == HYLA_OK)
+        return hyla_outdir_commit(&o);
+    hyla_outdir_abort(&o);
     return st;
 }

@@ -33,9 +33,12 @@ int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *la
                     hyla_dtype dtype);
 
 /* Save as a Hugging Face directory: config.json and safetensors (sharded when larger than
- * max_shard_bytes; 0 = one file) in `layout` (NULL: the layout it was loaded with). Each file
- * is written to a temporary name and renamed. */
+ * max_shard_bytes; 0 = one file) in `layout` (NULL: the layout it was loaded with). The
+ * directory is published whole (io/outdir.h): `dir` may be absent, empty or a model hyla
+ * wrote; anything else is refused. */
 int hyla_model_save(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes);
+/* The same files written into the existing directory `dir` (a checkpoint's temporary one). */
+int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes);
 
 void hyla_model_free(hyla_model *m);
 

@@ -27,14 +27,17 @@ typedef struct {
 static int add_param(builder *b, hyla_role role, int layer, int ndim, int64_t d0, int64_t d1, int64_t d2)
 {
     hyla_param_table *t = b->t;
-    if ((size_t)t->n_params == b->cap_params) {
-        b->cap_params = b->cap_params ? 2 * b->cap_params : 64;
-        hyla_param *p = realloc(t->params, b->cap_params * sizeof *p);
+    if (b->failed)
+        return -1;
+    if ((size_t)t->n_params == b->cap_params) { /* capacity grows only once the block did */
+        size_t cap = b->cap_params ? 2 * b->cap_params : 64;
+        hyla_param *p = realloc(t->params, cap * sizeof *p);
         if (!p) {
             b->failed = 1;
             return -1;
         }
         t->params = p;
+        b->cap_params = cap;
     }
     hyla_param *p = &t->params[t->n_params];
     memset(p, 0, sizeof *p);
@@ -59,14 +62,17 @@ static void add_hf(builder *b, hyla_hf_map map, int param, int64_t row0, int lay
                    const int64_t *shape, const char *fmt, ...)
 {
     hyla_param_table *t = b->t;
+    if (b->failed || param < 0)
+        return;
     if (t->n_hf == b->cap_hf) {
-        b->cap_hf = b->cap_hf ? 2 * b->cap_hf : 256;
-        hyla_hf_tensor *h = realloc(t->hf, b->cap_hf * sizeof *h);
+        size_t cap = b->cap_hf ? 2 * b->cap_hf : 256;
+        hyla_hf_tensor *h = realloc(t->hf, cap * sizeof *h);
         if (!h) {
             b->failed = 1;
             return;
         }
         t->hf = h;
+        b->cap_hf = cap;
     }
     hyla_hf_tensor *h = &t->hf[t->n_hf++];
     memset(h, 0, sizeof *h);

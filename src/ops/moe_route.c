@@ -8,6 +8,10 @@
 /* Does (pa, a) come before (pb, b) in the order "probability descending, index ascending"? */
 static int route_before(float pa, int64_t a, float pb, int64_t b)
 {
+    /* NaN (from non-finite activations) orders below every number, so a row always yields k
+     * distinct experts; its NaN weights then make the loss NaN, which the trainer reports. */
+    pa = isnan(pa) ? -1.0f : pa;
+    pb = isnan(pb) ? -1.0f : pb;
     return pa > pb || (pa == pb && a < b);
 }
 
@@ -73,7 +77,7 @@ void hyla_moe_route_fwd(int32_t *top_idx /*[n,k]*/, float *top_w /*[n,k]*/,
                 if (best < 0 || route_before(p[e], e, p[best], best))
                     best = e;
             }
-            HYLA_ASSERT(best >= 0); /* only fails on NaN probabilities */
+            HYLA_ASSERT(best >= 0); /* k <= E distinct experts exist; NaN is ordered (route_before) */
             idx[s] = (int32_t)best;
             w[s] = p[best];
             wsum += p[best];

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/fileio.h"
+#include "io/outdir.h"
 #include "io/safetensors.h"
 
 static void param_name(const hyla_param *p, const char *prefix, char *buf, size_t cap)
@@ -55,14 +56,15 @@ static int write_state_json(const char *path, const hyla_adamw *opt, const hyla_
 
 int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw *opt, const hyla_train_state *st)
 {
-    char tmp[4096], path[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", dir, (int)getpid());
-    HYLA_TRY(hyla_remove_tree(tmp));
+    hyla_outdir o;
+    HYLA_TRY(hyla_outdir_begin(&o, dir, HYLA_OUTDIR_CHECKPOINT, "hyla train"));
+    const char *tmp = o.tmp;
+    char path[4300];
     /* parameters in F32 whatever they were loaded from: training made them fp32 values */
     hyla_model *mm = (hyla_model *)m;
     memset(mm->hf_dtype, HYLA_DT_F32, m->table.n_hf);
     memset(mm->param_dtype, HYLA_DT_F32, (size_t)m->table.n_params);
-    int rc = hyla_model_save(m, tmp, NULL, 0);
+    int rc = hyla_model_write_files(m, tmp, NULL, 0);
     const hyla_param_table *t = &m->table;
     hyla_st_entry *e = calloc(2 * (size_t)t->n_params, sizeof *e);
     char (*names)[96] = calloc(2 * (size_t)t->n_params, sizeof *names);
@@ -79,7 +81,7 @@ int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw 
         }
     if (rc == HYLA_OK) {
         moments_ctx ctx = {t, opt};
-        char optdir[4200];
+        char optdir[4300];
         snprintf(optdir, sizeof optdir, "%s/optimizer", tmp);
         rc = hyla_mkdir_p(optdir);
         if (rc == HYLA_OK)
@@ -91,26 +93,41 @@ int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw 
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         rc = write_state_json(path, opt, st);
     }
-    if (rc == HYLA_OK) {
-        /* swap in atomically: exchange tmp and DIR (at no instant is there no complete DIR),
-         * then remove the previous checkpoint, now at tmp */
-        if (access(dir, F_OK) != 0) {
-            if (rename(tmp, dir) != 0)
-                rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot rename the new checkpoint into place: %s", dir, strerror(errno));
-        } else if (renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0) {
-            rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot swap the new checkpoint in: %s", dir, strerror(errno));
-        }
-    }
-    hyla_remove_tree(tmp); /* success: the previous checkpoint; failure: the partial new one */
+    if (rc == HYLA_OK)
+        return hyla_outdir_commit(&o);
+    hyla_outdir_abort(&o);
     return rc;
 }
 
 int hyla_checkpoint_load_model(const char *dir, hyla_model *m) { return hyla_model_load(m, dir); }
 
+/* A count stored as a JSON number: an integer in [0, 2^53], where doubles are still exact. */
+static int count_field(const cJSON *v)
+{
+    return cJSON_IsNumber(v) && v->valuedouble >= 0 && v->valuedouble <= 9007199254740992.0 &&
+           v->valuedouble == floor(v->valuedouble);
+}
+
+static int parse_u64(const char *text, uint64_t *out)
+{
+    if (!*text || strlen(text) > 20)
+        return 0;
+    for (const char *c = text; *c; c++)
+        if (*c < '0' || *c > '9')
+            return 0;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || *end)
+        return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
 static int read_state_json(const char *path, hyla_adamw *opt, hyla_train_state *st)
 {
     char *text;
-    HYLA_TRY(hyla_read_text_file(path, &text, NULL));
+    HYLA_TRY(hyla_read_file_max(path, 1 << 20, &text, NULL)); /* a few hundred bytes when hyla wrote it */
     cJSON *o = cJSON_Parse(text);
     free(text);
     int rc = HYLA_OK;
@@ -124,19 +141,23 @@ static int read_state_json(const char *path, hyla_adamw *opt, hyla_train_state *
         rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: not valid JSON", path);
     else if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "hyla-train-state-1"))
         rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'format' must be \"hyla-train-state-1\"", path);
-    else if (!cJSON_IsNumber(step) || step->valuedouble < 0 || step->valuedouble != floor(step->valuedouble))
-        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'step' must be a non-negative integer", path);
-    else if (!cJSON_IsNumber(ostep) || ostep->valuedouble < 0)
-        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'optimizer_step' must be a non-negative integer", path);
-    else if (!cJSON_IsNumber(pos) || pos->valuedouble < 0)
-        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'data_pos' must be a non-negative integer", path);
+    else if (!count_field(step))
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'step' must be an integer in [0, 2^53]", path);
+    else if (!count_field(ostep) || ostep->valuedouble > step->valuedouble)
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'optimizer_step' must be an integer in [0, step]", path);
+    else if (!count_field(pos))
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'data_pos' must be an integer in [0, 2^53]", path);
     else if (!cJSON_IsString(seed) || !cJSON_IsString(src))
         rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: fields 'seed' and 'data_source' must be strings", path);
+    else if (!parse_u64(seed->valuestring, &st->seed))
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'seed' must be a decimal integer in [0, 2^64)", path);
+    else if (strlen(src->valuestring) >= sizeof st->data_source)
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'data_source' is longer than %zu bytes", path,
+                            sizeof st->data_source - 1);
     else {
         st->step = (int64_t)step->valuedouble;
         opt->step = (int64_t)ostep->valuedouble;
         st->data_pos = (int64_t)pos->valuedouble;
-        st->seed = strtoull(seed->valuestring, NULL, 10);
         snprintf(st->data_source, sizeof st->data_source, "%s", src->valuestring);
     }
     cJSON_Delete(o);

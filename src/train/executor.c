@@ -581,6 +581,16 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
                           size_t *timeline, int cap)
 {
     memset(ex, 0, sizeof *ex);
+    /* Tokens per micro-batch: a plan may describe up to 2^32 (every slot then stays below 2^61
+     * bytes: widths are bounded by model/config.h); a step that runs also indexes its n * top-k
+     * routed slots with int32. */
+    int64_t n_tokens, n_slots, k = m->cfg.top_k > 0 ? m->cfg.top_k : 1;
+    if (B < 1 || T < 1 || __builtin_mul_overflow(B, T, &n_tokens) || n_tokens > ((int64_t)1 << 32))
+        return hyla_error_set(HYLA_ERR_ARG, "batch %lld x seq %lld: more than 2^32 tokens per micro-batch",
+                              (long long)B, (long long)T);
+    if (!plan_only && (__builtin_mul_overflow(n_tokens, k, &n_slots) || n_slots > INT32_MAX))
+        return hyla_error_set(HYLA_ERR_ARG, "batch %lld x seq %lld x top-%lld: more than 2^31 - 1 routed slots per "
+                              "micro-batch; use a smaller batch with --accum", (long long)B, (long long)T, (long long)k);
     ex->plan_only = plan_only;
     ex->timeline = timeline;
     ex->host_timeline = timeline ? timeline + cap : NULL; /* one allocation: [device | host | staging] */
@@ -607,8 +617,9 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     ex->fetched = calloc((size_t)cfg->n_layers, sizeof(hyla_tape));
     ex->host_off = malloc((size_t)cfg->n_layers * HYLA_S__COUNT * sizeof(size_t));
     ex->offl_written = calloc((size_t)cfg->n_layers * HYLA_S__COUNT, 1);
-    ex->pos = malloc((size_t)ex->n * sizeof(int64_t));
-    ex->labels = malloc((size_t)ex->n * sizeof(int32_t));
+    size_t per_token = plan_only ? 1 : (size_t)ex->n; /* planning reads no positions or labels */
+    ex->pos = malloc(per_token * sizeof(int64_t));
+    ex->labels = malloc(per_token * sizeof(int32_t));
     ex->aux_counts = calloc((size_t)E, sizeof(double));
     ex->aux_psum = calloc((size_t)E, sizeof(double));
     ex->aux_dprob = calloc((size_t)E, sizeof(double));
@@ -632,16 +643,15 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     hyla_arena_init_dry(&ex->xfer[0], "offload staging 0");
     hyla_arena_init_dry(&ex->xfer[1], "offload staging 1");
     hyla_arena_init_dry(&ex->host, "host store");
-    int32_t *tokens = calloc((size_t)ex->n, sizeof(int32_t));
-    if (!tokens) {
-        hyla_executor_free(ex);
-        return hyla_error_set(HYLA_ERR_NOMEM, "executor: out of memory");
-    }
-    hyla_step_loss loss;
-    set_labels(ex, tokens, NULL);
-    int st = run_step(ex, tokens, forward_only ? NULL : (float *)ex->carry[0], NULL, 1.0f, 1.0f, &loss);
-    free(tokens);
+    hyla_step_loss loss; /* a dry pass reads no tokens or labels */
+    int st = run_step(ex, NULL, forward_only ? NULL : (float *)ex->carry[0], NULL, 1.0f, 1.0f, &loss);
     HYLA_ASSERT(st == HYLA_OK); /* a dry pass touches no store */
+    if (ex->ckpt.overflowed || ex->work.overflowed || ex->xfer[0].overflowed || ex->xfer[1].overflowed ||
+        ex->host.overflowed) {
+        hyla_executor_free(ex);
+        return hyla_error_set(HYLA_ERR_ARG, "batch %lld x seq %lld: the step's activations exceed 2^60 bytes",
+                              (long long)B, (long long)T);
+    }
     ex->ckpt_bytes = ex->ckpt.high_water;
     ex->work_bytes = ex->work.high_water;
     ex->xfer_bytes[0] = ex->xfer[0].high_water;

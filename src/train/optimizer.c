@@ -1,10 +1,12 @@
 #include "train/optimizer.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/finite.h"
 
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats)
 {
@@ -45,8 +47,25 @@ void hyla_adamw_begin(hyla_adamw *opt)
     opt->bc2 = 1.0 - pow(opt->cfg.beta2, (double)opt->step);
 }
 
-/* One parameter's update with gradient g scaled by `scale`. */
-static void update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double scale)
+static void param_label(const hyla_param *p, char *buf, size_t cap)
+{
+    if (p->layer < 0)
+        snprintf(buf, cap, "%s", hyla_role_name(p->role));
+    else
+        snprintf(buf, cap, "layers.%d.%s", p->layer, hyla_role_name(p->role));
+}
+
+static int nonfinite_gradient(int64_t step, const hyla_param *p)
+{
+    char name[96];
+    param_label(p, name, sizeof name);
+    return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: non-finite gradient (NaN or infinity) in %s; the update was not "
+                          "applied", (long long)step, name);
+}
+
+/* One parameter's update with gradient g scaled by `scale`; the number of weights it left
+ * non-finite (counted in the same pass: free next to the update's own traffic). */
+static int64_t update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double scale)
 {
     const hyla_adamw_config *c = &opt->cfg;
     float *w = weights + p->offset, *m = opt->m + p->offset, *v = opt->v + p->offset;
@@ -54,34 +73,59 @@ static void update_param(hyla_adamw *opt, const hyla_param *p, float *weights, c
     float wd_factor = (float)(1.0 - c->lr * decay);
     float b1 = (float)c->beta1, b2 = (float)c->beta2, lr = (float)c->lr, eps = (float)c->eps;
     float s = (float)scale, rbc1 = (float)(1.0 / opt->bc1), rbc2 = (float)(1.0 / opt->bc2);
-#pragma omp parallel for schedule(static)
+    int64_t bad = 0;
+#pragma omp parallel for schedule(static) reduction(+ : bad)
     for (int64_t j = 0; j < p->numel; j++) {
         float gj = g[j] * s;
         m[j] = b1 * m[j] + (1.0f - b1) * gj;
         v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
         float mhat = m[j] * rbc1, vhat = v[j] * rbc2;
         w[j] = w[j] * wd_factor - lr * mhat / (sqrtf(vhat) + eps);
+        bad += !isfinite(w[j]);
     }
+    return bad;
 }
 
-double hyla_adamw_update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g)
+static int nonfinite_weights(const hyla_adamw *opt, const hyla_param *p, int64_t bad)
+{
+    char name[96];
+    param_label(p, name, sizeof name);
+    return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: the update left %lld weights of %s non-finite (learning rate "
+                          "%.3g too high?)", (long long)opt->step, (long long)bad, name, opt->cfg.lr);
+}
+
+int hyla_adamw_update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double *sumsq)
 {
     double ss = 0.0;
     for (int64_t j = 0; j < p->numel; j++)
         ss += (double)g[j] * (double)g[j];
-    update_param(opt, p, weights, g, 1.0);
-    return ss;
+    if (!isfinite(ss))
+        return nonfinite_gradient(opt->step, p); /* already this step's number (hyla_adamw_begin) */
+    *sumsq += ss;
+    int64_t bad = update_param(opt, p, weights, g, 1.0);
+    return bad ? nonfinite_weights(opt, p, bad) : HYLA_OK;
 }
 
-double hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, float *grads)
+int hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, float *grads, double *norm_out)
 {
     const hyla_adamw_config *c = &opt->cfg;
     double norm = hyla_grad_norm(t, grads);
+    *norm_out = norm;
+    if (!isfinite(norm)) /* nothing is updated: name the first tensor that went non-finite */
+        for (int i = 0; i < t->n_params; i++)
+            if (hyla_first_nonfinite(grads + t->params[i].offset, (size_t)t->params[i].numel) < (size_t)t->params[i].numel)
+                return nonfinite_gradient(opt->step + 1, &t->params[i]);
+    if (!isfinite(norm)) /* squares overflowed double: finite but astronomically large gradients */
+        return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: gradient norm overflows; the update was not applied",
+                              (long long)opt->step + 1);
     double scale = (c->clip > 0 && norm > c->clip) ? c->clip / (norm + 1e-6) : 1.0;
     hyla_adamw_begin(opt);
-    for (int i = 0; i < t->n_params; i++)
-        update_param(opt, &t->params[i], weights, grads + t->params[i].offset, scale);
-    return norm;
+    for (int i = 0; i < t->n_params; i++) {
+        int64_t bad = update_param(opt, &t->params[i], weights, grads + t->params[i].offset, scale);
+        if (bad)
+            return nonfinite_weights(opt, &t->params[i], bad);
+    }
+    return HYLA_OK;
 }
 
 int hyla_lr_schedule_parse(const char *text, hyla_schedule_kind *out)

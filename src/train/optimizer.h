@@ -31,15 +31,17 @@ void hyla_adamw_free(hyla_adamw *opt);
 double hyla_grad_norm(const hyla_param_table *t, const float *grads);
 
 /* Clip (if cfg.clip > 0 and norm > clip: scale by clip / (norm + 1e-6)) and apply one AdamW
- * update with learning rate opt->cfg.lr. Returns the pre-clip norm. */
-double hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, float *grads);
+ * update with learning rate opt->cfg.lr; *norm_out = the pre-clip norm. A non-finite gradient
+ * is an error naming the first such tensor, and nothing is updated; an update that leaves a
+ * weight non-finite is an error naming the tensor (the weights are then broken: stop). */
+int hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, float *grads, double *norm_out);
 
 /* The same update in pieces, for per-layer updates during backward (no clipping: a global
  * norm needs every gradient first): hyla_adamw_begin once per step, then
- * hyla_adamw_update_param once per parameter with its gradient g [p->numel]; returns the sum
- * of squares of g. Bit-identical to hyla_adamw_step with clipping off. */
+ * hyla_adamw_update_param once per parameter with its gradient g [p->numel]; adds the sum of
+ * squares of g to *sumsq (a non-finite g is an error, p untouched). Bit-identical to hyla_adamw_step with clipping off. */
 void hyla_adamw_begin(hyla_adamw *opt);
-double hyla_adamw_update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g);
+int hyla_adamw_update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double *sumsq);
 
 typedef enum { HYLA_SCHED_COSINE = 0, HYLA_SCHED_WSD = 1, HYLA_SCHED_CONSTANT = 2 } hyla_schedule_kind;
 

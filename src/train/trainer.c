@@ -15,18 +15,20 @@ static int apply_layers(void *ctx, int layer0, int layer1, const float *window, 
     const hyla_param_table *t = &tr->model->table;
     for (int i = 0; i < t->n_params; i++)
         if (t->params[i].layer >= layer0 && t->params[i].layer <= layer1)
-            tr->step_sumsq += hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w, window + (t->params[i].offset - lo));
+            HYLA_TRY(hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w, window + (t->params[i].offset - lo),
+                                             &tr->step_sumsq));
     return HYLA_OK;
 }
 
 /* update_per_layer: AdamW on the embedding, final norm and lm_head (compact head gradients). */
-static void apply_head(hyla_trainer *tr)
+static int apply_head(hyla_trainer *tr)
 {
     const hyla_param_table *t = &tr->model->table;
     for (int i = 0; i < t->n_params; i++)
         if (t->params[i].layer < 0)
-            tr->step_sumsq += hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w,
-                                                      tr->grads + hyla_grad_head_index(&tr->ex, t->params[i].offset));
+            HYLA_TRY(hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w,
+                                             tr->grads + hyla_grad_head_index(&tr->ex, t->params[i].offset), &tr->step_sumsq));
+    return HYLA_OK;
 }
 
 static int alloc_gradients(hyla_trainer *tr)
@@ -53,8 +55,12 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     memset(tr, 0, sizeof *tr);
     tr->model = model;
     tr->cfg = *cfg;
+    int64_t step_tokens;
     if (cfg->batch < 1 || cfg->seq < 2 || cfg->accum < 1)
         return hyla_error_set(HYLA_ERR_ARG, "train: need batch >= 1, seq >= 2, accum >= 1");
+    if (__builtin_mul_overflow(cfg->batch * cfg->seq, cfg->accum, &step_tokens) || step_tokens > ((int64_t)1 << 40))
+        return hyla_error_set(HYLA_ERR_ARG, "train: accum %lld x batch %lld x seq %lld: more than 2^40 tokens per step",
+                              (long long)cfg->accum, (long long)cfg->batch, (long long)cfg->seq);
     if (cfg->update_per_layer && (cfg->accum != 1 || cfg->adamw.clip > 0))
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates need --accum 1 and --clip 0 (accumulation and global-norm "
                               "clipping need every gradient before the first update)");
@@ -136,11 +142,15 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     stats->aux = have_aux ? aux_sum / (double)A : NAN;
     stats->loss = stats->ce + (have_aux ? cfg->router_aux_loss_coef * stats->aux : 0.0);
     stats->lr = tr->opt.cfg.lr;
+    if (!isfinite(stats->loss)) /* before any update (per-layer updates: the gradients' checks came first) */
+        return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: the loss is %s (cross-entropy %g); the update was not applied",
+                              (long long)tr->opt.step + !tr->cfg.update_per_layer, isnan(stats->loss) ? "NaN" : "infinite",
+                              stats->ce);
     if (tr->cfg.update_per_layer) { /* the layers were updated during backward */
-        apply_head(tr);
+        HYLA_TRY(apply_head(tr));
         stats->grad_norm = sqrt(tr->step_sumsq);
     } else {
-        stats->grad_norm = hyla_adamw_step(&tr->opt, &tr->model->table, tr->model->w, tr->grads);
+        HYLA_TRY(hyla_adamw_step(&tr->opt, &tr->model->table, tr->model->w, tr->grads, &stats->grad_norm));
     }
     stats->tokens = A * per;
     stats->seconds = hyla_now() - t0;
@@ -158,7 +168,10 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
 
 int hyla_trainer_set_replay(hyla_trainer *tr, const hyla_routing *r, int64_t steps)
 {
-    int64_t per = tr->cfg.batch * tr->cfg.seq, need = steps * tr->cfg.accum * per;
+    int64_t per = tr->cfg.batch * tr->cfg.seq, need; /* steps comes from a flag: any size */
+    if (__builtin_mul_overflow(steps, tr->cfg.accum, &need) || __builtin_mul_overflow(need, per, &need))
+        return hyla_error_set(HYLA_ERR_ARG, "replay routing: %lld steps of %lld micro-batches x %lld tokens need more "
+                              "than 2^63 rows", (long long)steps, (long long)tr->cfg.accum, (long long)per);
     if (r->rows < need)
         return hyla_error_set(HYLA_ERR_ARG, "replay routing has %lld rows but %lld steps of %lld micro-batches x %lld "
                               "tokens need %lld", (long long)r->rows, (long long)steps, (long long)tr->cfg.accum,
