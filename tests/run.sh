@@ -53,7 +53,11 @@ for build in build build-asan; do
     done
     echo "== CLI tests ($build)"
     if tests/cli_test.sh "$build/hyla" "$CASES"; then echo "  ok    cli_test.sh"; else echo "  FAIL  cli_test.sh"; fail=1; fi
+    echo "== hostile input, output directories, kill -9 ($build)"
+    if tests/hardening_test.sh "$build/hyla" "$CASES"; then echo "  ok    hardening_test.sh"; else echo "  FAIL  hardening_test.sh"; fail=1; fi
 done
+echo "== fuzz smoke (tests/fuzz/smoke.sh 20: every libFuzzer harness for 20 s)"
+if tests/fuzz/smoke.sh 20; then echo "  ok    fuzz smoke"; else echo "  FAIL  fuzz smoke"; fail=1; fi
 if [ $fail -ne 0 ]; then
     echo "TESTS FAILED"; exit 1
 fi

@@ -3,6 +3,7 @@
 #define _XOPEN_SOURCE 700
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdint.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -73,24 +74,71 @@ int hyla_read_text_file(const char *path, char **out_text, size_t *out_len)
     return hyla_read_file_max(path, SIZE_MAX - 1, out_text, out_len);
 }
 
+/* Write all of data to fd; 0 on success (errno set otherwise). */
+static int write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* An existing device or FIFO (/dev/null, /dev/stdout, a pipe) is written in place: renaming a
+ * new file over it would replace the device node itself. */
+static int write_in_place(const char *path, const void *data, size_t len)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
+    errno = 0;
+    int ok = write_all(fd, data, len) == 0;
+    int e = ok ? 0 : errno;
+    ok = close(fd) == 0 && ok;
+    return ok ? HYLA_OK : hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", path, strerror(e ? e : errno));
+}
+
 int hyla_write_file_atomic(const char *path, const void *data, size_t len)
 {
+    struct stat sb;
+    char target[PATH_MAX];
+    if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) { /* replace what the link points at, not the link */
+        if (!realpath(path, target)) {
+            if (errno != ENOENT)
+                return hyla_error_set(HYLA_ERR_IO, "%s: cannot resolve the symbolic link: %s", path, strerror(errno));
+            return hyla_error_set(HYLA_ERR_IO, "%s: is a symbolic link to a missing file", path);
+        }
+        path = target;
+    }
+    if (stat(path, &sb) == 0) {
+        if (S_ISDIR(sb.st_mode))
+            return hyla_error_set(HYLA_ERR_IO, "%s: is a directory", path);
+        if (!S_ISREG(sb.st_mode))
+            return write_in_place(path, data, len);
+    }
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
         return hyla_error_set(HYLA_ERR_IO, "%s: path too long", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f)
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
         return hyla_error_set(HYLA_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    int ok = fwrite(data, 1, len, f) == len;
-    ok = (fflush(f) == 0) && ok;
-    ok = (fsync(fileno(f)) == 0) && ok;
-    ok = (fclose(f) == 0) && ok;
+    errno = 0;
+    int ok = write_all(fd, data, len) == 0;
+    int e = ok ? 0 : errno;
+    ok = fsync(fd) == 0 && ok;
+    ok = close(fd) == 0 && ok;
     if (!ok) {
         unlink(tmp);
-        return hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        return hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", path, strerror(e ? e : errno));
     }
     if (rename(tmp, path) != 0) {
-        int e = errno;
+        e = errno;
         unlink(tmp);
         return hyla_error_set(HYLA_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
     }

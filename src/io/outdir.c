@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,6 +93,25 @@ static int check_replaceable(const char *dir, hyla_outdir_kind kind)
     return HYLA_OK;
 }
 
+static int remove_unless_marker(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag;
+    if (ftw->level == 0 || (ftw->level == 1 && !strcmp(path + ftw->base, HYLA_OUTDIR_MARKER)))
+        return 0;
+    return remove(path);
+}
+
+/* Remove a directory hyla wrote, its marker last: a kill part-way leaves a directory that
+ * still carries the marker, so the next cleanup still recognises it as hyla's. */
+static void remove_marked_tree(const char *dir)
+{
+    nftw(dir, remove_unless_marker, 16, FTW_DEPTH | FTW_PHYS);
+    char marker[4500];
+    snprintf(marker, sizeof marker, "%s/%s", dir, HYLA_OUTDIR_MARKER);
+    unlink(marker);
+    rmdir(dir);
+}
+
 /* Remove DIR.tmp.<pid> directories of processes that no longer run (ours included: a save of
  * this process that failed to clean up), when they hold hyla's marker or nothing. A live pid
  * may be another hyla writing the same DIR right now: left alone. */
@@ -128,7 +148,7 @@ static void remove_stale_temporaries(const char *final)
         char marker[4500];
         snprintf(marker, sizeof marker, "%s/%s", path, HYLA_OUTDIR_MARKER);
         if (access(marker, F_OK) == 0 || dir_is_empty(path) == 1)
-            hyla_remove_tree(path);
+            remove_marked_tree(path);
     }
     closedir(d);
 }
@@ -150,10 +170,21 @@ static int write_marker(const char *dir, hyla_outdir_kind kind, const char *writ
 
 int hyla_outdir_check(const char *dir, hyla_outdir_kind kind)
 {
+    hyla_outdir o; /* only for its normalised path */
+    memset(&o, 0, sizeof o);
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    if (n == 0 || n >= sizeof o.final - 32)
+        return hyla_error_set(HYLA_ERR_ARG, "bad output directory path '%s'", dir);
+    memcpy(o.final, dir, n);
     struct stat sb;
-    if (lstat(dir, &sb) == 0)
-        return check_replaceable(dir, kind);
-    return errno == ENOENT ? HYLA_OK : hyla_error_set(HYLA_ERR_IO, "%s: cannot stat: %s", dir, strerror(errno));
+    if (lstat(o.final, &sb) == 0)
+        HYLA_TRY(check_replaceable(o.final, kind));
+    else if (errno != ENOENT)
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot stat: %s", o.final, strerror(errno));
+    remove_stale_temporaries(o.final);
+    return HYLA_OK;
 }
 
 int hyla_outdir_begin(hyla_outdir *o, const char *dir, hyla_outdir_kind kind, const char *writer)
@@ -229,6 +260,6 @@ int hyla_outdir_commit(hyla_outdir *o)
 void hyla_outdir_abort(hyla_outdir *o)
 {
     if (o->tmp[0])
-        hyla_remove_tree(o->tmp);
+        remove_marked_tree(o->tmp);
     o->tmp[0] = '\0';
 }

@@ -28,8 +28,9 @@ typedef struct {
 
 int hyla_outdir_begin(hyla_outdir *o, const char *dir, hyla_outdir_kind kind, const char *writer);
 int hyla_outdir_commit(hyla_outdir *o);
-/* The destination check of hyla_outdir_begin alone, so a long run can refuse a bad --save
- * before it starts rather than after it trained. */
+/* The destination check and stale-temporary cleanup of hyla_outdir_begin alone, so a long run
+ * refuses a bad --save before it starts rather than after it trained (and a run with nothing
+ * left to do still cleans up after a killed one). */
 int hyla_outdir_check(const char *dir, hyla_outdir_kind kind);
 void hyla_outdir_abort(hyla_outdir *o);
 

@@ -581,6 +581,11 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
                           size_t *timeline, int cap)
 {
     memset(ex, 0, sizeof *ex);
+    ex->plan_only = plan_only;
+    ex->timeline = timeline;
+    ex->host_timeline = timeline ? timeline + cap : NULL; /* one allocation: [device | host | staging] */
+    ex->staging_timeline = timeline ? timeline + 2 * (size_t)cap : NULL;
+    ex->cap_timeline = cap;
     /* Tokens per micro-batch: a plan may describe up to 2^32 (every slot then stays below 2^61
      * bytes: widths are bounded by model/config.h); a step that runs also indexes its n * top-k
      * routed slots with int32. */
@@ -591,11 +596,6 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     if (!plan_only && (__builtin_mul_overflow(n_tokens, k, &n_slots) || n_slots > INT32_MAX))
         return hyla_error_set(HYLA_ERR_ARG, "batch %lld x seq %lld x top-%lld: more than 2^31 - 1 routed slots per "
                               "micro-batch; use a smaller batch with --accum", (long long)B, (long long)T, (long long)k);
-    ex->plan_only = plan_only;
-    ex->timeline = timeline;
-    ex->host_timeline = timeline ? timeline + cap : NULL; /* one allocation: [device | host | staging] */
-    ex->staging_timeline = timeline ? timeline + 2 * (size_t)cap : NULL;
-    ex->cap_timeline = cap;
     ex->m = m;
     ex->policy = *policy;
     ex->unit_kind = unit;

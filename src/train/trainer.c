@@ -143,9 +143,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     stats->loss = stats->ce + (have_aux ? cfg->router_aux_loss_coef * stats->aux : 0.0);
     stats->lr = tr->opt.cfg.lr;
     if (!isfinite(stats->loss)) /* before any update (per-layer updates: the gradients' checks came first) */
-        return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: the loss is %s (cross-entropy %g); the update was not applied",
-                              (long long)tr->opt.step + !tr->cfg.update_per_layer, isnan(stats->loss) ? "NaN" : "infinite",
-                              stats->ce);
+        return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: the loss is %s; the update was not applied (the run diverged: "
+                              "a lower learning rate?)", (long long)tr->opt.step + !tr->cfg.update_per_layer,
+                              isnan(stats->loss) ? "NaN" : "infinite");
     if (tr->cfg.update_per_layer) { /* the layers were updated during backward */
         HYLA_TRY(apply_head(tr));
         stats->grad_norm = sqrt(tr->step_sumsq);

@@ -1,0 +1,65 @@
+/* libFuzzer harness: the real Qwen3 tokenizer (loaded once) on arbitrary input.
+ *   - the input as text: encode, then decode(encode(x)) must equal x byte for byte;
+ *   - the input as little-endian int32 token ids: decode (ids out of range must be an error).
+ * Tokenizer path: $HYLA_FUZZ_TOKENIZER, else REPO/tests/tokenizer/qwen3/tokenizer.json (made by
+ * `gunzip -c tests/tokenizer/qwen3/tokenizer.json.gz`; tests/fuzz/smoke.sh does it), REPO being
+ * $HYLA_REPO or three directories above this binary. */
+#include "fuzz_util.h"
+
+#include "core/error.h"
+#include "io/tokenizer.h"
+
+static hyla_tokenizer *tok;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc, (void)argv;
+    char path[PATH_MAX + 64];
+    const char *env = getenv("HYLA_FUZZ_TOKENIZER");
+    if (env && *env)
+        snprintf(path, sizeof path, "%s", env);
+    else
+        snprintf(path, sizeof path, "%s/tests/tokenizer/qwen3/tokenizer.json", fuzz_repo_root());
+    if (hyla_tokenizer_load(&tok, path) != HYLA_OK) {
+        fprintf(stderr, "fuzz_tokenizer_encode: %s\n(set HYLA_FUZZ_TOKENIZER or run: gunzip -c "
+                        "tests/tokenizer/qwen3/tokenizer.json.gz > tests/tokenizer/qwen3/tokenizer.json)\n",
+                hyla_error_message());
+        exit(1);
+    }
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (hyla_tokenizer_encode(tok, (const char *)data, size, &ids, &n) != HYLA_OK)
+        abort(); /* any bytes encode */
+    char *back = NULL;
+    size_t len = 0;
+    if (hyla_tokenizer_decode(tok, ids, n, &back, &len) != HYLA_OK)
+        abort();
+    if (len != size || (size && memcmp(back, data, size)))
+        abort(); /* decode(encode(x)) == x */
+    free(back);
+    free(ids);
+
+    /* the same bytes as token ids */
+    size_t m = size / 4;
+    int32_t *raw = malloc((m ? m : 1) * sizeof *raw);
+    if (!raw)
+        return 0;
+    size_t vs = hyla_tokenizer_vocab_size(tok);
+    int any_bad = 0;
+    for (size_t i = 0; i < m; i++) {
+        raw[i] = (int32_t)fuzz_le32(data + 4 * i);
+        any_bad |= raw[i] < 0 || (size_t)raw[i] >= vs;
+    }
+    back = NULL;
+    int rc = hyla_tokenizer_decode(tok, raw, m, &back, &len);
+    if (rc == HYLA_OK && any_bad)
+        abort(); /* out-of-range ids must be an error */
+    free(back);
+    free(raw);
+    return 0;
+}
