@@ -1,4 +1,10 @@
-# Shared by the CLI test scripts: source it after setting HYLA, CASES, PY and T.
+# Shared by the CLI test scripts: `. tests/cli_lib.sh HYLA_BINARY CASES_DIR` sets HYLA, CASES,
+# PY (Debian's python, where python3-torch lives) and T (a scratch directory removed on exit).
+HYLA=$1
+CASES=$2
+PY=/usr/bin/python3
+T=$(mktemp -d /tmp/hyla_test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
 fails=0
 fail() { echo "  FAIL: $*"; fails=$((fails + 1)); }
 

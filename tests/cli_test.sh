@@ -3,12 +3,7 @@
 # must exit non-zero with ONE clear error line naming the file/field/tensor, and no sanitizer
 # report. usage: tests/cli_test.sh HYLA_BINARY CASES_DIR
 set -uo pipefail
-HYLA=$1
-CASES=$2
-PY=/usr/bin/python3
-T=$(mktemp -d /tmp/hyla_cli.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/cli_lib.sh" "$@"
 
 # --- a valid model to break ------------------------------------------------------------------
 "$HYLA" init --preset tiny-hybrid --seed 3 --out "$T/good" >/dev/null || { fail "init"; exit 1; }

@@ -5,12 +5,7 @@
 # points while checkpointing every step, resumed until done, bit-identical to an uninterrupted
 # run, no stale temporaries left. usage: tests/hardening_test.sh HYLA_BINARY CASES_DIR
 set -uo pipefail
-HYLA=$1
-CASES=$2
-PY=/usr/bin/python3
-T=$(mktemp -d /tmp/hyla_hard.XXXXXX)
-trap 'rm -rf "$T"' EXIT
-. "$(dirname "$0")/cli_lib.sh"
+. "$(dirname "$0")/cli_lib.sh" "$@"
 TRAIN0=(train --preset tiny-hybrid --batch 2 --seq 16)
 TRAIN=("${TRAIN0[@]}" --synthetic)
 

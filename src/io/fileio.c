@@ -74,12 +74,11 @@ int hyla_read_text_file(const char *path, char **out_text, size_t *out_len)
     return hyla_read_file_max(path, SIZE_MAX - 1, out_text, out_len);
 }
 
-/* Write all of data to fd; 0 on success (errno set otherwise). */
-static int write_all(int fd, const void *data, size_t len)
+int hyla_write_all(int fd, const void *data, size_t len)
 {
     const char *p = data;
     while (len > 0) {
-        ssize_t w = write(fd, p, len);
+        ssize_t w = write(fd, p, len > ((size_t)1 << 30) ? ((size_t)1 << 30) : len);
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
@@ -90,6 +89,18 @@ static int write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
+/* Write data to fd (fsync'd when `sync`) and close it; an error names `path`. */
+static int write_and_close(int fd, const char *path, const void *data, size_t len, int sync)
+{
+    errno = 0;
+    int ok = hyla_write_all(fd, data, len) == 0;
+    int e = ok ? 0 : errno;
+    ok = (!sync || fsync(fd) == 0) && ok;
+    e = e ? e : errno;
+    ok = close(fd) == 0 && ok;
+    return ok ? HYLA_OK : hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", path, strerror(e ? e : errno));
+}
+
 /* An existing device or FIFO (/dev/null, /dev/stdout, a pipe) is written in place: renaming a
  * new file over it would replace the device node itself. */
 static int write_in_place(const char *path, const void *data, size_t len)
@@ -97,11 +108,7 @@ static int write_in_place(const char *path, const void *data, size_t len)
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0)
         return hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
-    errno = 0;
-    int ok = write_all(fd, data, len) == 0;
-    int e = ok ? 0 : errno;
-    ok = close(fd) == 0 && ok;
-    return ok ? HYLA_OK : hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", path, strerror(e ? e : errno));
+    return write_and_close(fd, path, data, len, 0);
 }
 
 int hyla_write_file_atomic(const char *path, const void *data, size_t len)
@@ -128,17 +135,12 @@ int hyla_write_file_atomic(const char *path, const void *data, size_t len)
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
         return hyla_error_set(HYLA_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    errno = 0;
-    int ok = write_all(fd, data, len) == 0;
-    int e = ok ? 0 : errno;
-    ok = fsync(fd) == 0 && ok;
-    ok = close(fd) == 0 && ok;
-    if (!ok) {
+    if (write_and_close(fd, path, data, len, 1) != HYLA_OK) {
         unlink(tmp);
-        return hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", path, strerror(e ? e : errno));
+        return HYLA_ERR_IO;
     }
     if (rename(tmp, path) != 0) {
-        e = errno;
+        int e = errno;
         unlink(tmp);
         return hyla_error_set(HYLA_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
     }

@@ -14,6 +14,8 @@ int hyla_read_text_file(const char *path, char **out_text, size_t *out_len);
  * flush, then rename over `path`. On failure nothing replaces an existing file. */
 int hyla_write_file_atomic(const char *path, const void *data, size_t len);
 int hyla_file_exists(const char *path);
+/* write(2) until all of data is written (EINTR retried); 0, or -1 with errno set. */
+int hyla_write_all(int fd, const void *data, size_t len);
 int hyla_mkdir_p(const char *dir);
 /* Remove a directory tree (like rm -rf); missing is not an error. */
 int hyla_remove_tree(const char *path);

@@ -747,21 +747,6 @@ static char *path_fmt(const char *fmt, ...)
     return p;
 }
 
-static int write_all(int fd, const void *p, size_t n)
-{
-    const unsigned char *c = p;
-    while (n) {
-        ssize_t w = write(fd, c, n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 /* One output file: where it is written, where it goes, which tensors it holds. */
 typedef struct {
     char *tmp, *final;
@@ -838,7 +823,7 @@ static int write_shard(out_file *o, const hyla_st_entry *e, const size_t *nbytes
     unsigned char len8[8];
     for (int i = 0; i < 8; i++)
         len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    bool ok = write_all(fd, len8, 8) == 0 && write_all(fd, h.buf, h.len) == 0;
+    bool ok = hyla_write_all(fd, len8, 8) == 0 && hyla_write_all(fd, h.buf, h.len) == 0;
     free(h.buf);
     for (size_t i = o->lo; ok && i < o->hi; i++) {
         if ((st = fill(ctx, i, scratch)) != HYLA_OK) {
@@ -847,7 +832,7 @@ static int write_shard(out_file *o, const hyla_st_entry *e, const size_t *nbytes
                           : hyla_error_set(HYLA_ERR_ARG, "%s: fill failed for tensor '%s' (status %d)", o->final,
                                            e[i].name, st);
         }
-        ok = write_all(fd, scratch, nbytes[i]) == 0;
+        ok = hyla_write_all(fd, scratch, nbytes[i]) == 0;
     }
     return tmp_close(o, fd, ok);
 }
@@ -871,7 +856,7 @@ static int write_index(out_file *o, const hyla_st_entry *e, size_t n, const out_
     sb_str(&b, "\n  }\n}\n");
     int fd = -1, st = b.oom ? hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", o->final) : tmp_open(o, &fd);
     if (st == HYLA_OK)
-        st = tmp_close(o, fd, write_all(fd, b.buf, b.len) == 0);
+        st = tmp_close(o, fd, hyla_write_all(fd, b.buf, b.len) == 0);
     free(b.buf);
     return st;
 }
