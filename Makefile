@@ -67,3 +67,31 @@ clean:
 	rm -rf build build-asan
 
 -include $(LIB_OBJ:.o=.d) $(CLI_OBJ:.o=.d)
+
+# ---- fuzzing (clang + libFuzzer): `make fuzz` builds build-fuzz/fuzz/fuzz_* from tests/fuzz/fuzz_*.c
+# against the library compiled with clang and the sanitizers into build-fuzz/ (a separate object
+# dir). tests/fuzz/smoke.sh [SECONDS] builds, makes the seed corpora and runs every harness.
+FUZZ_CC    ?= clang
+FUZZ_BUILD := build-fuzz
+FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS  := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/fuzz/%)
+FUZZ_CFLAGS := -std=c11 -g -O1 $(ARCH) -fopenmp -D_GNU_SOURCE -Isrc -Iinclude -Wall -Wextra \
+               -Wno-unused-parameter -fno-omit-frame-pointer \
+               -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+
+.PHONY: fuzz fuzz-bins fuzz-clean
+fuzz:
+	@mkdir -p $(FUZZ_BUILD) && echo '*' > $(FUZZ_BUILD)/.gitignore
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT=-O1 \
+	    EXTRA="-g -fno-omit-frame-pointer -Wno-pass-failed -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined" \
+	    $(FUZZ_BUILD)/libhyla.a
+	$(MAKE) fuzz-bins
+
+fuzz-bins: $(FUZZ_BINS)
+
+$(FUZZ_BUILD)/fuzz/%: tests/fuzz/%.c tests/fuzz/fuzz_util.h $(FUZZ_BUILD)/libhyla.a
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_BUILD)/libhyla.a $(LDLIBS)
+
+fuzz-clean:
+	rm -rf $(FUZZ_BUILD) build/fuzz

@@ -3,7 +3,9 @@
 # every harness for SECONDS (default 20) on a copy of its corpus (build/fuzz/corpus/<h> plus the
 # committed tests/fuzz/seeds/<h>), up to $(nproc) at a time. Exits non-zero on any crash, leak,
 # timeout or OOM, naming the harness and the reproducer.
-# Usage: tests/fuzz/smoke.sh [SECONDS]      env: FUZZ_JOBS (parallel harnesses), FUZZ_ONLY="h1 h2"
+# Usage: tests/fuzz/smoke.sh [SECONDS]
+# A long run: FUZZ_OUT=build-fuzz/long FUZZ_JOBS=2 tests/fuzz/smoke.sh 600 (10 min per harness, one core each).
+# env: FUZZ_JOBS (harnesses at a time), FUZZ_ONLY="h1 h2" (a subset), FUZZ_SKIP_BUILD=1 (no make fuzz)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 SECS=${1:-20}
@@ -22,14 +24,14 @@ HARNESSES=(
 )
 
 mkdir -p build-fuzz
-make -j"$(nproc)" fuzz >build-fuzz/build.log 2>&1 || { echo "fuzz smoke: make fuzz failed (build-fuzz/build.log)"; tail -20 build-fuzz/build.log; exit 1; }
+[ -n "${FUZZ_SKIP_BUILD:-}" ] || make -j"$(nproc)" fuzz >build-fuzz/build.log 2>&1 || { echo "fuzz smoke: make fuzz failed (build-fuzz/build.log)"; tail -20 build-fuzz/build.log; exit 1; }
 [ -f tests/tokenizer/qwen3/tokenizer.json ] || gunzip -c tests/tokenizer/qwen3/tokenizer.json.gz > tests/tokenizer/qwen3/tokenizer.json
 tests/fuzz/make_corpus.sh build/fuzz/corpus >/dev/null
 
 export OMP_NUM_THREADS=1
 export ASAN_OPTIONS=detect_leaks=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-SMOKE=build-fuzz/smoke
+SMOKE=${FUZZ_OUT:-build-fuzz/smoke}   # FUZZ_OUT: keep a long run apart from the CI smoke
 rm -rf "$SMOKE"
 
 run_one() { # name max_len
