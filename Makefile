@@ -20,7 +20,7 @@ else
   LDLIBS += -ldnnl
 endif
 
-LIB_SRC  := $(sort $(wildcard src/core/*.c src/io/*.c src/model/*.c src/ops/*.c src/train/*.c src/infer/*.c))
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/io/*.c src/ops/*.c src/model/*.c src/engine/*.c src/train/*.c src/infer/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))

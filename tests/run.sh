@@ -28,6 +28,9 @@ else
     echo "  skip  (no $TOKDIR/node_modules; run npm ci there to enable)"
 fi
 
+echo "== architecture floors"
+tests/check_floors.sh
+
 echo "== oracle: generate reference models and expected outputs (PyTorch, float64)"
 CASES=build/cases
 rm -rf "$CASES"

@@ -22,8 +22,8 @@
 #include "core/error.h"
 #include "infer/generate.h"
 #include "io/fileio.h"
-#include "model/forward.h"
-#include "train/executor.h"
+#include "engine/forward.h"
+#include "engine/executor.h"
 
 #include "check.h"
 

@@ -26,7 +26,7 @@
 #include "io/fileio.h"
 #include "model/model.h"
 #include "core/gemm.h"
-#include "train/executor.h"
+#include "engine/executor.h"
 
 #include "check.h"
 

@@ -15,8 +15,8 @@
 
 #include "check.h"
 #include "core/error.h"
-#include "train/auto_policy.h"
-#include "train/plan.h"
+#include "engine/auto_policy.h"
+#include "engine/plan.h"
 
 typedef struct {
     const char *model, *policy;

@@ -16,10 +16,10 @@
 #include "check.h"
 #include "core/error.h"
 #include "io/fileio.h"
-#include "train/checkpoint_names.h"
-#include "train/host_store.h"
-#include "train/plan.h"
-#include "train/plan_svg.h"
+#include "engine/policy.h"
+#include "engine/host_store.h"
+#include "engine/plan.h"
+#include "engine/plan_svg.h"
 
 static int count(const char *s, const char *needle)
 {

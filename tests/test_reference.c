@@ -31,7 +31,7 @@
 
 #include "core/error.h"
 #include "io/fileio.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "model/model.h"
 
 #include "check.h"

@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
-#include "infer/routing.h"
-#include "train/executor.h"
+#include "engine/routing.h"
+#include "engine/executor.h"
 
 #include "check.h"
 

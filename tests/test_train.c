@@ -30,7 +30,7 @@
 #include "io/fileio.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
-#include "train/plan.h"
+#include "engine/plan.h"
 #include "train/trainer.h"
 
 #include "check.h"

@@ -7,7 +7,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "io/fileio.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 
 static void print_number(const char *key, double v, int last)
 {

@@ -8,7 +8,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "infer/generate.h"
-#include "infer/routing.h"
+#include "engine/routing.h"
 #include "io/fileio.h"
 #include "io/tokenizer.h"
 #include "model/model.h"

@@ -9,9 +9,9 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "model/model.h"
-#include "train/auto_policy.h"
-#include "train/plan.h"
-#include "train/plan_svg.h"
+#include "engine/auto_policy.h"
+#include "engine/plan.h"
+#include "engine/plan_svg.h"
 
 static int dtype_bytes(const char *flag, const char *v, double *out)
 {

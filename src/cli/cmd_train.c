@@ -11,13 +11,13 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "io/outdir.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "model/presets.h"
-#include "infer/routing.h"
-#include "train/auto_policy.h"
+#include "engine/routing.h"
+#include "engine/auto_policy.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
-#include "train/plan_svg.h"
+#include "engine/plan_svg.h"
 #include "train/trainer.h"
 
 typedef struct {

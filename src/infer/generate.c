@@ -6,8 +6,8 @@
 
 #include "core/error.h"
 #include "core/profile.h"
-#include "infer/routing.h"
-#include "train/executor.h"
+#include "engine/routing.h"
+#include "engine/executor.h"
 
 int hyla_sampling_check(const hyla_sampling *s, int64_t vocab)
 {

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "core/rng.h"
-#include "infer/state.h"
+#include "model/infer_state.h"
 #include "model/model.h"
 
 typedef struct {

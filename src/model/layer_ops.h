@@ -2,9 +2,9 @@
  *
  * Every layer's forward is a list of ops; each op reads some slots and writes others, and its
  * backward (next to it, same file) reads the forward slots and accumulates into gradient slots.
- * The executor (src/train/executor.c) decides per slot whether it is kept (checkpoint arena),
+ * The executor (src/engine/executor.c) decides per slot whether it is kept (checkpoint arena),
  * offloaded or recomputed, allocates every buffer, and in backward re-runs exactly the ops whose
- * outputs were not kept. Inference (model/forward.c) runs the same ops with nothing kept.
+ * outputs were not kept. Inference (engine/forward.c) runs the same ops with nothing kept.
  *
  * Gradient slots (d->p[s]) are zero-filled when first allocated and ops ACCUMULATE into them
  * (+=), so a tensor read by several ops gets the sum. Parameter gradients accumulate into
@@ -14,9 +14,11 @@
 
 #include <stdint.h>
 
-#include "model/forward.h"
+#include "model/checkpoint_names.h"
 #include "model/model.h"
-#include "train/checkpoint_names.h"
+
+/* Which delta-rule kernel the GDN ops run: chunked (prefill, training) or recurrent (decode). */
+typedef enum { HYLA_DELTA_CHUNKED = 0, HYLA_DELTA_RECURRENT = 1 } hyla_delta_mode;
 
 typedef enum {
     /* shared by every layer */

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
-#include "infer/state.h"
+#include "model/infer_state.h"
 #include "model/layer_ops.h"
 #include "ops/ops.h"
 

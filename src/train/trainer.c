@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
-#include "infer/routing.h"
+#include "engine/routing.h"
 
 /* update_per_layer: AdamW on layers [layer0, layer1] with their gradients in the window. */
 static int apply_layers(void *ctx, int layer0, int layer1, const float *window, size_t lo)

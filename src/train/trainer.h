@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "model/model.h"
-#include "train/executor.h"
+#include "engine/executor.h"
 #include "train/optimizer.h"
 
 typedef struct {

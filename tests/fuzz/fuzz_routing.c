@@ -4,7 +4,7 @@
 #include "fuzz_util.h"
 
 #include "core/error.h"
-#include "infer/routing.h"
+#include "engine/routing.h"
 #include "model/config.h"
 #include "model/presets.h"
 

@@ -7,8 +7,8 @@
  * len[b] is the number of tokens cached for sequence b. Blocks index into the flat list by
  * layer number. A caller that manages its own memory (a serving engine) may fill a
  * hyla_infer_state with its own buffers (owned = 0) and hand it to hyla_infer_step. */
-#ifndef HYLA_INFER_STATE_H
-#define HYLA_INFER_STATE_H
+#ifndef HYLA_MODEL_INFER_STATE_H
+#define HYLA_MODEL_INFER_STATE_H
 
 #include <stdint.h>
 

@@ -2,10 +2,10 @@
  * device staging and host-store place come from, when its copies are issued and awaited. The
  * scheme is described in executor.h; all functions are no-ops without offloaded slots, and in
  * the planning pass they allocate on the dry arenas and issue no copies. */
-#ifndef HYLA_TRAIN_OFFLOAD_H
-#define HYLA_TRAIN_OFFLOAD_H
+#ifndef HYLA_ENGINE_OFFLOAD_H
+#define HYLA_ENGINE_OFFLOAD_H
 
-#include "train/executor.h"
+#include "engine/executor.h"
 
 /* Start of a step: nothing staged, no copies pending, staging and host stacks empty. */
 void hyla_offload_reset(hyla_executor *ex);

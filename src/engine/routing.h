@@ -5,8 +5,8 @@
  * layer order; remainder-block layers included, each its own slice); 12-15 uint32 top-k k;
  * 16-23 uint64 rows N (tokens); then int32 expert ids [L][N][k]; -1 marks a padding slot (zero
  * weight). Within a row an expert appears at most once. */
-#ifndef HYLA_INFER_ROUTING_H
-#define HYLA_INFER_ROUTING_H
+#ifndef HYLA_ENGINE_ROUTING_H
+#define HYLA_ENGINE_ROUTING_H
 
 #include <stdint.h>
 

@@ -7,13 +7,13 @@
  * `devices`, parameters, gradients and moments are split evenly; each layer's weights are
  * gathered whole as a transient. Offloaded checkpoints are host bytes; their device cost is
  * the two staging halves (staging_bytes, part of temp). GB = 1e9 bytes. */
-#ifndef HYLA_TRAIN_PLAN_H
-#define HYLA_TRAIN_PLAN_H
+#ifndef HYLA_ENGINE_PLAN_H
+#define HYLA_ENGINE_PLAN_H
 
 #include <stdint.h>
 
 #include "model/model.h"
-#include "train/executor.h"
+#include "engine/executor.h"
 
 typedef struct {
     int64_t batch, seq, devices;

@@ -16,16 +16,16 @@
  * `xfer[(u-1) & 1]` (reverse layer order); unit u waits for its own reads before it starts. The
  * checkpoint arena therefore shrinks by exactly the offloaded bytes, and the only device cost of
  * offloading is the two staging halves, which the plan states. */
-#ifndef HYLA_TRAIN_EXECUTOR_H
-#define HYLA_TRAIN_EXECUTOR_H
+#ifndef HYLA_ENGINE_EXECUTOR_H
+#define HYLA_ENGINE_EXECUTOR_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/arena.h"
 #include "model/layer_ops.h"
-#include "train/checkpoint_names.h"
-#include "train/host_store.h"
+#include "engine/policy.h"
+#include "engine/host_store.h"
 
 typedef enum { HYLA_UNIT_LAYER = 0, HYLA_UNIT_BLOCK = 1, HYLA_UNIT_PART = 2 } hyla_remat_unit;
 
@@ -78,7 +78,7 @@ typedef struct {
     double *aux_counts, *aux_psum, *aux_dprob; /* [E] */
     int dry;               /* planning pass: allocate on dry arenas, compute nothing */
     struct hyla_infer_state_s *state; /* inference caches for the current call, or NULL */
-    /* router replay / recording for the next calls: [n_moe_layers][n][k] (see infer/routing.h) */
+    /* router replay / recording for the next calls: [n_moe_layers][n][k] (see engine/routing.h) */
     const int32_t *replay;
     int32_t *record;
     int moe_index[HYLA_MAX_LAYERS]; /* layer -> its index among MoE layers */

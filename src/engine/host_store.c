@@ -1,5 +1,5 @@
 /* File-backed host tier with one I/O thread; see host_store.h. */
-#include "train/host_store.h"
+#include "engine/host_store.h"
 
 #include <errno.h>
 #include <fcntl.h>

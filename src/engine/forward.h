@@ -1,13 +1,12 @@
 /* The forward pass of the whole model (spec §3): embedding, N decoder layers in schedule
  * order, final norm, lm_head, cross-entropy and router auxiliary loss. fp32. */
-#ifndef HYLA_MODEL_FORWARD_H
-#define HYLA_MODEL_FORWARD_H
+#ifndef HYLA_ENGINE_FORWARD_H
+#define HYLA_ENGINE_FORWARD_H
 
 #include <stdint.h>
 
+#include "model/layer_ops.h"
 #include "model/model.h"
-
-typedef enum { HYLA_DELTA_CHUNKED = 0, HYLA_DELTA_RECURRENT = 1 } hyla_delta_mode;
 
 typedef struct {
     double ce_loss;      /* mean next-token cross-entropy over labelled positions; NAN if none */

@@ -1,7 +1,7 @@
 /* hyla_plan_write_svg, hyla_measured_write_svg: a step's memory as one self-contained SVG (see
  * plan_svg.h). Both pictures are drawn by the same pieces: header, timeline panels (device tier,
  * host tier) and the per-name checkpoint bars. */
-#include "train/plan_svg.h"
+#include "engine/plan_svg.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "io/fileio.h"
-#include "train/checkpoint_names.h"
+#include "engine/policy.h"
 
 /* ---- growable text buffer ---------------------------------------------------------------- */
 

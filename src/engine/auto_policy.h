@@ -14,10 +14,10 @@
  * sequence does not depend on the budget, and the budget picks the shortest prefix that fits, so
  * the predicted peak is monotone non-increasing as the budget falls. A budget below the last
  * prefix's peak is an error that states that minimum. */
-#ifndef HYLA_TRAIN_AUTO_POLICY_H
-#define HYLA_TRAIN_AUTO_POLICY_H
+#ifndef HYLA_ENGINE_AUTO_POLICY_H
+#define HYLA_ENGINE_AUTO_POLICY_H
 
-#include "train/plan.h"
+#include "engine/plan.h"
 
 /* pc->policy is ignored and replaced by the chosen one; *out receives its plan. host_budget:
  * bytes the host store may hold (0: offload nothing; INFINITY: no limit). */

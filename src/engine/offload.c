@@ -1,6 +1,6 @@
 /* Offloaded checkpoints inside the executor: staging, writes, read-back (see executor.h for
  * the scheme and host_store.h for the store). */
-#include "train/offload.h"
+#include "engine/offload.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-#include "infer/state.h"
+#include "model/infer_state.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* The nested block executor; see executor.h. */
-#include "train/executor.h"
+#include "engine/executor.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -9,9 +9,9 @@
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/profile.h"
-#include "infer/state.h"
+#include "model/infer_state.h"
 #include "ops/ops.h"
-#include "train/offload.h"
+#include "engine/offload.h"
 
 int hyla_remat_unit_parse(const char *text, hyla_remat_unit *out)
 {

@@ -1,10 +1,10 @@
 /* Inference forward (spec §3.3, §3.8): the executor's op lists with nothing kept. */
-#include "model/forward.h"
+#include "engine/forward.h"
 
 #include <math.h>
 
 #include "core/error.h"
-#include "train/executor.h"
+#include "engine/executor.h"
 
 int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
                  hyla_delta_mode mode, float *logits, hyla_forward_out *out)

@@ -1,4 +1,4 @@
-#include "train/auto_policy.h"
+#include "engine/auto_policy.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,11 +1,10 @@
-/* Named activation checkpoints (DESIGN §3) and remat policies (MaxText names, spec/maxtext.md §1).
- *
- * Each name is kept on device, offloaded to the host tier, or rematerialised (recomputed in
- * backward). Tensors without a name (internal: norms' outputs, l2-normalised q/k, gates,
+/* Named activation checkpoints (DESIGN §3; MaxText names, spec/maxtext.md §1): the model's
+ * tensors a remat policy (engine/policy.h) keeps on device, offloads to the host tier, or
+ * rematerialises (recomputes in backward). Tensors without a name (internal: norms' outputs, l2-normalised q/k, gates,
  * routing tables, SwiGLU products) are recomputed unless the policy is `none`, which keeps
  * everything and recomputes nothing. */
-#ifndef HYLA_TRAIN_CHECKPOINT_NAMES_H
-#define HYLA_TRAIN_CHECKPOINT_NAMES_H
+#ifndef HYLA_MODEL_CHECKPOINT_NAMES_H
+#define HYLA_MODEL_CHECKPOINT_NAMES_H
 
 typedef enum {
     HYLA_CK_DECODER_LAYER_INPUT, /* residual entering the layer [n,H] */
@@ -31,21 +30,6 @@ typedef enum {
     HYLA_CK_INTERNAL = HYLA_CK__COUNT /* unnamed tensors */
 } hyla_ckpt_name;
 
-typedef enum { HYLA_KEEP_REMAT = 0, HYLA_KEEP_DEVICE = 1, HYLA_KEEP_OFFLOAD = 2 } hyla_keep;
-
-typedef struct {
-    char name[32];                 /* "minimal", "custom", ... */
-    hyla_keep where[HYLA_CK__COUNT];
-    int keep_internal;             /* `none`: keep unnamed tensors too (no recompute at all) */
-} hyla_policy;
-
 const char *hyla_ckpt_name_str(hyla_ckpt_name c);
-/* Parse a policy: a preset name, or `custom:name=device|remat|offload,...` / a bare
- * `name=...,...` list (unlisted names: decoder_layer_input device, rest remat). Unknown names and
- * values are HYLA_ERR_ARG errors naming them. */
-int hyla_policy_parse(hyla_policy *p, const char *text);
-/* `name=where,...` for every name (reusable as a custom policy). */
-void hyla_policy_format(const hyla_policy *p, char *buf, unsigned long cap);
-const char *hyla_policy_presets(void);
 
 #endif

@@ -4,10 +4,10 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "model/forward.h"
+#include "engine/forward.h"
 #include "model/model.h"
-#include "infer/state.h"
-#include "train/executor.h"
+#include "model/infer_state.h"
+#include "engine/executor.h"
 
 struct hyla_engine {
     hyla_model model;

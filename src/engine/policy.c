@@ -1,17 +1,10 @@
-#include "train/checkpoint_names.h"
+/* Remat policies: MaxText's presets and custom lists over the checkpoint names. */
+#include "engine/policy.h"
 
 #include <stdio.h>
 #include <string.h>
 
 #include "core/error.h"
-
-static const char *const ck_names[HYLA_CK__COUNT] = {
-    "decoder_layer_input", "ffn_input", "gdn_in_proj", "gdn_conv", "gdn_core", "gdn_norm", "out_proj",
-    "query_proj", "key_proj", "value_proj", "context", "attention_out", "router_logits",
-    "moe_mlpwi_0", "moe_mlpwi_1", "moe_mlpwo", "mlpwi_0", "mlpwi_1", "mlpwo",
-};
-
-const char *hyla_ckpt_name_str(hyla_ckpt_name c) { return c < HYLA_CK__COUNT ? ck_names[c] : "internal"; }
 
 #define BIT(x) (1u << (x))
 /* MaxText's lists, mapped to hyla's names: qkv_proj ~ query/key/value_proj and gdn_in_proj;
@@ -63,7 +56,7 @@ static int parse_custom(hyla_policy *p, const char *list)
         size_t nlen = (size_t)(eq - s), vlen = len - nlen - 1;
         int found = -1;
         for (int c = 0; c < HYLA_CK__COUNT; c++)
-            if (strlen(ck_names[c]) == nlen && !strncmp(ck_names[c], s, nlen))
+            if (strlen(hyla_ckpt_name_str((hyla_ckpt_name)c)) == nlen && !strncmp(hyla_ckpt_name_str((hyla_ckpt_name)c), s, nlen))
                 found = c;
         if (found < 0)
             return hyla_error_set(HYLA_ERR_ARG, "custom policy: unknown checkpoint name '%.*s'", (int)nlen, s);
@@ -108,5 +101,5 @@ void hyla_policy_format(const hyla_policy *p, char *buf, unsigned long cap)
     size_t o = 0;
     buf[0] = '\0';
     for (int c = 0; c < HYLA_CK__COUNT && o < cap; c++)
-        o += (size_t)snprintf(buf + o, cap - o, "%s%s=%s", c ? "," : "", ck_names[c], where[p->where[c]]);
+        o += (size_t)snprintf(buf + o, cap - o, "%s%s=%s", c ? "," : "", hyla_ckpt_name_str((hyla_ckpt_name)c), where[p->where[c]]);
 }

@@ -9,8 +9,8 @@
  * The store's offsets are planned by the executor (a stack mirroring the checkpoint arena); the
  * store only checks them against its size limit. Submitting never allocates. The first I/O error
  * is sticky: every later wait returns it, naming the path, offset and the system's reason. */
-#ifndef HYLA_TRAIN_HOST_STORE_H
-#define HYLA_TRAIN_HOST_STORE_H
+#ifndef HYLA_ENGINE_HOST_STORE_H
+#define HYLA_ENGINE_HOST_STORE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -13,10 +13,10 @@
  * same axis, hatched. Bottom: checkpoint bytes per name, largest first, one colour per name,
  * solid on device and hatched on host. The plan picture uses GB = 1e9 bytes, as `hyla plan`
  * prints; the measured one MiB = 2^20 bytes, as `hyla train` prints. */
-#ifndef HYLA_TRAIN_PLAN_SVG_H
-#define HYLA_TRAIN_PLAN_SVG_H
+#ifndef HYLA_ENGINE_PLAN_SVG_H
+#define HYLA_ENGINE_PLAN_SVG_H
 
-#include "train/plan.h"
+#include "engine/plan.h"
 
 /* Write the picture of `p` to `path` atomically (hyla_write_file_atomic). `title` may be NULL.
  * Returns HYLA_OK, HYLA_ERR_ARG (NULL plan or path), HYLA_ERR_NOMEM, or HYLA_ERR_IO naming

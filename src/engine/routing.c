@@ -1,4 +1,4 @@
-#include "infer/routing.h"
+#include "engine/routing.h"
 
 #include <stdlib.h>
 #include <string.h>

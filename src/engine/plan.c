@@ -1,4 +1,4 @@
-#include "train/plan.h"
+#include "engine/plan.h"
 
 #include <stdlib.h>
 #include <string.h>
