@@ -7,7 +7,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
-#include "train/executor.h"
+#include "engine/executor.h"
 #include "model/model.h"
 
 int main(int argc, char **argv)

@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 #include "train/data.h"
-#include "train/plan.h"
+#include "engine/plan.h"
 #include "train/trainer.h"
 
 static double rss_bytes(void)

@@ -33,9 +33,9 @@
 
 #include "core/error.h"
 #include "core/profile.h"
-#include "train/auto_policy.h"
+#include "engine/auto_policy.h"
 #include "train/data.h"
-#include "train/plan.h"
+#include "engine/plan.h"
 #include "train/trainer.h"
 
 static hyla_plan_config plan_config(int64_t B, int64_t T, hyla_remat_unit unit)
