@@ -25,11 +25,13 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/arena.h"
 #include "core/error.h"
 #include "io/safetensors.h"
 #include "io/fileio.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "engine/executor.h"
 #include "engine/plan.h"
 #include "train/trainer.h"
 
@@ -383,6 +385,56 @@ static void check_update_per_layer(const char *cases)
     hyla_model_free(&m);
 }
 
+/* The loss head over chunks of rows: the whole step at once (the unchunked head), chunks of
+ * HYLA_HEAD_ROWS and of twice that give BIT-IDENTICAL losses and gradients (each GEMM row is the
+ * same for any number of rows, the loss keeps hyla_cross_entropy_fwd's grouping, lm_head's
+ * gradient is summed in fixed blocks), on 2 x 300 = 600 rows (chunks 256 + 256 + 88), for an
+ * untied and a tied (q35_dense) head, and the head's working set shrinks to one chunk. */
+static void check_head_chunks(const char *cases, const char *name)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/%s", cases, name);
+    hyla_model m;
+    CHECK(hyla_model_load(&m, dir) == HYLA_OK, "%s: %s", dir, hyla_error_message());
+    if (failures)
+        return;
+    const int64_t B = 2, T = 300, n = B * T, rows[3] = {1024, HYLA_HEAD_ROWS, 2 * HYLA_HEAD_ROWS};
+    int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+    for (int64_t i = 0; i < n; i++)
+        tokens[i] = (int32_t)((i * 7919 + 13) % m.cfg.vocab);
+    hyla_policy p;
+    hyla_policy_parse(&p, "minimal");
+    size_t nf = m.table.total_floats;
+    float *g[3];
+    double ce[3];
+    size_t head[3];
+    for (int r = 0; r < 3; r++) {
+        hyla_executor ex;
+        g[r] = calloc(nf, sizeof(float));
+        CHECK(hyla_executor_init_head_rows(&ex, &m, &p, HYLA_UNIT_LAYER, B, T, rows[r]) == HYLA_OK, "%s", hyla_error_message());
+        hyla_step_loss l;
+        CHECK(hyla_executor_step(&ex, tokens, NULL, g[r], 1.0f / (float)n, 0.01f, &l) == HYLA_OK, "%s", hyla_error_message());
+        ce[r] = l.ce_sum;
+        head[r] = ex.head_bytes;
+        hyla_executor_free(&ex);
+    }
+    for (int r = 1; r < 3; r++) {
+        CHECK(ce[r] == ce[0], "%s: head rows %lld: loss sum %.17g != unchunked %.17g", name, (long long)rows[r], ce[r], ce[0]);
+        CHECK(!memcmp(g[r], g[0], nf * sizeof(float)), "%s: head rows %lld: gradients not bit-identical to the unchunked head",
+              name, (long long)rows[r]);
+    }
+    size_t chunk_logits = (size_t)HYLA_HEAD_ROWS * (size_t)m.cfg.vocab * sizeof(float);
+    CHECK(head[0] - head[1] == hyla_align_up((size_t)n * (size_t)m.cfg.vocab * sizeof(float)) - hyla_align_up(chunk_logits) &&
+              head[1] >= chunk_logits,
+          "%s: head working set %zu (chunked) vs %zu (whole) bytes", name, head[1], head[0]);
+    printf("  head in chunks of %d / %d rows == unchunked, bit-identical (%s, %lld rows; head %.2f -> %.2f MB)\n",
+           HYLA_HEAD_ROWS, 2 * HYLA_HEAD_ROWS, name, (long long)n, head[0] / 1e6, head[1] / 1e6);
+    for (int r = 0; r < 3; r++)
+        free(g[r]);
+    free(tokens);
+    hyla_model_free(&m);
+}
+
 int main(int argc, char **argv)
 {
     const char *cases = argc > 1 ? argv[1] : "build/cases";
@@ -391,6 +443,8 @@ int main(int argc, char **argv)
     check_reference_run(cases, "next_moe_8l");
     check_resume(cases);
     check_update_per_layer(cases);
+    check_head_chunks(cases, "next_moe_8l");
+    check_head_chunks(cases, "q35_dense");
     printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
 }

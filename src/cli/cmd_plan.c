@@ -33,9 +33,9 @@ static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
            p->argument_bytes, p->param_bytes, p->opt_bytes, p->batch_bytes);
     printf(" \"temp_bytes\": %.0f, \"checkpoint_bytes\": %.0f, \"work_bytes\": %.0f, \"offload_staging_bytes\": %.0f, "
            "\"carry_bytes\": %.0f, \"gradient_bytes\": %.0f, \"gathered_weight_bytes\": %.0f, \"total_bytes\": %.0f, "
-           "\"host_bytes\": %.0f,\n",
+           "\"host_bytes\": %.0f, \"head_bytes\": %.0f,\n",
            p->temp_bytes, p->checkpoint_bytes, p->work_bytes, p->staging_bytes, p->carry_bytes, p->grad_bytes,
-           p->gathered_bytes, p->peak_bytes, p->host_bytes);
+           p->gathered_bytes, p->peak_bytes, p->host_bytes, p->head_bytes);
     printf(" \"checkpoints_by_name\": {");
     for (int c = 0; c <= HYLA_CK__COUNT; c++)
         printf("%s\"%s\": %.0f", c ? ", " : "", hyla_ckpt_name_str((hyla_ckpt_name)c), p->by_name[c]);
@@ -71,6 +71,8 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
     if (p->host_bytes > 0)
         printf(" + offload staging %.3f\n", p->staging_bytes / G);
     printf("  total    %9.3f GB (%8.3f GiB)\n", p->peak_bytes / G, p->peak_bytes / Gi);
+    printf("  head     %9.3f GB of the working set: final norm, one %d-row logits chunk, per-row losses\n",
+           p->head_bytes / G, HYLA_HEAD_ROWS);
     if (p->host_bytes > 0)
         printf("  host     %9.3f GB (%8.3f GiB) of offloaded checkpoints\n", p->host_bytes / G, p->host_bytes / Gi);
     printf("checkpoints by name (all layers):%s\n", p->host_bytes > 0 ? "       device           host" : "");

@@ -294,33 +294,49 @@ static float *param_grad(const hyla_executor *ex, float *grads, hyla_role role)
     return ex->updates->head + hyla_grad_head_index(ex, off);
 }
 
+/* The head over chunks of ex->head_rows (HYLA_HEAD_ROWS) rows: logits [rows, V] exist one chunk
+ * at a time (with a caller's logits_out, straight in it), so the working set is O(chunk x vocab),
+ * not O(tokens x vocab). A GEMM row comes out the same for any number of rows, and the loss sums
+ * per-row values in hyla_cross_entropy_fwd's grouping, so losses, logits and the gradient
+ * flowing back are independent of the chunking; lm_head's gradient (a sum over rows) is
+ * accumulated in fixed blocks of HYLA_HEAD_ROWS rows in row order whatever the chunk, so it is
+ * too. Every chunk size that is a multiple of HYLA_HEAD_ROWS, or the whole step, gives
+ * bit-identical results (tests/test_train.c). */
 static void loss_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
 {
     const hyla_config *cfg = &ex->m->cfg;
-    int64_t n = ex->n, H = cfg->hidden, V = cfg->vocab;
+    int64_t n = ex->n, H = cfg->hidden, V = cfg->vocab, rows = n < ex->head_rows ? n : ex->head_rows;
     float eps = (float)cfg->rms_norm_eps;
     const float *y = ex->tapes[cfg->n_layers - 1].p[HYLA_S_Y];
+    size_t mark = hyla_arena_mark(&ex->work);
     float *xn = alloc_slot(ex, &ex->work, n * H, 0);
-    float *logits = logits_out ? logits_out : alloc_slot(ex, &ex->work, n * V, 0);
-    if (ex->dry) {
-        if (grads)
-            (void)alloc_slot(ex, &ex->work, n * H, 0); /* dxn */
+    float *chunk = logits_out ? NULL : alloc_slot(ex, &ex->work, rows * V, 0);
+    double *row_ce = (double *)alloc_slot(ex, &ex->work, 2 * n, 0); /* [n] doubles */
+    float *dxn = grads ? alloc_slot(ex, &ex->work, n * H, 1) : NULL;
+    ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
+    if (ex->dry)
         return;
-    }
     double t0 = HYLA_PROF_BEGIN();
     const float *wn = hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1), *head = hyla_model_param(ex->m, HYLA_P_LM_HEAD, -1);
+    float *dhead = grads ? param_grad(ex, grads, HYLA_P_LM_HEAD) : NULL;
     hyla_rmsnorm1p_fwd(xn, NULL, y, wn, n, H, eps);
-    hyla_linear(logits, xn, head, n, H, V, 0);
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+        int64_t m = n - r0 < rows ? n - r0 : rows;
+        float *logits = logits_out ? logits_out + r0 * V : chunk;
+        hyla_linear(logits, xn + r0 * H, head, m, H, V, 0);
+        hyla_cross_entropy_rows(row_ce + r0, logits, ex->labels + r0, m, V);
+        if (grads) {
+            hyla_cross_entropy_bwd(logits, logits, ex->labels + r0, m, V, ce_scale); /* in place: dlogits */
+            hyla_linear_bwd(dxn + r0 * H, NULL, logits, xn + r0 * H, head, m, H, V);
+            for (int64_t b0 = 0; b0 < m; b0 += HYLA_HEAD_ROWS) /* lm_head's gradient: fixed blocks of rows */
+                hyla_linear_bwd(NULL, dhead, logits + b0 * V, xn + (r0 + b0) * H, head,
+                                m - b0 < HYLA_HEAD_ROWS ? m - b0 : HYLA_HEAD_ROWS, H, V);
+        }
+    }
+    loss->ce_sum = hyla_cross_entropy_sum(row_ce, ex->labels, n, &loss->ce_count);
     HYLA_PROF_END("lm_head", t0);
-    t0 = HYLA_PROF_BEGIN();
-    loss->ce_sum = hyla_cross_entropy_fwd(logits, ex->labels, n, V, &loss->ce_count);
-    HYLA_PROF_END("loss", t0);
-    if (!grads)
-        return;
-    float *dxn = alloc_slot(ex, &ex->work, n * H, 1);
-    hyla_cross_entropy_bwd(logits, logits, ex->labels, n, V, ce_scale); /* in place: dlogits */
-    hyla_linear_bwd(dxn, param_grad(ex, grads, HYLA_P_LM_HEAD), logits, xn, head, n, H, V);
-    hyla_rmsnorm1p_bwd(ex->dcarry[0], param_grad(ex, grads, HYLA_P_FINAL_NORM), dxn, y, wn, NULL, n, H, eps);
+    if (grads)
+        hyla_rmsnorm1p_bwd(ex->dcarry[0], param_grad(ex, grads, HYLA_P_FINAL_NORM), dxn, y, wn, NULL, n, H, eps);
 }
 
 /* ---- backward ---------------------------------------------------------------------------------- */
@@ -578,9 +594,13 @@ int hyla_executor_forward(hyla_executor *ex, const int32_t *tokens, const int32_
 /* plan_only: stop after the planning pass (hyla_executor_plan); timeline: [cap] or NULL. */
 static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                           int64_t B, int64_t T, hyla_delta_mode mode, int forward_only, int plan_only,
-                          size_t *timeline, int cap)
+                          size_t *timeline, int cap, int64_t head_rows)
 {
     memset(ex, 0, sizeof *ex);
+    if (head_rows < HYLA_HEAD_ROWS || head_rows % HYLA_HEAD_ROWS)
+        return hyla_error_set(HYLA_ERR_ARG, "executor: head rows %lld must be a multiple of %d", (long long)head_rows,
+                              HYLA_HEAD_ROWS);
+    ex->head_rows = head_rows;
     ex->plan_only = plan_only;
     ex->timeline = timeline;
     ex->host_timeline = timeline ? timeline + cap : NULL; /* one allocation: [device | host | staging] */
@@ -674,7 +694,13 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
 int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                        int64_t B, int64_t T, hyla_delta_mode mode, int forward_only)
 {
-    return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0);
+    return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0, HYLA_HEAD_ROWS);
+}
+
+int hyla_executor_init_head_rows(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
+                                 int64_t B, int64_t T, int64_t head_rows)
+{
+    return executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 0, NULL, 0, head_rows);
 }
 
 int hyla_executor_measure(hyla_executor *ex)
@@ -706,7 +732,7 @@ int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy
     size_t *timeline = malloc(3 * CAP * sizeof *timeline);
     if (!timeline)
         return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
-    int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP);
+    int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP, HYLA_HEAD_ROWS);
     if (st && ex->timeline) { /* failed before hyla_executor_free took it */
         free(ex->timeline);
         ex->timeline = NULL;

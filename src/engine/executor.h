@@ -33,6 +33,9 @@ int hyla_remat_unit_parse(const char *text, hyla_remat_unit *out);
 const char *hyla_remat_unit_name(hyla_remat_unit u);
 
 #define HYLA_MAX_UNITS (2 * HYLA_MAX_LAYERS)
+/* Rows of logits the loss head computes at once: its working set is HYLA_HEAD_ROWS x vocab, not
+ * tokens x vocab (Qwen3.5's 248,320-token vocabulary: 254 MB in fp32 instead of 8 GB at 8k tokens). */
+#define HYLA_HEAD_ROWS 256
 
 typedef struct {
     int layer0, layer1;    /* layers [layer0, layer1] */
@@ -60,6 +63,8 @@ typedef struct {
     hyla_arena xfer[2];    /* offload staging: forward layer l uses [l & 1], backward unit u uses [u & 1] */
     hyla_arena host;       /* always dry: offsets in the host store, a stack like ckpt */
     size_t ckpt_bytes, work_bytes; /* planned capacities (dry run high-water marks) */
+    int64_t head_rows;             /* rows of logits per head chunk (HYLA_HEAD_ROWS) */
+    size_t head_bytes;             /* the loss head's share of the work arena (final norm, one logits chunk, losses) */
     size_t xfer_bytes[2], host_bytes;
     size_t *host_off;      /* [n_layers][HYLA_S__COUNT] store offset of an offloaded slot this step; SIZE_MAX: none */
     unsigned char *offl_written; /* [n_layers][HYLA_S__COUNT] its write was submitted */
@@ -114,6 +119,10 @@ int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy
  * offloads needs a store attached (hyla_executor_attach_store) before the first step. */
 int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                        int64_t B, int64_t T, hyla_delta_mode mode, int forward_only);
+/* A training executor whose loss head takes head_rows rows at a time (a multiple of
+ * HYLA_HEAD_ROWS) instead of HYLA_HEAD_ROWS; tests: head_rows >= B*T is the unchunked head. */
+int hyla_executor_init_head_rows(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
+                                 int64_t B, int64_t T, int64_t head_rows);
 void hyla_executor_free(hyla_executor *ex);
 /* Per-layer updates (optional, hyla_executor_update_per_layer): decoder-layer gradients go to
  * `window`, which holds one remat unit's layers (table offsets [lo, hi) of those layers, stored

@@ -39,6 +39,7 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     double scale = pc->act_bytes / 4.0;
     out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;
     out->work_bytes = (double)ex.work_bytes * scale;
+    out->head_bytes = (double)ex.head_bytes * scale;
     out->staging_bytes = (double)(ex.xfer_bytes[0] + ex.xfer_bytes[1]) * scale;
     out->host_bytes = (double)ex.host_bytes * scale;
     out->carry_bytes = 4.0 * (double)(pc->batch * pc->seq * m->cfg.hidden) * pc->act_bytes;

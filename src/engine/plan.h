@@ -29,6 +29,7 @@ typedef struct {
     double param_bytes, opt_bytes, batch_bytes, argument_bytes;           /* per device */
     double checkpoint_bytes, work_bytes, staging_bytes, carry_bytes, grad_bytes, gathered_bytes, temp_bytes;
     double host_bytes;              /* offloaded checkpoints in the host tier */
+    double head_bytes;              /* the loss head's working set (part of work_bytes): O(HYLA_HEAD_ROWS x vocab) */
     double by_name[HYLA_CK__COUNT + 1]; /* kept (device) checkpoint bytes per name (last: internal) */
     double by_kind[2];              /* kept checkpoint bytes in linear / full layers */
     double host_by_name[HYLA_CK__COUNT + 1], host_by_kind[2]; /* offloaded bytes, the same way */

@@ -23,8 +23,10 @@ static double ce_row(const float *l /*[V]*/, int64_t V, int32_t label)
     return (double)mx + log(sum) - (double)l[label];
 }
 
-double hyla_cross_entropy_fwd(const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
-                              int64_t n, int64_t V, int64_t *count)
+/* The chunked sum of both entry points: rows' losses from row_ce (precomputed) or computed here
+ * from logits, in the HYLA_CE_CHUNKS grouping fixed by n. */
+static double ce_grouped_sum(const double *row_ce, const float *logits, const int32_t *labels, int64_t n, int64_t V,
+                             int64_t *count)
 {
     double part[HYLA_CE_CHUNKS] = {0};
     int64_t cnt[HYLA_CE_CHUNKS] = {0};
@@ -34,8 +36,8 @@ double hyla_cross_entropy_fwd(const float *logits /*[n,V]*/, const int32_t *labe
         for (int64_t i = r0; i < r1; i++) {
             if (labels[i] < 0)
                 continue;
-            HYLA_ASSERT(labels[i] < V);
-            part[c] += ce_row(logits + i * V, V, labels[i]);
+            HYLA_ASSERT(row_ce || labels[i] < V);
+            part[c] += row_ce ? row_ce[i] : ce_row(logits + i * V, V, labels[i]);
             cnt[c]++;
         }
     }
@@ -48,6 +50,27 @@ double hyla_cross_entropy_fwd(const float *logits /*[n,V]*/, const int32_t *labe
     if (count)
         *count = total;
     return sum;
+}
+
+double hyla_cross_entropy_fwd(const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
+                              int64_t n, int64_t V, int64_t *count)
+{
+    return ce_grouped_sum(NULL, logits, labels, n, V, count);
+}
+
+void hyla_cross_entropy_rows(double *row_ce /*[n]*/, const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
+                             int64_t n, int64_t V)
+{
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        HYLA_ASSERT(labels[i] < V);
+        row_ce[i] = labels[i] < 0 ? 0.0 : ce_row(logits + i * V, V, labels[i]);
+    }
+}
+
+double hyla_cross_entropy_sum(const double *row_ce /*[n]*/, const int32_t *labels /*[n]*/, int64_t n, int64_t *count)
+{
+    return ce_grouped_sum(row_ce, NULL, labels, n, 1, count);
 }
 
 void hyla_aux_loss_accumulate(double *counts /*[E]*/, double *psum /*[E]*/,

@@ -116,6 +116,12 @@ void hyla_moe_route_forced_fwd(float *top_w /*[n,k]*/, float *probs /*[n,E]*/, c
  * (accumulated in double), and their count in *count. Labels < 0 are ignored. */
 double hyla_cross_entropy_fwd(const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
                               int64_t n, int64_t V, int64_t *count);
+/* The same sum in two steps, for a head that computes its logits a chunk of rows at a time:
+ * row_ce[i] = the row's loss (0 if ignored), then their sum in the very grouping of
+ * hyla_cross_entropy_fwd, so the result is bit-identical to it. */
+void hyla_cross_entropy_rows(double *row_ce /*[n]*/, const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
+                             int64_t n, int64_t V);
+double hyla_cross_entropy_sum(const double *row_ce /*[n]*/, const int32_t *labels /*[n]*/, int64_t n, int64_t *count);
 
 /* Router load-balancing loss, streamed over MoE layers (spec §3.8):
  * accumulate per layer: counts[e] += #(row, slot) selecting e; psum[e] += sum_rows probs[row,e];
