@@ -64,6 +64,35 @@ expect_error "unknown preset" "unknown preset 'huge'" "$HYLA" init --preset huge
     --out "$T/good_again" >/dev/null && cmp -s "$T/good/model.safetensors" "$T/good_again/model.safetensors" \
     || fail "init over a model hyla wrote replaces it"
 expect_error "bad layout value" "--gdn-layout must be grouped or separate" "$HYLA" convert "$T/good" "$T/conv" --gdn-layout diagonal
+expect_error "bad dtype value" "--dtype must be f32, bf16 or f16, got 'f8'" "$HYLA" convert "$T/good" "$T/conv" --dtype f8
+# convert --dtype: BF16 tensors (half the bytes), torch_dtype follows; bf16 -> f32 -> bf16 is the identity
+"$HYLA" convert "$T/good" "$T/bf16" --dtype bf16 >/dev/null && "$HYLA" convert "$T/bf16" "$T/bf16_f32" --dtype f32 >/dev/null \
+    && "$HYLA" convert "$T/bf16_f32" "$T/bf16_again" --dtype bf16 >/dev/null || fail "convert --dtype"
+$PY - "$T/good" "$T/bf16" "$T/bf16_f32" <<'PYEOF' || fail "convert --dtype bf16: dtypes, sizes, torch_dtype"
+import json, os, struct, sys
+def header(d):
+    b = open(os.path.join(d, "model.safetensors"), "rb").read()
+    n = struct.unpack_from("<Q", b)[0]
+    return {k: v for k, v in json.loads(b[8:8 + n]).items() if k != "__metadata__"}
+f32, bf16, back = (header(d) for d in sys.argv[1:4])
+assert all(v["dtype"] == "BF16" for v in bf16.values()) and all(v["dtype"] == "F32" for v in back.values())
+assert sum(v["data_offsets"][1] - v["data_offsets"][0] for v in bf16.values()) * 2 == \
+       sum(v["data_offsets"][1] - v["data_offsets"][0] for v in f32.values())
+for d, want in ((sys.argv[2], "bfloat16"), (sys.argv[3], "float32")):
+    assert json.load(open(os.path.join(d, "config.json")))["torch_dtype"] == want, d
+print("  ok  convert --dtype bf16: BF16 tensors, half the bytes, torch_dtype bfloat16 (and back to float32)")
+PYEOF
+cmp -s "$T/bf16/model.safetensors" "$T/bf16_again/model.safetensors" || fail "bf16 -> f32 -> bf16 changed the tensor bytes"
+copy_model big_weight
+$PY - "$T/big_weight/model.safetensors" <<'PYEOF'
+import json, struct, sys
+b = bytearray(open(sys.argv[1], "rb").read()); n = struct.unpack_from("<Q", b)[0]; h = json.loads(b[8:8 + n])
+struct.pack_into("<f", b, 8 + n + h["model.embed_tokens.weight"]["data_offsets"][0] + 4 * 5, 1.0e6)
+open(sys.argv[1], "wb").write(b)
+PYEOF
+expect_error "convert: a value f16 cannot hold" "tensor 'model.embed_tokens.weight': element 5 \(1e\+06\) overflows F16" \
+    "$HYLA" convert "$T/big_weight" "$T/big_f16" --dtype f16
+[ ! -e "$T/big_f16" ] || fail "a failed convert left its output directory"
 
 # --- train: a short run, its JSON log, resume, and bad training inputs ------------------------------
 "$HYLA" train --preset tiny-hybrid --synthetic --steps 4 --batch 2 --seq 16 --warmup 1 --remat minimal \

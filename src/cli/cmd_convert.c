@@ -1,4 +1,5 @@
-/* hyla convert IN OUT: re-save a model in another tensor layout, dtype-preserving. */
+/* hyla convert IN OUT: re-save a model in another tensor layout or sharding (dtype-preserving),
+ * or in another dtype (--dtype: round to nearest even; config.json's torch_dtype follows). */
 #include <string.h>
 
 #include "cli/commands.h"
@@ -7,17 +8,19 @@
 
 int hyla_cmd_convert(int argc, char **argv)
 {
-    const char *gdn = NULL, *experts = NULL, *prefix = NULL;
+    const char *gdn = NULL, *experts = NULL, *prefix = NULL, *dtype_s = NULL;
     int64_t shard_mb = 0;
     const hyla_opt opts[] = {
         {"--gdn-layout", OPT_STRING, &gdn, "grouped|separate", "Qwen3-Next in_proj_qkvz/ba or Qwen3.5 in_proj_qkv/z/b/a", 0, 0},
         {"--experts", OPT_STRING, &experts, "fused|per-expert", "experts.gate_up_proj/down_proj or experts.J.*_proj", 0, 0},
         {"--prefix", OPT_STRING, &prefix, "model|language_model", "tensor name prefix model. or model.language_model.", 0, 0},
         {"--shard-mb", OPT_INT, &shard_mb, "N", "split into shards of at most N MiB (0: one file)", 0, 1 << 20},
+        {"--dtype", OPT_STRING, &dtype_s, "f32|bf16|f16", "save every tensor in this dtype (default: as loaded)", 0, 0},
         {0},
     };
     const hyla_command_spec spec = {"convert", "IN OUT [options]",
-                                    "Load the model in IN and save it to OUT (tensor bytes preserved exactly).", opts, 2, 2};
+                                    "Load the model in IN and save it to OUT (tensor bytes preserved exactly unless --dtype).",
+                                    opts, 2, 2};
     const char *pos[2];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)
@@ -33,9 +36,14 @@ int hyla_cmd_convert(int argc, char **argv)
                     choices[i].val);
             return 2;
         }
+    hyla_dtype dtype = HYLA_DT_F32;
+    if (dtype_s && hyla_parse_dtype_flag("convert", "--dtype", dtype_s, &dtype))
+        return 2;
     hyla_model m;
     if (hyla_model_load(&m, pos[0]))
         return hyla_cli_fail("convert");
+    if (dtype_s)
+        hyla_model_set_save_dtype(&m, dtype);
     hyla_layout lay = m.table.layout;
     if (gdn)
         lay.gdn_grouped = !strcmp(gdn, "grouped");

@@ -33,16 +33,8 @@ int hyla_cmd_init(int argc, char **argv)
         return 2;
     }
     hyla_dtype dtype;
-    if (!strcmp(dtype_s, "f32"))
-        dtype = HYLA_DT_F32;
-    else if (!strcmp(dtype_s, "bf16"))
-        dtype = HYLA_DT_BF16;
-    else if (!strcmp(dtype_s, "f16"))
-        dtype = HYLA_DT_F16;
-    else {
-        fprintf(stderr, "hyla init: --dtype must be f32, bf16 or f16, got '%s'\n", dtype_s);
+    if (hyla_parse_dtype_flag("init", "--dtype", dtype_s, &dtype))
         return 2;
-    }
     char *text = NULL;
     const char *origin = config;
     if (preset) {

@@ -143,3 +143,16 @@ int hyla_parse_int_list(const char *flag, const char *text, int32_t **out, int64
     *count = n;
     return 0;
 }
+
+int hyla_parse_dtype_flag(const char *cmd, const char *flag, const char *text, hyla_dtype *out)
+{
+    static const char *const names[] = {"f32", "bf16", "f16"};
+    static const hyla_dtype dts[] = {HYLA_DT_F32, HYLA_DT_BF16, HYLA_DT_F16};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(text, names[i])) {
+            *out = dts[i];
+            return 0;
+        }
+    fprintf(stderr, "hyla %s: %s must be f32, bf16 or f16, got '%s'\n", cmd, flag, text);
+    return -1;
+}

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "io/safetensors.h"
+
 typedef enum { OPT_FLAG, OPT_INT, OPT_DOUBLE, OPT_STRING } opt_kind;
 
 typedef struct {
@@ -29,6 +31,9 @@ typedef struct {
  * or -1 after printing an error. Positionals go to pos[0..*n_pos). */
 int hyla_opts_parse(const hyla_command_spec *spec, int argc, char **argv, const char **pos, int *n_pos);
 void hyla_opts_usage(FILE *f, const hyla_command_spec *spec);
+
+/* A --dtype value: f32, bf16 or f16. Returns -1 after printing an error naming cmd and flag. */
+int hyla_parse_dtype_flag(const char *cmd, const char *flag, const char *text, hyla_dtype *out);
 
 /* Parse "1,2,3" into a malloc'd int32 array. Returns -1 after printing an error. */
 int hyla_parse_int_list(const char *flag, const char *text, int32_t **out, int64_t *count);

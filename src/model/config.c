@@ -348,7 +348,7 @@ const char *hyla_family_name(hyla_family f)
 
 static void add_int(cJSON *o, const char *k, int64_t v) { cJSON_AddNumberToObject(o, k, (double)v); }
 
-int hyla_config_write(const hyla_config *c, const char *path)
+char *hyla_config_to_json(const hyla_config *c)
 {
     cJSON *text = cJSON_CreateObject();
     const char *inner_type = c->family == HYLA_FAMILY_QWEN3_NEXT ? "qwen3_next"
@@ -402,9 +402,51 @@ int hyla_config_write(const hyla_config *c, const char *path)
     }
     char *out = cJSON_Print(root);
     cJSON_Delete(root);
+    return out;
+}
+
+int hyla_config_write(const hyla_config *c, const char *path)
+{
+    char *out = hyla_config_to_json(c);
     if (!out)
         return hyla_error_set(HYLA_ERR_NOMEM, "%s: cannot serialise config", path);
     int st = hyla_write_file_atomic(path, out, strlen(out));
     free(out);
     return st;
+}
+
+/* Set `key` to `value` where it is present in `o`, or (add_missing) add it. 1 if anything changed. */
+static int set_string_field(cJSON *o, const char *key, const char *value, int add_missing)
+{
+    cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (v && cJSON_IsString(v) && !strcmp(v->valuestring, value))
+        return 0;
+    if (!v && !add_missing)
+        return 0;
+    cJSON *nv = cJSON_CreateString(value);
+    if (v)
+        cJSON_ReplaceItemInObjectCaseSensitive(o, key, nv);
+    else
+        cJSON_AddItemToObject(o, key, nv);
+    return 1;
+}
+
+char *hyla_config_with_torch_dtype(const char *json_text, const char *torch_dtype)
+{
+    cJSON *root = cJSON_Parse(json_text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return NULL;
+    }
+    /* torch_dtype (transformers v4) always at the top; dtype (v5) and text_config's copies where present */
+    int changed = set_string_field(root, "torch_dtype", torch_dtype, 1);
+    changed |= set_string_field(root, "dtype", torch_dtype, 0);
+    cJSON *tc = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (cJSON_IsObject(tc)) {
+        changed |= set_string_field(tc, "torch_dtype", torch_dtype, 0);
+        changed |= set_string_field(tc, "dtype", torch_dtype, 0);
+    }
+    char *out = changed ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    return out;
 }

@@ -86,6 +86,12 @@ int hyla_config_load(hyla_config *cfg, const char *path);
 int hyla_config_parse(hyla_config *cfg, const char *json_text, const char *origin);
 /* Write a config.json for `cfg` (used when creating models from scratch). Atomic (tmp+rename). */
 int hyla_config_write(const hyla_config *cfg, const char *path);
+/* The JSON hyla_config_write writes (malloc'd; NULL when out of memory). */
+char *hyla_config_to_json(const hyla_config *cfg);
+/* json_text with its torch_dtype (and, where present, v5 `dtype` and text_config's copies) set
+ * to torch_dtype ("float32", "bfloat16", "float16"): a malloc'd new text, or NULL when nothing
+ * needed to change (or the text is not a JSON object), so a config already right keeps its bytes. */
+char *hyla_config_with_torch_dtype(const char *json_text, const char *torch_dtype);
 
 const char *hyla_family_name(hyla_family f);
 

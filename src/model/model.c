@@ -282,8 +282,15 @@ static int fill_tensor(void *vctx, size_t index, void *dst)
         const hyla_param *p = &c->t->params[param];
         int own = hyla_param_find(&c->m->table, p->role, p->layer);
         HYLA_ASSERT(own >= 0);
-        hyla_dtype_from_f32((unsigned char *)dst + (size_t)r * (size_t)ht->row_len * esz,
-                            row_ptr(c->m, own, row), dt, (size_t)ht->row_len);
+        unsigned char *out = (unsigned char *)dst + (size_t)r * (size_t)ht->row_len * esz;
+        hyla_dtype_from_f32(out, row_ptr(c->m, own, row), dt, (size_t)ht->row_len);
+        /* the weights are finite (checked at load and after every update): an all-ones exponent
+         * in a 16-bit result is a value the dtype cannot hold */
+        uint16_t exp_mask = dt == HYLA_DT_BF16 ? 0x7f80 : 0x7c00;
+        for (int64_t j = 0; dt != HYLA_DT_F32 && j < ht->row_len; j++)
+            if ((((uint16_t)out[2 * j] | (uint16_t)out[2 * j + 1] << 8) & exp_mask) == exp_mask)
+                return hyla_error_set(HYLA_ERR_ARG, "tensor '%s': element %lld (%g) overflows %s", ht->name,
+                                      (long long)(r * ht->row_len + j), (double)row_ptr(c->m, own, row)[j], hyla_dtype_name(dt));
     }
     return HYLA_OK;
 }
@@ -304,6 +311,33 @@ static void output_dtypes(const hyla_model *m, const hyla_param_table *out, unsi
         int own = hyla_param_find(&m->table, out->params[param].role, out->params[param].layer);
         dt[i] = m->param_dtype[own];
     }
+}
+
+/* config.json: the loaded text (or one made from the config), its torch_dtype set to the
+ * tensors' dtype when they all share one. */
+static int write_config(const hyla_model *m, const char *path, const unsigned char *dt, size_t n)
+{
+    char *made = m->config_json ? NULL : hyla_config_to_json(&m->cfg);
+    const char *text = m->config_json ? m->config_json : made;
+    if (!text)
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: cannot serialise config", path);
+    int uniform = n > 0;
+    for (size_t i = 1; i < n; i++)
+        uniform &= dt[i] == dt[0];
+    static const char *const torch_names[] = {"float32", "bfloat16", "float16"};
+    char *patched = uniform ? hyla_config_with_torch_dtype(text, torch_names[dt[0]]) : NULL;
+    if (patched)
+        text = patched;
+    int st = hyla_write_file_atomic(path, text, strlen(text));
+    free(patched);
+    free(made);
+    return st;
+}
+
+void hyla_model_set_save_dtype(hyla_model *m, hyla_dtype dtype)
+{
+    memset(m->hf_dtype, (int)dtype, m->table.n_hf);
+    memset(m->param_dtype, (int)dtype, (size_t)m->table.n_params);
 }
 
 int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes)
@@ -331,10 +365,7 @@ int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layo
     char path[4096];
     if ((st = hyla_path_join(path, sizeof path, dir, "config.json")) != HYLA_OK)
         goto done;
-    if (m->config_json)
-        st = hyla_write_file_atomic(path, m->config_json, strlen(m->config_json));
-    else
-        st = hyla_config_write(&m->cfg, path);
+    st = write_config(m, path, dt, out.n_hf);
 done:
     free(entries);
     free(dt);

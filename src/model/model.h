@@ -37,6 +37,8 @@ int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *la
  * directory is published whole (io/outdir.h): `dir` may be absent, empty or a model hyla
  * wrote; anything else is refused. */
 int hyla_model_save(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes);
+/* Save every tensor as `dtype` from now on (round to nearest even from the fp32 values). */
+void hyla_model_set_save_dtype(hyla_model *m, hyla_dtype dtype);
 /* The same files written into the existing directory `dir` (a checkpoint's temporary one). */
 int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes);
 

@@ -61,9 +61,7 @@ int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw 
     const char *tmp = o.tmp;
     char path[4300];
     /* parameters in F32 whatever they were loaded from: training made them fp32 values */
-    hyla_model *mm = (hyla_model *)m;
-    memset(mm->hf_dtype, HYLA_DT_F32, m->table.n_hf);
-    memset(mm->param_dtype, HYLA_DT_F32, (size_t)m->table.n_params);
+    hyla_model_set_save_dtype((hyla_model *)m, HYLA_DT_F32);
     int rc = hyla_model_write_files(m, tmp, NULL, 0);
     const hyla_param_table *t = &m->table;
     hyla_st_entry *e = calloc(2 * (size_t)t->n_params, sizeof *e);
