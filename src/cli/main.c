@@ -3,7 +3,9 @@
 #include <omp.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -47,8 +49,24 @@ static void usage(FILE *f)
     fprintf(f, "\nGEMM backend: %s\n", hyla_gemm_backend_name());
 }
 
+/* OpenMP reads its wait policy once, from the environment, before main runs. Its default (spin
+ * for up to ~300k iterations at every barrier) collapses when another process holds a core: a
+ * region's threads spin while the one they wait for is descheduled (a tiny model's decode ran
+ * 20x slower with 2 threads than with 1). Unless the user chose a policy, hyla runs itself
+ * again once with the policy below (bench/threads_under_load.sh measures the choice). */
+#define HYLA_DEFAULT_WAIT_POLICY "passive"
+
+static void default_wait_policy(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
+        return;
+    if (setenv("OMP_WAIT_POLICY", HYLA_DEFAULT_WAIT_POLICY, 1) == 0)
+        execv("/proc/self/exe", argv); /* returns only on failure: go on with OpenMP's default */
+}
+
 int main(int argc, char **argv)
 {
+    default_wait_policy(argv);
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -1,4 +1,5 @@
 #include "core/gemm.h"
+#include "core/parallel.h"
 
 #include <omp.h>
 
@@ -21,7 +22,7 @@ _Thread_local int hyla_in_gemm_library;
 static void gemm_skinny_nt(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                            int64_t ldb, float beta, float *C, int64_t ldc)
 {
-#pragma omp parallel for schedule(static) if (N * K > 32768)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(M * N * K)
     for (int64_t n = 0; n < N; n++) {
         const float *w = B + n * ldb;
         for (int64_t i = 0; i < M; i++) {

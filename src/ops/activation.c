@@ -2,13 +2,14 @@
 #include <math.h>
 
 #include "ops/ops.h"
+#include "core/parallel.h"
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 void hyla_swiglu_fwd(float *h, const float *gate, const float *up, int64_t n, int64_t I)
 {
     int64_t total = n * I;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(8 * total)
     for (int64_t i = 0; i < total; i++) /* silu(g) = g * sigmoid(g); -> -0 as g -> -inf */
         h[i] = (gate[i] * sigmoidf(gate[i])) * up[i];
 }
@@ -17,7 +18,7 @@ void hyla_swiglu_fwd(float *h, const float *gate, const float *up, int64_t n, in
 void hyla_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int64_t n, int64_t I)
 {
     int64_t total = n * I;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(8 * total)
     for (int64_t i = 0; i < total; i++) {
         float g = gate[i], s = sigmoidf(g), d = dh[i];
         float dg = d * up[i] * s * (1.0f + g * (1.0f - s));

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "ops/ops.h"
 
 #define ATT_BQ 16        /* query rows per task = vector lanes of the softmax */
@@ -243,7 +244,7 @@ void hyla_attention_fwd(float *out /*[T,Hq,hd]*/, float *lse /*[T,Hq] or NULL*/,
     int64_t r = Hq / Hkv;
     int64_t nb = (T * r + ATT_BQ - 1) / ATT_BQ; /* row blocks per kv head */
     /* later row blocks see more keys: hand them out first */
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) HYLA_PAR_IF(T * Hq * (past + T) * hd)
     for (int64_t task = 0; task < nb * Hkv; task++) {
         int64_t b = nb - 1 - task / Hkv, g = task % Hkv;
         int64_t row0 = b * ATT_BQ;
@@ -546,7 +547,7 @@ void hyla_attention_bwd(float *d_q /*[T,Hq,hd]*/, float *d_k /*[T,Hkv,hd]*/,
     size_t per_thread = atb_thread_floats(hd);
     atb_args a = {dout, q, k, v, lse, D, T, Hq, Hkv, hd, atb_hdp(hd), Hq / Hkv, scale};
     int64_t nkb = (T + ATB_BK - 1) / ATB_BK, nqb = (T * a.r + ATB_BQ - 1) / ATB_BQ;
-#pragma omp parallel
+#pragma omp parallel HYLA_PAR_IF(T * Hq * T * hd)
     {
         atb_scratch s = atb_carve(thread_work + (size_t)omp_get_thread_num() * per_thread, a.hdp);
 #pragma omp for schedule(static)

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/parallel.h"
 #include "ops/ops.h"
 
 #define CH HYLA_DELTA_CHUNK
@@ -72,7 +73,7 @@ void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,
                                    int64_t Hv, int64_t dk, int64_t dv)
 {
     int64_t rep = Hv / Hk; /* value heads per key head (repeat_interleave) */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * Hv * dk * dv)
     for (int64_t h = 0; h < Hv; h++) {
         float *S = state + h * dk * dv;
         int64_t hk = h / rep;
@@ -246,7 +247,7 @@ void hyla_delta_rule_chunked_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk
 {
     int64_t rep = Hv / Hk;
     size_t slot_floats = chunk_slot_floats(dk, dv);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * Hv * dk * dv)
     for (int64_t h = 0; h < Hv; h++) {
         float *slot = work + (size_t)omp_get_thread_num() * slot_floats;
         float *S = state + h * dk * dv;
@@ -624,7 +625,7 @@ void hyla_delta_rule_chunked_bwd(float *d_q /*[T,Hk,dk]*/, float *d_k /*[T,Hk,dk
         return;
     int64_t rep = Hv / Hk;
     size_t slot_floats = bwd_slot_floats(T, dk, dv);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * Hv * dk * dv)
     for (int64_t hk = 0; hk < Hk; hk++) {
         float *slot = work + (size_t)omp_get_thread_num() * slot_floats;
         for (int64_t h = hk * rep; h < (hk + 1) * rep; h++)

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "ops/ops.h"
+#include "core/parallel.h"
 
 /* ---- conv + silu ---------------------------------------------------------------------------- */
 
@@ -25,7 +26,7 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
                         const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/, int64_t T,
                         int64_t C, int64_t K)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * C * K)
     for (int64_t t = 0; t < T; t++) {
         float *yt = y + t * C;
         /* yt is the accumulator for pre[t, :]: taps j = 0..K-1 in order (oldest input first) */
@@ -55,7 +56,7 @@ void hyla_gdn_gates_fwd(float *g /*[n,Hv]*/, float *beta /*[n,Hv]*/, const float
                         const float *b /*[n,Hv]*/, const float *A_log /*[Hv]*/,
                         const float *dt_bias /*[Hv]*/, int64_t n, int64_t Hv)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(16 * n * Hv)
     for (int64_t i = 0; i < n; i++) {
         for (int64_t h = 0; h < Hv; h++) {
             int64_t ih = i * Hv + h;
@@ -96,7 +97,7 @@ void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float
                         int64_t K)
 {
     int64_t nblk = (C + CONV_CB - 1) / CONV_CB;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * C * K)
     for (int64_t bi = 0; bi < nblk; bi++) {
         int64_t c0 = bi * CONV_CB, c1 = c0 + CONV_CB < C ? c0 + CONV_CB : C;
         double acc[CONV_CB];
@@ -151,7 +152,7 @@ void hyla_gdn_gates_bwd(float *da /*[n,Hv]*/, float *db /*[n,Hv]*/, float *dA_lo
                         const float *b /*[n,Hv]*/, const float *A_log /*[Hv]*/,
                         const float *dt_bias /*[Hv]*/, int64_t n, int64_t Hv)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(16 * n * Hv)
     for (int64_t i = 0; i < n; i++) {
         for (int64_t h = 0; h < Hv; h++) {
             int64_t ih = i * Hv + h;
@@ -162,7 +163,7 @@ void hyla_gdn_gates_bwd(float *da /*[n,Hv]*/, float *db /*[n,Hv]*/, float *dA_lo
             db[ih] = dbeta[ih] * (sig * om);
         }
     }
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(16 * n * Hv)
     for (int64_t h = 0; h < Hv; h++) {
         float eA = expf(A_log[h]);
         double sA = 0.0, sdt = 0.0;

@@ -6,6 +6,7 @@
 #include <math.h>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "ops/ops.h"
 
 #define HYLA_CE_CHUNKS 64
@@ -30,7 +31,7 @@ static double ce_grouped_sum(const double *row_ce, const float *logits, const in
 {
     double part[HYLA_CE_CHUNKS] = {0};
     int64_t cnt[HYLA_CE_CHUNKS] = {0};
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) HYLA_PAR_IF(row_ce ? n : n * V)
     for (int c = 0; c < HYLA_CE_CHUNKS; c++) {
         int64_t r0 = n * c / HYLA_CE_CHUNKS, r1 = n * (c + 1) / HYLA_CE_CHUNKS;
         for (int64_t i = r0; i < r1; i++) {
@@ -61,7 +62,7 @@ double hyla_cross_entropy_fwd(const float *logits /*[n,V]*/, const int32_t *labe
 void hyla_cross_entropy_rows(double *row_ce /*[n]*/, const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
                              int64_t n, int64_t V)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * V)
     for (int64_t i = 0; i < n; i++) {
         HYLA_ASSERT(labels[i] < V);
         row_ce[i] = labels[i] < 0 ? 0.0 : ce_row(logits + i * V, V, labels[i]);
@@ -103,7 +104,7 @@ double hyla_aux_loss_finish(const double *counts /*[E]*/, const double *psum /*[
 void hyla_cross_entropy_bwd(float *dlogits /*[n,V]*/, const float *logits /*[n,V]*/,
                             const int32_t *labels /*[n]*/, int64_t n, int64_t V, float scale)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * V)
     for (int64_t i = 0; i < n; i++) {
         const float *l = logits + i * V;
         float *dl = dlogits + i * V;

@@ -3,6 +3,7 @@
 #include <math.h>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "ops/ops.h"
 
 /* Does (pa, a) come before (pb, b) in the order "probability descending, index ascending"? */
@@ -34,7 +35,7 @@ static void softmax_row(float *p, const float *l, int64_t E)
 void hyla_moe_route_forced_fwd(float *top_w, float *probs, const float *logits, const int32_t *top_idx, int64_t n,
                                int64_t E, int64_t k, int renorm)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * E)
     for (int64_t i = 0; i < n; i++) {
         float *p = probs + i * E, *w = top_w + i * k;
         const int32_t *idx = top_idx + i * k;
@@ -55,7 +56,7 @@ void hyla_moe_route_fwd(int32_t *top_idx /*[n,k]*/, float *top_w /*[n,k]*/,
                         int64_t E, int64_t k, int renorm)
 {
     HYLA_ASSERT(E > 0 && k > 0 && k <= E && E <= INT32_MAX);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * E * k)
     for (int64_t i = 0; i < n; i++) {
         const float *l = logits + i * E;
         float *p = probs + i * E;
@@ -100,7 +101,7 @@ void hyla_moe_route_bwd(float *dlogits /*[n,E]*/, const float *dtop_w /*[n,k]*/,
                         int renorm)
 {
     HYLA_ASSERT(E > 0 && k > 0 && k <= E);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * E * k)
     for (int64_t i = 0; i < n; i++) {
         const float *p = probs + i * E, *dw = dtop_w + i * k;
         const int32_t *idx = top_idx + i * k;

@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "ops/ops.h"
 
 /* sum_j x[j]^2 in double; vectorised in a fixed (compile-time) order */
@@ -24,7 +25,7 @@ static float silu(float z) { return z / (1.0f + expf(-z)); }
 void hyla_rmsnorm1p_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const float *x /*[n,d]*/,
                         const float *w /*[d]*/, int64_t n, int64_t d, float eps)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * d)
     for (int64_t i = 0; i < n; i++) {
         const float *xi = x + i * d;
         float *yi = y + i * d; /* may alias xi: element j is read before it is written */
@@ -40,7 +41,7 @@ void hyla_gated_rmsnorm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/,
                             const float *x /*[n,d]*/, const float *z /*[n,d]*/,
                             const float *w /*[d]*/, int64_t n, int64_t d, float eps)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * d)
     for (int64_t i = 0; i < n; i++) {
         const float *xi = x + i * d, *zi = z + i * d;
         float *yi = y + i * d;
@@ -55,7 +56,7 @@ void hyla_gated_rmsnorm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/,
 void hyla_l2norm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const float *x /*[n,d]*/,
                      int64_t n, int64_t d, float eps, float scale)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * d)
     for (int64_t i = 0; i < n; i++) {
         const float *xi = x + i * d;
         float *yi = y + i * d; /* may alias xi */
@@ -94,7 +95,7 @@ void hyla_rmsnorm1p_bwd(float *dx /*[n,d]*/, float *dw /*[d] +=*/, const float *
         return;
     HYLA_ASSERT(d <= HYLA_NORM_MAXD);
     int64_t nb = (n + HYLA_NORM_RB - 1) / HYLA_NORM_RB;
-#pragma omp parallel
+#pragma omp parallel HYLA_PAR_IF(n * d)
     {
         float part[d]; /* this thread's block partial of dw */
 #pragma omp for schedule(dynamic, 1) ordered
@@ -134,7 +135,7 @@ void hyla_gated_rmsnorm_bwd(float *dx /*[n,d]*/, float *dz /*[n,d]*/, float *dw 
         return;
     HYLA_ASSERT(d <= HYLA_NORM_MAXD);
     int64_t nb = (n + HYLA_NORM_RB - 1) / HYLA_NORM_RB;
-#pragma omp parallel
+#pragma omp parallel HYLA_PAR_IF(n * d)
     {
         float part[d];
 #pragma omp for schedule(dynamic, 1) ordered
@@ -170,7 +171,7 @@ void hyla_l2norm_bwd(float *dx /*[n,d]*/, const float *dy /*[n,d]*/, const float
                      const float *rstd /*[n] or NULL*/, int64_t n, int64_t d, float eps,
                      float scale)
 {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * d)
     for (int64_t i = 0; i < n; i++) {
         const float *xi = x + i * d, *gi = dy + i * d;
         float *dxi = dx + i * d; /* may alias gi */

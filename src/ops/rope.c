@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "core/error.h"
+#include "core/parallel.h"
 #include "ops/ops.h"
 
 void hyla_rope_table(float *cos_t /*[n,R/2]*/, float *sin_t /*[n,R/2]*/, const int64_t *pos /*[n]*/,
@@ -15,7 +16,7 @@ void hyla_rope_table(float *cos_t /*[n,R/2]*/, float *sin_t /*[n,R/2]*/, const i
     HYLA_ASSERT(R > 0 && R % 2 == 0);
     int64_t half = R / 2;
     float base = (float)theta;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(16 * n * half)
     for (int64_t t = 0; t < n; t++) {
         float p = (float)pos[t];
         for (int64_t i = 0; i < half; i++) {
@@ -37,7 +38,7 @@ static void rope_rotate(float *x /*[n,heads,hd]*/, const float *cos_t /*[n,R/2]*
 {
     HYLA_ASSERT(R > 0 && R % 2 == 0 && R <= hd);
     int64_t half = R / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * heads * R)
     for (int64_t t = 0; t < n; t++) {
         const float *c = cos_t + t * half, *s = sin_t + t * half;
         for (int64_t h = 0; h < heads; h++) {

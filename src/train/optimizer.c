@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/finite.h"
+#include "core/parallel.h"
 
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats)
 {
@@ -74,7 +75,7 @@ static int64_t update_param(hyla_adamw *opt, const hyla_param *p, float *weights
     float b1 = (float)c->beta1, b2 = (float)c->beta2, lr = (float)c->lr, eps = (float)c->eps;
     float s = (float)scale, rbc1 = (float)(1.0 / opt->bc1), rbc2 = (float)(1.0 / opt->bc2);
     int64_t bad = 0;
-#pragma omp parallel for schedule(static) reduction(+ : bad)
+#pragma omp parallel for schedule(static) reduction(+ : bad) HYLA_PAR_IF(8 * p->numel)
     for (int64_t j = 0; j < p->numel; j++) {
         float gj = g[j] * s;
         m[j] = b1 * m[j] + (1.0f - b1) * gj;
