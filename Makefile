@@ -11,13 +11,11 @@ EXTRA   ?=
 
 CFLAGS  := -std=c11 $(OPT) $(ARCH) -fopenmp -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -Isrc -Iinclude $(EXTRA)
-LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread
+LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread -ldnnl   # oneDNN: fp32 GEMM (default) and bf16 matmul (always)
 
 ifeq ($(HYLA_GEMM),openblas)
   CFLAGS += -DHYLA_GEMM_OPENBLAS -I/usr/include/x86_64-linux-gnu/openblas-pthread
   LDLIBS += -lopenblas
-else
-  LDLIBS += -ldnnl
 endif
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/io/*.c src/ops/*.c src/model/*.c src/engine/*.c src/train/*.c src/infer/*.c))

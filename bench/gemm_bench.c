@@ -1,6 +1,8 @@
-/* GEMM seam benchmark: oneDNN (dnnl_sgemm) vs OpenBLAS (cblas_sgemm) on hyla's shapes.
- * Prints one JSON object per shape and a summary; GFLOP/s and % of the machine's measured
- * FP32 peak (435 GFLOP/s on the 2-core reference machine; override with HYLA_PEAK_GFLOPS).
+/* GEMM seam benchmark on hyla's shapes, in one run: fp32 oneDNN (dnnl_sgemm) vs OpenBLAS
+ * (cblas_sgemm), and hyla's bf16 linear (hyla_linear_bf16: oneDNN bf16 matmul, or hyla's skinny
+ * kernel for M <= 4) with fp32 accumulation. Prints one JSON object per shape and a summary;
+ * GFLOP/s and % of the machine's measured peaks (FP32 FMA 435, BF16 dot 800 GFLOP/s on the
+ * 2-core reference machine; override with HYLA_PEAK_GFLOPS / HYLA_PEAK_BF16_GFLOPS).
  * Linear layers are y[M,N] = x[M,K] W[N,K]^T (trans_b). */
 #include <cblas.h>
 #include <dnnl.h>
@@ -9,6 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "core/bf16.h"
+#include "core/gemm.h"
 
 static double now(void)
 {
@@ -22,6 +27,8 @@ typedef struct {
     int M, N, K;
 } shape;
 
+static const uint16_t *A16, *B16; /* A, B as bf16 */
+
 static double run(int backend, const shape *s, float *A, float *B, float *C)
 {
     double flops = 2.0 * s->M * s->N * s->K, best = 1e30;
@@ -33,6 +40,8 @@ static double run(int backend, const shape *s, float *A, float *B, float *C)
         for (int r = 0; r < reps; r++) {
             if (backend == 0)
                 dnnl_sgemm('N', 'T', s->M, s->N, s->K, 1.0f, A, s->K, B, s->K, 0.0f, C, s->N);
+            else if (backend == 2)
+                hyla_linear_bf16(C, A16, B16, s->M, s->K, s->N, 0);
             else
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->M, s->N, s->K, 1.0f, A, s->K, B, s->K, 0.0f, C,
                             s->N);
@@ -48,6 +57,8 @@ int main(void)
 {
     const char *peak_env = getenv("HYLA_PEAK_GFLOPS");
     double peak = peak_env ? atof(peak_env) : 435.0;
+    const char *peak16_env = getenv("HYLA_PEAK_BF16_GFLOPS");
+    double peak16 = peak16_env ? atof(peak16_env) : 800.0;
     const shape shapes[] = {
         {"gdn in_proj_qkv (bench-100m, T=512)", 512, 1024, 512},
         {"attn q_proj (bench-100m)", 512, 1024, 512},
@@ -71,20 +82,30 @@ int main(void)
     float *A = aligned_alloc(64, maxA * 4), *B = aligned_alloc(64, maxB * 4), *C = aligned_alloc(64, maxC * 4);
     for (size_t i = 0; i < maxA; i++) A[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
     for (size_t i = 0; i < maxB; i++) B[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
+    uint16_t *a16 = malloc(maxA * 2), *b16 = malloc(maxB * 2);
+    for (size_t i = 0; i < maxA; i++) a16[i] = hyla_bf16_from_f32(A[i]);
+    for (size_t i = 0; i < maxB; i++) b16[i] = hyla_bf16_from_f32(B[i]);
+    A16 = a16, B16 = b16;
     const char *core = getenv("OPENBLAS_CORETYPE");
-    printf("{\"threads\": %d, \"peak_gflops\": %.0f, \"openblas_coretype\": \"%s\", \"shapes\": [\n", omp_get_max_threads(),
-           peak, core ? core : "(auto)");
-    double sum_ratio = 0;
+    printf("{\"threads\": %d, \"peak_gflops\": %.0f, \"peak_bf16_gflops\": %.0f, \"bf16_skinny_kernel\": \"%s\", "
+           "\"openblas_coretype\": \"%s\", \"shapes\": [\n", omp_get_max_threads(), peak, peak16,
+           hyla_bf16_skinny_kernel_name(), core ? core : "(auto)");
+    double sum_ratio = 0, sum_bf16 = 0;
     int n = (int)(sizeof shapes / sizeof *shapes);
     for (int i = 0; i < n; i++) {
         const shape *s = &shapes[i];
-        double d = run(0, s, A, B, C), o = run(1, s, A, B, C);
+        double d = run(0, s, A, B, C), o = run(1, s, A, B, C), h = run(2, s, A, B, C);
         sum_ratio += d / o;
+        sum_bf16 += h / d;
         printf("  {\"shape\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"onednn_gflops\": %.1f, \"openblas_gflops\": %.1f, "
-               "\"onednn_pct_peak\": %.1f, \"openblas_pct_peak\": %.1f, \"onednn_over_openblas\": %.2f}%s\n",
-               s->what, s->M, s->N, s->K, d, o, 100 * d / peak, 100 * o / peak, d / o, i + 1 < n ? "," : "");
+               "\"onednn_pct_peak\": %.1f, \"openblas_pct_peak\": %.1f, \"onednn_over_openblas\": %.2f, "
+               "\"bf16_gflops\": %.1f, \"bf16_pct_bf16_peak\": %.1f, \"bf16_over_fp32\": %.2f}%s\n",
+               s->what, s->M, s->N, s->K, d, o, 100 * d / peak, 100 * o / peak, d / o, h, 100 * h / peak16, h / d,
+               i + 1 < n ? "," : "");
     }
-    printf("], \"mean_onednn_over_openblas\": %.2f}\n", sum_ratio / n);
+    printf("], \"mean_onednn_over_openblas\": %.2f, \"mean_bf16_over_fp32\": %.2f}\n", sum_ratio / n, sum_bf16 / n);
+    free(a16);
+    free(b16);
     free(A);
     free(B);
     free(C);

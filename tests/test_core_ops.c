@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
+#include "core/gemm.h"
 #include "core/rng.h"
 #include "ops/ops.h"
 
@@ -631,6 +633,46 @@ static void bench_attention(void)
     free(q), free(k), free(v), free(o), free(l), free(work);
 }
 
+/* ---- bf16 linear (core/gemm_bf16.c) ------------------------------------------------------------
+ * y = x W^T with bf16 inputs and fp32 accumulation, against float64 on the same bf16 values.
+ * Each product of two bf16 numbers is exact in fp32 (8 + 8 significant bits), so the only error
+ * is fp32 summation over K terms (and, accumulating, one more rounding with y's old value):
+ * |err| <= (K + 1) u (sum_k |x_k w_k| + |y_old|). Shapes cover the skinny path (M <= 4, K not a
+ * multiple of 32: the vector tail) and oneDNN's matmul (M > 4), both modes. */
+static void test_linear_bf16(void)
+{
+    const int64_t Ms[] = {1, 3, 4, 5, 64, 300}, Ks[] = {1, 31, 64, 513}, Ns[] = {7, 100};
+    chk c = chk_begin("linear bf16 (skinny + oneDNN) vs float64");
+    for (int mi = 0; mi < 6; mi++)
+        for (int ki = 0; ki < 4; ki++)
+            for (int ni = 0; ni < 2; ni++)
+                for (int acc = 0; acc < 2; acc++) {
+                    int64_t M = Ms[mi], K = Ks[ki], N = Ns[ni];
+                    uint16_t *x = malloc((size_t)(M * K) * 2), *w = malloc((size_t)(N * K) * 2);
+                    float *y = malloc((size_t)(M * N) * 4), *y0 = malloc((size_t)(M * N) * 4);
+                    for (int64_t i = 0; i < M * K; i++)
+                        x[i] = hyla_bf16_from_f32((float)hyla_rng_normal(&rng));
+                    for (int64_t i = 0; i < N * K; i++)
+                        w[i] = hyla_bf16_from_f32((float)(0.1 * hyla_rng_normal(&rng)));
+                    for (int64_t i = 0; i < M * N; i++)
+                        y[i] = y0[i] = acc ? (float)hyla_rng_normal(&rng) : NAN; /* NaN: must be overwritten */
+                    hyla_linear_bf16(y, x, w, M, K, N, acc);
+                    for (int64_t i = 0; i < M; i++)
+                        for (int64_t n = 0; n < N; n++) {
+                            double ref = acc ? y0[i * N + n] : 0.0, mag = acc ? fabs(y0[i * N + n]) : 0.0;
+                            for (int64_t k = 0; k < K; k++) {
+                                double t = (double)hyla_bf16_to_f32(x[i * K + k]) * hyla_bf16_to_f32(w[n * K + k]);
+                                ref += t;
+                                mag += fabs(t);
+                            }
+                            chk_val(&c, y[i * N + n], ref, (double)(K + 1) * U * mag + 1e-30);
+                        }
+                    free(x), free(w), free(y), free(y0);
+                }
+    chk_end(&c);
+    printf("  bf16 skinny kernel: %s\n", hyla_bf16_skinny_kernel_name());
+}
+
 int main(int argc, char **argv)
 {
     (void)argc, (void)argv;
@@ -645,6 +687,7 @@ int main(int argc, char **argv)
     test_moe_route_case(8, 512, 10, 1); /* Qwen3-Next sizes */
     test_cross_entropy();
     test_aux_loss();
+    test_linear_bf16();
     test_threads(max_threads);
     bench_attention();
     if (failures) {

@@ -21,6 +21,15 @@ void hyla_linear(float *y, const float *x, const float *W, int64_t n_rows, int64
 
 const char *hyla_gemm_backend_name(void);
 
+/* bf16 linear layer, fp32 accumulation and output (core/gemm_bf16.c):
+ * y[n_rows, out] (+)= x[n_rows, in] W[out, in]^T, x and W bf16 bit patterns. Rows up to
+ * HYLA_BF16_SKINNY_M (decode) go through hyla's own kernel (AVX-512 BF16 where the CPU has it),
+ * more through oneDNN's bf16 matmul. Error against exact arithmetic: <= in * 2^-24 * sum|x w|. */
+#define HYLA_BF16_SKINNY_M 4
+void hyla_linear_bf16(float *y, const uint16_t *x, const uint16_t *W, int64_t n_rows, int64_t in, int64_t out,
+                      int accumulate);
+const char *hyla_bf16_skinny_kernel_name(void); /* "avx512bf16" or "scalar" */
+
 /* Non-zero while the calling thread is inside the GEMM library. The library may allocate its
  * own packing buffers; tests that assert "no allocation inside a step" exclude those. */
 extern _Thread_local int hyla_in_gemm_library;

@@ -26,6 +26,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "io/fileio.h"
 
@@ -82,17 +83,6 @@ static inline uint32_t f32_to_bits(float f)
     uint32_t u;
     memcpy(&u, &f, 4);
     return u;
-}
-
-static inline uint16_t f32_to_bf16(uint32_t x)
-{
-    if ((x & 0x7fffffffu) > 0x7f800000u) { /* NaN: keep sign and top payload, stay a NaN */
-        uint16_t h = (uint16_t)(x >> 16);
-        return (h & 0x7f) ? h : (uint16_t)(h | 0x40);
-    }
-    /* Round to nearest even on the 16 dropped bits; a carry into the exponent is correct, and
-     * overflow past the largest finite value lands exactly on inf. */
-    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
 }
 
 static inline uint32_t f16_to_f32_bits(uint16_t h)
@@ -174,7 +164,7 @@ void hyla_dtype_from_f32(void *dst, const float *src, hyla_dtype dt, size_t n)
         return;
     case HYLA_DT_BF16:
         for (size_t i = 0; i < n; i++) {
-            uint16_t h = f32_to_bf16(f32_to_bits(src[i]));
+            uint16_t h = hyla_bf16_from_bits(f32_to_bits(src[i]));
             memcpy(p + 2 * i, &h, 2);
         }
         return;

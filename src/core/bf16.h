@@ -1,0 +1,35 @@
+/* bfloat16 <-> float32: the top 16 bits of a float32; rounding to nearest even. */
+#ifndef HYLA_CORE_BF16_H
+#define HYLA_CORE_BF16_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Round a float32 bit pattern to bfloat16, nearest even on the 16 dropped bits (a carry into the
+ * exponent is correct, overflow past the largest finite value lands exactly on inf). NaN keeps
+ * its sign and top payload and stays a NaN. */
+static inline uint16_t hyla_bf16_from_bits(uint32_t x)
+{
+    if ((x & 0x7fffffffu) > 0x7f800000u) {
+        uint16_t h = (uint16_t)(x >> 16);
+        return (h & 0x7f) ? h : (uint16_t)(h | 0x40);
+    }
+    return (uint16_t)((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+static inline uint16_t hyla_bf16_from_f32(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return hyla_bf16_from_bits(u);
+}
+
+static inline float hyla_bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+#endif
