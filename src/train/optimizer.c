@@ -14,12 +14,15 @@ int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floa
     memset(opt, 0, sizeof *opt);
     opt->cfg = *cfg;
     opt->n_floats = n_floats;
-    opt->m = calloc(n_floats ? n_floats : 1, sizeof(float));
-    opt->v = calloc(n_floats ? n_floats : 1, sizeof(float));
+    opt->m = malloc((n_floats ? n_floats : 1) * sizeof(float));
+    opt->v = malloc((n_floats ? n_floats : 1) * sizeof(float));
     if (!opt->m || !opt->v) {
         hyla_adamw_free(opt);
         return hyla_error_set(HYLA_ERR_NOMEM, "optimizer: cannot allocate %zu moment floats", 2 * n_floats);
     }
+    /* zeroed by writing (not calloc's lazy zero pages): the pages fault in here, not in step 1 */
+    memset(opt->m, 0, n_floats * sizeof(float));
+    memset(opt->v, 0, n_floats * sizeof(float));
     return HYLA_OK;
 }
 

@@ -47,6 +47,9 @@ static int alloc_gradients(hyla_trainer *tr)
     tr->grad_floats = head + window;
     if (!tr->grads || (window && !tr->grad_window))
         return hyla_error_set(HYLA_ERR_NOMEM, "train: cannot allocate %zu gradient floats", head + window);
+    memset(tr->grads, 0, (head ? head : 1) * sizeof(float)); /* fault the pages in at setup, not in step 1 */
+    if (window)
+        memset(tr->grad_window, 0, window * sizeof(float));
     return tr->cfg.update_per_layer ? hyla_executor_update_per_layer(&tr->ex, &tr->updates) : HYLA_OK;
 }
 
