@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Threads under load: hyla's decode and training tokens/s on a quiet machine and with competing
-# CPU-bound processes (one busy loop per core), for --threads 1, --threads 2 with hyla's default
-# OpenMP wait policy (passive, set by the CLI), and --threads 2 with OpenMP's own default
-# (spinning: GOMP_SPINCOUNT=300000, what hyla ran with before). Each figure is the best of
-# REPEATS runs. JSON on stdout.
+# CPU-bound processes (one busy loop per core), for --threads 1 and, with --threads 2: hyla's
+# default OpenMP wait (a bounded spin, GOMP_SPINCOUNT=30000, set by the CLI), a passive wait
+# (OMP_WAIT_POLICY=passive) and libgomp's own default (GOMP_SPINCOUNT=300000, what hyla ran with
+# before). Each figure is the best of REPEATS runs. JSON on stdout.
 # usage: bench/threads_under_load.sh [REPEATS]   (env: MODEL_PRESET, default tiny-hybrid)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,11 +30,12 @@ best() { # FUNC ENV...: the best of REPEATS
 measure() { # LABEL
     local out="\"$1\": {"
     local sep=""
-    for mode in "threads1" "threads2" "threads2_spinning"; do
+    for mode in "threads1" "threads2" "threads2_passive" "threads2_libgomp_default"; do
         case $mode in
             threads1) T=1; envs=(env) ;;
             threads2) T=2; envs=(env) ;;
-            threads2_spinning) T=2; envs=(env GOMP_SPINCOUNT=300000) ;;
+            threads2_passive) T=2; envs=(env OMP_WAIT_POLICY=passive) ;;
+            threads2_libgomp_default) T=2; envs=(env GOMP_SPINCOUNT=300000) ;;
         esac
         out+="$sep\"$mode\": {\"decode_tokens_per_s\": $(best decode_tps "${envs[@]}"), \"train_tokens_per_s\": $(best train_tps "${envs[@]}")}"
         sep=", "

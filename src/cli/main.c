@@ -49,18 +49,21 @@ static void usage(FILE *f)
     fprintf(f, "\nGEMM backend: %s\n", hyla_gemm_backend_name());
 }
 
-/* OpenMP reads its wait policy once, from the environment, before main runs. Its default (spin
- * for up to ~300k iterations at every barrier) collapses when another process holds a core: a
- * region's threads spin while the one they wait for is descheduled (a tiny model's decode ran
- * 20x slower with 2 threads than with 1). Unless the user chose a policy, hyla runs itself
- * again once with the policy below (bench/threads_under_load.sh measures the choice). */
-#define HYLA_DEFAULT_WAIT_POLICY "passive"
+/* OpenMP reads its wait policy once, from the environment, before main runs. libgomp's default
+ * (spin up to 300k iterations at every barrier before sleeping) collapses when another process
+ * holds a core: a region's threads spin while the one they wait for is descheduled (a tiny
+ * model's decode: 142 tokens/s with 2 threads against 1,444 with 1). A passive policy (never
+ * spin) survives load but halves quiet-machine speed (every barrier becomes a futex wake). A
+ * bounded spin of ~30k iterations (tens of microseconds) keeps the quiet speed and avoids the
+ * collapse (bench/threads_under_load.sh has the figures). Unless the user chose a policy, hyla
+ * runs itself again once with it. */
+#define HYLA_DEFAULT_SPINCOUNT "30000"
 
 static void default_wait_policy(char **argv)
 {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT"))
         return;
-    if (setenv("OMP_WAIT_POLICY", HYLA_DEFAULT_WAIT_POLICY, 1) == 0)
+    if (setenv("GOMP_SPINCOUNT", HYLA_DEFAULT_SPINCOUNT, 1) == 0)
         execv("/proc/self/exe", argv); /* returns only on failure: go on with OpenMP's default */
 }
 
