@@ -1,5 +1,6 @@
-# hyla build.  `make` builds build/hyla and build/libhyla.a; `make asan` the sanitizer build in
-# build-asan/; `make test` runs the whole test suite (tests/run.sh).
+# hyla build.  `make` builds build/hyla, build/libhyla.a and build/libhyla.so; `make asan` the
+# sanitizer build in build-asan/; `make test` runs the whole test suite (tests/run.sh);
+# `make install PREFIX=DIR` installs the binary, both libraries, include/hyla.h and hyla.pc.
 # Options: ARCH=-march=x86-64-v3 (e.g. for valgrind), HYLA_GEMM=dnnl|openblas, BUILD=dir.
 
 CC      ?= gcc
@@ -9,7 +10,7 @@ BUILD   ?= build
 HYLA_GEMM ?= dnnl
 EXTRA   ?=
 
-CFLAGS  := -std=c11 $(OPT) $(ARCH) -fopenmp -Wall -Wextra -Wshadow -Wno-unused-parameter \
+CFLAGS  := -std=c11 $(OPT) $(ARCH) -fopenmp -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -Isrc -Iinclude $(EXTRA)
 LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread -ldnnl   # oneDNN: fp32 GEMM (default) and bf16 matmul (always)
 
@@ -18,7 +19,7 @@ ifeq ($(HYLA_GEMM),openblas)
   LDLIBS += -lopenblas
 endif
 
-LIB_SRC  := $(sort $(wildcard src/core/*.c src/io/*.c src/ops/*.c src/model/*.c src/engine/*.c src/train/*.c src/infer/*.c))
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/io/*.c src/ops/*.c src/model/*.c src/engine/*.c src/train/*.c src/infer/*.c src/api/*.c))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c))
 TEST_SRC := $(sort $(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
@@ -28,14 +29,31 @@ CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
 TESTS    := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all asan test run clean tests benches
-all: $(BUILD)/hyla $(BUILD)/libhyla.a tests benches
+.PHONY: all asan test run clean tests benches install
+all: $(BUILD)/hyla $(BUILD)/libhyla.a $(BUILD)/libhyla.so tests benches
 tests: $(TESTS)
 benches: $(BENCHES)
 
 $(BUILD)/libhyla.a: $(LIB_OBJ)
 	@mkdir -p $(@D)
 	ar rcs $@ $^
+
+VERSION := $(shell sed -n 's/^\#define HYLA_VERSION_STRING "\(.*\)"/\1/p' include/hyla.h)
+
+$(BUILD)/libhyla.so: $(LIB_OBJ)
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) -shared -Wl,-soname,libhyla.so.$(firstword $(subst ., ,$(VERSION))) -o $@ $^ $(LDLIBS)
+
+PREFIX ?= /usr/local
+install: $(BUILD)/hyla $(BUILD)/libhyla.a $(BUILD)/libhyla.so
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(BUILD)/hyla $(DESTDIR)$(PREFIX)/bin/hyla
+	install -m 644 $(BUILD)/libhyla.a $(DESTDIR)$(PREFIX)/lib/libhyla.a
+	install -m 755 $(BUILD)/libhyla.so $(DESTDIR)$(PREFIX)/lib/libhyla.so.$(VERSION)
+	ln -sf libhyla.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libhyla.so.$(firstword $(subst ., ,$(VERSION)))
+	ln -sf libhyla.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libhyla.so
+	install -m 644 include/hyla.h $(DESTDIR)$(PREFIX)/include/hyla.h
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' hyla.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hyla.pc
 
 $(BUILD)/hyla: $(CLI_OBJ) $(BUILD)/libhyla.a
 	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhyla.a $(LDLIBS)

@@ -1,4 +1,4 @@
-/* hyla — public C API (link with libhyla.a; see README).
+/* hyla — public C API (`pkg-config --cflags --libs hyla`, or libhyla.a + its libraries: see README).
  *
  * Conventions: functions return 0 on success or a negative status; hyla_last_error() then
  * holds a one-line message naming the file, field or tensor at fault (per thread). Handles are
@@ -52,6 +52,31 @@ int hyla_step(hyla_engine *e, const int32_t *tokens, int64_t B, int64_t T, hyla_
 
 /* Save the model to a new directory in the layout it was loaded with (max_shard_bytes 0 = one file). */
 int hyla_save(const hyla_engine *e, const char *out_dir, size_t max_shard_bytes);
+
+/* ---- text and generation ---------------------------------------------------------------------
+ * hyla_open also loads DIR/tokenizer.json when the directory has one (Qwen byte-level BPE). */
+int hyla_has_tokenizer(const hyla_engine *e);
+/* Encode text (len bytes) into *ids (malloc'd, *n ids; free with hyla_free). */
+int hyla_tokenize(const hyla_engine *e, const char *text, size_t len, int32_t **ids, int64_t *n);
+/* Decode ids into *text (malloc'd, NUL-terminated, *len bytes; free with hyla_free). */
+int hyla_detokenize(const hyla_engine *e, const int32_t *ids, int64_t n, char **text, size_t *len);
+
+typedef struct {
+    double temperature; /* 0 = greedy */
+    int64_t top_k;      /* 0 = off */
+    double top_p;       /* 1 = off */
+    uint64_t seed;
+    int64_t max_new;    /* tokens to generate at most */
+} hyla_sampling_settings;
+/* Continue `prompt` [n_prompt] by up to s->max_new tokens into out [s->max_new] (*n_out of them):
+ * prefill + cached decode, exactly as `hyla generate`. */
+int hyla_generate_tokens(hyla_engine *e, const int32_t *prompt, int64_t n_prompt, const hyla_sampling_settings *s,
+                         int32_t *out, int64_t *n_out);
+
+void hyla_free(void *p);
+/* "MAJOR.MINOR.PATCH" of the library. */
+#define HYLA_VERSION_STRING "0.10.0"
+const char *hyla_version(void);
 
 #ifdef __cplusplus
 }

@@ -59,6 +59,8 @@ for build in build build-asan; do
     echo "== hostile input, output directories, kill -9 ($build)"
     if tests/hardening_test.sh "$build/hyla" "$CASES"; then echo "  ok    hardening_test.sh"; else echo "  FAIL  hardening_test.sh"; fail=1; fi
 done
+echo "== install: make install, pkg-config, examples/generate.c"
+if tests/install_test.sh; then echo "  ok    install_test.sh"; else echo "  FAIL  install_test.sh"; fail=1; fi
 echo "== fuzz smoke (tests/fuzz/smoke.sh 20: every libFuzzer harness for 20 s)"
 if tests/fuzz/smoke.sh 20; then echo "  ok    fuzz smoke"; else echo "  FAIL  fuzz smoke"; fail=1; fi
 if [ $fail -ne 0 ]; then

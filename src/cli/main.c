@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/gemm.h"
+#include "hyla.h"
 
 typedef struct {
     const char *name;
@@ -43,7 +44,7 @@ void hyla_cli_set_threads(int64_t threads)
 static void usage(FILE *f)
 {
     fprintf(f, "hyla — training and inference engine for hybrid linear/full-attention MoE models\n\n"
-               "usage: hyla COMMAND [options]   (hyla COMMAND --help for its options)\n\ncommands:\n");
+               "usage: hyla COMMAND [options]   (hyla COMMAND --help for its options; hyla --version)\n\ncommands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof *commands; i++)
         fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
     fprintf(f, "\nGEMM backend: %s\n", hyla_gemm_backend_name());
@@ -73,6 +74,10 @@ int main(int argc, char **argv)
     if (argc < 2) {
         usage(stderr);
         return 2;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("hyla %s (GEMM backend: %s)\n", hyla_version(), hyla_gemm_backend_name());
+        return 0;
     }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);

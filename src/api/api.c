@@ -1,9 +1,13 @@
-/* The public API of include/hyla.h, over the internal model and forward. */
+/* The public API of include/hyla.h: the top floor, over the model, the engine and inference. */
 #include "hyla.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "infer/generate.h"
+#include "io/fileio.h"
+#include "io/tokenizer.h"
 #include "engine/forward.h"
 #include "model/model.h"
 #include "model/infer_state.h"
@@ -11,6 +15,7 @@
 
 struct hyla_engine {
     hyla_model model;
+    hyla_tokenizer *tok; /* DIR/tokenizer.json, or NULL */
 };
 
 int hyla_open(const char *model_dir, hyla_engine **out)
@@ -19,9 +24,16 @@ int hyla_open(const char *model_dir, hyla_engine **out)
     hyla_engine *e = malloc(sizeof *e);
     if (!e)
         return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    e->tok = NULL;
     int st = hyla_model_load(&e->model, model_dir);
     if (st) {
         free(e);
+        return st;
+    }
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
+    if (hyla_file_exists(path) && (st = hyla_tokenizer_load(&e->tok, path)) != HYLA_OK) {
+        hyla_close(e);
         return st;
     }
     *out = e;
@@ -33,6 +45,8 @@ void hyla_close(hyla_engine *e)
     if (!e)
         return;
     hyla_model_free(&e->model);
+    if (e->tok)
+        hyla_tokenizer_free(e->tok);
     free(e);
 }
 
@@ -89,3 +103,44 @@ int hyla_save(const hyla_engine *e, const char *out_dir, size_t max_shard_bytes)
 {
     return hyla_model_save(&e->model, out_dir, NULL, max_shard_bytes);
 }
+
+int hyla_has_tokenizer(const hyla_engine *e) { return e->tok != NULL; }
+
+int hyla_tokenize(const hyla_engine *e, const char *text, size_t len, int32_t **ids, int64_t *n)
+{
+    *ids = NULL;
+    *n = 0;
+    if (!e->tok)
+        return hyla_error_set(HYLA_ERR_ARG, "tokenize: the model directory has no tokenizer.json");
+    size_t count = 0;
+    HYLA_TRY(hyla_tokenizer_encode(e->tok, text, len, ids, &count));
+    *n = (int64_t)count;
+    return HYLA_OK;
+}
+
+int hyla_detokenize(const hyla_engine *e, const int32_t *ids, int64_t n, char **text, size_t *len)
+{
+    *text = NULL;
+    if (!e->tok)
+        return hyla_error_set(HYLA_ERR_ARG, "detokenize: the model directory has no tokenizer.json");
+    if (n < 0)
+        return hyla_error_set(HYLA_ERR_ARG, "detokenize: negative count %lld", (long long)n);
+    return hyla_tokenizer_decode(e->tok, ids, (size_t)n, text, len);
+}
+
+int hyla_generate_tokens(hyla_engine *e, const int32_t *prompt, int64_t n_prompt, const hyla_sampling_settings *s,
+                         int32_t *out, int64_t *n_out)
+{
+    *n_out = 0;
+    if (!s || !prompt || n_prompt < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "generate: need a prompt of at least one token and sampling settings");
+    hyla_sampling smp = {s->temperature, s->top_k, s->top_p, s->seed, s->max_new, NULL, 0, 0};
+    HYLA_TRY(hyla_sampling_check(&smp, e->model.cfg.vocab));
+    const int32_t *prompts[1] = {prompt};
+    hyla_generate_stats st;
+    return hyla_generate(&e->model, 1, prompts, &n_prompt, &smp, &out, n_out, NULL, NULL, &st);
+}
+
+void hyla_free(void *p) { free(p); }
+
+const char *hyla_version(void) { return HYLA_VERSION_STRING; }
