@@ -66,7 +66,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libhyla.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -I/usr/include/x86_64-linux-gnu/openblas-pthread -o $@ $< $(BUILD)/libhyla.a $(LDLIBS) -lopenblas
 
-$(BUILD)/obj/%.o: %.c
+$(BUILD)/obj/%.o: %.c Makefile   # flags live in the Makefile: a change to it rebuilds
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -MMD -MP -c -o $@ $<
 
