@@ -83,6 +83,27 @@ for d, want in ((sys.argv[2], "bfloat16"), (sys.argv[3], "float32")):
 print("  ok  convert --dtype bf16: BF16 tensors, half the bytes, torch_dtype bfloat16 (and back to float32)")
 PYEOF
 cmp -s "$T/bf16/model.safetensors" "$T/bf16_again/model.safetensors" || fail "bf16 -> f32 -> bf16 changed the tensor bytes"
+# a save carries the source directory's other files byte for byte (tokenizer, chat template,
+# generation config, vocabulary), not weights in other formats, hidden files or subdirectories
+copy_model companions
+$PY tests/data/make_byte_tokenizer.py "$T/companions/tokenizer.json"
+echo '{"chat_template": "{{ messages }}"}' > "$T/companions/tokenizer_config.json"
+echo '{"do_sample": false}' > "$T/companions/generation_config.json"
+printf '{"a": 0}' > "$T/companions/vocab.json"; printf '#version: 0.2\n' > "$T/companions/merges.txt"
+echo stale > "$T/companions/pytorch_model.bin"; echo x > "$T/companions/.gitattributes"; mkdir "$T/companions/sub"
+COMPANIONS="tokenizer.json tokenizer_config.json generation_config.json vocab.json merges.txt"
+"$HYLA" convert "$T/companions" "$T/companions_conv" >/dev/null || fail "convert with companion files"
+"$HYLA" train --model "$T/companions" --synthetic --steps 1 --batch 1 --seq 8 --save "$T/companions_ck" >/dev/null \
+    && "$HYLA" train --resume "$T/companions_ck" --synthetic --steps 2 --batch 1 --seq 8 --save "$T/companions_ck2" >/dev/null \
+    || fail "train --save / --resume with companion files"
+for out in companions_conv companions_ck companions_ck2; do
+    for f in $COMPANIONS; do cmp -s "$T/companions/$f" "$T/$out/$f" || fail "$out: $f not carried byte for byte"; done
+    for f in pytorch_model.bin .gitattributes sub; do [ ! -e "$T/$out/$f" ] || fail "$out: $f was carried"; done
+done
+echo "  ok  convert, train --save and --resume carry tokenizer, chat template, generation config and vocabulary files"
+"$HYLA" generate "$T/good" --prompt "ab" --max-new 2 >/dev/null 2>"$T/gen_bytes.err" \
+    && grep -q "no tokenizer.json in .*: prompt and output are raw bytes" "$T/gen_bytes.err" \
+    || fail "generate without tokenizer.json does not say it falls back to bytes"
 copy_model big_weight
 $PY - "$T/big_weight/model.safetensors" <<'PYEOF'
 import json, struct, sys

@@ -108,6 +108,9 @@ int hyla_cmd_generate(int argc, char **argv)
     snprintf(default_tok, sizeof default_tok, "%s/tokenizer.json", pos[0]);
     if (!tok_path && hyla_file_exists(default_tok))
         tok_path = default_tok;
+    if (!tok_path && prompt) /* never silently: a Hugging Face directory may hold vocab.json + merges.txt only */
+        fprintf(stderr, "hyla generate: no tokenizer.json in %s (and no --tokenizer): prompt and output are raw bytes\n",
+                pos[0]);
     hyla_tokenizer *tok = NULL;
     hyla_model m;
     memset(&m, 0, sizeof m);

@@ -1,7 +1,11 @@
 /* Model load / init / save through the parameter table. */
 #include "model/model.h"
 
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,6 +164,10 @@ int hyla_model_load(hyla_model *m, const char *dir)
     HYLA_TRY(hyla_path_join(path, sizeof path, dir, "config.json"));
     size_t len;
     HYLA_TRY(hyla_read_text_file(path, &m->config_json, &len));
+    if (!(m->source_dir = strdup(dir))) {
+        hyla_model_free(m);
+        return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    }
     int st = hyla_config_parse(&m->cfg, m->config_json, path);
     if (st) {
         hyla_model_free(m);
@@ -196,6 +204,7 @@ void hyla_model_free(hyla_model *m)
     free(m->hf_dtype);
     free(m->param_dtype);
     free(m->config_json);
+    free(m->source_dir);
     memset(m, 0, sizeof *m);
 }
 
@@ -334,6 +343,56 @@ static int write_config(const hyla_model *m, const char *path, const unsigned ch
     return st;
 }
 
+/* A file of the source directory that a save carries over: everything but what the save writes
+ * itself (config.json, safetensors and their index), hyla's own files, weights in other formats
+ * (stale after training or conversion), temporaries and hidden files. */
+static int is_companion_file(const char *name)
+{
+    static const char *const own[] = {"config.json", "model.safetensors.index.json", HYLA_OUTDIR_MARKER, "trainer_state.json"};
+    static const char *const weight_ext[] = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt"};
+    if (name[0] == '.' || strstr(name, ".tmp."))
+        return 0;
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+        if (!strcmp(name, own[i]))
+            return 0;
+    size_t n = strlen(name);
+    for (size_t i = 0; i < sizeof weight_ext / sizeof *weight_ext; i++) {
+        size_t e = strlen(weight_ext[i]);
+        if (n >= e && !strcmp(name + n - e, weight_ext[i]))
+            return 0;
+    }
+    return 1;
+}
+
+/* Copy the source directory's companion files (tokenizer.json, tokenizer_config.json with the chat
+ * template, generation_config.json, vocab.json, merges.txt, ...) byte for byte into `dir`. */
+static int copy_companion_files(const char *src_dir, const char *dir)
+{
+    if (!src_dir)
+        return HYLA_OK;
+    DIR *d = opendir(src_dir);
+    if (!d)
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot read the source directory to carry its files: %s", src_dir,
+                              strerror(errno));
+    int st = HYLA_OK;
+    struct dirent *e;
+    while (st == HYLA_OK && (e = readdir(d))) {
+        char from[4400], to[4400];
+        struct stat sb;
+        if (!is_companion_file(e->d_name) || hyla_path_join(from, sizeof from, src_dir, e->d_name) != HYLA_OK ||
+            stat(from, &sb) != 0 || !S_ISREG(sb.st_mode)) /* symlinks to files (a hub cache) are followed */
+            continue;
+        char *data = NULL;
+        size_t len = 0;
+        if ((st = hyla_path_join(to, sizeof to, dir, e->d_name)) == HYLA_OK &&
+            (st = hyla_read_text_file(from, &data, &len)) == HYLA_OK)
+            st = hyla_write_file_atomic(to, data, len);
+        free(data);
+    }
+    closedir(d);
+    return st;
+}
+
 void hyla_model_set_save_dtype(hyla_model *m, hyla_dtype dtype)
 {
     memset(m->hf_dtype, (int)dtype, m->table.n_hf);
@@ -365,7 +424,8 @@ int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layo
     char path[4096];
     if ((st = hyla_path_join(path, sizeof path, dir, "config.json")) != HYLA_OK)
         goto done;
-    st = write_config(m, path, dt, out.n_hf);
+    if ((st = write_config(m, path, dt, out.n_hf)) == HYLA_OK)
+        st = copy_companion_files(m->source_dir, dir);
 done:
     free(entries);
     free(dt);

@@ -22,6 +22,9 @@ typedef struct {
     unsigned char *hf_dtype;   /* [table.n_hf] hyla_dtype each HF tensor was loaded from / saves as */
     unsigned char *param_dtype; /* [table.n_params] dtype of the HF tensor that filled each param */
     char *config_json;         /* original config.json text (saved verbatim), owned */
+    char *source_dir;          /* directory it was loaded from, owned; NULL for a new model. Its other
+                                * files (tokenizer, chat template, generation config, ...) are copied
+                                * into every save */
 } hyla_model;
 
 /* Load DIR (config.json + model.safetensors or a sharded index). Checks every tensor: missing,
