@@ -101,6 +101,44 @@ for out in companions_conv companions_ck companions_ck2; do
     for f in pytorch_model.bin .gitattributes sub; do [ ! -e "$T/$out/$f" ] || fail "$out: $f was carried"; done
 done
 echo "  ok  convert, train --save and --resume carry tokenizer, chat template, generation config and vocabulary files"
+# tensors hyla does not use (mtp.*, model.visual.*) are carried through every save byte for byte:
+# a VL-wrapped Qwen3.5 checkpoint (the oracle's q35_dense) with such tensors added
+rm -rf "$T/vl" && mkdir "$T/vl" && cp "$CASES/q35_dense/config.json" "$T/vl/"
+$PY - "$CASES/q35_dense/model.safetensors" "$T/vl/model.safetensors" <<'PYEOF'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack_from("<Q", b)[0]; h = json.loads(b[8:8 + n]); data = bytearray(b[8 + n:])
+extra = {"mtp.fc.weight": ("BF16", [4, 6]), "model.visual.patch_embed.proj.weight": ("F32", [3, 5]), "mtp.norm.weight": ("F16", [7])}
+for name, (dt, shape) in extra.items():
+    size = {"BF16": 2, "F16": 2, "F32": 4}[dt]
+    for d in shape: size *= d
+    h[name] = {"dtype": dt, "shape": shape, "data_offsets": [len(data), len(data) + size]}
+    data += bytes((i * 37 + len(name)) % 251 for i in range(size))
+hb = json.dumps(h).encode(); hb += b" " * (-len(hb) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + data)
+PYEOF
+"$HYLA" convert "$T/vl" "$T/vl_conv" --shard-mb 1 >/dev/null && "$HYLA" train --model "$T/vl" --synthetic --steps 1 --batch 1 \
+    --seq 8 --save "$T/vl_ck" >/dev/null && "$HYLA" convert "$T/vl_ck" "$T/vl_bf16" --dtype bf16 >/dev/null \
+    || fail "saves of a model with mtp.* / model.visual.* tensors"
+$PY - "$T/vl" "$T/vl_conv" "$T/vl_ck" "$T/vl_bf16" <<'PYEOF' || fail "carried tensors not byte-identical"
+import json, os, struct, sys
+def tensors(d):
+    out = {}
+    files = [f for f in os.listdir(d) if f.endswith(".safetensors")]
+    for f in files:
+        b = open(os.path.join(d, f), "rb").read(); n = struct.unpack_from("<Q", b)[0]; h = json.loads(b[8:8 + n])
+        for k, v in h.items():
+            if k != "__metadata__":
+                out[k] = (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+    return out
+src = tensors(sys.argv[1])
+carried = {k: v for k, v in src.items() if k.startswith(("mtp.", "model.visual."))}
+assert len(carried) == 3
+for d in sys.argv[2:]:
+    t = tensors(d)
+    for k, v in carried.items():
+        assert t.get(k) == v, (d, k)
+print("  ok  mtp.* / model.visual.* carried byte for byte through convert (sharded), train --save and convert --dtype")
+PYEOF
 "$HYLA" generate "$T/good" --prompt "ab" --max-new 2 >/dev/null 2>"$T/gen_bytes.err" \
     && grep -q "no tokenizer.json in .*: prompt and output are raw bytes" "$T/gen_bytes.err" \
     || fail "generate without tokenizer.json does not say it falls back to bytes"

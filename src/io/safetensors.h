@@ -54,7 +54,7 @@ typedef struct {
     char *names;                /* one block holding the names of this file's tensors */
 } hyla_st_file;
 
-typedef struct {
+typedef struct hyla_st_set_s {
     hyla_st_file *files;        /* [n_files] */
     int n_files;
     hyla_st_tensor *tensors;    /* [n_tensors] in file order, then header order within a file */

@@ -157,6 +157,33 @@ static int check_unexpected(const hyla_model *m, const hyla_st_set *set, const c
     return st;
 }
 
+/* Tensors a save carries through unchanged: those hyla does not use, but not a tied model's
+ * stored lm_head copy (HF ignores it; after training it would be stale). */
+static int is_carried_tensor(const char *name, const hyla_config *cfg)
+{
+    return hyla_model_is_ignored_tensor(name, cfg) && strcmp(name, "lm_head.weight");
+}
+
+/* Keep `set` mapped (moving it into the model) if it holds tensors to carry. */
+static int keep_carried(hyla_model *m, hyla_st_set *set)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < hyla_st_count(set); i++)
+        n += is_carried_tensor(hyla_st_at(set, i)->name, &m->cfg);
+    if (n == 0)
+        return HYLA_OK;
+    m->carried = malloc(n * sizeof *m->carried);
+    m->carried_set = malloc(sizeof *m->carried_set);
+    if (!m->carried || !m->carried_set)
+        return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < hyla_st_count(set); i++)
+        if (is_carried_tensor(hyla_st_at(set, i)->name, &m->cfg))
+            m->carried[m->n_carried++] = i;
+    *m->carried_set = *set;
+    memset(set, 0, sizeof *set);
+    return HYLA_OK;
+}
+
 int hyla_model_load(hyla_model *m, const char *dir)
 {
     memset(m, 0, sizeof *m);
@@ -191,7 +218,9 @@ int hyla_model_load(hyla_model *m, const char *dir)
         else
             st = load_tensor(m, h, t, dir);
     }
-    hyla_st_close(&set);
+    if (st == HYLA_OK)
+        st = keep_carried(m, &set);
+    hyla_st_close(&set); /* emptied by keep_carried when it kept the set */
     if (st)
         hyla_model_free(m);
     return st;
@@ -205,6 +234,10 @@ void hyla_model_free(hyla_model *m)
     free(m->param_dtype);
     free(m->config_json);
     free(m->source_dir);
+    if (m->carried_set)
+        hyla_st_close(m->carried_set);
+    free(m->carried_set);
+    free(m->carried);
     memset(m, 0, sizeof *m);
 }
 
@@ -280,6 +313,11 @@ typedef struct {
 static int fill_tensor(void *vctx, size_t index, void *dst)
 {
     const save_ctx *c = vctx;
+    if (index >= c->t->n_hf) { /* a carried tensor: its stored bytes */
+        const hyla_st_tensor *src = hyla_st_at(c->m->carried_set, c->m->carried[index - c->t->n_hf]);
+        memcpy(dst, src->data, src->nbytes);
+        return HYLA_OK;
+    }
     const hyla_hf_tensor *ht = &c->t->hf[index];
     hyla_dtype dt = (hyla_dtype)c->dtype[index];
     size_t esz = hyla_dtype_size(dt);
@@ -404,7 +442,8 @@ int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layo
     hyla_param_table out;
     HYLA_TRY(hyla_params_build(&out, &m->cfg, layout ? layout : &m->table.layout));
     int st = HYLA_OK;
-    hyla_st_entry *entries = calloc(out.n_hf ? out.n_hf : 1, sizeof *entries);
+    size_t n_entries = out.n_hf + m->n_carried;
+    hyla_st_entry *entries = calloc(n_entries ? n_entries : 1, sizeof *entries);
     unsigned char *dt = malloc(out.n_hf ? out.n_hf : 1);
     if (!entries || !dt) {
         st = hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", dir);
@@ -418,8 +457,17 @@ int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layo
         for (int d = 0; d < out.hf[i].ndim; d++)
             entries[i].shape[d] = out.hf[i].shape[d];
     }
+    for (size_t i = 0; i < m->n_carried; i++) {
+        const hyla_st_tensor *src = hyla_st_at(m->carried_set, m->carried[i]);
+        hyla_st_entry *e = &entries[out.n_hf + i];
+        e->name = src->name;
+        e->dtype = src->dtype;
+        e->ndim = src->ndim;
+        for (int d = 0; d < src->ndim; d++)
+            e->shape[d] = src->shape[d];
+    }
     save_ctx ctx = {m, &out, dt};
-    if ((st = hyla_st_write(dir, entries, out.n_hf, max_shard_bytes, fill_tensor, &ctx)) != HYLA_OK)
+    if ((st = hyla_st_write(dir, entries, n_entries, max_shard_bytes, fill_tensor, &ctx)) != HYLA_OK)
         goto done;
     char path[4096];
     if ((st = hyla_path_join(path, sizeof path, dir, "config.json")) != HYLA_OK)

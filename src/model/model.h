@@ -25,6 +25,10 @@ typedef struct {
     char *source_dir;          /* directory it was loaded from, owned; NULL for a new model. Its other
                                 * files (tokenizer, chat template, generation config, ...) are copied
                                 * into every save */
+    struct hyla_st_set_s *carried_set; /* the source's safetensors, kept mapped when it holds tensors hyla
+                                        * does not use (mtp.*, model.visual.*), owned; else NULL */
+    size_t *carried;           /* [n_carried] their indices in carried_set: saved byte for byte */
+    size_t n_carried;
 } hyla_model;
 
 /* Load DIR (config.json + model.safetensors or a sharded index). Checks every tensor: missing,
