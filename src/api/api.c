@@ -134,8 +134,7 @@ int hyla_generate_tokens(hyla_engine *e, const int32_t *prompt, int64_t n_prompt
     *n_out = 0;
     if (!s || !prompt || n_prompt < 1)
         return hyla_error_set(HYLA_ERR_ARG, "generate: need a prompt of at least one token and sampling settings");
-    hyla_sampling smp = {s->temperature, s->top_k, s->top_p, s->seed, s->max_new, NULL, 0, 0};
-    HYLA_TRY(hyla_sampling_check(&smp, e->model.cfg.vocab));
+    hyla_sampling smp = {s->temperature, s->top_k, s->top_p, s->seed, s->max_new, NULL, 0, 0}; /* checked there */
     const int32_t *prompts[1] = {prompt};
     hyla_generate_stats st;
     return hyla_generate(&e->model, 1, prompts, &n_prompt, &smp, &out, n_out, NULL, NULL, &st);

@@ -156,21 +156,18 @@ static void linear_bf16_dnnl(float *y, const uint16_t *x, const uint16_t *W, int
                                   dnnl_stream_create(&matmul_cache.stream, matmul_cache.engine, dnnl_stream_default_flags) ==
                                       dnnl_success);
     prim_entry *e = ok ? find_primitive(M, N, K, accumulate) : NULL;
-    dnnl_memory_t ms = NULL, mw = NULL, md = NULL;
-    ok = e && dnnl_memory_create(&ms, &e->src, matmul_cache.engine, (void *)x) == dnnl_success &&
-         dnnl_memory_create(&mw, &e->wei, matmul_cache.engine, (void *)W) == dnnl_success &&
-         dnnl_memory_create(&md, &e->dst, matmul_cache.engine, y) == dnnl_success;
-    if (ok) {
-        dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw}, {DNNL_ARG_DST, md}};
+    dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, NULL}, {DNNL_ARG_WEIGHTS, NULL}, {DNNL_ARG_DST, NULL}};
+    const dnnl_memory_desc_t *mds[3] = {e ? &e->src : NULL, e ? &e->wei : NULL, e ? &e->dst : NULL};
+    void *ptrs[3] = {(void *)x, (void *)W, y};
+    ok = ok && e;
+    for (int i = 0; ok && i < 3; i++)
+        ok = dnnl_memory_create(&args[i].memory, mds[i], matmul_cache.engine, ptrs[i]) == dnnl_success;
+    if (ok)
         ok = dnnl_primitive_execute(e->prim, matmul_cache.stream, 3, args) == dnnl_success &&
              dnnl_stream_wait(matmul_cache.stream) == dnnl_success;
-    }
-    if (ms)
-        dnnl_memory_destroy(ms);
-    if (mw)
-        dnnl_memory_destroy(mw);
-    if (md)
-        dnnl_memory_destroy(md);
+    for (int i = 0; i < 3; i++)
+        if (args[i].memory)
+            dnnl_memory_destroy(args[i].memory);
     hyla_in_gemm_library = 0;
     pthread_mutex_unlock(&matmul_cache.lock);
     HYLA_ASSERT(ok); /* shapes are valid by construction; a failure here is a oneDNN setup problem */

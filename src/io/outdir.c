@@ -40,31 +40,48 @@ static int path_in(char *dst, size_t cap, const char *dir, const char *name)
     return (size_t)snprintf(dst, cap, "%s/%s", dir, name) < cap;
 }
 
+/* The directory holding `final` ("/" for "/x", "." for a bare name) and final's own name. */
+static const char *parent_of(const char *final, char *parent, size_t cap)
+{
+    const char *slash = strrchr(final, '/');
+    if (!slash)
+        snprintf(parent, cap, ".");
+    else
+        snprintf(parent, cap, "%.*s", slash == final ? 1 : (int)(slash - final), final);
+    return slash ? slash + 1 : final;
+}
+
+/* A small JSON file hyla wrote (marker, trainer state), parsed; NULL if absent or not JSON. */
+static cJSON *read_small_json(const char *dir, const char *name)
+{
+    char path[4300], *text = NULL;
+    if (!path_in(path, sizeof path, dir, name) || hyla_read_file_max(path, MARKER_MAX_BYTES, &text, NULL) != HYLA_OK)
+        return NULL;
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    return o;
+}
+
+static int string_field_is(const cJSON *o, const char *key, const char *value)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsString(v) && !strcmp(v->valuestring, value);
+}
+
 int hyla_outdir_kind_of(const char *dir)
 {
-    char path[4300];
-    if (!path_in(path, sizeof path, dir, HYLA_OUTDIR_MARKER))
-        return -1;
-    char *text = NULL;
     int kind = -1;
-    if (hyla_read_file_max(path, MARKER_MAX_BYTES, &text, NULL) == HYLA_OK) {
-        cJSON *o = cJSON_Parse(text);
-        const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format"), *k = cJSON_GetObjectItemCaseSensitive(o, "kind");
-        if (cJSON_IsString(fmt) && !strcmp(fmt->valuestring, MARKER_FORMAT) && cJSON_IsString(k))
-            kind = !strcmp(k->valuestring, "checkpoint") ? HYLA_OUTDIR_CHECKPOINT : !strcmp(k->valuestring, "model") ? HYLA_OUTDIR_MODEL : -1;
-        cJSON_Delete(o);
-        free(text);
-        return kind;
+    cJSON *o = read_small_json(dir, HYLA_OUTDIR_MARKER);
+    if (o) {
+        if (string_field_is(o, "format", MARKER_FORMAT))
+            kind = string_field_is(o, "kind", "checkpoint") ? HYLA_OUTDIR_CHECKPOINT
+                 : string_field_is(o, "kind", "model")      ? HYLA_OUTDIR_MODEL : -1;
+    } else if ((o = read_small_json(dir, "trainer_state.json")) != NULL) {
+        /* a checkpoint written before the marker existed: its trainer_state.json names hyla's format */
+        if (string_field_is(o, "format", "hyla-train-state-1"))
+            kind = HYLA_OUTDIR_CHECKPOINT;
     }
-    /* a checkpoint written before the marker existed: its trainer_state.json names hyla's format */
-    if (!path_in(path, sizeof path, dir, "trainer_state.json") || hyla_read_file_max(path, MARKER_MAX_BYTES, &text, NULL))
-        return -1;
-    cJSON *o = cJSON_Parse(text);
-    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(o, "format");
-    if (cJSON_IsString(fmt) && !strcmp(fmt->valuestring, "hyla-train-state-1"))
-        kind = HYLA_OUTDIR_CHECKPOINT;
     cJSON_Delete(o);
-    free(text);
     return kind;
 }
 
@@ -107,8 +124,8 @@ static void remove_marked_tree(const char *dir)
 {
     nftw(dir, remove_unless_marker, 16, FTW_DEPTH | FTW_PHYS);
     char marker[4500];
-    snprintf(marker, sizeof marker, "%s/%s", dir, HYLA_OUTDIR_MARKER);
-    unlink(marker);
+    if (path_in(marker, sizeof marker, dir, HYLA_OUTDIR_MARKER))
+        unlink(marker);
     rmdir(dir);
 }
 
@@ -118,12 +135,7 @@ static void remove_marked_tree(const char *dir)
 static void remove_stale_temporaries(const char *final)
 {
     char parent[4096];
-    const char *slash = strrchr(final, '/');
-    const char *base = slash ? slash + 1 : final;
-    if (slash)
-        snprintf(parent, sizeof parent, "%.*s", (int)(slash - final) ? (int)(slash - final) : 1, final);
-    else
-        snprintf(parent, sizeof parent, ".");
+    const char *base = parent_of(final, parent, sizeof parent);
     DIR *d = opendir(parent);
     if (!d)
         return;
@@ -146,8 +158,7 @@ static void remove_stale_temporaries(const char *final)
         if (!path_in(path, sizeof path, parent, n) || lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
             continue;
         char marker[4500];
-        snprintf(marker, sizeof marker, "%s/%s", path, HYLA_OUTDIR_MARKER);
-        if (access(marker, F_OK) == 0 || dir_is_empty(path) == 1)
+        if (path_in(marker, sizeof marker, path, HYLA_OUTDIR_MARKER) && (access(marker, F_OK) == 0 || dir_is_empty(path) == 1))
             remove_marked_tree(path);
     }
     closedir(d);
@@ -168,51 +179,49 @@ static int write_marker(const char *dir, hyla_outdir_kind kind, const char *writ
     return ok ? HYLA_OK : hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", path, strerror(errno));
 }
 
-int hyla_outdir_check(const char *dir, hyla_outdir_kind kind)
+/* final = dir without trailing slashes; an error for an empty or over-long path. */
+static int normalise(char *final, size_t cap, const char *dir)
 {
-    hyla_outdir o; /* only for its normalised path */
-    memset(&o, 0, sizeof o);
-    size_t n = strlen(dir);
+    size_t n = dir ? strlen(dir) : 0;
     while (n > 1 && dir[n - 1] == '/')
         n--;
-    if (n == 0 || n >= sizeof o.final - 32)
-        return hyla_error_set(HYLA_ERR_ARG, "bad output directory path '%s'", dir);
-    memcpy(o.final, dir, n);
+    if (n == 0 || n >= cap - 32)
+        return hyla_error_set(HYLA_ERR_ARG, "bad output directory path '%s'", dir ? dir : "");
+    memcpy(final, dir, n);
+    final[n] = '\0';
+    return HYLA_OK;
+}
+
+/* The destination may be absent or replaceable (check_replaceable). */
+static int check_destination(const char *final, hyla_outdir_kind kind)
+{
     struct stat sb;
-    if (lstat(o.final, &sb) == 0)
-        HYLA_TRY(check_replaceable(o.final, kind));
-    else if (errno != ENOENT)
-        return hyla_error_set(HYLA_ERR_IO, "%s: cannot stat: %s", o.final, strerror(errno));
-    remove_stale_temporaries(o.final);
+    if (lstat(final, &sb) == 0)
+        return check_replaceable(final, kind);
+    return errno == ENOENT ? HYLA_OK : hyla_error_set(HYLA_ERR_IO, "%s: cannot stat: %s", final, strerror(errno));
+}
+
+int hyla_outdir_check(const char *dir, hyla_outdir_kind kind)
+{
+    char final[sizeof ((hyla_outdir *)0)->final];
+    HYLA_TRY(normalise(final, sizeof final, dir));
+    HYLA_TRY(check_destination(final, kind));
+    remove_stale_temporaries(final);
     return HYLA_OK;
 }
 
 int hyla_outdir_begin(hyla_outdir *o, const char *dir, hyla_outdir_kind kind, const char *writer)
 {
     memset(o, 0, sizeof *o);
-    size_t n = dir ? strlen(dir) : 0;
-    while (n > 1 && dir[n - 1] == '/')
-        n--;
-    if (n == 0 || n >= sizeof o->final - 32)
-        return hyla_error_set(HYLA_ERR_ARG, "bad output directory path '%s'", dir ? dir : "");
-    memcpy(o->final, dir, n);
-    o->final[n] = '\0';
-    const char *base = strrchr(o->final, '/');
-    base = base ? base + 1 : o->final;
+    HYLA_TRY(normalise(o->final, sizeof o->final, dir));
+    char parent[4096];
+    const char *base = parent_of(o->final, parent, sizeof parent);
     if (!strcmp(base, ".") || !strcmp(base, "..") || !strcmp(o->final, "/"))
         return hyla_error_set(HYLA_ERR_ARG, "%s: name a directory to write (not '.', '..' or '/')", o->final);
     o->kind = kind;
-    struct stat sb;
-    if (lstat(o->final, &sb) == 0)
-        HYLA_TRY(check_replaceable(o->final, kind));
-    else if (errno != ENOENT)
-        return hyla_error_set(HYLA_ERR_IO, "%s: cannot stat: %s", o->final, strerror(errno));
-    const char *slash = strrchr(o->final, '/');
-    if (slash && slash != o->final) {
-        char parent[4096];
-        snprintf(parent, sizeof parent, "%.*s", (int)(slash - o->final), o->final);
+    HYLA_TRY(check_destination(o->final, kind));
+    if (strcmp(parent, ".") && strcmp(parent, "/"))
         HYLA_TRY(hyla_mkdir_p(parent));
-    }
     remove_stale_temporaries(o->final);
     snprintf(o->tmp, sizeof o->tmp, "%s.tmp.%d", o->final, (int)getpid());
     if (mkdir(o->tmp, 0755) != 0)
@@ -226,11 +235,7 @@ int hyla_outdir_begin(hyla_outdir *o, const char *dir, hyla_outdir_kind kind, co
 static void sync_parent(const char *final)
 {
     char parent[4096];
-    const char *slash = strrchr(final, '/');
-    if (slash)
-        snprintf(parent, sizeof parent, "%.*s", slash == final ? 1 : (int)(slash - final), final);
-    else
-        snprintf(parent, sizeof parent, ".");
+    parent_of(final, parent, sizeof parent);
     int fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) {
         fsync(fd);

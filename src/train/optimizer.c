@@ -115,13 +115,14 @@ int hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, 
     const hyla_adamw_config *c = &opt->cfg;
     double norm = hyla_grad_norm(t, grads);
     *norm_out = norm;
-    if (!isfinite(norm)) /* nothing is updated: name the first tensor that went non-finite */
+    if (!isfinite(norm)) { /* nothing is updated: name the first tensor that went non-finite */
         for (int i = 0; i < t->n_params; i++)
             if (hyla_first_nonfinite(grads + t->params[i].offset, (size_t)t->params[i].numel) < (size_t)t->params[i].numel)
                 return nonfinite_gradient(opt->step + 1, &t->params[i]);
-    if (!isfinite(norm)) /* squares overflowed double: finite but astronomically large gradients */
+        /* none is: the squares overflowed double (finite but astronomically large gradients) */
         return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: gradient norm overflows; the update was not applied",
                               (long long)opt->step + 1);
+    }
     double scale = (c->clip > 0 && norm > c->clip) ? c->clip / (norm + 1e-6) : 1.0;
     hyla_adamw_begin(opt);
     for (int i = 0; i < t->n_params; i++) {

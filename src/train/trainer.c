@@ -145,10 +145,10 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     stats->aux = have_aux ? aux_sum / (double)A : NAN;
     stats->loss = stats->ce + (have_aux ? cfg->router_aux_loss_coef * stats->aux : 0.0);
     stats->lr = tr->opt.cfg.lr;
+    int64_t step_no = tr->cfg.update_per_layer ? tr->opt.step : tr->opt.step + 1; /* per-layer: begun already */
     if (!isfinite(stats->loss)) /* before any update (per-layer updates: the gradients' checks came first) */
         return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: the loss is %s; the update was not applied (the run diverged: "
-                              "a lower learning rate?)", (long long)tr->opt.step + !tr->cfg.update_per_layer,
-                              isnan(stats->loss) ? "NaN" : "infinite");
+                              "a lower learning rate?)", (long long)step_no, isnan(stats->loss) ? "NaN" : "infinite");
     if (tr->cfg.update_per_layer) { /* the layers were updated during backward */
         HYLA_TRY(apply_head(tr));
         stats->grad_norm = sqrt(tr->step_sumsq);
