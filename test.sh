@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 ./scripts/deps.sh
+./scripts/pydeps.sh
 exec ./tests/run.sh

@@ -336,4 +336,19 @@ print(f"  ok  forward --json loss {out['loss']:.6f} (reference {exp['ce_loss']:.
 PYEOF
 fi
 
+# GGUF export: flags that do not apply, a missing tokenizer, what llama.cpp cannot represent
+# (the conformance against llama.cpp itself is tests/gguf/conformance.sh)
+expect_error "convert --to gguf with --dtype" "--dtype does not apply to --to gguf" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf --dtype bf16
+expect_error "convert --type without --to gguf" "--type does not apply to --to safetensors" "$HYLA" convert "$T/good" "$T/x2" --type q8_0
+expect_error "convert --to gguf --type q4" "--type must be f32, f16, bf16 or q8_0" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf --type q4
+expect_error "convert --to xml" "--to must be safetensors or gguf" "$HYLA" convert "$T/good" "$T/x.gguf" --to xml
+expect_error "gguf export without tokenizer.json" "tokenizer.json is missing; llama.cpp needs the vocabulary" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf
+[ ! -e "$T/x.gguf" ] || fail "a refused GGUF export left a file behind"
+$PY - "$T/good/config.json" "$T/kv_mismatch.json" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1])); c["linear_value_head_dim"] = 2 * c["linear_key_head_dim"]; json.dump(c, open(sys.argv[2], "w"))
+PYEOF
+"$HYLA" init --config "$T/kv_mismatch.json" --out "$T/kv_mismatch" >/dev/null && $PY tests/data/make_qwen_tokenizer.py "$T/kv_mismatch" >/dev/null
+expect_error "gguf export of dk != dv" "linear_key_head_dim 32 != linear_value_head_dim 64" "$HYLA" convert "$T/kv_mismatch" "$T/x.gguf" --to gguf
+
 [ $fails -eq 0 ] || { echo "  $fails CLI test(s) failed"; exit 1; }

@@ -61,6 +61,8 @@ for build in build build-asan; do
 done
 echo "== install: make install, pkg-config, examples/generate.c"
 if tests/install_test.sh; then echo "  ok    install_test.sh"; else echo "  FAIL  install_test.sh"; fail=1; fi
+echo "== GGUF conformance: gguf package + llama.cpp (tests/gguf/conformance.sh)"
+if tests/gguf/conformance.sh build/hyla build/gguf_conformance.json; then echo "  ok    gguf conformance"; else echo "  FAIL  gguf conformance"; fail=1; fi
 echo "== fuzz smoke (tests/fuzz/smoke.sh 20: every libFuzzer harness for 20 s)"
 if tests/fuzz/smoke.sh 20; then echo "  ok    fuzz smoke"; else echo "  FAIL  fuzz smoke"; fail=1; fi
 if [ $fail -ne 0 ]; then

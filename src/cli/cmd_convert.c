@@ -1,14 +1,44 @@
 /* hyla convert IN OUT: re-save a model in another tensor layout or sharding (dtype-preserving),
- * or in another dtype (--dtype: round to nearest even; config.json's torch_dtype follows). */
+ * or in another dtype (--dtype: round to nearest even; config.json's torch_dtype follows);
+ * --to gguf writes OUT as one GGUF file for llama.cpp (model/gguf_export.h). */
 #include <string.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "model/gguf_export.h"
 #include "model/model.h"
+
+static int convert_to_gguf(const char *in, const char *out, const char *type_s)
+{
+    static const struct { const char *name; hyla_ggml_type type; } types[] = {
+        {"f32", HYLA_GGML_F32}, {"f16", HYLA_GGML_F16}, {"bf16", HYLA_GGML_BF16}, {"q8_0", HYLA_GGML_Q8_0}};
+    int found = -1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(type_s ? type_s : "f32", types[i].name))
+            found = i;
+    if (found < 0) {
+        fprintf(stderr, "hyla convert: --type must be f32, f16, bf16 or q8_0, got '%s'\n", type_s);
+        return 2;
+    }
+    hyla_model m;
+    if (hyla_model_load(&m, in))
+        return hyla_cli_fail("convert");
+    hyla_gguf_export_info info;
+    int rc = hyla_model_export_gguf(&m, out, types[found].type, &info) ? hyla_cli_fail("convert") : 0;
+    if (!rc) {
+        printf("wrote %s (GGUF, architecture %s, %zu tensors, %.1f MB, matrices %s", out, info.arch, info.n_tensors,
+               info.bytes / 1e6, hyla_ggml_type_name(types[found].type));
+        if (info.n_f16_fallback)
+            printf("; %zu with rows not a multiple of 32 as F16", info.n_f16_fallback);
+        printf(")\n");
+    }
+    hyla_model_free(&m);
+    return rc;
+}
 
 int hyla_cmd_convert(int argc, char **argv)
 {
-    const char *gdn = NULL, *experts = NULL, *prefix = NULL, *dtype_s = NULL;
+    const char *gdn = NULL, *experts = NULL, *prefix = NULL, *dtype_s = NULL, *to = NULL, *type_s = NULL;
     int64_t shard_mb = 0;
     const hyla_opt opts[] = {
         {"--gdn-layout", OPT_STRING, &gdn, "grouped|separate", "Qwen3-Next in_proj_qkvz/ba or Qwen3.5 in_proj_qkv/z/b/a", 0, 0},
@@ -16,6 +46,9 @@ int hyla_cmd_convert(int argc, char **argv)
         {"--prefix", OPT_STRING, &prefix, "model|language_model", "tensor name prefix model. or model.language_model.", 0, 0},
         {"--shard-mb", OPT_INT, &shard_mb, "N", "split into shards of at most N MiB (0: one file)", 0, 1 << 20},
         {"--dtype", OPT_STRING, &dtype_s, "f32|bf16|f16", "save every tensor in this dtype (default: as loaded)", 0, 0},
+        {"--to", OPT_STRING, &to, "safetensors|gguf", "output format (default safetensors: a Hugging Face directory; "
+                                                      "gguf: one file for llama.cpp)", 0, 0},
+        {"--type", OPT_STRING, &type_s, "f32|f16|bf16|q8_0", "--to gguf: type of the matrices (default f32)", 0, 0},
         {0},
     };
     const hyla_command_spec spec = {"convert", "IN OUT [options]",
@@ -25,6 +58,21 @@ int hyla_cmd_convert(int argc, char **argv)
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)
         return r < 0 ? 2 : 0;
+    if (to && strcmp(to, "gguf") && strcmp(to, "safetensors")) {
+        fprintf(stderr, "hyla convert: --to must be safetensors or gguf, got '%s'\n", to);
+        return 2;
+    }
+    int gguf = to && !strcmp(to, "gguf");
+    const char *bad = gguf ? (gdn ? "--gdn-layout" : experts ? "--experts" : prefix ? "--prefix" : dtype_s ? "--dtype"
+                              : shard_mb ? "--shard-mb" : NULL)
+                           : (type_s ? "--type" : NULL);
+    if (bad) {
+        fprintf(stderr, "hyla convert: %s does not apply to --to %s%s\n", bad, gguf ? "gguf" : "safetensors",
+                gguf ? " (use --type for the GGUF tensor type)" : " (it is a --to gguf option)");
+        return 2;
+    }
+    if (gguf)
+        return convert_to_gguf(pos[0], pos[1], type_s);
     struct { const char *val, *flag, *a, *b; } choices[3] = {
         {gdn, "--gdn-layout", "grouped", "separate"},
         {experts, "--experts", "fused", "per-expert"},

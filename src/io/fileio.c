@@ -89,31 +89,11 @@ int hyla_write_all(int fd, const void *data, size_t len)
     return 0;
 }
 
-/* Write data to fd (fsync'd when `sync`) and close it; an error names `path`. */
-static int write_and_close(int fd, const char *path, const void *data, size_t len, int sync)
-{
-    errno = 0;
-    int ok = hyla_write_all(fd, data, len) == 0;
-    int e = ok ? 0 : errno;
-    ok = (!sync || fsync(fd) == 0) && ok;
-    e = e ? e : errno;
-    ok = close(fd) == 0 && ok;
-    return ok ? HYLA_OK : hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", path, strerror(e ? e : errno));
-}
-
-/* An existing device or FIFO (/dev/null, /dev/stdout, a pipe) is written in place: renaming a
- * new file over it would replace the device node itself. */
-static int write_in_place(const char *path, const void *data, size_t len)
-{
-    int fd = open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0)
-        return hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", path, strerror(errno));
-    return write_and_close(fd, path, data, len, 0);
-}
-
-int hyla_write_file_atomic(const char *path, const void *data, size_t len)
+int hyla_atomic_open(hyla_atomic_file *f, const char *path)
 {
     struct stat sb;
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
     char target[PATH_MAX];
     if (lstat(path, &sb) == 0 && S_ISLNK(sb.st_mode)) { /* replace what the link points at, not the link */
         if (!realpath(path, target)) {
@@ -123,28 +103,66 @@ int hyla_write_file_atomic(const char *path, const void *data, size_t len)
         }
         path = target;
     }
+    if (snprintf(f->path, sizeof f->path, "%s", path) >= (int)sizeof f->path ||
+        snprintf(f->tmp, sizeof f->tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof f->tmp)
+        return hyla_error_set(HYLA_ERR_IO, "%s: path too long", path);
     if (stat(path, &sb) == 0) {
         if (S_ISDIR(sb.st_mode))
             return hyla_error_set(HYLA_ERR_IO, "%s: is a directory", path);
-        if (!S_ISREG(sb.st_mode))
-            return write_in_place(path, data, len);
+        /* An existing device or FIFO (/dev/null, /dev/stdout, a pipe) is written in place: renaming a
+         * new file over it would replace the device node itself. */
+        f->in_place = !S_ISREG(sb.st_mode);
     }
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
-        return hyla_error_set(HYLA_ERR_IO, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return hyla_error_set(HYLA_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    if (write_and_close(fd, path, data, len, 1) != HYLA_OK) {
-        unlink(tmp);
-        return HYLA_ERR_IO;
+    f->fd = f->in_place ? open(path, O_WRONLY | O_CLOEXEC) : open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (f->fd < 0)
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot %s: %s", f->in_place ? path : f->tmp,
+                              f->in_place ? "open for writing" : "create", strerror(errno));
+    return HYLA_OK;
+}
+
+int hyla_atomic_write(hyla_atomic_file *f, const void *data, size_t len)
+{
+    if (f->err == 0 && hyla_write_all(f->fd, data, len) != 0)
+        f->err = errno ? errno : EIO;
+    return f->err ? hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", f->path, strerror(f->err)) : HYLA_OK;
+}
+
+int hyla_atomic_commit(hyla_atomic_file *f)
+{
+    if (f->err == 0 && !f->in_place && fsync(f->fd) != 0)
+        f->err = errno;
+    if (close(f->fd) != 0 && f->err == 0)
+        f->err = errno;
+    f->fd = -1;
+    if (f->err) {
+        if (!f->in_place)
+            unlink(f->tmp);
+        return hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", f->path, strerror(f->err));
     }
-    if (rename(tmp, path) != 0) {
+    if (!f->in_place && rename(f->tmp, f->path) != 0) {
         int e = errno;
-        unlink(tmp);
-        return hyla_error_set(HYLA_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
+        unlink(f->tmp);
+        return hyla_error_set(HYLA_ERR_IO, "%s: cannot rename into place: %s", f->path, strerror(e));
     }
     return HYLA_OK;
+}
+
+void hyla_atomic_abort(hyla_atomic_file *f)
+{
+    if (f->fd >= 0) {
+        close(f->fd);
+        if (!f->in_place)
+            unlink(f->tmp);
+    }
+    f->fd = -1;
+}
+
+int hyla_write_file_atomic(const char *path, const void *data, size_t len)
+{
+    hyla_atomic_file f;
+    HYLA_TRY(hyla_atomic_open(&f, path));
+    hyla_atomic_write(&f, data, len);
+    return hyla_atomic_commit(&f);
 }
 
 int hyla_file_exists(const char *path)

@@ -13,6 +13,17 @@ int hyla_read_text_file(const char *path, char **out_text, size_t *out_len);
 /* Write `len` bytes to `path` atomically: write to a temporary name in the same directory,
  * flush, then rename over `path`. On failure nothing replaces an existing file. */
 int hyla_write_file_atomic(const char *path, const void *data, size_t len);
+/* The same, streamed: open, write any number of times, then commit (or abort, which leaves an
+ * existing file untouched). A write error is remembered and reported again by commit. An
+ * existing device or FIFO is written in place; a symlink is replaced at its target. */
+typedef struct {
+    int fd, in_place, err;
+    char path[4096], tmp[4096 + 32];
+} hyla_atomic_file;
+int hyla_atomic_open(hyla_atomic_file *f, const char *path);
+int hyla_atomic_write(hyla_atomic_file *f, const void *data, size_t len);
+int hyla_atomic_commit(hyla_atomic_file *f);
+void hyla_atomic_abort(hyla_atomic_file *f);
 int hyla_file_exists(const char *path);
 /* write(2) until all of data is written (EINTR retried); 0, or -1 with errno set. */
 int hyla_write_all(int fd, const void *data, size_t len);

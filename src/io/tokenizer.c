@@ -41,6 +41,7 @@ typedef struct {
     uint32_t str_off, str_len; /* spelling in arena (NUL-terminated) */
     uint32_t dec_off, dec_len; /* decoded bytes in arena */
     uint8_t kind;              /* TOK_NONE (unused id), TOK_VOCAB or TOK_ADDED */
+    uint8_t special;           /* an added token marked "special": true */
 } tok_entry;
 
 typedef struct {
@@ -71,6 +72,8 @@ struct hyla_tokenizer {
     uint32_t added_first[257]; /* added_order[added_first[b] .. added_first[b + 1]) start with b */
     pcre2_code *re;        /* NULL: no regex split, each run is one piece */
     char re_excerpt[64];   /* the pattern's start, for error messages */
+    char *pattern;         /* the whole pattern (NULL: no regex split) */
+    size_t n_merges;       /* model.merges entries */
     int ignore_merges;     /* model.ignore_merges: a piece found whole in the vocab is one id */
 };
 
@@ -327,6 +330,7 @@ static int parse_added(hyla_tokenizer *t, const cJSON *added)
             e->str_len = (uint32_t)n;
         }
         e->kind = TOK_ADDED;
+        e->special = is_false(it, "special") == 0;
         t->added.slots[slot] = id;
         t->added_order[i] = id;
     }
@@ -421,6 +425,7 @@ static int parse_merges(hyla_tokenizer *t, const cJSON *merges)
         s->merged = merged;
     }
     free(joined);
+    t->n_merges = i;
     return st;
 }
 
@@ -475,6 +480,9 @@ static int compile_regex(hyla_tokenizer *t, const char *pattern, const char *fie
                               (size_t)at, (const char *)msg);
     }
     pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE); /* optional: the interpreter is the fallback */
+    free(t->pattern);
+    if (!(t->pattern = strdup(pattern)))
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", t->path);
     size_t n = strlen(pattern), keep = sizeof t->re_excerpt - 4;
     snprintf(t->re_excerpt, sizeof t->re_excerpt, "%.*s%s", (int)(n < keep ? n : keep), pattern, n < keep ? "" : "...");
     return HYLA_OK;
@@ -688,6 +696,7 @@ void hyla_tokenizer_free(hyla_tokenizer *t)
     if (!t)
         return;
     pcre2_code_free(t->re);
+    free(t->pattern);
     free(t->merges);
     free(t->vocab.slots);
     free(t->added.slots);
@@ -697,6 +706,42 @@ void hyla_tokenizer_free(hyla_tokenizer *t)
     free(t->path);
     free(t);
 }
+
+hyla_token_kind hyla_tokenizer_token(const hyla_tokenizer *t, int32_t id, const char **spelling, size_t *len)
+{
+    if (id < 0 || (size_t)id >= t->vocab_size || t->tokens[id].kind == TOK_NONE) {
+        *spelling = "", *len = 0;
+        return HYLA_TOKEN_UNUSED;
+    }
+    const tok_entry *e = &t->tokens[id];
+    *spelling = tok_str(t, id), *len = e->str_len;
+    return e->kind == TOK_VOCAB ? HYLA_TOKEN_NORMAL : e->special ? HYLA_TOKEN_SPECIAL : HYLA_TOKEN_ADDED;
+}
+
+size_t hyla_tokenizer_merge_count(const hyla_tokenizer *t) { return t->n_merges; }
+
+size_t hyla_tokenizer_merges(const hyla_tokenizer *t, int32_t *pairs)
+{
+    int32_t *by_rank = pairs; /* [2 * n_merges]: left, right per rank; -1 where a repeated pair left a hole */
+    for (size_t r = 0; r < 2 * t->n_merges; r++)
+        by_rank[r] = -1;
+    for (size_t i = 0; i <= t->merge_mask; i++) {
+        const merge_slot *m = &t->merges[i];
+        if (m->key != MERGE_EMPTY) {
+            by_rank[2 * m->rank] = (int32_t)(m->key >> 32);
+            by_rank[2 * m->rank + 1] = (int32_t)(uint32_t)m->key;
+        }
+    }
+    size_t n = 0;
+    for (size_t r = 0; r < t->n_merges; r++)
+        if (by_rank[2 * r] >= 0) {
+            pairs[2 * n] = by_rank[2 * r], pairs[2 * n + 1] = by_rank[2 * r + 1];
+            n++;
+        }
+    return n;
+}
+
+const char *hyla_tokenizer_pattern(const hyla_tokenizer *t) { return t->pattern; }
 
 size_t hyla_tokenizer_vocab_size(const hyla_tokenizer *t)
 {

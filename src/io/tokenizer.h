@@ -64,6 +64,20 @@ int hyla_tokenizer_decode(const hyla_tokenizer *t, const int32_t *ids, size_t n,
  * Returns -1 if absent. */
 int32_t hyla_tokenizer_token_id(const hyla_tokenizer *t, const char *token);
 
+/* Id `id`'s spelling (a model.vocab string in its byte-level spelling, or an added token's
+ * content; not NUL-terminated in general: use *len) and what it is. An id with no token is
+ * HYLA_TOKEN_UNUSED with an empty spelling. For exporters (GGUF). */
+typedef enum { HYLA_TOKEN_UNUSED, HYLA_TOKEN_NORMAL, HYLA_TOKEN_SPECIAL, HYLA_TOKEN_ADDED } hyla_token_kind;
+hyla_token_kind hyla_tokenizer_token(const hyla_tokenizer *t, int32_t id, const char **spelling, size_t *len);
+/* Number of model.merges entries, and the merges in rank order as (left id, right id) pairs into
+ * pairs[2 * merge_count]; returns how many were written (a pair listed twice keeps only its
+ * last rank, as in Hugging Face, so it can be fewer). */
+size_t hyla_tokenizer_merge_count(const hyla_tokenizer *t);
+size_t hyla_tokenizer_merges(const hyla_tokenizer *t, int32_t *pairs);
+/* The pre-tokenizer's split regex as written in tokenizer.json (the GPT-2 pattern for a bare
+ * ByteLevel), or NULL when there is none. */
+const char *hyla_tokenizer_pattern(const hyla_tokenizer *t);
+
 /* One more than the largest id (vocab and added tokens), e.g. 151669 for Qwen3. */
 size_t hyla_tokenizer_vocab_size(const hyla_tokenizer *t);
 

@@ -1,0 +1,561 @@
+#include "model/gguf_export.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "io/fileio.h"
+#include "io/tokenizer.h"
+
+/* ---- tensors: each GGUF tensor is rows of one parameter, picked and transformed ------------------ */
+
+typedef enum { OP_COPY, OP_PLUS_ONE, OP_NEG_EXP } value_op;
+
+typedef struct {
+    char name[64];
+    hyla_ggml_type type;
+    int n_dims;
+    int64_t ne[3];        /* ggml order: ne[0] = row length */
+    const float *src;     /* the parameter's fp32 data */
+    int64_t src_row_len;  /* floats per source row */
+    int64_t rows;         /* output rows (product of ne[1..]) */
+    int64_t *row_map;     /* [rows] source row of each output row (-1 - r: row r of src2); NULL: rows row0.. */
+    const float *src2;    /* a second parameter of the same row length (Qwen3-Next's ssm_ba: beta and alpha) */
+    int64_t row0;
+    int64_t *col_map;     /* [ne[0]] source column of each output column; NULL: identity */
+    value_op op;
+} export_tensor;
+
+typedef struct {
+    const hyla_model *m;
+    hyla_ggml_type want;
+    export_tensor *t;
+    size_t n, cap;
+    size_t n_fallback;
+    float *scratch;
+    size_t scratch_floats;
+} exporter;
+
+/* Value-head permutation for Qwen3.5: new position (v * Hk + g) holds old head (g * r + v). */
+static int64_t tiled_head(int64_t new_head, int64_t Hk, int64_t r)
+{
+    int64_t v = new_head / Hk, g = new_head % Hk;
+    return g * r + v;
+}
+
+/* map[i] for i < n_heads * hd: the source index within a block of value heads of hd each. */
+static int64_t *value_head_map(int64_t n_heads, int64_t hd, int64_t Hk, int64_t offset, int64_t total)
+{
+    int64_t *map = malloc((size_t)total * sizeof *map);
+    if (!map)
+        return NULL;
+    int64_t r = n_heads / Hk;
+    for (int64_t i = 0; i < total; i++)
+        map[i] = i;
+    for (int64_t i = 0; i < n_heads * hd; i++)
+        map[offset + i] = offset + tiled_head(i / hd, Hk, r) * hd + i % hd;
+    return map;
+}
+
+static export_tensor *add(exporter *e, const char *name, int layer, hyla_role role, int n_dims, int64_t ne0, int64_t ne1,
+                          int64_t ne2)
+{
+    if (e->n == e->cap) {
+        size_t cap = e->cap ? 2 * e->cap : 256;
+        export_tensor *t = realloc(e->t, cap * sizeof *t);
+        if (!t)
+            return NULL;
+        e->t = t, e->cap = cap;
+    }
+    export_tensor *t = &e->t[e->n++];
+    memset(t, 0, sizeof *t);
+    if (layer >= 0)
+        snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, name);
+    else
+        snprintf(t->name, sizeof t->name, "%s", name);
+    t->n_dims = n_dims;
+    t->ne[0] = ne0, t->ne[1] = ne1, t->ne[2] = ne2;
+    t->rows = (n_dims > 1 ? ne1 : 1) * (n_dims > 2 ? ne2 : 1);
+    t->src = hyla_model_param(e->m, role, layer);
+    t->src_row_len = ne0;
+    size_t len = strlen(t->name);
+    /* F32 where llama.cpp's converter keeps F32: vectors, norms, routers, the conv kernel, and
+     * anything that is not a ".weight" (ssm_a, ssm_dt.bias) */
+    int keep_f32 = n_dims == 1 || (len >= 12 && !strcmp(t->name + len - 12, "_norm.weight")) ||
+                   strstr(t->name, "ffn_gate_inp") || strstr(t->name, "ssm_conv1d") ||
+                   len < 7 || strcmp(t->name + len - 7, ".weight");
+    t->type = keep_f32 ? HYLA_GGML_F32 : e->want;
+    if (t->type == HYLA_GGML_Q8_0 && ne0 % HYLA_Q8_0_BLOCK) {
+        t->type = HYLA_GGML_F16;
+        e->n_fallback++;
+    }
+    return t;
+}
+
+#define ADD_OR_FAIL(t, call)                                                                                           \
+    do {                                                                                                               \
+        if (!((t) = (call)))                                                                                           \
+            return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");                                       \
+    } while (0)
+
+static int add_vector(exporter *e, const char *name, int layer, hyla_role role, int64_t n, value_op op)
+{
+    export_tensor *t;
+    ADD_OR_FAIL(t, add(e, name, layer, role, 1, n, 1, 1));
+    t->op = op;
+    return HYLA_OK;
+}
+
+static int add_matrix(exporter *e, const char *name, int layer, hyla_role role, int64_t rows, int64_t cols, int64_t row0)
+{
+    export_tensor *t;
+    ADD_OR_FAIL(t, add(e, name, layer, role, 2, cols, rows, 1));
+    t->row0 = row0;
+    return HYLA_OK;
+}
+
+/* Rows [half * I, half * I + I) of each expert's [2I, H] gate_up block. */
+static int add_expert_half(exporter *e, const char *name, int layer, int64_t E, int64_t I, int64_t H, int half)
+{
+    export_tensor *t;
+    ADD_OR_FAIL(t, add(e, name, layer, HYLA_P_MOE_GATE_UP, 3, H, I, E));
+    if (!(t->row_map = malloc((size_t)(E * I) * sizeof *t->row_map)))
+        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    for (int64_t x = 0; x < E; x++)
+        for (int64_t i = 0; i < I; i++)
+            t->row_map[x * I + i] = x * 2 * I + half * I + i;
+    return HYLA_OK;
+}
+
+static int add_linear_attention(exporter *e, int l, int tiled)
+{
+    const hyla_config *c = &e->m->cfg;
+    int64_t H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, dv = c->lin_v_dim, r = Hv / Hk;
+    int64_t kd = hyla_cfg_key_dim(c), vd = hyla_cfg_value_dim(c), cd = hyla_cfg_conv_dim(c);
+    export_tensor *t;
+    ADD_OR_FAIL(t, add(e, "attn_qkv.weight", l, HYLA_P_GDN_QKV, 2, H, cd, 1));
+    if (tiled && !(t->row_map = value_head_map(Hv, dv, Hk, 2 * kd, cd)))
+        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    ADD_OR_FAIL(t, add(e, "attn_gate.weight", l, HYLA_P_GDN_Z, 2, H, vd, 1));
+    if (tiled && !(t->row_map = value_head_map(Hv, dv, Hk, 0, vd)))
+        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    if (tiled || e->m->cfg.family != HYLA_FAMILY_QWEN3_NEXT) {
+        static const struct { const char *name; hyla_role role; } ba[2] = {{"ssm_beta.weight", HYLA_P_GDN_B},
+                                                                         {"ssm_alpha.weight", HYLA_P_GDN_A}};
+        for (int i = 0; i < 2; i++) {
+            ADD_OR_FAIL(t, add(e, ba[i].name, l, ba[i].role, 2, H, Hv, 1));
+            if (tiled && !(t->row_map = value_head_map(Hv, 1, Hk, 0, Hv)))
+                return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+        }
+    } else { /* Qwen3-Next in_proj_ba order: per key head, its r beta rows then its r alpha rows. B and A
+              * are adjacent parameters only by luck of the table, so take rows from each through the map. */
+        ADD_OR_FAIL(t, add(e, "ssm_ba.weight", l, HYLA_P_GDN_B, 2, H, 2 * Hv, 1));
+        t->src2 = hyla_model_param(e->m, HYLA_P_GDN_A, l);
+        if (!(t->row_map = malloc((size_t)(2 * Hv) * sizeof *t->row_map)))
+            return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+        for (int64_t g = 0; g < Hk; g++)
+            for (int64_t j = 0; j < r; j++) {
+                t->row_map[g * 2 * r + j] = g * r + j;             /* beta rows of key head g */
+                t->row_map[g * 2 * r + r + j] = -1 - (g * r + j);  /* then its alpha rows */
+            }
+    }
+    ADD_OR_FAIL(t, add(e, "ssm_conv1d.weight", l, HYLA_P_GDN_CONV, 2, c->conv_kernel, cd, 1));
+    if (tiled && !(t->row_map = value_head_map(Hv, dv, Hk, 2 * kd, cd)))
+        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    static const struct { const char *name; hyla_role role; value_op op; } per_head[2] = {
+        {"ssm_dt.bias", HYLA_P_GDN_DT_BIAS, OP_COPY}, {"ssm_a", HYLA_P_GDN_A_LOG, OP_NEG_EXP}};
+    for (int i = 0; i < 2; i++) {
+        ADD_OR_FAIL(t, add(e, per_head[i].name, l, per_head[i].role, 1, Hv, 1, 1));
+        t->op = per_head[i].op;
+        if (tiled && !(t->col_map = value_head_map(Hv, 1, Hk, 0, Hv)))
+            return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    }
+    HYLA_TRY(add_vector(e, "ssm_norm.weight", l, HYLA_P_GDN_NORM, dv, OP_COPY));
+    ADD_OR_FAIL(t, add(e, "ssm_out.weight", l, HYLA_P_GDN_OUT, 2, vd, H, 1));
+    if (tiled && !(t->col_map = value_head_map(Hv, dv, Hk, 0, vd)))
+        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    return HYLA_OK;
+}
+
+static int add_full_attention(exporter *e, int l)
+{
+    const hyla_config *c = &e->m->cfg;
+    int64_t H = c->hidden, hd = c->head_dim;
+    HYLA_TRY(add_matrix(e, "attn_q.weight", l, HYLA_P_ATTN_Q, c->n_heads * 2 * hd, H, 0));
+    HYLA_TRY(add_matrix(e, "attn_k.weight", l, HYLA_P_ATTN_K, c->n_kv_heads * hd, H, 0));
+    HYLA_TRY(add_matrix(e, "attn_v.weight", l, HYLA_P_ATTN_V, c->n_kv_heads * hd, H, 0));
+    HYLA_TRY(add_matrix(e, "attn_output.weight", l, HYLA_P_ATTN_O, H, c->n_heads * hd, 0));
+    HYLA_TRY(add_vector(e, "attn_q_norm.weight", l, HYLA_P_ATTN_Q_NORM, hd, OP_PLUS_ONE));
+    return add_vector(e, "attn_k_norm.weight", l, HYLA_P_ATTN_K_NORM, hd, OP_PLUS_ONE);
+}
+
+static int add_ffn(exporter *e, int l)
+{
+    const hyla_config *c = &e->m->cfg;
+    int64_t H = c->hidden;
+    if (!c->layer_is_moe[l]) {
+        HYLA_TRY(add_matrix(e, "ffn_gate.weight", l, HYLA_P_MLP_GATE_UP, c->inter, H, 0));
+        HYLA_TRY(add_matrix(e, "ffn_up.weight", l, HYLA_P_MLP_GATE_UP, c->inter, H, c->inter));
+        return add_matrix(e, "ffn_down.weight", l, HYLA_P_MLP_DOWN, H, c->inter, 0);
+    }
+    int64_t E = c->n_experts, I = c->moe_inter, Is = c->shared_inter;
+    HYLA_TRY(add_matrix(e, "ffn_gate_inp.weight", l, HYLA_P_MOE_ROUTER, E, H, 0));
+    HYLA_TRY(add_expert_half(e, "ffn_gate_exps.weight", l, E, I, H, 0));
+    HYLA_TRY(add_expert_half(e, "ffn_up_exps.weight", l, E, I, H, 1));
+    export_tensor *t;
+    ADD_OR_FAIL(t, add(e, "ffn_down_exps.weight", l, HYLA_P_MOE_DOWN, 3, I, H, E));
+    HYLA_TRY(add_matrix(e, "ffn_gate_inp_shexp.weight", l, HYLA_P_SHARED_EXPERT_GATE, 1, H, 0));
+    HYLA_TRY(add_matrix(e, "ffn_gate_shexp.weight", l, HYLA_P_SHARED_GATE_UP, Is, H, 0));
+    HYLA_TRY(add_matrix(e, "ffn_up_shexp.weight", l, HYLA_P_SHARED_GATE_UP, Is, H, Is));
+    return add_matrix(e, "ffn_down_shexp.weight", l, HYLA_P_SHARED_DOWN, H, Is, 0);
+}
+
+static int collect_tensors(exporter *e)
+{
+    const hyla_config *c = &e->m->cfg;
+    int64_t H = c->hidden;
+    int tiled = c->family != HYLA_FAMILY_QWEN3_NEXT && c->lin_k_heads != c->lin_v_heads;
+    HYLA_TRY(add_matrix(e, "token_embd.weight", -1, HYLA_P_EMBED, c->vocab, H, 0));
+    HYLA_TRY(add_vector(e, "output_norm.weight", -1, HYLA_P_FINAL_NORM, H, OP_PLUS_ONE));
+    if (!c->tie_word_embeddings)
+        HYLA_TRY(add_matrix(e, "output.weight", -1, HYLA_P_LM_HEAD, c->vocab, H, 0));
+    for (int l = 0; l < c->n_layers; l++) {
+        HYLA_TRY(add_vector(e, "attn_norm.weight", l, HYLA_P_INPUT_NORM, H, OP_PLUS_ONE));
+        HYLA_TRY(add_vector(e, "post_attention_norm.weight", l, HYLA_P_POST_NORM, H, OP_PLUS_ONE));
+        HYLA_TRY(c->layer_kind[l] == HYLA_LAYER_LINEAR ? add_linear_attention(e, l, tiled) : add_full_attention(e, l));
+        HYLA_TRY(add_ffn(e, l));
+    }
+    for (size_t i = 0; i < e->n; i++)
+        if (!e->t[i].src)
+            return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no parameter for %s", e->t[i].name);
+    return HYLA_OK;
+}
+
+static int fill_tensor(void *ctx, size_t index, void *dst, size_t nbytes)
+{
+    exporter *e = ctx;
+    const export_tensor *t = &e->t[index];
+    int64_t C = t->ne[0];
+    float *out = e->scratch;
+    for (int64_t r = 0; r < t->rows; r++) {
+        int64_t row = t->row_map ? t->row_map[r] : t->row0 + r;
+        const float *src = row >= 0 ? t->src + row * t->src_row_len : t->src2 + (-1 - row) * t->src_row_len;
+        float *o = out + r * C;
+        for (int64_t j = 0; j < C; j++) {
+            float x = src[t->col_map ? t->col_map[j] : j];
+            o[j] = t->op == OP_PLUS_ONE ? x + 1.0f : t->op == OP_NEG_EXP ? -expf(x) : x;
+        }
+    }
+    hyla_ggml_from_f32(t->type, dst, out, (size_t)(t->rows * C));
+    (void)nbytes;
+    return HYLA_OK;
+}
+
+/* ---- refusals: what llama.cpp's graphs cannot express ------------------------------------------- */
+
+static int check_supported(const hyla_config *c, const char *arch)
+{
+    int has_linear = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        has_linear |= c->layer_kind[l] == HYLA_LAYER_LINEAR;
+    if (has_linear && c->lin_k_dim != c->lin_v_dim)
+        return hyla_error_set(HYLA_ERR_ARG, "gguf export (%s): linear_key_head_dim %lld != linear_value_head_dim %lld; "
+                              "llama.cpp uses one head size for both", arch, (long long)c->lin_k_dim, (long long)c->lin_v_dim);
+    if (c->family == HYLA_FAMILY_QWEN3_5)
+        return HYLA_OK;
+    for (int l = 0; l < c->n_layers; l++)
+        if (!c->layer_is_moe[l])
+            return hyla_error_set(HYLA_ERR_ARG, "gguf export (%s): layer %d is a dense MLP (mlp_only_layers / "
+                                  "decoder_sparse_step); llama.cpp's %s needs MoE in every layer", arch, l, arch);
+    if (c->shared_inter <= 0)
+        return hyla_error_set(HYLA_ERR_ARG, "gguf export (%s): no shared expert (shared_expert_intermediate_size); "
+                              "llama.cpp's %s needs one", arch, arch);
+    if (!c->norm_topk_prob)
+        return hyla_error_set(HYLA_ERR_ARG, "gguf export (%s): norm_topk_prob is false; llama.cpp's %s always "
+                              "renormalises the top-k weights", arch, arch);
+    return HYLA_OK;
+}
+
+/* ---- metadata ---------------------------------------------------------------------------------- */
+
+const char *hyla_gguf_arch_name(const hyla_config *cfg)
+{
+    return cfg->family == HYLA_FAMILY_QWEN3_NEXT ? "qwen3next" : cfg->family == HYLA_FAMILY_QWEN3_5 ? "qwen35" : "qwen35moe";
+}
+
+static uint32_t file_type(hyla_ggml_type t)
+{
+    /* llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32 */
+    return t == HYLA_GGML_F16 ? 1 : t == HYLA_GGML_Q8_0 ? 7 : t == HYLA_GGML_BF16 ? 32 : 0;
+}
+
+/* rope_parameters / rope_scaling mrope_section of the (text_)config, else Qwen3.5's [11, 11, 10]. */
+static void mrope_sections(const char *config_json, int32_t out[4])
+{
+    static const int32_t dflt[4] = {11, 11, 10, 0};
+    memcpy(out, dflt, sizeof dflt);
+    cJSON *root = cJSON_Parse(config_json);
+    const cJSON *obj = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    obj = cJSON_IsObject(obj) ? obj : root;
+    const char *keys[2] = {"rope_parameters", "rope_scaling"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, keys[k]), "mrope_section");
+        if (cJSON_IsArray(s) && cJSON_GetArraySize(s) <= 4) {
+            int i = 0;
+            int32_t v[4] = {0, 0, 0, 0};
+            const cJSON *it;
+            cJSON_ArrayForEach(it, s) v[i++] = cJSON_IsNumber(it) ? (int32_t)it->valuedouble : 0;
+            memcpy(out, v, sizeof v);
+            break;
+        }
+    }
+    cJSON_Delete(root);
+}
+
+static void write_hparams(hyla_gguf_writer *w, const hyla_model *m, const char *arch, hyla_ggml_type type)
+{
+    const hyla_config *c = &m->cfg;
+    char key[128];
+#define KEY(suffix) (snprintf(key, sizeof key, "%s." suffix, arch), key)
+    hyla_gguf_kv_str(w, "general.architecture", arch);
+    hyla_gguf_kv_str(w, "general.type", "model");
+    const char *name = m->source_dir ? strrchr(m->source_dir, '/') : NULL;
+    hyla_gguf_kv_str(w, "general.name", name && name[1] ? name + 1 : m->source_dir ? m->source_dir : "hyla model");
+    hyla_gguf_kv_u32(w, "general.file_type", file_type(type));
+    hyla_gguf_kv_u32(w, "general.quantization_version", 2);
+    hyla_gguf_kv_u32(w, KEY("block_count"), (uint32_t)c->n_layers);
+    if (c->max_position_embeddings > 0)
+        hyla_gguf_kv_u32(w, KEY("context_length"), (uint32_t)c->max_position_embeddings);
+    hyla_gguf_kv_u32(w, KEY("embedding_length"), (uint32_t)c->hidden);
+    if (c->inter > 0)
+        hyla_gguf_kv_u32(w, KEY("feed_forward_length"), (uint32_t)c->inter);
+    hyla_gguf_kv_u32(w, KEY("attention.head_count"), (uint32_t)c->n_heads);
+    hyla_gguf_kv_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->n_kv_heads);
+    hyla_gguf_kv_f32(w, KEY("rope.freq_base"), (float)c->rope_theta);
+    hyla_gguf_kv_f32(w, KEY("attention.layer_norm_rms_epsilon"), (float)c->rms_norm_eps);
+    if (c->n_experts > 0) {
+        hyla_gguf_kv_u32(w, KEY("expert_count"), (uint32_t)c->n_experts);
+        hyla_gguf_kv_u32(w, KEY("expert_used_count"), (uint32_t)c->top_k);
+        hyla_gguf_kv_u32(w, KEY("expert_feed_forward_length"), (uint32_t)c->moe_inter);
+        if (c->shared_inter > 0)
+            hyla_gguf_kv_u32(w, KEY("expert_shared_feed_forward_length"), (uint32_t)c->shared_inter);
+    }
+    hyla_gguf_kv_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
+    hyla_gguf_kv_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
+    hyla_gguf_kv_u32(w, KEY("ssm.conv_kernel"), (uint32_t)c->conv_kernel);
+    hyla_gguf_kv_u32(w, KEY("ssm.state_size"), (uint32_t)c->lin_k_dim);
+    hyla_gguf_kv_u32(w, KEY("ssm.group_count"), (uint32_t)c->lin_k_heads);
+    hyla_gguf_kv_u32(w, KEY("ssm.time_step_rank"), (uint32_t)c->lin_v_heads);
+    hyla_gguf_kv_u32(w, KEY("ssm.inner_size"), (uint32_t)hyla_cfg_value_dim(c));
+    unsigned char recurrent[HYLA_MAX_LAYERS];
+    int interval = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        recurrent[l] = c->layer_kind[l] == HYLA_LAYER_LINEAR;
+        if (!recurrent[l] && !interval)
+            interval = l + 1;
+    }
+    hyla_gguf_kv_bool_array(w, KEY("attention.recurrent_layers"), recurrent, (size_t)c->n_layers);
+    hyla_gguf_kv_u32(w, KEY("full_attention_interval"), (uint32_t)(interval ? interval : 4));
+    hyla_gguf_kv_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rotary_dim);
+    if (c->family != HYLA_FAMILY_QWEN3_NEXT) {
+        int32_t sections[4];
+        mrope_sections(m->config_json, sections);
+        hyla_gguf_kv_i32_array(w, KEY("rope.dimension_sections"), sections, 4);
+    }
+#undef KEY
+}
+
+/* ---- tokenizer ----------------------------------------------------------------------------------- */
+
+/* llama.cpp's pre-tokenizer names, recognised by the split regex as written in tokenizer.json. */
+static const struct { const char *pre, *pattern; } known_pre[] = {
+    {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+    {"qwen35", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
+    {"gpt-2", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
+};
+
+/* The converter's "looks special" rule for added tokens not marked special. */
+static int looks_special(const char *s, size_t n)
+{
+    static const char *const exact[] = {"<pad>", "<mask>", "<2mass>", "[@BOS@]"};
+    for (size_t i = 0; i < sizeof exact / sizeof *exact; i++)
+        if (n == strlen(exact[i]) && !memcmp(s, exact[i], n))
+            return 1;
+    if (n >= 4 && !memcmp(s, "<|", 2) && !memcmp(s + n - 2, "|>", 2))
+        return 1;
+    if (n >= 8 && !memcmp(s, "<\xef\xbd\x9c", 4) && !memcmp(s + n - 4, "\xef\xbd\x9c>", 4)) /* <｜ ... ｜> */
+        return 1;
+    return n >= 8 && !memcmp(s, "<unused", 7) && s[n - 1] == '>';
+}
+
+static int read_json(const char *dir, const char *name, cJSON **out)
+{
+    char path[4096];
+    *out = NULL;
+    HYLA_TRY(hyla_path_join(path, sizeof path, dir, name));
+    if (!hyla_file_exists(path))
+        return HYLA_OK;
+    char *text;
+    HYLA_TRY(hyla_read_file_max(path, (size_t)256 << 20, &text, NULL));
+    *out = cJSON_Parse(text);
+    free(text);
+    return *out ? HYLA_OK : hyla_error_set(HYLA_ERR_FORMAT, "%s: not valid JSON", path);
+}
+
+/* tokenizer_config.json's bos/eos/unk/pad tokens (a string or {"content": ...}), add_bos/eos, chat template. */
+static int write_special_tokens(hyla_gguf_writer *w, const hyla_tokenizer *tok, const char *dir)
+{
+    cJSON *cfg;
+    HYLA_TRY(read_json(dir, "tokenizer_config.json", &cfg));
+    if (!cfg)
+        return HYLA_OK;
+    static const struct { const char *field, *key; } ids[] = {
+        {"bos_token", "tokenizer.ggml.bos_token_id"}, {"eos_token", "tokenizer.ggml.eos_token_id"},
+        {"unk_token", "tokenizer.ggml.unknown_token_id"}, {"sep_token", "tokenizer.ggml.seperator_token_id"},
+        {"pad_token", "tokenizer.ggml.padding_token_id"}};
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, ids[i].field);
+        if (cJSON_IsObject(v))
+            v = cJSON_GetObjectItemCaseSensitive(v, "content");
+        int32_t id = cJSON_IsString(v) ? hyla_tokenizer_token_id(tok, v->valuestring) : -1;
+        if (id >= 0)
+            hyla_gguf_kv_u32(w, ids[i].key, (uint32_t)id);
+    }
+    static const struct { const char *field, *key; } adds[] = {{"add_bos_token", "tokenizer.ggml.add_bos_token"},
+                                                               {"add_eos_token", "tokenizer.ggml.add_eos_token"}};
+    for (size_t i = 0; i < sizeof adds / sizeof *adds; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, adds[i].field);
+        if (cJSON_IsBool(v))
+            hyla_gguf_kv_bool(w, adds[i].key, cJSON_IsTrue(v));
+    }
+    const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(cfg, "chat_template");
+    if (cJSON_IsString(tmpl))
+        hyla_gguf_kv_str(w, "tokenizer.chat_template", tmpl->valuestring);
+    cJSON_Delete(cfg);
+    return HYLA_OK;
+}
+
+static int write_tokenizer(hyla_gguf_writer *w, const hyla_model *m)
+{
+    char path[4096];
+    if (!m->source_dir)
+        return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no directory to take tokenizer.json from");
+    HYLA_TRY(hyla_path_join(path, sizeof path, m->source_dir, "tokenizer.json"));
+    if (!hyla_file_exists(path))
+        return hyla_error_set(HYLA_ERR_ARG, "gguf export: %s is missing; llama.cpp needs the vocabulary in the file", path);
+    hyla_tokenizer *tok;
+    HYLA_TRY(hyla_tokenizer_load(&tok, path));
+    int64_t V = m->cfg.vocab;
+    const char *pattern = hyla_tokenizer_pattern(tok), *pre = NULL;
+    for (size_t i = 0; pattern && i < sizeof known_pre / sizeof *known_pre; i++)
+        if (!strcmp(pattern, known_pre[i].pattern))
+            pre = known_pre[i].pre;
+    int st = HYLA_OK;
+    if ((int64_t)hyla_tokenizer_vocab_size(tok) > V)
+        st = hyla_error_set(HYLA_ERR_ARG, "gguf export: %s has %zu tokens, more than the model's vocab_size %lld", path,
+                            hyla_tokenizer_vocab_size(tok), (long long)V);
+    else if (!pre)
+        st = hyla_error_set(HYLA_ERR_ARG, "gguf export: %s: the pre-tokenizer regex is not one llama.cpp knows "
+                            "(Qwen2 / Qwen3.5 / GPT-2 patterns)", path);
+    size_t n_merges = hyla_tokenizer_merge_count(tok);
+    const char **strs = st ? NULL : malloc((size_t)V * sizeof *strs);
+    size_t *lens = st ? NULL : malloc((size_t)V * sizeof *lens);
+    int32_t *types = st ? NULL : malloc((size_t)V * sizeof *types);
+    int32_t *pairs = st ? NULL : malloc((2 * n_merges + 1) * sizeof *pairs);
+    char *pads = st ? NULL : malloc((size_t)V * 20);
+    if (!st && (!strs || !lens || !types || !pairs || !pads))
+        st = hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory for the vocabulary");
+    if (!st) {
+        hyla_gguf_kv_str(w, "tokenizer.ggml.model", "gpt2");
+        hyla_gguf_kv_str(w, "tokenizer.ggml.pre", pre);
+        /* llama_token_type: NORMAL 1, CONTROL 3, USER_DEFINED 4, UNUSED 5 */
+        for (int64_t id = 0; id < V; id++) {
+            hyla_token_kind k = hyla_tokenizer_token(tok, (int32_t)id, &strs[id], &lens[id]);
+            if (k == HYLA_TOKEN_UNUSED) { /* the converter's filler for ids without a token */
+                char *p = pads + id * 20;
+                lens[id] = (size_t)snprintf(p, 20, "[PAD%lld]", (long long)id);
+                strs[id] = p;
+            }
+            types[id] = k == HYLA_TOKEN_NORMAL ? 1 : k == HYLA_TOKEN_UNUSED ? 5
+                      : (k == HYLA_TOKEN_SPECIAL || looks_special(strs[id], lens[id])) ? 3 : 4;
+        }
+        hyla_gguf_kv_str_array(w, "tokenizer.ggml.tokens", strs, lens, (size_t)V);
+        hyla_gguf_kv_i32_array(w, "tokenizer.ggml.token_type", types, (size_t)V);
+        size_t n = hyla_tokenizer_merges(tok, pairs);
+        char **merged = calloc(n + 1, sizeof *merged);
+        for (size_t i = 0; merged && i < n; i++) {
+            const char *a, *b;
+            size_t na, nb;
+            hyla_tokenizer_token(tok, pairs[2 * i], &a, &na);
+            hyla_tokenizer_token(tok, pairs[2 * i + 1], &b, &nb);
+            if (!(merged[i] = malloc(na + nb + 2)))
+                break;
+            memcpy(merged[i], a, na);
+            merged[i][na] = ' ';
+            memcpy(merged[i] + na + 1, b, nb);
+            merged[i][na + nb + 1] = '\0';
+        }
+        int ok = merged && (n == 0 || merged[n - 1]);
+        if (ok)
+            hyla_gguf_kv_str_array(w, "tokenizer.ggml.merges", (const char *const *)merged, NULL, n);
+        for (size_t i = 0; merged && i < n; i++)
+            free(merged[i]);
+        free(merged);
+        st = ok ? write_special_tokens(w, tok, m->source_dir)
+                : hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory for the merges");
+    }
+    free(strs);
+    free(lens);
+    free(types);
+    free(pairs);
+    free(pads);
+    hyla_tokenizer_free(tok);
+    return st;
+}
+
+/* ---- the export ---------------------------------------------------------------------------------- */
+
+int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, hyla_gguf_export_info *info)
+{
+    const char *arch = hyla_gguf_arch_name(&m->cfg);
+    HYLA_TRY(check_supported(&m->cfg, arch));
+    exporter e = {.m = m, .want = type};
+    hyla_gguf_writer *w = hyla_gguf_new();
+    int st = w ? collect_tensors(&e) : hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    size_t max_floats = 0, bytes = 0;
+    for (size_t i = 0; st == HYLA_OK && i < e.n; i++) {
+        const export_tensor *t = &e.t[i];
+        size_t n = (size_t)(t->rows * t->ne[0]);
+        max_floats = n > max_floats ? n : max_floats;
+        bytes += hyla_ggml_bytes(t->type, n);
+        if (hyla_gguf_add_tensor(w, t->name, t->n_dims, t->ne, t->type) < 0)
+            st = HYLA_ERR_ARG;
+    }
+    if (st == HYLA_OK) {
+        write_hparams(w, m, arch, type);
+        st = write_tokenizer(w, m);
+    }
+    if (st == HYLA_OK && !(e.scratch = malloc((max_floats ? max_floats : 1) * sizeof(float))))
+        st = hyla_error_set(HYLA_ERR_NOMEM, "gguf export: cannot allocate %zu floats", max_floats);
+    if (st == HYLA_OK)
+        st = hyla_gguf_write(w, path, fill_tensor, &e);
+    if (st == HYLA_OK && info) {
+        info->n_tensors = e.n;
+        info->n_f16_fallback = e.n_fallback;
+        info->bytes = bytes;
+        info->arch = arch;
+    }
+    for (size_t i = 0; i < e.n; i++) {
+        free(e.t[i].row_map);
+        free(e.t[i].col_map);
+    }
+    free(e.t);
+    free(e.scratch);
+    hyla_gguf_free(w);
+    return st;
+}

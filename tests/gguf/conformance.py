@@ -1,0 +1,260 @@
+# GGUF export conformance: hyla convert --to gguf, read back by the official `gguf` package and
+# run by llama.cpp itself (llama-cpp-python), for the three architectures llama.cpp knows
+# (qwen3next, qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0.
+#
+# usage: conformance.py HYLA WORKDIR [--json OUT]     (python with gguf, llama_cpp and numpy)
+#
+# Checks per architecture and type:
+#   1. gguf.GGUFReader lists exactly the tensors llama.cpp's loader asks for (names computed here
+#      from the config, independently of hyla's C code), with the ggml shapes it expects, F32 for
+#      vectors / norms / routers / conv kernels, the requested type for the other matrices, and the
+#      metadata keys llama.cpp reads for the architecture (with values from config.json).
+#   2. llama.cpp loads the file and evaluates a 24-token sequence (F32 KV cache, flash attention off,
+#      2 threads); its logits at every position are compared with `hyla forward` on the same tokens.
+#      Tolerances (max |difference| over all positions and vocab entries, scale = max(1, max |ref|)):
+#        F32: 2^-12 * scale. Both sides compute in fp32 and differ only in summation order and in
+#             exp / softplus implementations: each dot product carries a relative error of order
+#             sqrt(K) * 2^-24 (K <= 512: ~1.4e-6); the model amplifies perturbations by a factor
+#             measured below (kappa), ~25x here, so ~1e-5 * scale is expected; the bound leaves 20x.
+#        F16 / BF16: compared with hyla run on the SAME rounded weights (hyla convert --dtype), so
+#             what remains is llama.cpp's rounding of the matmul inputs (activations) to that type:
+#             the same relative size as the weight rounding. Bound: 4 * delta_w + 2^-12 * scale, where
+#             delta_w is hyla's own logit change when only the weights are rounded to that type
+#             (the model's measured sensitivity to a perturbation of this size).
+#        Q8_0: compared with hyla's fp32 run; weights and activations are both quantised (block
+#             step max/127, i.e. up to 2x bf16's relative rounding); bound 16 * delta_w(bf16). The
+#             agreement (max difference, argmax agreement) is reported.
+#      Random-init MoE routers are near ties, so a tiny perturbation can switch an expert: that is
+#      why the reduced-precision bounds are tied to the measured sensitivity, not to unit roundoff.
+import argparse, json, os, subprocess, sys, tempfile
+
+import gguf
+import llama_cpp
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+COMMON = {"vocab_size": 512, "hidden_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+          "partial_rotary_factor": 0.25, "linear_num_key_heads": 2, "linear_key_head_dim": 32,
+          "linear_value_head_dim": 32, "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6, "initializer_range": 0.1,
+          "max_position_embeddings": 4096, "hidden_act": "silu", "attention_bias": False}
+MOE = {"num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 64, "shared_expert_intermediate_size": 96,
+       "router_aux_loss_coef": 0.001, "norm_topk_prob": True}
+ROPE35 = {"rope_parameters": {"rope_type": "default", "rope_theta": 1e7, "mrope_section": [2, 1, 1],
+                              "mrope_interleaved": True}}
+
+MODELS = {
+    # Qwen3-Next: flat config, grouped in_proj_qkvz / in_proj_ba, 2 key heads for 4 value heads
+    "qwen3next": {"architectures": ["Qwen3NextForCausalLM"], "model_type": "qwen3_next", **COMMON, **MOE,
+                  "num_hidden_layers": 6, "full_attention_interval": 3, "rope_theta": 10000.0,
+                  "linear_num_value_heads": 4, "intermediate_size": 256, "decoder_sparse_step": 1,
+                  "mlp_only_layers": [], "tie_word_embeddings": False},
+    # Qwen3.5 dense: VL wrapper, tied embeddings, 3 value heads per key head (the v-head reorder)
+    "qwen35": {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5", "tie_word_embeddings": True,
+               "text_config": {"model_type": "qwen3_5_text", **COMMON, **ROPE35, "num_hidden_layers": 6,
+                               "full_attention_interval": 3, "linear_num_value_heads": 6, "intermediate_size": 384,
+                               "tie_word_embeddings": True, "attn_output_gate": True}},
+    # Qwen3.5 MoE: VL wrapper, a remainder block (5 layers, interval 4)
+    "qwen35moe": {"architectures": ["Qwen3_5MoeForConditionalGeneration"], "model_type": "qwen3_5_moe",
+                  "tie_word_embeddings": False,
+                  "text_config": {"model_type": "qwen3_5_moe_text", **COMMON, **MOE, **ROPE35, "num_hidden_layers": 5,
+                                  "full_attention_interval": 4, "linear_num_value_heads": 4,
+                                  "tie_word_embeddings": False, "attn_output_gate": True}},
+}
+TYPES = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
+         "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}
+
+
+def expected_tensors(arch, c):
+    """name -> (ggml shape, 'f32' | 'matrix') as llama.cpp's loader for `arch` creates them."""
+    H, V, hd = c["hidden_size"], c["vocab_size"], c["head_dim"]
+    Hk, Hv, dk, dv = c["linear_num_key_heads"], c["linear_num_value_heads"], c["linear_key_head_dim"], c["linear_value_head_dim"]
+    kd, vd = Hk * dk, Hv * dv
+    cd = 2 * kd + vd
+    t = {"token_embd.weight": ([H, V], "matrix"), "output_norm.weight": ([H], "f32")}
+    if not c.get("tie_word_embeddings", False):
+        t["output.weight"] = ([H, V], "matrix")
+    n, interval = c["num_hidden_layers"], c["full_attention_interval"]
+    for l in range(n):
+        p = f"blk.{l}."
+        t[p + "attn_norm.weight"] = ([H], "f32")
+        t[p + "post_attention_norm.weight"] = ([H], "f32")
+        if (l + 1) % interval:
+            t[p + "attn_qkv.weight"] = ([H, cd], "matrix")
+            t[p + "attn_gate.weight"] = ([H, vd], "matrix")
+            if arch == "qwen3next":
+                t[p + "ssm_ba.weight"] = ([H, 2 * Hv], "matrix")
+            else:
+                t[p + "ssm_beta.weight"] = ([H, Hv], "matrix")
+                t[p + "ssm_alpha.weight"] = ([H, Hv], "matrix")
+            t[p + "ssm_conv1d.weight"] = ([c["linear_conv_kernel_dim"], cd], "f32")
+            t[p + "ssm_dt.bias"] = ([Hv], "f32")
+            t[p + "ssm_a"] = ([Hv], "f32")
+            t[p + "ssm_norm.weight"] = ([dv], "f32")
+            t[p + "ssm_out.weight"] = ([vd, H], "matrix")
+        else:
+            Hq, Hkv = c["num_attention_heads"], c["num_key_value_heads"]
+            t[p + "attn_q.weight"] = ([H, Hq * hd * 2], "matrix")
+            t[p + "attn_k.weight"] = ([H, Hkv * hd], "matrix")
+            t[p + "attn_v.weight"] = ([H, Hkv * hd], "matrix")
+            t[p + "attn_output.weight"] = ([Hq * hd, H], "matrix")
+            t[p + "attn_q_norm.weight"] = ([hd], "f32")
+            t[p + "attn_k_norm.weight"] = ([hd], "f32")
+        if arch == "qwen35":
+            I = c["intermediate_size"]
+            t[p + "ffn_gate.weight"] = ([H, I], "matrix")
+            t[p + "ffn_up.weight"] = ([H, I], "matrix")
+            t[p + "ffn_down.weight"] = ([I, H], "matrix")
+        else:
+            E, I, Is = c["num_experts"], c["moe_intermediate_size"], c["shared_expert_intermediate_size"]
+            t[p + "ffn_gate_inp.weight"] = ([H, E], "f32")
+            t[p + "ffn_gate_exps.weight"] = ([H, I, E], "matrix")
+            t[p + "ffn_up_exps.weight"] = ([H, I, E], "matrix")
+            t[p + "ffn_down_exps.weight"] = ([I, H, E], "matrix")
+            t[p + "ffn_gate_inp_shexp.weight"] = ([H, 1], "f32")
+            t[p + "ffn_gate_shexp.weight"] = ([H, Is], "matrix")
+            t[p + "ffn_up_shexp.weight"] = ([H, Is], "matrix")
+            t[p + "ffn_down_shexp.weight"] = ([Is, H], "matrix")
+    return t
+
+
+def expected_metadata(arch, c, n_vocab):
+    keys = {f"{arch}.block_count": c["num_hidden_layers"], f"{arch}.embedding_length": c["hidden_size"],
+            f"{arch}.attention.head_count": c["num_attention_heads"],
+            f"{arch}.attention.head_count_kv": c["num_key_value_heads"],
+            f"{arch}.attention.key_length": c["head_dim"], f"{arch}.attention.value_length": c["head_dim"],
+            f"{arch}.context_length": c["max_position_embeddings"],
+            f"{arch}.ssm.conv_kernel": c["linear_conv_kernel_dim"], f"{arch}.ssm.state_size": c["linear_key_head_dim"],
+            f"{arch}.ssm.group_count": c["linear_num_key_heads"], f"{arch}.ssm.time_step_rank": c["linear_num_value_heads"],
+            f"{arch}.ssm.inner_size": c["linear_num_value_heads"] * c["linear_value_head_dim"],
+            f"{arch}.full_attention_interval": c["full_attention_interval"],
+            f"{arch}.rope.dimension_count": int(c["head_dim"] * c["partial_rotary_factor"]),
+            "general.architecture": arch, "tokenizer.ggml.model": "gpt2",
+            "tokenizer.ggml.pre": "qwen2" if arch == "qwen3next" else "qwen35"}
+    if "num_experts" in c:
+        keys.update({f"{arch}.expert_count": c["num_experts"], f"{arch}.expert_used_count": c["num_experts_per_tok"],
+                     f"{arch}.expert_feed_forward_length": c["moe_intermediate_size"],
+                     f"{arch}.expert_shared_feed_forward_length": c["shared_expert_intermediate_size"]})
+    if arch == "qwen35":
+        keys[f"{arch}.feed_forward_length"] = c["intermediate_size"]
+    if arch != "qwen3next":
+        keys[f"{arch}.rope.dimension_sections"] = c["rope_parameters"]["mrope_section"] + [0]
+    return keys
+
+
+def field_value(f):
+    if f.types and f.types[0] == gguf.GGUFValueType.ARRAY:
+        return [f.parts[i].tolist()[0] if f.types[-1] != gguf.GGUFValueType.STRING else bytes(f.parts[i]).decode()
+                for i in f.data]
+    if f.types[0] == gguf.GGUFValueType.STRING:
+        return bytes(f.parts[-1]).decode()
+    return f.parts[-1].tolist()[0]
+
+
+def check_file(path, arch, c, qtype, errors):
+    r = gguf.GGUFReader(path)
+    want = expected_tensors(arch, c)
+    got = {t.name: t for t in r.tensors}
+    for name in sorted(set(want) ^ set(got)):
+        errors.append(f"{path}: tensor {name} is {'missing' if name in want else 'unexpected'}")
+    for name, (shape, kind) in want.items():
+        t = got.get(name)
+        if t is None:
+            continue
+        if [int(x) for x in t.shape] != shape:
+            errors.append(f"{path}: {name} has ggml shape {list(t.shape)}, llama.cpp expects {shape}")
+        wtype = gguf.GGMLQuantizationType.F32 if kind == "f32" else TYPES[qtype]
+        if wtype == gguf.GGMLQuantizationType.Q8_0 and shape[0] % 32:
+            wtype = gguf.GGMLQuantizationType.F16  # what llama.cpp's converter falls back to as well
+        if t.tensor_type != wtype:
+            errors.append(f"{path}: {name} is {t.tensor_type.name}, expected {wtype.name}")
+    for key, value in expected_metadata(arch, c, c["vocab_size"]).items():
+        f = r.fields.get(key)
+        if f is None:
+            errors.append(f"{path}: metadata key {key} is missing")
+        elif field_value(f) != value:
+            errors.append(f"{path}: metadata {key} = {field_value(f)!r}, expected {value!r}")
+    for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.token_type", "tokenizer.ggml.merges",
+                "tokenizer.ggml.eos_token_id", "tokenizer.chat_template", f"{arch}.attention.recurrent_layers",
+                f"{arch}.rope.freq_base", f"{arch}.attention.layer_norm_rms_epsilon"):
+        if key not in r.fields:
+            errors.append(f"{path}: metadata key {key} is missing")
+    n_tok = len(r.fields["tokenizer.ggml.tokens"].data) if "tokenizer.ggml.tokens" in r.fields else -1
+    if n_tok != c["vocab_size"]:
+        errors.append(f"{path}: {n_tok} tokens, the embedding has {c['vocab_size']} rows")
+
+
+def hyla_logits(hyla, model, tokens, out):
+    subprocess.run([hyla, "forward", model, "--tokens", ",".join(map(str, tokens)), "--logits-out", out], check=True,
+                   stdout=subprocess.DEVNULL)
+    return np.fromfile(out, dtype=np.float32).reshape(len(tokens), -1)
+
+
+def llama_logits(path, tokens):
+    llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_batch=64, logits_all=True, flash_attn=False, n_threads=2,
+                          n_threads_batch=2, type_k=0, type_v=0, verbose=False)  # type 0 = GGML_TYPE_F32 KV cache
+    llm.eval(tokens)
+    got = np.array(llm.scores[:len(tokens)], dtype=np.float32)
+    del llm
+    return got
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("hyla")
+    ap.add_argument("work")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    errors, report = [], []
+    global QUIET  # the ctypes callback must outlive every llama.cpp call
+    QUIET = llama_cpp.llama_log_callback(lambda level, text, data: None)
+    llama_cpp.llama_log_set(QUIET, None)  # quiet loader
+    for arch, config in MODELS.items():
+        c = config.get("text_config", config)
+        d = os.path.join(a.work, arch)
+        cfg_path = os.path.join(a.work, arch + ".json")
+        json.dump(config, open(cfg_path, "w"))
+        subprocess.run([a.hyla, "init", "--out", d, "--config", cfg_path, "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "data", "make_qwen_tokenizer.py"), d, "--pattern",
+                        "qwen2" if arch == "qwen3next" else "qwen35"], check=True, stdout=subprocess.DEVNULL)
+        tokens = [(i * 37 + 11) % 459 for i in range(24)]  # ids of the 459-token tokenizer, specials included
+        ref = hyla_logits(a.hyla, d, tokens, os.path.join(a.work, "ref.bin"))
+        scale = max(1.0, float(np.abs(ref).max()))
+        delta_w = {}
+        for dt in ("f16", "bf16"):  # the model's sensitivity: hyla on weights rounded to dt
+            rd = d + "." + dt
+            subprocess.run([a.hyla, "convert", d, rd, "--dtype", dt], check=True, stdout=subprocess.DEVNULL)
+            delta_w[dt] = float(np.abs(hyla_logits(a.hyla, rd, tokens, os.path.join(a.work, "r.bin")) - ref).max())
+        for qtype in TYPES:
+            path = os.path.join(a.work, f"{arch}-{qtype}.gguf")
+            subprocess.run([a.hyla, "convert", d, path, "--to", "gguf", "--type", qtype], check=True, stdout=subprocess.DEVNULL)
+            check_file(path, arch, c, qtype, errors)
+            got = llama_logits(path, tokens)
+            if qtype in ("f16", "bf16"):
+                base = hyla_logits(a.hyla, d + "." + qtype, tokens, os.path.join(a.work, "r.bin"))
+                bound = 4 * delta_w[qtype] + scale / 4096
+            else:
+                base = ref
+                bound = scale / 4096 if qtype == "f32" else 16 * delta_w["bf16"]
+            diff = float(np.abs(got - base).max()) if np.isfinite(got).all() else float("inf")
+            agree = float((got.argmax(1) == base.argmax(1)).mean())
+            ok = diff <= bound
+            report.append({"arch": arch, "type": qtype, "max_abs_diff": diff, "bound": bound, "logit_scale": scale,
+                           "argmax_agreement": agree, "weights_only_delta": delta_w.get(qtype, delta_w["bf16"]),
+                           "ok": ok})
+            print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:4s}: llama.cpp vs hyla max |diff| {diff:.3g} "
+                  f"(bound {bound:.3g}, logits up to {scale:.3g}), argmax agreement {agree:.0%}")
+            if not ok:
+                errors.append(f"{arch} {qtype}: llama.cpp logits differ from hyla's by {diff:.3g} > {bound:.3g}")
+    if a.json:
+        json.dump({"llama_cpp_python": llama_cpp.__version__, "gguf": getattr(gguf, "__version__", "?"),
+                   "results": report}, open(a.json, "w"), indent=1)
+    for e in errors:
+        print("FAIL", e)
+    sys.exit(1 if errors else 0)
+
+
+if __name__ == "__main__":
+    main()
