@@ -20,7 +20,7 @@ ifeq ($(HYLA_GEMM),openblas)
 endif
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/io/*.c src/ops/*.c src/model/*.c src/engine/*.c src/train/*.c src/infer/*.c src/api/*.c))
-CLI_SRC  := $(sort $(wildcard src/cli/*.c))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/serve/*.c))   # the server is part of the binary, not the library
 TEST_SRC := $(sort $(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
@@ -56,7 +56,7 @@ install: $(BUILD)/hyla $(BUILD)/libhyla.a $(BUILD)/libhyla.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' hyla.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hyla.pc
 
 $(BUILD)/hyla: $(CLI_OBJ) $(BUILD)/libhyla.a
-	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhyla.a $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhyla.a $(LDLIBS) -lmicrohttpd
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libhyla.a
 	@mkdir -p $(@D)

@@ -24,9 +24,10 @@ static const command commands[] = {
     {"init", hyla_cmd_init, "write a randomly initialised model (spec init) as a Hugging Face directory"},
     {"train", hyla_cmd_train, "train from scratch or a checkpoint: nested block executor, remat policies, AdamW"},
     {"generate", hyla_cmd_generate, "prefill + decode with per-layer caches; greedy / temperature / top-k / top-p"},
+    {"serve", hyla_cmd_serve, "OpenAI-compatible HTTP server with continuous batching (completions, chat, streaming)"},
     {"plan", hyla_cmd_plan, "predict a training step's memory from a config alone (argument / temp bytes, per checkpoint)"},
     {"tokenize", hyla_cmd_tokenize, "encode / decode with a Qwen tokenizer.json; write training token files"},
-    {"convert", hyla_cmd_convert, "re-save a model, optionally in another tensor layout or sharding"},
+    {"convert", hyla_cmd_convert, "re-save a model in another layout, sharding or dtype, or export it as GGUF for llama.cpp"},
 };
 
 int hyla_cli_fail(const char *cmd)

@@ -113,8 +113,8 @@ static void store_routing(hyla_routing *r, const int32_t *call, int64_t rows, in
         memcpy(r->ids + (l * r->rows + at) * r->k, call + l * rows * r->k, (size_t)(rows * r->k) * sizeof(int32_t));
 }
 
-static int prefill_one(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
-                       float *last_logits, hyla_routing *rec)
+int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
+                          float *last_logits, hyla_routing *rec)
 {
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
@@ -201,7 +201,7 @@ static int generate_impl(const hyla_model *m, int64_t B, const int32_t *const *p
     int rc = (logits && p && idx && step_tokens && done) ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     double t0 = hyla_now();
     for (int64_t b = 0; rc == HYLA_OK && b < B; b++) {
-        rc = prefill_one(m, &state, b, prompts[b], lens[b], logits + b * V, rec);
+        rc = hyla_prefill_sequence(m, &state, b, prompts[b], lens[b], logits + b * V, rec);
         stats->prefill_tokens += lens[b];
         n_out[b] = 0;
     }

@@ -50,6 +50,13 @@ int hyla_generate_recorded(const hyla_model *m, const int32_t *prompt, int64_t l
                            int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx, hyla_generate_stats *stats,
                            struct hyla_routing_s *routing);
 
+/* Prefill: run prompt[len] through the chunked delta rule on top of sequence b's caches in `state`
+ * (empty for a new sequence), filling them; last_logits[V] gets the logits after the last prompt
+ * token. `rec` (may be NULL) records the prompt's routing at rows [0, len). */
+struct hyla_routing_s;
+int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
+                          float *last_logits, struct hyla_routing_s *rec);
+
 /* A one-sequence view (B = 1) of sequence b of a batched state; `layers` is caller storage
  * [n_layers]. */
 void hyla_infer_state_view(hyla_infer_state *view, hyla_layer_state *layers, const hyla_infer_state *s,

@@ -1,0 +1,260 @@
+# hyla serve with real clients: the official `openai` Python client and curl.
+# usage: serve_test.py HYLA WORKDIR [--load-json OUT]
+#
+# Starts `hyla serve` (loopback, --api-key, --parallel 4, --ctx 256) on a tiny model with a
+# Qwen-style tokenizer and checks:
+#   - /health, /v1/models; plain and streamed completions and chat completions through the openai
+#     client and through curl; streamed text == the non-streamed text; usage counts;
+#   - greedy output over HTTP == `hyla generate` token for token (completions, and chat == --chat);
+#   - stop strings and stop ids; seeded sampling is reproducible;
+#   - bad requests, each a 4xx with an OpenAI-style error body, the server still serving after:
+#     malformed JSON, unknown model, negative max_tokens, a prompt past the context, a wrong or
+#     missing API key, an oversize body, an unknown route, a wrong method, an unknown role;
+#   - a client that disconnects mid-stream frees its slot (/health slots_busy returns to 0);
+#   - a bounded load test (16 concurrent clients x 8 requests, loopback): no failed request, every
+#     greedy answer identical to the same request sent alone; requests/s and tokens/s against the
+#     same requests one at a time (reported, with the ratio; timing is not asserted in a test).
+import argparse, concurrent.futures as cf, json, os, re, socket, subprocess, sys, time, urllib.request
+
+import openai
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+KEY = "test-key-123"
+failures = []
+
+
+def check(cond, what):
+    print(f"  {'ok' if cond else 'FAIL'}  {what}")
+    if not cond:
+        failures.append(what)
+
+
+def raw(port, method, path, body=None, key=KEY, headers=None):
+    """(status, parsed JSON or text) of one HTTP request."""
+    data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    req.add_header("Content-Type", "application/json")
+    for k, v in (headers or {}).items():
+        req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            text = r.read().decode()
+            status = r.status
+    except urllib.error.HTTPError as e:
+        text, status = e.read().decode(), e.code
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text
+
+
+def is_openai_error(obj):
+    return isinstance(obj, dict) and isinstance(obj.get("error"), dict) and isinstance(obj["error"].get("message"), str) \
+        and "type" in obj["error"]
+
+
+def generate_tokens(hyla, model, prompt, n, chat=False):
+    out = subprocess.run([hyla, "generate", model, "--prompt", prompt, "--max-new", str(n), "--json"] + (["--chat"] if chat else []),
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)["tokens"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("hyla")
+    ap.add_argument("work")
+    ap.add_argument("--load-json")
+    a = ap.parse_args()
+    model = os.path.join(a.work, "servemodel")
+    subprocess.run([a.hyla, "init", "--out", model, "--preset", "tiny-hybrid", "--seed", "3"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "data", "make_qwen_tokenizer.py"), model], check=True,
+                   stdout=subprocess.DEVNULL)
+    log = open(os.path.join(a.work, "serve.log"), "w+")
+    srv = subprocess.Popen([a.hyla, "serve", model, "--port", "0", "--parallel", "4", "--ctx", "256", "--api-key", KEY,
+                            "--max-body", "65536", "--threads", "2"], stdout=log, stderr=subprocess.STDOUT)
+    port = None
+    for _ in range(200):
+        log.seek(0)
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", log.read())
+        if m:
+            port = int(m.group(1))
+            break
+        time.sleep(0.05)
+    if port is None:
+        srv.kill()
+        log.seek(0)
+        print("  FAIL  the server did not start:", log.read())
+        sys.exit(1)
+    try:
+        run_checks(a, model, port)
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+    check(srv.returncode == 0, f"SIGTERM stops the server cleanly (exit {srv.returncode})")
+    if failures:
+        print(f"  {len(failures)} server check(s) failed")
+        sys.exit(1)
+
+
+def run_checks(a, model, port):
+    base = f"http://127.0.0.1:{port}/v1"
+    client = openai.OpenAI(base_url=base, api_key=KEY, max_retries=0)
+    name = os.path.basename(model)
+
+    st, h = raw(port, "GET", "/health")
+    check(st == 200 and h.get("status") == "ok" and h.get("slots") == 4, f"GET /health: {h}")
+    models = client.models.list()
+    check([m.id for m in models.data] == [name], f"GET /v1/models through the openai client: {[m.id for m in models.data]}")
+
+    # greedy completions == hyla generate, token for token
+    prompt = "In the beginning God created"
+    want = generate_tokens(a.hyla, model, prompt, 12)
+    c = client.completions.create(model=name, prompt=prompt, max_tokens=12, temperature=0)
+    got = c.choices[0].model_extra.get("token_ids") if c.choices[0].model_extra else None
+    check(got == want, f"greedy completion over HTTP == hyla generate ({len(want)} tokens)")
+    check(c.usage.completion_tokens == 12 and c.usage.prompt_tokens > 0 and
+          c.usage.total_tokens == c.usage.prompt_tokens + 12 and c.choices[0].finish_reason == "length",
+          f"usage {c.usage.prompt_tokens}+{c.usage.completion_tokens}, finish_reason {c.choices[0].finish_reason}")
+    streamed = "".join(ch.choices[0].text for ch in
+                       client.completions.create(model=name, prompt=prompt, max_tokens=12, temperature=0, stream=True))
+    check(streamed == c.choices[0].text, "streamed completion text == the non-streamed text")
+
+    # chat == hyla generate --chat (ChatML, stops at <|im_end|>)
+    want = generate_tokens(a.hyla, model, "Who made the light?", 10, chat=True)
+    r = client.chat.completions.create(model=name, messages=[{"role": "user", "content": "Who made the light?"}],
+                                       max_tokens=10, temperature=0)
+    got = r.choices[0].model_extra.get("token_ids")
+    check(got == want, f"greedy chat over HTTP == hyla generate --chat ({len(want)} tokens)")
+    check(r.choices[0].message.role == "assistant" and r.object == "chat.completion", "chat response shape")
+    chunks = list(client.chat.completions.create(model=name, messages=[{"role": "user", "content": "Who made the light?"}],
+                                                 max_tokens=10, temperature=0, stream=True))
+    text = "".join(ch.choices[0].delta.content or "" for ch in chunks if ch.choices)
+    check(text == r.choices[0].message.content and chunks[0].choices[0].delta.role == "assistant" and
+          chunks[-1].choices[0].finish_reason is not None, "streamed chat == non-streamed chat; role first, finish last")
+
+    # sampling: seeded runs repeat, stop strings cut the text, stop ids end generation
+    kw = dict(model=name, prompt=prompt, max_tokens=16, temperature=0.9, top_p=0.9, seed=42)
+    s1 = client.completions.create(**kw).choices[0]
+    s2 = client.completions.create(**kw).choices[0]
+    check(s1.text == s2.text, "the same seed gives the same sample")
+    long = client.completions.create(model=name, prompt=prompt, max_tokens=30, temperature=0).choices[0]
+    # a stop string of plain letters inside the text (a random model also emits invalid bytes, which the
+    # server sends as U+FFFD and which therefore cannot serve as a stop string)
+    found = re.search(r"[A-Za-z]{2,3}", long.text[1:])
+    cut = found.group(0) if found else None
+    check(cut is not None, f"the 30-token greedy text has letters to stop at: {long.text!r}")
+    if cut:
+        st_ = client.completions.create(model=name, prompt=prompt, max_tokens=30, temperature=0, stop=[cut]).choices[0]
+        check(st_.text == long.text[:long.text.index(cut)] and st_.finish_reason == "stop",
+              f"stop string {cut!r} ends the text before it")
+    ids = long.model_extra["token_ids"]
+    st_, body = raw(port, "POST", "/v1/completions", {"model": name, "prompt": prompt, "max_tokens": 30, "temperature": 0,
+                                                       "stop": [ids[3]]})
+    check(st_ == 200 and body["choices"][0]["token_ids"] == ids[:4] and body["choices"][0]["finish_reason"] == "stop",
+          "a stop token id ends generation at it")
+
+    # curl: plain and streamed
+    curl = ["curl", "-sS", "-H", f"Authorization: Bearer {KEY}", "-H", "Content-Type: application/json"]
+    out = subprocess.run(curl + [f"{base}/chat/completions", "-d", json.dumps(
+        {"model": name, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 5, "temperature": 0})],
+        capture_output=True, text=True, check=True).stdout
+    check(json.loads(out)["choices"][0]["message"]["role"] == "assistant", "curl: chat completion")
+    out = subprocess.run(curl + ["-N", f"{base}/completions", "-d", json.dumps(
+        {"model": name, "prompt": "Hi", "max_tokens": 5, "temperature": 0, "stream": True})],
+        capture_output=True, text=True, check=True).stdout
+    events = [l[6:] for l in out.splitlines() if l.startswith("data: ")]
+    check(events and events[-1] == "[DONE]" and all(json.loads(e)["object"] == "text_completion" for e in events[:-1]),
+          f"curl: a streamed completion is server-sent events ending in [DONE] ({len(events)} events)")
+
+    # bad requests: 4xx with an OpenAI-style error, and the server keeps serving
+    bad = [
+        ("malformed JSON", "POST", "/v1/completions", b'{"prompt": "x", ', KEY, 400),
+        ("unknown model", "POST", "/v1/completions", {"model": "nope", "prompt": "x"}, KEY, 404),
+        ("negative max_tokens", "POST", "/v1/completions", {"prompt": "x", "max_tokens": -5}, KEY, 400),
+        ("prompt past the context", "POST", "/v1/completions", {"prompt": "In the beginning " * 100, "max_tokens": 4}, KEY, 400),
+        ("max_tokens past the context", "POST", "/v1/completions", {"prompt": "x", "max_tokens": 10000}, KEY, 400),
+        ("wrong API key", "POST", "/v1/completions", {"prompt": "x"}, "wrong", 401),
+        ("missing API key", "GET", "/v1/models", None, None, 401),
+        ("oversize body", "POST", "/v1/completions", json.dumps({"prompt": "x" * 100000}).encode(), KEY, 413),
+        ("unknown route", "GET", "/v2/nothing", None, KEY, 404),
+        ("wrong method", "GET", "/v1/completions", None, KEY, 405),
+        ("unknown role", "POST", "/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, KEY, 400),
+        ("token id out of range", "POST", "/v1/completions", {"prompt": [1, 2, 99999]}, KEY, 400),
+        ("temperature out of range", "POST", "/v1/completions", {"prompt": "x", "temperature": -1}, KEY, 400),
+        ("a JSON array body", "POST", "/v1/chat/completions", b"[1, 2]", KEY, 400),
+    ]
+    for what, method, path, body, key, status in bad:
+        st_, obj = raw(port, method, path, body, key=key)
+        check(st_ == status and is_openai_error(obj),
+              f"{what}: {st_} {obj['error']['message'] if is_openai_error(obj) else obj!r}")
+    try:
+        client.completions.create(model=name, prompt="x", max_tokens=-1)
+        check(False, "the openai client sees negative max_tokens as an error")
+    except openai.BadRequestError as e:
+        check(e.status_code == 400, f"the openai client raises BadRequestError for negative max_tokens")
+    st_, h = raw(port, "GET", "/health")
+    check(st_ == 200 and h["slots_busy"] == 0, "still serving after the bad requests")
+
+    # a client that disconnects mid-stream frees its slot
+    sock = socket.create_connection(("127.0.0.1", port))
+    body = json.dumps({"model": name, "prompt": "In", "max_tokens": 200, "temperature": 0, "stream": True}).encode()
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer " +
+                 KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    first = sock.recv(4096)
+    busy_during = raw(port, "GET", "/health")[1]["slots_busy"]
+    sock.close()
+    freed = False
+    for _ in range(100):
+        if raw(port, "GET", "/health")[1]["slots_busy"] == 0:
+            freed = True
+            break
+        time.sleep(0.05)
+    check(b"200" in first.split(b"\r\n")[0] and busy_during == 1 and freed,
+          "a client gone mid-stream frees its slot (slots_busy 1 -> 0)")
+
+    load_test(a, port, name)
+
+
+def load_test(a, port, name):
+    clients, per_client = 16, 8
+    prompts = ["In the beginning", "And God said", "The earth was", "Let there be light", "And the evening",
+               "Thou shalt", "Blessed are", "The LORD is"]
+
+    def request(i):
+        greedy = i % 2 == 0
+        body = {"model": name, "prompt": prompts[i % len(prompts)], "max_tokens": 16,
+                "temperature": 0 if greedy else 0.8, "seed": i}
+        st, obj = raw(port, "POST", "/v1/completions", body)
+        return st, obj
+
+    n = clients * per_client
+    t0 = time.time()
+    alone = {}
+    for i in range(n):
+        alone[i] = request(i)  # (status, body)
+    t_seq = time.time() - t0
+    t0 = time.time()
+    with cf.ThreadPoolExecutor(clients) as ex:
+        together = dict(enumerate(ex.map(request, range(n))))
+    t_par = time.time() - t0
+    failed = [i for i in range(n) if together[i][0] != 200 or alone[i][0] != 200]
+    check(not failed, f"load test: {n} requests from {clients} concurrent clients, {len(failed)} failed")
+    same = all(together[i][1]["choices"][0]["token_ids"] == alone[i][1]["choices"][0]["token_ids"]
+               for i in range(n) if not failed)
+    check(same, "every answer under load (greedy and seeded) equals the same request sent alone")
+    toks = sum(together[i][1]["usage"]["completion_tokens"] for i in range(n) if together[i][0] == 200)
+    res = {"requests": n, "clients": clients, "parallel": 4, "max_tokens": 16, "tokens": toks,
+           "one_at_a_time": {"seconds": t_seq, "requests_per_s": n / t_seq, "tokens_per_s": toks / t_seq},
+           "concurrent": {"seconds": t_par, "requests_per_s": n / t_par, "tokens_per_s": toks / t_par},
+           "throughput_ratio": t_seq / t_par}
+    print(f"  load: one at a time {n / t_seq:.1f} req/s {toks / t_seq:.0f} tok/s; {clients} clients "
+          f"{n / t_par:.1f} req/s {toks / t_par:.0f} tok/s; ratio {t_seq / t_par:.2f}x")
+    if a.load_json:
+        json.dump(res, open(a.load_json, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
