@@ -12,7 +12,7 @@ EXTRA   ?=
 
 CFLAGS  := -std=c11 $(OPT) $(ARCH) -fopenmp -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -Isrc -Iinclude $(EXTRA)
-LDLIBS  := -lcjson -lpcre2-8 -lm -lpthread -ldnnl   # oneDNN: fp32 GEMM (default) and bf16 matmul (always)
+LDLIBS  := -lcjson -lpcre2-8 -lutf8proc -lm -lpthread -ldnnl   # oneDNN: fp32 GEMM (default) and bf16 matmul (always)
 
 ifeq ($(HYLA_GEMM),openblas)
   CFLAGS += -DHYLA_GEMM_OPENBLAS -I/usr/include/x86_64-linux-gnu/openblas-pthread

@@ -2,14 +2,14 @@
 # The Python oracles that are not Debian packages, in a project-local virtual environment (.venv,
 # with Debian's numpy / torch visible): gguf (reads GGUF files), llama-cpp-python (llama.cpp itself,
 # built from its vendored sources: about 6 minutes on 2 cores, once), openai (the official client,
-# for the server tests). Pinned versions. Idempotent: returns at once when they are installed.
+# for the server tests), tokenizers (Hugging Face's tokenizer, the tokenizer oracle). Pinned versions. Idempotent: returns at once when they are installed.
 # A failure here (no package registry) is not fatal: the tests that need these oracles say loudly
 # that they are skipped.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV=.venv
-PKGS=(gguf==0.19.0 llama-cpp-python==0.3.36 openai==3.57.0)
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import gguf, llama_cpp, openai" 2>/dev/null; then
+PKGS=(gguf==0.19.0 llama-cpp-python==0.3.36 openai==3.57.0 tokenizers==0.23.3)
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import gguf, llama_cpp, openai, tokenizers" 2>/dev/null; then
     exit 0
 fi
 echo "pydeps: installing ${PKGS[*]} into $VENV (llama-cpp-python compiles llama.cpp: several minutes)"

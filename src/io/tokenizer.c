@@ -20,6 +20,7 @@
 #include <math.h>
 #include <pcre2.h>
 #include <stdlib.h>
+#include <utf8proc.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -73,6 +74,7 @@ struct hyla_tokenizer {
     pcre2_code *re;        /* NULL: no regex split, each run is one piece */
     char re_excerpt[64];   /* the pattern's start, for error messages */
     char *pattern;         /* the whole pattern (NULL: no regex split) */
+    int nfc;               /* normalizer "NFC": text between added tokens is NFC-normalised first */
     size_t n_merges;       /* model.merges entries */
     int ignore_merges;     /* model.ignore_merges: a piece found whole in the vocab is one id */
 };
@@ -455,24 +457,54 @@ static int check_model(hyla_tokenizer *t, const cJSON *model)
     return HYLA_OK;
 }
 
-/* null or NFC. NFC is accepted but not applied (see tokenizer.h). */
-static int check_normalizer(const hyla_tokenizer *t, const cJSON *root)
+/* null or NFC (applied with utf8proc at encode time). */
+static int check_normalizer(hyla_tokenizer *t, const cJSON *root)
 {
     const cJSON *n = obj_get(root, "normalizer");
     if (!n)
         return HYLA_OK;
     const cJSON *type = obj_get(n, "type");
-    if (cJSON_IsString(type) && strcmp(type->valuestring, "NFC") == 0)
+    if (cJSON_IsString(type) && strcmp(type->valuestring, "NFC") == 0) {
+        t->nfc = 1;
         return HYLA_OK;
+    }
     return hyla_error_set(HYLA_ERR_FORMAT, "%s: normalizer.type %s is not supported (only null or NFC)", t->path,
                           cJSON_IsString(type) ? type->valuestring : "(missing)");
+}
+
+/* The pattern with \\s / \\S as the Unicode White_Space property. Hugging Face's regex engine
+ * (Oniguruma) means exactly that; PCRE2's \\s with UCP also matches U+180E (MONGOLIAN VOWEL
+ * SEPARATOR, not White_Space since Unicode 6.3), which would split "a \u180e" differently.
+ * Both forms are valid inside and outside a character class. NULL when out of memory. */
+static char *pattern_for_pcre2(const char *pattern)
+{
+    size_t n = strlen(pattern);
+    char *out = malloc(8 * n + 1), *o = out; /* each 2-byte escape grows to at most 15 bytes */
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (pattern[i] == '\\' && i + 1 < n) {
+            char c = pattern[++i];
+            if (c == 's' || c == 'S')
+                o += sprintf(o, "\\%c{White_Space}", c == 's' ? 'p' : 'P');
+            else
+                *o++ = '\\', *o++ = c;
+        } else
+            *o++ = pattern[i];
+    }
+    *o = '\0';
+    return out;
 }
 
 static int compile_regex(hyla_tokenizer *t, const char *pattern, const char *field)
 {
     int code;
     PCRE2_SIZE at;
-    t->re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+    char *rewritten = pattern_for_pcre2(pattern);
+    if (!rewritten)
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", t->path);
+    t->re = pcre2_compile((PCRE2_SPTR)rewritten, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP, &code, &at, NULL);
+    free(rewritten);
     if (!t->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(code, msg, sizeof msg);
@@ -1087,14 +1119,102 @@ static void find_added(const hyla_tokenizer *t, const unsigned char *text, size_
     *id = -1;
 }
 
+/* The input cut at added tokens: span k is [start, end) of the (normalised) text, then token id
+ * (-1 after the last span). */
+typedef struct {
+    size_t end;
+    int32_t id;
+} span;
+
+typedef struct {
+    unsigned char *text; /* normalised copy (NULL: the input itself) */
+    size_t len, cap;
+    span *spans;
+    size_t n_spans, cap_spans;
+} split_text;
+
+static int put_bytes(split_text *o, const void *p, size_t n)
+{
+    if (o->len + n > o->cap) {
+        size_t cap = 2 * (o->len + n) + 16;
+        unsigned char *q = realloc(o->text, cap);
+        if (!q)
+            return hyla_error_set(HYLA_ERR_NOMEM, "tokenizer: out of memory normalising the input");
+        o->text = q, o->cap = cap;
+    }
+    memcpy(o->text + o->len, p, n);
+    o->len += n;
+    return HYLA_OK;
+}
+
+/* NFC-normalise text[s, e) (no added token inside) into o: each valid UTF-8 run through utf8proc,
+ * bytes that start no well-formed sequence unchanged (they stay pieces of their own). */
+static int put_nfc(split_text *o, const unsigned char *text, size_t s, size_t e)
+{
+    size_t i = s;
+    while (i < e) {
+        size_t run = i, k;
+        while (run < e && (k = utf8_char_len(text + run, e - run)) > 0)
+            run += k;
+        if (run > i) {
+            utf8proc_uint8_t *nfc = NULL;
+            utf8proc_ssize_t n = utf8proc_map(text + i, (utf8proc_ssize_t)(run - i), &nfc, UTF8PROC_STABLE | UTF8PROC_COMPOSE);
+            int st = n < 0 ? hyla_error_set(HYLA_ERR_ARG, "tokenizer: NFC normalisation failed: %s", utf8proc_errmsg(n))
+                           : put_bytes(o, nfc, (size_t)n);
+            free(nfc);
+            HYLA_TRY(st);
+        }
+        if (run < e)
+            HYLA_TRY(put_bytes(o, text + run, 1));
+        i = run < e ? run + 1 : e;
+    }
+    return HYLA_OK;
+}
+
+static int push_span(split_text *o, size_t end, int32_t id)
+{
+    if (o->n_spans == o->cap_spans) {
+        size_t cap = 2 * o->cap_spans + 8;
+        span *p = realloc(o->spans, cap * sizeof *p);
+        if (!p)
+            return hyla_error_set(HYLA_ERR_NOMEM, "tokenizer: out of memory");
+        o->spans = p, o->cap_spans = cap;
+    }
+    o->spans[o->n_spans++] = (span){end, id};
+    return HYLA_OK;
+}
+
+/* Added tokens are matched in the raw input (as Hugging Face does for normalized: false tokens);
+ * with an NFC normalizer the text between them is normalised. */
+static int split_input(const hyla_tokenizer *t, const unsigned char *text, size_t len, split_text *o)
+{
+    for (size_t pos = 0; pos < len;) {
+        size_t at;
+        int32_t id;
+        find_added(t, text, pos, len, &at, &id);
+        if (t->nfc) {
+            HYLA_TRY(put_nfc(o, text, pos, at));
+            HYLA_TRY(push_span(o, o->len, id));
+            if (id >= 0)
+                HYLA_TRY(put_bytes(o, text + at, t->tokens[id].str_len));
+        } else
+            HYLA_TRY(push_span(o, at, id));
+        pos = id >= 0 ? at + t->tokens[id].str_len : len;
+    }
+    return HYLA_OK;
+}
+
 int hyla_tokenizer_encode(const hyla_tokenizer *t, const char *text, size_t len, int32_t **ids, size_t *n_ids)
 {
     *ids = NULL;
     *n_ids = 0;
     if (!text && len > 0)
         return hyla_error_set(HYLA_ERR_ARG, "tokenizer encode: NULL text with length %zu", len);
-    enc_ctx c = {.t = t, .text = (const unsigned char *)text};
-    int st = out_reserve(&c, len / 4 + 16);
+    split_text parts = {0};
+    int st = split_input(t, (const unsigned char *)text, len, &parts);
+    enc_ctx c = {.t = t, .text = t->nfc ? parts.text : (const unsigned char *)text};
+    if (st == HYLA_OK)
+        st = out_reserve(&c, len / 4 + 16);
     if (st == HYLA_OK && t->re &&
         (!(c.md = pcre2_match_data_create_from_pattern(t->re, NULL)) || !(c.mc = pcre2_match_context_create(NULL))))
         st = hyla_error_set(HYLA_ERR_NOMEM, "tokenizer encode: cannot allocate match data");
@@ -1102,14 +1222,13 @@ int hyla_tokenizer_encode(const hyla_tokenizer *t, const char *text, size_t len,
         pcre2_set_depth_limit(c.mc, REGEX_DEPTH_LIMIT);
         pcre2_set_heap_limit(c.mc, REGEX_HEAP_LIMIT_KIB);
     }
-    for (size_t pos = 0; st == HYLA_OK && pos < len;) {
-        size_t at;
-        int32_t id;
-        find_added(t, c.text, pos, len, &at, &id);
-        st = encode_span(&c, pos, at);
-        if (st == HYLA_OK && id >= 0)
-            st = out_push(&c, id);
-        pos = id >= 0 ? at + t->tokens[id].str_len : len;
+    size_t pos = 0;
+    for (size_t k = 0; st == HYLA_OK && k < parts.n_spans; k++) {
+        const span *sp = &parts.spans[k];
+        st = encode_span(&c, pos, sp->end);
+        if (st == HYLA_OK && sp->id >= 0)
+            st = out_push(&c, sp->id);
+        pos = sp->end + (sp->id >= 0 ? t->tokens[sp->id].str_len : 0);
     }
     pcre2_match_data_free(c.md);
     pcre2_match_context_free(c.mc);
@@ -1117,6 +1236,8 @@ int hyla_tokenizer_encode(const hyla_tokenizer *t, const char *text, size_t len,
     free(c.heap);
     free(c.cache);
     free(c.spell);
+    free(parts.text);
+    free(parts.spans);
     if (st != HYLA_OK) {
         free(c.out);
         return st;

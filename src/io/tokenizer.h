@@ -9,8 +9,9 @@
  *                  with use_regex true (the default) and no Split uses the GPT-2 pattern.
  *                  The pattern is compiled with PCRE2 (PCRE2_UTF | PCRE2_UCP).
  *   decoder:       "ByteLevel".
- *   normalizer:    null, or "NFC", which is recognised but NOT applied: text that is not in
- *                  NFC may tokenize differently from Hugging Face (NFC text is identical).
+ *   normalizer:    null, or "NFC": the text between added tokens is NFC-normalised (utf8proc)
+ *                  before pre-tokenization, as Hugging Face does, so decomposed input gets the
+ *                  same ids as its composed form (and decode gives the composed bytes).
  *   added_tokens:  [{id, content, special, lstrip/rstrip/single_word false}].
  *   Every one of the 256 byte-level tokens (GPT-2 bytes_to_unicode) must be in model.vocab.
  *
@@ -24,7 +25,8 @@
  *   own (the regex never sees past an invalid byte or an added token).
  * Each piece is BPE-merged by rank (lowest merge rank first, leftmost on ties; the same order
  * as Hugging Face tokenizers). No BOS/EOS or other post-processing ids are added.
- * Hence decode(encode(x)) == x byte for byte for every input x.
+ * Hence decode(encode(x)) == x byte for byte for every input x that the normalizer leaves alone
+ * (every x without a normalizer; with NFC, every x whose valid UTF-8 runs are NFC).
  * Cost: about 30 MB/s on ordinary text (one core); merging is O(m log m) in a piece of m
  * bytes, so a single multi-megabyte piece (megabytes of one repeated letter or of whitespace)
  * runs at a few MB/s, as in Hugging Face's implementation.
