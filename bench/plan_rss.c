@@ -56,8 +56,8 @@ int main(int argc, char **argv)
     int32_t *tokens = malloc((size_t)(tc.batch * tc.seq) * sizeof *tokens);
     hyla_step_stats st;
     for (int i = 0; i < 2; i++) {
-        hyla_data_next(&d, tokens, tc.batch, tc.seq);
-        hyla_trainer_step(&tr, tokens, &st);
+        hyla_data_next(&d, tokens, NULL, tc.batch, tc.seq);
+        hyla_trainer_step(&tr, tokens, NULL, &st);
     }
     double peak = rss_bytes();
     printf("{\"policy\": \"%s\", \"unit\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"plan_total_bytes\": %.0f, "

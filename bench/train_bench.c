@@ -157,8 +157,8 @@ static void run_start(run *r, hyla_model *m, int64_t steps, double lr)
         die("out of memory");
     r->setup += hyla_now() - t0;
     hyla_step_stats s;
-    hyla_data_next(&r->d, r->tokens, B, T);
-    if (hyla_trainer_step(&r->tr, r->tokens, &s)) /* warm-up */
+    hyla_data_next(&r->d, r->tokens, NULL, B, T);
+    if (hyla_trainer_step(&r->tr, r->tokens, NULL, &s)) /* warm-up */
         die(spec);
     r->warm = s.seconds;
 }
@@ -166,10 +166,10 @@ static void run_start(run *r, hyla_model *m, int64_t steps, double lr)
 static void run_step(run *r)
 {
     hyla_step_stats s;
-    hyla_data_next(&r->d, r->tokens, r->B, r->T);
+    hyla_data_next(&r->d, r->tokens, NULL, r->B, r->T);
     double f0 = hyla_prof.gemm_flops, s0 = hyla_prof.gemm_seconds;
     long faults = minor_faults();
-    if (hyla_trainer_step(&r->tr, r->tokens, &s))
+    if (hyla_trainer_step(&r->tr, r->tokens, NULL, &s))
         die(r->spec);
     r->faults += minor_faults() - faults;
     r->gemm_flops += hyla_prof.gemm_flops - f0, r->gemm_seconds += hyla_prof.gemm_seconds - s0;

@@ -83,7 +83,7 @@ static void run_reference_steps(const char *dir, const cJSON *hp, const cJSON *b
     int32_t *tokens = malloc((size_t)(tc.batch * tc.seq) * sizeof *tokens);
     for (int s = 0; s < cJSON_GetArraySize(batches); s++) {
         batch_tokens(batches, s, tokens, tc.batch, tc.seq);
-        CHECK(hyla_trainer_step(&tr, tokens, &stats[s]) == HYLA_OK, "%s step %d: %s", dir, s, hyla_error_message());
+        CHECK(hyla_trainer_step(&tr, tokens, NULL, &stats[s]) == HYLA_OK, "%s step %d: %s", dir, s, hyla_error_message());
     }
     free(tokens);
     hyla_trainer_free(&tr);
@@ -248,8 +248,8 @@ static void check_resume(const char *cases)
     hyla_data_open_synthetic(&da, 42, a.cfg.vocab);
     for (int s = 0; s < 10; s++) {
         hyla_step_stats st;
-        hyla_data_next(&da, tokens, 4, 20);
-        hyla_trainer_step(&ta, tokens, &st);
+        hyla_data_next(&da, tokens, NULL, 4, 20);
+        hyla_trainer_step(&ta, tokens, NULL, &st);
         losses[s] = st.loss;
         if (s == 4) {
             hyla_train_state state = {5, da.pos, 42, "synthetic"};
@@ -268,8 +268,8 @@ static void check_resume(const char *cases)
     db.pos = state.data_pos;
     for (int s = 5; s < 10; s++) {
         hyla_step_stats st;
-        hyla_data_next(&db, tokens, 4, 20);
-        hyla_trainer_step(&tb, tokens, &st);
+        hyla_data_next(&db, tokens, NULL, 4, 20);
+        hyla_trainer_step(&tb, tokens, NULL, &st);
         CHECK(st.loss == losses[s], "resume: step %d loss %.9g != %.9g", s, st.loss, losses[s]);
     }
     size_t n = a.table.total_floats * sizeof(float);
@@ -342,8 +342,8 @@ static void check_update_per_layer(const char *cases)
         int32_t tokens[2 * 24];
         for (int step = 0; step < 4; step++) {
             hyla_step_stats sa, sb;
-            hyla_data_next(&d, tokens, 2, 24);
-            CHECK(hyla_trainer_step(&ta, tokens, &sa) == HYLA_OK && hyla_trainer_step(&tb, tokens, &sb) == HYLA_OK,
+            hyla_data_next(&d, tokens, NULL, 2, 24);
+            CHECK(hyla_trainer_step(&ta, tokens, NULL, &sa) == HYLA_OK && hyla_trainer_step(&tb, tokens, NULL, &sb) == HYLA_OK,
                   "step: %s", hyla_error_message());
             CHECK(sa.loss == sb.loss, "per-layer %s step %d: loss %.9g != %.9g", policies[unit], step, sb.loss, sa.loss);
             /* the norm is summed in another order: equal to rounding (relative 1e-12 in double) */
@@ -435,6 +435,58 @@ static void check_head_chunks(const char *cases, const char *name)
     hyla_model_free(&m);
 }
 
+/* Labels: explicit next-token labels (-100 at each row's last position) train exactly like
+ * labels = NULL; which negative value marks an ignored position does not matter; masking a
+ * position removes exactly its term (the loss's denominator is the target count). */
+static void check_labels(const char *cases)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/next_moe_6l", cases);
+    hyla_train_config tc;
+    memset(&tc, 0, sizeof tc);
+    hyla_policy_parse(&tc.policy, "minimal");
+    tc.unit = HYLA_UNIT_LAYER, tc.batch = 2, tc.seq = 16, tc.accum = 2;
+    tc.adamw = (hyla_adamw_config){1e-2, 0.9, 0.95, 1e-8, 0.1, 1.0};
+    tc.schedule = (hyla_lr_schedule){HYLA_SCHED_CONSTANT, 1e-2, 1e-2, 0, 10, 0};
+    enum { N = 2 * 2 * 16 };
+    int32_t tokens[N], next[N], ign_a[N], ign_b[N];
+    hyla_data d;
+    hyla_model m[4];
+    hyla_trainer tr[4];
+    for (int k = 0; k < 4; k++) {
+        CHECK(hyla_model_load(&m[k], dir) == HYLA_OK && hyla_trainer_init(&tr[k], &m[k], &tc) == HYLA_OK, "%s",
+              hyla_error_message());
+    }
+    hyla_data_open_synthetic(&d, 5, m[0].cfg.vocab);
+    double loss[4][3];
+    for (int s = 0; s < 3; s++) {
+        hyla_data_next(&d, tokens, NULL, 4, 16);
+        for (int i = 0; i < N; i++) {
+            next[i] = i % 16 == 15 ? -100 : tokens[i + 1];
+            /* every third position masked, marked -100 in one copy and -1 / -7 in the other */
+            ign_a[i] = i % 3 == 0 ? -100 : next[i];
+            ign_b[i] = i % 3 == 0 ? (i % 2 ? -1 : -7) : next[i];
+        }
+        const int32_t *labels[4] = {NULL, next, ign_a, ign_b};
+        for (int k = 0; k < 4; k++) {
+            hyla_step_stats st;
+            CHECK(hyla_trainer_step(&tr[k], tokens, labels[k], &st) == HYLA_OK, "labels %d: %s", k, hyla_error_message());
+            loss[k][s] = st.loss;
+        }
+    }
+    size_t bytes = m[0].table.total_floats * sizeof(float);
+    CHECK(!memcmp(loss[0], loss[1], sizeof loss[0]) && !memcmp(m[0].w, m[1].w, bytes),
+          "explicit next-token labels differ from labels = NULL");
+    CHECK(!memcmp(loss[2], loss[3], sizeof loss[2]) && !memcmp(m[2].w, m[3].w, bytes),
+          "the value marking an ignored label changed the run");
+    CHECK(loss[2][0] != loss[0][0], "masking a third of the targets did not change the loss");
+    printf("  labels: explicit next-token == NULL, ignored-label value irrelevant (bit-identical over 3 steps)\n");
+    for (int k = 0; k < 4; k++) {
+        hyla_trainer_free(&tr[k]);
+        hyla_model_free(&m[k]);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *cases = argc > 1 ? argv[1] : "build/cases";
@@ -442,6 +494,7 @@ int main(int argc, char **argv)
     check_reference_run(cases, "q35_dense");
     check_reference_run(cases, "next_moe_8l");
     check_resume(cases);
+    check_labels(cases);
     check_update_per_layer(cases);
     check_head_chunks(cases, "next_moe_8l");
     check_head_chunks(cases, "q35_dense");

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "io/outdir.h"
+#include "io/tokenizer.h"
 #include "engine/forward.h"
 #include "model/presets.h"
 #include "engine/routing.h"
@@ -22,8 +23,8 @@
 
 typedef struct {
     const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
-    const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit, *svg;
-    int synthetic, update_per_layer;
+    const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit, *svg, *jsonl, *tokenizer;
+    int synthetic, update_per_layer, shuffle, no_shuffle;
     int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens;
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
 } train_args;
@@ -60,10 +61,37 @@ static int open_model(const train_args *a, hyla_model *m)
     return rc;
 }
 
+/* The tokenizer for --data-jsonl: --tokenizer, else the model directory's tokenizer.json. */
+static int open_tokenizer(const train_args *a, const hyla_model *m, hyla_tokenizer **tok)
+{
+    char path[4096];
+    const char *dir = a->resume ? a->resume : a->model;
+    if (a->tokenizer)
+        snprintf(path, sizeof path, "%s", a->tokenizer);
+    else if (!dir || hyla_path_join(path, sizeof path, dir, "tokenizer.json") != HYLA_OK || !hyla_file_exists(path))
+        return hyla_error_set(HYLA_ERR_ARG, "--data-jsonl needs a tokenizer: --tokenizer FILE, or a --model / --resume "
+                              "directory with tokenizer.json");
+    (void)m;
+    return hyla_tokenizer_load(tok, path);
+}
+
 static int open_data(const train_args *a, const hyla_model *m, hyla_data *d)
 {
-    if (a->data)
-        return hyla_data_open_tokens(d, a->data, m->cfg.vocab);
+    if (a->jsonl) {
+        hyla_tokenizer *tok;
+        HYLA_TRY(open_tokenizer(a, m, &tok));
+        int st = hyla_data_open_jsonl(d, a->jsonl, tok, m->cfg.vocab);
+        hyla_tokenizer_free(tok);
+        d->shuffle = !a->no_shuffle;
+        d->seed = (uint64_t)a->seed;
+        return st;
+    }
+    if (a->data) {
+        HYLA_TRY(hyla_data_open_tokens(d, a->data, m->cfg.vocab));
+        d->shuffle = a->shuffle && hyla_data_labelled(d);
+        d->seed = (uint64_t)a->seed;
+        return HYLA_OK;
+    }
     if (a->text)
         return hyla_data_open_text(d, a->text, m->cfg.vocab);
     hyla_data_open_synthetic(d, (uint64_t)a->seed, m->cfg.vocab);
@@ -244,10 +272,11 @@ static int run(const train_args *a)
     FILE *log = NULL;
     if (rc == HYLA_OK && a->log_json && !(log = fopen(a->log_json, state.step ? "a" : "w")))
         rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", a->log_json, strerror(errno));
-    int32_t *tokens = NULL;
+    int32_t *tokens = NULL, *labels = NULL;
     if (rc == HYLA_OK) {
         tokens = malloc((size_t)(a->accum * a->batch * a->seq) * sizeof *tokens);
-        if (!tokens)
+        labels = hyla_data_labelled(&data) ? malloc((size_t)(a->accum * a->batch * a->seq) * sizeof *labels) : NULL;
+        if (!tokens || (hyla_data_labelled(&data) && !labels))
             rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     }
     if (rc == HYLA_OK) {
@@ -256,17 +285,25 @@ static int run(const train_args *a)
         printf("model: %s, %lld layers in %d blocks, %.3f M parameters (%.3f M active); data: %s\n",
                hyla_family_name(m.cfg.family), (long long)m.cfg.n_layers, m.sched.n_blocks, pc.total / 1e6,
                pc.active / 1e6, data.source);
+        if (hyla_data_labelled(&data))
+            printf("data: %lld documents, %lld tokens (%lld targets), %lld rows of %lld per epoch, %s\n",
+                   (long long)data.n_docs, (long long)data.n_tokens, (long long)data.n_targets,
+                   (long long)hyla_data_rows_per_epoch(&data, a->seq), (long long)a->seq,
+                   data.shuffle ? "shuffled per epoch (--seed)" : "in file order");
         print_memory(&tr, &m);
     }
+    int64_t epoch = rc == HYLA_OK ? hyla_data_epoch(&data, a->seq) : 0;
     for (int64_t step = state.step; rc == HYLA_OK && step < a->steps; step++) {
-        hyla_data_next(&data, tokens, a->accum * a->batch, a->seq);
+        if ((rc = hyla_data_next(&data, tokens, labels, a->accum * a->batch, a->seq)) != HYLA_OK)
+            break;
         hyla_step_stats s;
         int last = step + 1 == a->steps;
         if (a->svg && last && (rc = hyla_executor_measure(&tr.ex)) != HYLA_OK)
             break;
-        rc = hyla_trainer_step(&tr, tokens, &s);
+        rc = hyla_trainer_step(&tr, tokens, labels, &s);
         if (rc)
             break;
+
         printf("step %5lld/%lld  loss %.4f", (long long)step + 1, (long long)a->steps, s.loss);
         if (!isnan(s.aux))
             printf(" (ce %.4f aux %.3f)", s.ce, s.aux);
@@ -276,6 +313,11 @@ static int run(const train_args *a)
             printf("  offload %.1f MiB, copies %.0f ms, %.0f%% hidden", s.offload_bytes / 1048576.0, s.copy_seconds * 1e3,
                    100.0 * hidden_fraction(&s));
         printf("\n");
+        int64_t now_epoch = hyla_data_epoch(&data, a->seq);
+        if (now_epoch != epoch && !data.synthetic) {
+            printf("epoch %lld done at step %lld\n", (long long)now_epoch, (long long)step + 1);
+            epoch = now_epoch;
+        }
         if (fflush(stdout) != 0 || ferror(stdout)) {
             rc = hyla_error_set(HYLA_ERR_IO, "standard output: write failed at step %lld: %s", (long long)step + 1,
                                 strerror(errno));
@@ -297,6 +339,7 @@ static int run(const train_args *a)
         rc = hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", a->log_json, strerror(errno));
     hyla_routing_free(&replay);
     free(tokens);
+    free(labels);
     if (tr.grads)
         hyla_trainer_free(&tr);
     hyla_data_close(&data);
@@ -317,6 +360,12 @@ int hyla_cmd_train(int argc, char **argv)
         {"--resume", OPT_STRING, &a.resume, "DIR", "continue a run from a checkpoint written by --save", 0, 0},
         {"--data", OPT_STRING, &a.data, "FILE", "token file (HYLATOK1 format, see src/train/data.h)", 0, 0},
         {"--text", OPT_STRING, &a.text, "FILE", "text file, byte-level tokens", 0, 0},
+        {"--data-jsonl", OPT_STRING, &a.jsonl, "FILE", "JSONL documents: {\"text\": ...} (all tokens trained) or "
+         "{\"messages\": [...]} (ChatML; only assistant tokens trained); one document per row", 0, 0},
+        {"--tokenizer", OPT_STRING, &a.tokenizer, "FILE", "tokenizer.json for --data-jsonl (default: the model's)", 0, 0},
+        {"--no-shuffle", OPT_FLAG, &a.no_shuffle, NULL, "--data-jsonl: keep the file's document order (default: "
+         "shuffle documents every epoch, seeded by --seed)", 0, 0},
+        {"--shuffle", OPT_FLAG, &a.shuffle, NULL, "--data with a HYLATOK2 document file: shuffle documents every epoch", 0, 0},
         {"--synthetic", OPT_FLAG, &a.synthetic, NULL, "synthetic learnable sequences (default data)", 0, 0},
         {"--steps", OPT_INT, &a.steps, "N", "optimizer steps (default 100)", 1, INT64_MAX},
         {"--batch", OPT_INT, &a.batch, "N", "sequences per micro-batch (default 4)", 1, 1 << 20},
@@ -364,8 +413,14 @@ int hyla_cmd_train(int argc, char **argv)
         fprintf(stderr, "hyla train: give exactly one of --preset, --config, --model, --resume\n");
         return 2;
     }
-    if (!!a.data + !!a.text + a.synthetic > 1) {
-        fprintf(stderr, "hyla train: give at most one of --data, --text, --synthetic\n");
+    if (!!a.data + !!a.text + !!a.jsonl + a.synthetic > 1) {
+        fprintf(stderr, "hyla train: give at most one of --data, --text, --data-jsonl, --synthetic\n");
+        return 2;
+    }
+    if ((a.no_shuffle && !a.jsonl) || (a.tokenizer && !a.jsonl) || (a.shuffle && !a.data) || (a.shuffle && a.no_shuffle)) {
+        fprintf(stderr, "hyla train: %s\n", a.shuffle && a.no_shuffle ? "--shuffle and --no-shuffle contradict each other"
+                        : a.shuffle ? "--shuffle applies to --data (a HYLATOK2 document file)"
+                        : a.no_shuffle ? "--no-shuffle applies to --data-jsonl" : "--tokenizer applies to --data-jsonl");
         return 2;
     }
     if (!(a.lr > 0) || a.wd < 0 || a.clip < 0 || !(a.beta1 >= 0 && a.beta1 < 1) || !(a.beta2 >= 0 && a.beta2 < 1) ||

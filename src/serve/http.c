@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "core/error.h"
+#include "io/chat.h"
 #include "io/fileio.h"
 #include "io/tokenizer.h"
 #include "model/model.h"
@@ -181,63 +182,6 @@ static int buf_add(char **buf, size_t *len, size_t *cap, const char *s, size_t n
     return 0;
 }
 
-/* messages -> ChatML text ("<|im_start|>role\ncontent<|im_end|>\n" ... "<|im_start|>assistant\n"). */
-static int render_chat(const server *sv, const cJSON *messages, char **text, parse_error *e)
-{
-    static const char *const roles[] = {"system", "user", "assistant", "tool", "developer"};
-    if (sv->im_start < 0 || sv->im_end < 0)
-        BAD(e, 400, "messages", "this model's tokenizer has no <|im_start|> / <|im_end|>: use /v1/completions");
-    if (!cJSON_IsArray(messages) || cJSON_GetArraySize(messages) == 0)
-        BAD(e, 400, "messages", "'messages' must be a non-empty array");
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    int i = 0;
-    const cJSON *msg;
-    cJSON_ArrayForEach(msg, messages) {
-        const cJSON *role = cJSON_GetObjectItemCaseSensitive(msg, "role"), *content = cJSON_GetObjectItemCaseSensitive(msg, "content");
-        int known = 0;
-        for (size_t r = 0; cJSON_IsString(role) && r < sizeof roles / sizeof *roles; r++)
-            known |= !strcmp(role->valuestring, roles[r]);
-        if (!known) {
-            free(buf);
-            BAD(e, 400, "messages", "messages[%d].role must be one of system, user, assistant, tool, developer", i);
-        }
-        const char *r = role->valuestring;
-        if (buf_add(&buf, &len, &cap, "<|im_start|>", 12) || buf_add(&buf, &len, &cap, r, strlen(r)) ||
-            buf_add(&buf, &len, &cap, "\n", 1))
-            goto oom;
-        if (cJSON_IsString(content)) {
-            if (buf_add(&buf, &len, &cap, content->valuestring, strlen(content->valuestring)))
-                goto oom;
-        } else if (cJSON_IsArray(content)) { /* [{"type": "text", "text": ...}, ...] */
-            const cJSON *part;
-            cJSON_ArrayForEach(part, content) {
-                const cJSON *t = cJSON_GetObjectItemCaseSensitive(part, "text");
-                const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-                if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") || !cJSON_IsString(t)) {
-                    free(buf);
-                    BAD(e, 400, "messages", "messages[%d].content: only text parts are supported", i);
-                }
-                if (buf_add(&buf, &len, &cap, t->valuestring, strlen(t->valuestring)))
-                    goto oom;
-            }
-        } else if (!cJSON_IsNull(content) || strcmp(r, "assistant")) {
-            free(buf);
-            BAD(e, 400, "messages", "messages[%d].content must be a string or an array of text parts", i);
-        }
-        if (buf_add(&buf, &len, &cap, "<|im_end|>\n", 11))
-            goto oom;
-        i++;
-    }
-    if (buf_add(&buf, &len, &cap, "<|im_start|>assistant\n", 22))
-        goto oom;
-    *text = buf;
-    return 0;
-oom:
-    free(buf);
-    BAD(e, 500, NULL, "out of memory");
-}
-
 static int parse_stop(serve_request *r, const cJSON *stop, int64_t V, parse_error *e)
 {
     if (!stop || cJSON_IsNull(stop))
@@ -298,9 +242,19 @@ static int parse_generation(server *sv, const cJSON *root, int chat, serve_reque
         return -1;
     char *text = NULL;
     const cJSON *prompt = cJSON_GetObjectItemCaseSensitive(root, chat ? "messages" : "prompt");
-    if (chat) {
-        if (render_chat(sv, prompt, &text, e))
-            return -1;
+    if (chat) { /* ChatML (io/chat.h), ending in the assistant header; the reply stops at <|im_end|> */
+        if (sv->im_start < 0 || sv->im_end < 0)
+            BAD(e, 400, "messages", "this model's tokenizer has no <|im_start|> / <|im_end|>: use /v1/completions");
+        hyla_chat conv;
+        size_t n_ids = 0;
+        int rc = hyla_chat_parse(&conv, prompt, "request");
+        if (rc == HYLA_OK) {
+            rc = hyla_chat_encode(sv->tok, &conv, 1, &r->prompt, NULL, &n_ids);
+            hyla_chat_free(&conv);
+        }
+        if (rc != HYLA_OK)
+            BAD(e, rc == HYLA_ERR_NOMEM ? 500 : 400, "messages", "%s", hyla_error_message());
+        r->n_prompt = (int64_t)n_ids;
         r->stop_ids[r->sampling.n_stop++] = sv->im_end;
     } else if (cJSON_IsString(prompt)) {
         if (!(text = strdup(prompt->valuestring)))

@@ -103,7 +103,7 @@ size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
     return tr->ex.ckpt_bytes + tr->ex.work_bytes + tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1] + 4 * hyla_align_up(nH);
 }
 
-int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *stats)
+int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *labels, hyla_step_stats *stats)
 {
     const hyla_config *cfg = &tr->model->cfg;
     int64_t B = tr->cfg.batch, T = tr->cfg.seq, A = tr->cfg.accum, per = B * T;
@@ -120,7 +120,17 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
     if (tr->cfg.update_per_layer)
         hyla_adamw_begin(&tr->opt);
     int64_t labelled = A * B * (T - 1); /* next-token labels inside each sequence */
-    float ce_scale = (float)(1.0 / (double)labelled);
+    if (labels) { /* given labels: those >= 0 are targets (and must be token ids) */
+        labelled = 0;
+        for (int64_t i = 0; i < A * per; i++) {
+            if (labels[i] >= cfg->vocab)
+                return hyla_error_set(HYLA_ERR_ARG, "label %d at batch position %lld is out of range [0, %lld)", labels[i],
+                                      (long long)i, (long long)cfg->vocab);
+            labelled += labels[i] >= 0;
+        }
+    }
+    /* a step whose rows hold no target (e.g. only the prompt part of long chats) trains the aux loss only */
+    float ce_scale = labelled ? (float)(1.0 / (double)labelled) : 0.0f;
     float aux_scale = (float)(cfg->router_aux_loss_coef / (double)A);
     double ce_sum = 0.0, aux_sum = 0.0;
     int have_aux = 0;
@@ -134,14 +144,16 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *
             tr->ex.replay = tr->replay_buf;
         }
         hyla_step_loss l;
-        HYLA_TRY(hyla_executor_step(&tr->ex, tokens + a * per, NULL, tr->grads, ce_scale, aux_scale, &l));
+        HYLA_TRY(hyla_executor_step(&tr->ex, tokens + a * per, labels ? labels + a * per : NULL, tr->grads, ce_scale,
+                                    aux_scale, &l));
         ce_sum += l.ce_sum;
         if (!isnan(l.aux_loss)) {
             aux_sum += l.aux_loss;
             have_aux = 1;
         }
     }
-    stats->ce = ce_sum / (double)labelled;
+    stats->ce = labelled ? ce_sum / (double)labelled : 0.0;
+    stats->targets = labelled;
     stats->aux = have_aux ? aux_sum / (double)A : NAN;
     stats->loss = stats->ce + (have_aux ? cfg->router_aux_loss_coef * stats->aux : 0.0);
     stats->lr = tr->opt.cfg.lr;

@@ -29,6 +29,7 @@ typedef struct {
     double loss, ce, aux;   /* aux NaN without MoE */
     double lr, grad_norm;
     int64_t tokens;         /* tokens processed this step (all micro-batches) */
+    int64_t targets;        /* labelled positions (the loss's denominator) */
     double seconds;
     /* offload (zero without): bytes sent to the host store and read back, the I/O thread's copy
      * time, and how long compute waited for copies; hidden = 1 - waited / copy time */
@@ -61,8 +62,10 @@ int hyla_trainer_set_replay(hyla_trainer *tr, const struct hyla_routing_s *r, in
 
 int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_config *cfg);
 void hyla_trainer_free(hyla_trainer *tr);
-/* tokens: [accum, batch, seq]; token ids must be in range (checked). */
-int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, hyla_step_stats *stats);
+/* tokens: [accum, batch, seq]; token ids must be in range (checked). labels: the same shape
+ * (-100 = not a target), or NULL for next-token labels within each sequence; ce is the mean over
+ * the step's targets. */
+int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *labels, hyla_step_stats *stats);
 
 /* Bytes of gradient storage (the whole table, or the head + one unit's window). */
 size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr);

@@ -17,7 +17,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (d.n_tokens < 1 || !d.tokens)
             abort();
         int32_t batch[2 * 5];
-        hyla_data_next(&d, batch, 2, 5);
+        hyla_data_next(&d, batch, NULL, 2, 5);
         for (int i = 0; i < 10; i++)
             if (batch[i] < 0 || batch[i] >= 151936)
                 abort();

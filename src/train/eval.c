@@ -1,0 +1,77 @@
+#include "train/eval.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/profile.h"
+#include "engine/executor.h"
+
+/* A documents view of d: itself, or (stream) its tokens as one document with every token a target. */
+static int as_documents(const hyla_data *d, hyla_data *docs)
+{
+    if (d->synthetic)
+        return hyla_error_set(HYLA_ERR_ARG, "evaluation needs a data file (not synthetic data)");
+    int32_t *ids = malloc((size_t)d->n_tokens * sizeof *ids);
+    unsigned char *mask = malloc((size_t)d->n_tokens);
+    int64_t n_docs = d->mask ? d->n_docs : 1, *starts = malloc((size_t)(n_docs + 1) * sizeof *starts);
+    if (!ids || !mask || !starts) {
+        free(ids), free(mask), free(starts);
+        return hyla_error_set(HYLA_ERR_NOMEM, "evaluation: out of memory");
+    }
+    memcpy(ids, d->tokens, (size_t)d->n_tokens * sizeof *ids);
+    if (d->mask) {
+        memcpy(mask, d->mask, (size_t)d->n_tokens);
+        memcpy(starts, d->doc_start, (size_t)(n_docs + 1) * sizeof *starts);
+    } else {
+        memset(mask, 1, (size_t)d->n_tokens);
+        starts[0] = 0, starts[1] = d->n_tokens;
+    }
+    return hyla_data_set_documents(docs, ids, mask, d->n_tokens, starts, n_docs, d->vocab, d->source);
+}
+
+int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B, hyla_eval_result *out)
+{
+    memset(out, 0, sizeof *out);
+    if (T < 2 || B < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "evaluation: need seq >= 2 and batch >= 1");
+    hyla_data docs;
+    HYLA_TRY(as_documents(d, &docs));
+    int64_t rows = hyla_data_rows_per_epoch(&docs, T);
+    hyla_policy nothing;
+    hyla_policy_parse(&nothing, "full");
+    hyla_executor ex;
+    int st = hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, B, T, HYLA_DELTA_CHUNKED, 1);
+    int32_t *tokens = malloc((size_t)(B * T) * sizeof *tokens), *labels = malloc((size_t)(B * T) * sizeof *labels);
+    if (st == HYLA_OK && (!tokens || !labels))
+        st = hyla_error_set(HYLA_ERR_NOMEM, "evaluation: out of memory");
+    double t0 = hyla_now(), ce = 0;
+    int64_t count = 0;
+    for (int64_t r = 0; st == HYLA_OK && r < rows; r += B) {
+        int64_t n = rows - r < B ? rows - r : B;
+        st = hyla_data_next(&docs, tokens, labels, n, T);
+        for (int64_t i = n * T; i < B * T; i++) /* padding rows: nothing to score */
+            tokens[i] = 0, labels[i] = -100;
+        hyla_step_loss l = {0, 0, 0};
+        if (st == HYLA_OK)
+            st = hyla_executor_forward(&ex, tokens, labels, NULL, &l);
+        ce += l.ce_sum;
+        count += l.ce_count;
+    }
+    if (st == HYLA_OK) {
+        out->loss = count ? ce / (double)count : NAN;
+        out->perplexity = exp(out->loss);
+        out->targets = count;
+        out->rows = rows;
+        out->seconds = hyla_now() - t0;
+        if (!isfinite(out->loss))
+            st = hyla_error_set(HYLA_ERR_NUMERIC, "evaluation on %s: the loss is not finite", d->source);
+    }
+    if (ex.tapes)
+        hyla_executor_free(&ex);
+    free(tokens);
+    free(labels);
+    hyla_data_close(&docs);
+    return st;
+}

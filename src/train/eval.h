@@ -1,0 +1,27 @@
+/* Evaluation: the mean next-token loss of a model over every target of a data source, once.
+ *
+ * Documents are evaluated each on its own rows (train/data.h: rows of T tokens overlapping by
+ * one, so every target is scored exactly once, each row starting without the context before it),
+ * in file order. A stream (token file without documents, or a text file) is evaluated as one
+ * document. Rows go through the forward-only executor B at a time; a short last batch is padded
+ * with ignored rows, which change nothing. */
+#ifndef HYLA_TRAIN_EVAL_H
+#define HYLA_TRAIN_EVAL_H
+
+#include <stdint.h>
+
+#include "model/model.h"
+#include "train/data.h"
+
+typedef struct {
+    double loss;        /* mean -log p over the targets (nats) */
+    double perplexity;  /* exp(loss) */
+    int64_t targets;    /* tokens scored */
+    int64_t rows;
+    double seconds;
+} hyla_eval_result;
+
+/* Evaluate `m` on `d` (not modified: its position and shuffling are left alone). */
+int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B, hyla_eval_result *out);
+
+#endif
