@@ -351,4 +351,29 @@ PYEOF
 "$HYLA" init --config "$T/kv_mismatch.json" --out "$T/kv_mismatch" >/dev/null && $PY tests/data/make_qwen_tokenizer.py "$T/kv_mismatch" >/dev/null
 expect_error "gguf export of dk != dv" "linear_key_head_dim 32 != linear_value_head_dim 64" "$HYLA" convert "$T/kv_mismatch" "$T/x.gguf" --to gguf
 
+# resume remembers the run's settings; a changed setting is applied with a notice or refused
+head -c 4000 data/kjv.txt > "$T/kjv_small.txt"
+"$HYLA" train --model "$T/good" --text "$T/kjv_small.txt" --steps 2 --batch 2 --seq 16 --lr 2e-3 --schedule constant \
+    --warmup 0 --seed 7 --save "$T/ck_rem" > "$T/rem1.out" || fail "train for the resume-settings test"
+"$HYLA" train --resume "$T/ck_rem" --steps 3 > "$T/rem2.out" 2>&1 || fail "resume without repeating the flags"
+grep -q "resume: --steps 3 (the checkpoint ran with 2)" "$T/rem2.out" && grep -q "step     3/3 .* lr 2.00e-03" "$T/rem2.out" \
+    && echo "  ok  --resume restores lr, schedule and data, and says when --steps changes" \
+    || { fail "--resume did not restore the settings"; cat "$T/rem2.out"; }
+grep -q "^done: 2 steps (2 this run), 64 tokens" "$T/rem1.out" && echo "  ok  end-of-run summary" || fail "no end-of-run summary"
+expect_error "resume with another batch" "--batch 8 differs from the checkpoint's 2" "$HYLA" train --resume "$T/ck_rem" --steps 3 --batch 8
+cp "$T/kjv_small.txt" "$T/same_content.txt"
+"$HYLA" train --resume "$T/ck_rem" --steps 3 --text "$T/same_content.txt" >/dev/null 2>&1 \
+    && echo "  ok  resume accepts the same data under another path (content hash)" || fail "resume refused the same content"
+echo "more" >> "$T/same_content.txt"
+expect_error "resume on other data" "has other content .* than the data the checkpoint was trained on" "$HYLA" train \
+    --resume "$T/ck_rem" --steps 3 --text "$T/same_content.txt"
+# eval
+"$HYLA" eval "$T/good" --text "$T/kjv_small.txt" --seq 64 --json > "$T/eval.json" && $PY -c "
+import json, math; e = json.load(open('$T/eval.json')); assert e['tokens'] == 3999 and abs(e['perplexity'] - math.exp(e['loss'])) < 1e-6 * e['perplexity'], e
+print('  ok  eval --json: loss %.4f over %d tokens' % (e['loss'], e['tokens']))" || fail "eval --json"
+expect_error "eval --pack" "--pack: packed evaluation needs document-boundary masking" "$HYLA" eval "$T/good" --text "$T/kjv_small.txt" --pack
+expect_error "eval with two sources" "give exactly one of --data, --text, --data-jsonl" "$HYLA" eval "$T/good" --text a --data b
+expect_error "train --eval-every without data" "--eval-every needs --eval-data" "$HYLA" train --preset tiny-hybrid --eval-every 5
+expect_error "train --data-jsonl without tokenizer" "--data-jsonl needs a tokenizer" "$HYLA" train --preset tiny-hybrid --data-jsonl x.jsonl
+
 [ $fails -eq 0 ] || { echo "  $fails CLI test(s) failed"; exit 1; }

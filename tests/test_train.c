@@ -252,7 +252,7 @@ static void check_resume(const char *cases)
         hyla_trainer_step(&ta, tokens, NULL, &st);
         losses[s] = st.loss;
         if (s == 4) {
-            hyla_train_state state = {5, da.pos, 42, "synthetic"};
+            hyla_train_state state = {5, da.pos, 42, "synthetic", ""};
             CHECK(hyla_checkpoint_save(ckdir, &a, &ta.opt, &state) == HYLA_OK, "save: %s", hyla_error_message());
         }
     }
@@ -292,7 +292,7 @@ static void check_resume(const char *cases)
               st2.step == 5,
           "previous checkpoint not loadable after an interrupted write: %s", hyla_error_message());
     /* a second save over an existing checkpoint replaces it whole (atomic exchange) */
-    hyla_train_state st3 = {7, 123, 42, "synthetic"};
+    hyla_train_state st3 = {7, 123, 42, "synthetic", ""};
     CHECK(hyla_checkpoint_save(ckdir, &c, &tcc.opt, &st3) == HYLA_OK, "re-save: %s", hyla_error_message());
     CHECK(hyla_checkpoint_load_state(ckdir, &c, &tcc.opt, &st2) == HYLA_OK && st2.step == 7 && st2.data_pos == 123,
           "re-saved checkpoint not the new one");

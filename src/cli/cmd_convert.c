@@ -53,7 +53,7 @@ int hyla_cmd_convert(int argc, char **argv)
     };
     const hyla_command_spec spec = {"convert", "IN OUT [options]",
                                     "Load the model in IN and save it to OUT (tensor bytes preserved exactly unless --dtype).",
-                                    opts, 2, 2};
+                                    opts, 2, 2, NULL};
     const char *pos[2];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)

@@ -30,7 +30,7 @@ int hyla_cmd_eval(int argc, char **argv)
         {0},
     };
     const hyla_command_spec spec = {"eval", "DIR (--data F | --text F | --data-jsonl F) [options]",
-                                    "Mean next-token loss and perplexity of the model in DIR over a data file.", opts, 1, 1};
+                                    "Mean next-token loss and perplexity of the model in DIR over a data file.", opts, 1, 1, NULL};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)

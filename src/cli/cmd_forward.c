@@ -31,7 +31,7 @@ int hyla_cmd_forward(int argc, char **argv)
         {0},
     };
     const hyla_command_spec spec = {"forward", "DIR --tokens IDS [options]",
-                                    "Run the model in DIR over one token sequence; print the next-token loss.", opts, 1, 1};
+                                    "Run the model in DIR over one token sequence; print the next-token loss.", opts, 1, 1, NULL};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)

@@ -94,7 +94,7 @@ int hyla_cmd_generate(int argc, char **argv)
         {0},
     };
     const hyla_command_spec spec = {"generate", "DIR (--prompt TEXT | --prompt-tokens IDS) [options]",
-                                    "Generate a continuation with the model in DIR.", opts, 1, 1};
+                                    "Generate a continuation with the model in DIR.", opts, 1, 1, NULL};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)

@@ -23,7 +23,7 @@ int hyla_cmd_init(int argc, char **argv)
         {0},
     };
     const hyla_command_spec spec = {"init", "--out DIR (--preset NAME | --config FILE) [options]",
-                                    "Write a randomly initialised model (Hugging Face format).", opts, 0, 0};
+                                    "Write a randomly initialised model (Hugging Face format).", opts, 0, 0, NULL};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)

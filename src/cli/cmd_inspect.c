@@ -136,7 +136,7 @@ int hyla_cmd_inspect(int argc, char **argv)
         {0},
     };
     const hyla_command_spec spec = {"inspect", "PATH [options]",
-                                    "PATH is a model directory or a config.json file (weights optional).", opts, 1, 1};
+                                    "PATH is a model directory or a config.json file (weights optional).", opts, 1, 1, NULL};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)

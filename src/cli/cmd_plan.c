@@ -123,7 +123,7 @@ int hyla_cmd_plan(int argc, char **argv)
     };
     const hyla_command_spec spec = {"plan", "CONFIG|DIR [options]",
                                     "Predict a training step's memory from a config.json alone (nothing is allocated).", opts,
-                                    1, 1};
+                                    1, 1, NULL};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)

@@ -22,7 +22,7 @@ int hyla_cmd_serve(int argc, char **argv)
     const hyla_command_spec spec = {"serve", "DIR [options]",
                                     "Serve DIR over an OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
                                     "/v1/models, /health) with continuous batching.",
-                                    opts, 1, 1};
+                                    opts, 1, 1, NULL};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)

@@ -25,7 +25,7 @@ int hyla_cmd_tokenize(int argc, char **argv)
         {0},
     };
     const hyla_command_spec spec = {"tokenize", "--tokenizer FILE (--text TEXT | --file PATH | --jsonl FILE | --decode IDS) [--out FILE]",
-                                    "Encode text to token ids or decode ids to text.", opts, 0, 0};
+                                    "Encode text to token ids or decode ids to text.", opts, 0, 0, NULL};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)

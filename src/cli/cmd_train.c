@@ -18,16 +18,11 @@
 #include "engine/auto_policy.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/eval.h"
 #include "engine/plan_svg.h"
 #include "train/trainer.h"
 
-typedef struct {
-    const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
-    const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit, *svg, *jsonl, *tokenizer;
-    int synthetic, update_per_layer, shuffle, no_shuffle;
-    int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens;
-    double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
-} train_args;
+#include "cli/train_args.h"
 
 static int open_model(const train_args *a, hyla_model *m)
 {
@@ -95,6 +90,34 @@ static int open_data(const train_args *a, const hyla_model *m, hyla_data *d)
     if (a->text)
         return hyla_data_open_text(d, a->text, m->cfg.vocab);
     hyla_data_open_synthetic(d, (uint64_t)a->seed, m->cfg.vocab);
+    return HYLA_OK;
+}
+
+/* --eval-data: a token file, or (.jsonl) JSONL documents through the training tokenizer. */
+static int open_eval_data(const train_args *a, const hyla_model *m, hyla_data *d)
+{
+    size_t n = strlen(a->eval_data);
+    if (n < 6 || strcmp(a->eval_data + n - 6, ".jsonl"))
+        return hyla_data_open_tokens(d, a->eval_data, m->cfg.vocab);
+    hyla_tokenizer *tok;
+    HYLA_TRY(open_tokenizer(a, m, &tok));
+    int st = hyla_data_open_jsonl(d, a->eval_data, tok, m->cfg.vocab);
+    hyla_tokenizer_free(tok);
+    return st;
+}
+
+static int run_eval(const train_args *a, const hyla_model *m, const hyla_data *d, int64_t step, FILE *log)
+{
+    hyla_eval_result e;
+    HYLA_TRY(hyla_evaluate(m, d, a->seq, a->batch, &e));
+    printf("eval  step %lld: loss %.4f, perplexity %.3f over %lld tokens of %s\n", (long long)step, e.loss, e.perplexity,
+           (long long)e.targets, d->source);
+    if (log) {
+        fprintf(log, "{\"step\": %lld, \"eval_loss\": %.9g, \"eval_perplexity\": %.9g, \"eval_tokens\": %lld}\n",
+                (long long)step, e.loss, e.perplexity, (long long)e.targets);
+        if (fflush(log) != 0 || ferror(log))
+            return hyla_error_set(HYLA_ERR_IO, "%s: write failed at step %lld", a->log_json, (long long)step);
+    }
     return HYLA_OK;
 }
 
@@ -261,14 +284,17 @@ static int run(const train_args *a)
         snprintf(msg, sizeof msg, "%s", hyla_error_message());
         hyla_error_set(rc, "%s: %s", a->replay, msg);
     }
-    hyla_train_state state = {0, 0, (uint64_t)a->seed, ""};
+    hyla_train_state state = {0, 0, (uint64_t)a->seed, "", ""};
     if (rc == HYLA_OK && a->resume) {
         rc = hyla_checkpoint_load_state(a->resume, &m, &tr.opt, &state);
-        if (rc == HYLA_OK && strcmp(state.data_source, data.source))
-            rc = hyla_error_set(HYLA_ERR_ARG, "--resume %s: checkpoint was trained on '%s', not '%s'", a->resume,
-                                state.data_source, data.source);
+        if (rc == HYLA_OK)
+            rc = train_settings_check_data(a, &data, &state);
         data.pos = state.data_pos;
     }
+    hyla_data eval_set;
+    memset(&eval_set, 0, sizeof eval_set);
+    if (rc == HYLA_OK && a->eval_data)
+        rc = open_eval_data(a, &m, &eval_set);
     FILE *log = NULL;
     if (rc == HYLA_OK && a->log_json && !(log = fopen(a->log_json, state.step ? "a" : "w")))
         rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", a->log_json, strerror(errno));
@@ -293,6 +319,8 @@ static int run(const train_args *a)
         print_memory(&tr, &m);
     }
     int64_t epoch = rc == HYLA_OK ? hyla_data_epoch(&data, a->seq) : 0;
+    train_progress progress;
+    train_progress_start(&progress, state.step);
     for (int64_t step = state.step; rc == HYLA_OK && step < a->steps; step++) {
         if ((rc = hyla_data_next(&data, tokens, labels, a->accum * a->batch, a->seq)) != HYLA_OK)
             break;
@@ -304,17 +332,10 @@ static int run(const train_args *a)
         if (rc)
             break;
 
-        printf("step %5lld/%lld  loss %.4f", (long long)step + 1, (long long)a->steps, s.loss);
-        if (!isnan(s.aux))
-            printf(" (ce %.4f aux %.3f)", s.ce, s.aux);
-        printf("  lr %.2e  gnorm %.3f  %.0f tok/s  act %.1f MiB", s.lr, s.grad_norm, s.tokens / s.seconds,
-               hyla_trainer_activation_bytes(&tr) / 1048576.0);
-        if (s.offload_bytes)
-            printf("  offload %.1f MiB, copies %.0f ms, %.0f%% hidden", s.offload_bytes / 1048576.0, s.copy_seconds * 1e3,
-                   100.0 * hidden_fraction(&s));
-        printf("\n");
+        train_progress_step(&progress, a, step + 1, &s, hyla_trainer_activation_bytes(&tr) / 1048576.0);
         int64_t now_epoch = hyla_data_epoch(&data, a->seq);
         if (now_epoch != epoch && !data.synthetic) {
+            train_progress_note(&progress);
             printf("epoch %lld done at step %lld\n", (long long)now_epoch, (long long)step + 1);
             epoch = now_epoch;
         }
@@ -328,11 +349,19 @@ static int run(const train_args *a)
         state.step = step + 1;
         state.data_pos = data.pos;
         snprintf(state.data_source, sizeof state.data_source, "%s", data.source);
+        if ((rc = train_settings_record(a, &data, &state)) != HYLA_OK)
+            break;
         if (a->save && ((a->save_every > 0 && state.step % a->save_every == 0) || last))
             rc = hyla_checkpoint_save(a->save, &m, &tr.opt, &state);
         if (rc == HYLA_OK && a->svg && last)
             rc = write_measured_svg(a, &tr, &m);
+        if (rc == HYLA_OK && eval_set.n_tokens && ((a->eval_every > 0 && state.step % a->eval_every == 0) || last)) {
+            train_progress_note(&progress);
+            rc = run_eval(a, &m, &eval_set, state.step, log);
+        }
     }
+    if (rc == HYLA_OK)
+        train_progress_end(&progress, a, state.step);
     if (rc == HYLA_OK && a->sample_tokens > 0)
         rc = sample_greedy(&m, a->sample_prompt, a->sample_tokens);
     if (log && fclose(log) != 0 && rc == HYLA_OK)
@@ -343,6 +372,7 @@ static int run(const train_args *a)
     if (tr.grads)
         hyla_trainer_free(&tr);
     hyla_data_close(&data);
+    hyla_data_close(&eval_set);
     hyla_model_free(&m);
     return rc;
 }
@@ -367,6 +397,10 @@ int hyla_cmd_train(int argc, char **argv)
          "shuffle documents every epoch, seeded by --seed)", 0, 0},
         {"--shuffle", OPT_FLAG, &a.shuffle, NULL, "--data with a HYLATOK2 document file: shuffle documents every epoch", 0, 0},
         {"--synthetic", OPT_FLAG, &a.synthetic, NULL, "synthetic learnable sequences (default data)", 0, 0},
+        {"--eval-data", OPT_STRING, &a.eval_data, "FILE", "validation data (token file, or .jsonl documents): its loss "
+         "at the end and every --eval-every steps, also in --log-json", 0, 0},
+        {"--eval-every", OPT_INT, &a.eval_every, "N", "evaluate --eval-data every N steps (default: at the end only)", 0,
+         INT64_MAX},
         {"--steps", OPT_INT, &a.steps, "N", "optimizer steps (default 100)", 1, INT64_MAX},
         {"--batch", OPT_INT, &a.batch, "N", "sequences per micro-batch (default 4)", 1, 1 << 20},
         {"--seq", OPT_INT, &a.seq, "N", "tokens per sequence (default 128)", 2, 1 << 24},
@@ -402,8 +436,9 @@ int hyla_cmd_train(int argc, char **argv)
         {"--prompt", OPT_STRING, &a.sample_prompt, "TEXT", "prompt for --sample (default \"And \")", 0, 0},
         {0},
     };
+    unsigned char given[sizeof opts / sizeof *opts] = {0};
     const hyla_command_spec spec = {"train", "(--preset NAME | --config FILE | --model DIR | --resume DIR) [options]",
-                                    "Train a hybrid model; prints one line per step.", opts, 0, 0};
+                                    "Train a hybrid model; prints one line per step.", opts, 0, 0, given};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)
@@ -413,8 +448,20 @@ int hyla_cmd_train(int argc, char **argv)
         fprintf(stderr, "hyla train: give exactly one of --preset, --config, --model, --resume\n");
         return 2;
     }
+    char state_path[4200];
+    snprintf(state_path, sizeof state_path, "%s/trainer_state.json", a.resume ? a.resume : "");
+    if (a.resume && hyla_file_exists(state_path)) { /* settings not given again come from the checkpoint
+                                                     * (train_settings.c); a missing state is reported by the load */
+        hyla_train_state st;
+        if (hyla_checkpoint_read_state(a.resume, &st) || train_settings_restore(&a, &spec, &st))
+            return hyla_cli_fail("train");
+    }
     if (!!a.data + !!a.text + !!a.jsonl + a.synthetic > 1) {
         fprintf(stderr, "hyla train: give at most one of --data, --text, --data-jsonl, --synthetic\n");
+        return 2;
+    }
+    if (a.eval_every && !a.eval_data) {
+        fprintf(stderr, "hyla train: --eval-every needs --eval-data FILE\n");
         return 2;
     }
     if ((a.no_shuffle && !a.jsonl) || (a.tokenizer && !a.jsonl) || (a.shuffle && !a.data) || (a.shuffle && a.no_shuffle)) {

@@ -70,6 +70,8 @@ int hyla_opts_parse(const hyla_command_spec *spec, int argc, char **argv, const 
                 fprintf(stderr, "hyla %s: unknown option '%.*s' (see hyla %s --help)\n", spec->name, (int)len, a, spec->name);
                 return -1;
             }
+            if (spec->given)
+                spec->given[o - spec->opts] = 1;
             if (o->kind == OPT_FLAG) {
                 if (eq) {
                     fprintf(stderr, "hyla %s: %s takes no value\n", spec->name, o->name);
@@ -98,6 +100,14 @@ int hyla_opts_parse(const hyla_command_spec *spec, int argc, char **argv, const 
         hyla_opts_usage(stderr, spec);
         return -1;
     }
+    return 0;
+}
+
+int hyla_opt_given(const hyla_command_spec *spec, const char *name)
+{
+    for (const hyla_opt *o = spec->opts; spec->given && o->name; o++)
+        if (!strcmp(o->name, name))
+            return spec->given[o - spec->opts];
     return 0;
 }
 

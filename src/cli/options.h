@@ -25,7 +25,11 @@ typedef struct {
     const char *summary;
     const hyla_opt *opts; /* terminated by {0} */
     int min_positional, max_positional;
+    unsigned char *given; /* optional [number of opts]: set to 1 for each option on the command line */
 } hyla_command_spec;
+
+/* Was option `name` on the command line (spec->given must have been set for the parse)? */
+int hyla_opt_given(const hyla_command_spec *spec, const char *name);
 
 /* Parses argv[1..] (argv[0] is the subcommand). Returns 0 on success, 1 if --help was printed,
  * or -1 after printing an error. Positionals go to pos[0..*n_pos). */

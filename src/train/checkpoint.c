@@ -45,6 +45,9 @@ static int write_state_json(const char *path, const hyla_adamw *opt, const hyla_
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)st->seed);
     cJSON_AddStringToObject(o, "seed", seed); /* string: 64-bit exact */
     cJSON_AddStringToObject(o, "data_source", st->data_source);
+    cJSON *run = st->run[0] ? cJSON_Parse(st->run) : NULL;
+    if (run)
+        cJSON_AddItemToObject(o, "run", run);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     int rc = text ? hyla_write_file_atomic(path, text, strlen(text)) : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
@@ -122,6 +125,7 @@ static int parse_u64(const char *text, uint64_t *out)
 
 static int read_state_json(const char *path, hyla_adamw *opt, hyla_train_state *st)
 {
+    st->run[0] = '\0';
     char *text;
     HYLA_TRY(hyla_read_file_max(path, 1 << 20, &text, NULL)); /* a few hundred bytes when hyla wrote it */
     cJSON *o = cJSON_Parse(text);
@@ -152,9 +156,19 @@ static int read_state_json(const char *path, hyla_adamw *opt, hyla_train_state *
                             sizeof st->data_source - 1);
     else {
         st->step = (int64_t)step->valuedouble;
-        opt->step = (int64_t)ostep->valuedouble;
+        if (opt)
+            opt->step = (int64_t)ostep->valuedouble;
         st->data_pos = (int64_t)pos->valuedouble;
         snprintf(st->data_source, sizeof st->data_source, "%s", src->valuestring);
+        const cJSON *run = cJSON_GetObjectItemCaseSensitive(o, "run");
+        char *rt = cJSON_IsObject(run) ? cJSON_PrintUnformatted(run) : NULL;
+        if (run && !cJSON_IsObject(run))
+            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'run' must be an object", path);
+        else if (rt && strlen(rt) >= sizeof st->run)
+            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'run' is longer than %zu bytes", path, sizeof st->run - 1);
+        else if (rt)
+            snprintf(st->run, sizeof st->run, "%s", rt);
+        free(rt);
     }
     cJSON_Delete(o);
     return rc;
@@ -189,6 +203,13 @@ int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw 
         rc = read_state_json(path, opt, st);
     }
     return rc;
+}
+
+int hyla_checkpoint_read_state(const char *dir, hyla_train_state *st)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    return read_state_json(path, NULL, st);
 }
 
 int hyla_checkpoint_load(const char *dir, hyla_model *m, hyla_adamw *opt, hyla_train_state *st)

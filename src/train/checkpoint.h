@@ -21,6 +21,8 @@ typedef struct {
     int64_t data_pos;
     uint64_t seed;
     char data_source[512];
+    char run[8192];        /* the run's settings as a JSON object (the caller's: hyla train writes every
+                            * hyperparameter and the data's content hash); "" when absent */
 } hyla_train_state;
 
 int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw *opt, const hyla_train_state *st);
@@ -30,5 +32,7 @@ int hyla_checkpoint_load(const char *dir, hyla_model *m, hyla_adamw *opt, hyla_t
 /* The model part only (e.g. to size the optimizer before loading its state). */
 int hyla_checkpoint_load_model(const char *dir, hyla_model *m);
 int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw *opt, hyla_train_state *st);
+/* trainer_state.json alone (step, data position, settings), e.g. to restore flags before loading. */
+int hyla_checkpoint_read_state(const char *dir, hyla_train_state *st);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "io/fileio.h"
 #include "io/le.h"
 
@@ -66,9 +67,11 @@ int hyla_data_open_tokens(hyla_data *d, const char *path, int64_t vocab)
     int st = HYLA_OK;
     if (len >= 8 && !memcmp(b, "HYLATOK2", 8)) {
         st = open_documents(d, path, b, len, vocab);
+        d->hash = hyla_hash64(raw, len);
         free(raw);
         return st;
     }
+    d->hash = hyla_hash64(raw, len);
     if (len < 24 || memcmp(b, "HYLATOK1", 8)) {
         st = hyla_error_set(HYLA_ERR_FORMAT, "%s: not a hyla token file (missing HYLATOK1 / HYLATOK2 header)", path);
         goto done;
@@ -129,6 +132,7 @@ int hyla_data_open_text(hyla_data *d, const char *path, int64_t vocab)
     }
     for (size_t i = 0; i < len; i++)
         d->tokens[i] = (unsigned char)raw[i];
+    d->hash = hyla_hash64(raw, len);
     free(raw);
     d->n_tokens = (int64_t)len;
     d->vocab = vocab;

@@ -39,6 +39,7 @@ typedef struct {
     int64_t vocab;
     int64_t pos;           /* index of the next token (synthetic: next sequence; documents: next row) */
     char source[512];      /* file path or "synthetic" */
+    uint64_t hash;         /* hyla_hash64 of the source file's bytes (0 for synthetic) */
     /* documents (NULL / 0 for streams) */
     unsigned char *mask;   /* [n_tokens] 1 = training target */
     int64_t *doc_start;    /* [n_docs + 1] */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/hash.h"
 #include "io/chat.h"
 #include "io/fileio.h"
 #include "io/tokenizer.h"
@@ -131,5 +132,11 @@ int hyla_data_open_jsonl(hyla_data *d, const char *path, const hyla_tokenizer *t
     unsigned char *mask;
     int64_t n, *starts, docs;
     HYLA_TRY(hyla_jsonl_read(path, tok, &ids, &mask, &n, &starts, &docs));
-    return hyla_data_set_documents(d, ids, mask, n, starts, docs, vocab, path);
+    HYLA_TRY(hyla_data_set_documents(d, ids, mask, n, starts, docs, vocab, path));
+    char *raw; /* the content hash (read again: documents are parsed line by line above) */
+    size_t len;
+    HYLA_TRY(hyla_read_text_file(path, &raw, &len));
+    d->hash = hyla_hash64(raw, len);
+    free(raw);
+    return HYLA_OK;
 }

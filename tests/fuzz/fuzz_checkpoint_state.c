@@ -50,7 +50,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     hyla_adamw_config ac = {3e-3, 0.9, 0.95, 1e-8, 0.1, 1.0};
     if (hyla_adamw_init(&opt, &ac, model.table.total_floats) != HYLA_OK)
         setup_fail("hyla_adamw_init");
-    hyla_train_state st = {3, 17, 1, "synthetic"};
+    hyla_train_state st = {3, 17, 1, "synthetic", ""};
     fuzz_join(ckpt, sizeof ckpt, fuzz_tmpdir("checkpoint"), "ckpt");
     if (hyla_checkpoint_save(ckpt, &model, &opt, &st) != HYLA_OK)
         setup_fail("hyla_checkpoint_save");

@@ -72,6 +72,10 @@ for t in "$WORK/kjv.txt" "$OUT/fuzz_tokenizer_encode/text-01.txt" "$OUT/fuzz_tok
     tail -c +25 "$OUT/fuzz_tokens/tok-$i.bin" > "$OUT/fuzz_tokenizer_encode/ids-$i.bin"
     i=$((i + 1))
 done
+# HYLATOK2 document files (hyla tokenize --jsonl): chat and text documents with label masks
+printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "In the beginning"}]}' \
+    '{"text": "God created the heaven and the earth."}' > "$WORK/docs.jsonl"
+q "$HYLA" tokenize --tokenizer "$TOK" --jsonl "$WORK/docs.jsonl" --out "$OUT/fuzz_tokens/docs.bin"
 # a small prefix of the Qwen tokenizer is not valid JSON; the tokenizer corpus is the
 # hand-made tests/fuzz/seeds/fuzz_tokenizer (the real one is 11 MB)
 
