@@ -301,43 +301,47 @@ int hyla_data_next(hyla_data *d, int32_t *out, int32_t *labels, int64_t n_seq, i
     return HYLA_OK;
 }
 
-int hyla_data_write_tokens(const char *path, const int32_t *ids, int64_t n, int64_t vocab)
+/* A token file of `len` bytes: magic, vocab, 0, n, then (from `ids_at`) the n ids; the caller fills
+ * the rest. NULL when out of memory. */
+static unsigned char *token_file(const char *magic, size_t len, const int32_t *ids, int64_t n, int64_t vocab,
+                                 size_t ids_at)
 {
-    size_t len = 24 + 4 * (size_t)n;
     unsigned char *b = malloc(len);
     if (!b)
-        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(b, "HYLATOK1", 8);
+        return NULL;
+    memcpy(b, magic, 8);
     hyla_le_put32(b + 8, (uint32_t)vocab);
     hyla_le_put32(b + 12, 0);
     hyla_le_put64(b + 16, (uint64_t)n);
     for (int64_t i = 0; i < n; i++)
-        hyla_le_put32(b + 24 + 4 * i, (uint32_t)ids[i]);
-    int st = hyla_write_file_atomic(path, b, len);
+        hyla_le_put32(b + ids_at + 4 * i, (uint32_t)ids[i]);
+    return b;
+}
+
+static int write_and_free(const char *path, unsigned char *b, size_t len)
+{
+    int st = b ? hyla_write_file_atomic(path, b, len) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     free(b);
     return st;
+}
+
+int hyla_data_write_tokens(const char *path, const int32_t *ids, int64_t n, int64_t vocab)
+{
+    size_t len = 24 + 4 * (size_t)n;
+    return write_and_free(path, token_file("HYLATOK1", len, ids, n, vocab, 24), len);
 }
 
 int hyla_data_write_documents(const char *path, const int32_t *ids, const unsigned char *mask, int64_t n,
                               const int64_t *doc_start, int64_t n_docs, int64_t vocab)
 {
     size_t len = 32 + 5 * (size_t)n + 8 * (size_t)(n_docs + 1);
-    unsigned char *b = malloc(len);
+    unsigned char *b = token_file("HYLATOK2", len, ids, n, vocab, 32);
     if (!b)
         return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
-    memcpy(b, "HYLATOK2", 8);
-    hyla_le_put32(b + 8, (uint32_t)vocab);
-    hyla_le_put32(b + 12, 0);
-    hyla_le_put64(b + 16, (uint64_t)n);
     hyla_le_put64(b + 24, (uint64_t)n_docs);
-    unsigned char *p = b + 32;
-    for (int64_t i = 0; i < n; i++)
-        hyla_le_put32(p + 4 * i, (uint32_t)ids[i]);
-    p += 4 * n;
+    unsigned char *p = b + 32 + 4 * n;
     for (int64_t k = 0; k <= n_docs; k++)
         hyla_le_put64(p + 8 * k, (uint64_t)doc_start[k]);
     memcpy(p + 8 * (n_docs + 1), mask, (size_t)n);
-    int st = hyla_write_file_atomic(path, b, len);
-    free(b);
-    return st;
+    return write_and_free(path, b, len);
 }

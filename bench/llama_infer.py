@@ -1,0 +1,39 @@
+"""llama.cpp peer of bench/infer_bench.c (llama-cpp-python): prefill of the same SEQ-token prompt
+and DECODE_STEPS greedy decode steps on a GGUF export of the same weights, THREADS threads; the
+best of 2 timed runs after a warm-up. usage: llama_infer.py MODEL.gguf SEQ DECODE_STEPS THREADS"""
+import json
+import sys
+import time
+
+import llama_cpp
+import numpy as np
+
+
+def main():
+    path, T, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+    quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
+    llama_cpp.llama_log_set(quiet, None)
+    llm = llama_cpp.Llama(model_path=path, n_ctx=T + steps + 8, n_batch=T, n_ubatch=T, n_threads=threads,
+                          n_threads_batch=threads, verbose=False)
+    V = llm.n_vocab()
+    prompt = [(i * 7919 + 13) % V for i in range(T)]
+    best_p = best_d = float("inf")
+    for rep in range(3):
+        llm.reset()
+        t0 = time.perf_counter()
+        llm.eval(prompt)
+        prefill = time.perf_counter() - t0
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t0 = time.perf_counter()
+        for _ in range(steps - 1):
+            llm.eval([tok])
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        decode = time.perf_counter() - t0
+        if rep > 0:
+            best_p, best_d = min(best_p, prefill), min(best_d, decode)
+    print(json.dumps({"engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "gguf": path,
+                      "threads": threads, "prefill_tokens_per_s": T / best_p, "decode_tokens_per_s": (steps - 1) / best_d}))
+
+
+if __name__ == "__main__":
+    main()
