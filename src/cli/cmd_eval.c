@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "io/tokenizer.h"
+#include "model/adapter.h"
 #include "train/eval.h"
 
 int hyla_cmd_eval(int argc, char **argv)
@@ -24,7 +25,7 @@ int hyla_cmd_eval(int argc, char **argv)
         {"--batch", OPT_INT, &batch, "N", "rows per forward pass (default 4)", 1, 1 << 20},
         {"--no-pack", OPT_FLAG, &no_pack, NULL, "each document in rows of its own (the default)", 0, 0},
         {"--pack", OPT_FLAG, &pack, NULL, "documents sharing rows (not supported yet: refused)", 0, 0},
-        {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (not supported yet: refused)", 0, 0},
+        {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the result as JSON", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
         {0},
@@ -38,7 +39,6 @@ int hyla_cmd_eval(int argc, char **argv)
     const char *bad = !!data + !!text + !!jsonl != 1 ? "give exactly one of --data, --text, --data-jsonl"
                       : pack && no_pack ? "--pack and --no-pack contradict each other"
                       : pack ? "--pack: packed evaluation needs document-boundary masking, which is not supported yet"
-                      : adapter ? "--adapter: LoRA adapters are not supported yet"
                       : tok_path && !jsonl ? "--tokenizer applies to --data-jsonl" : NULL;
     if (bad) {
         fprintf(stderr, "hyla eval: %s\n", bad);
@@ -46,7 +46,8 @@ int hyla_cmd_eval(int argc, char **argv)
     }
     hyla_cli_set_threads(threads);
     hyla_model m;
-    if (hyla_model_load(&m, pos[0]))
+    hyla_adapter_info ai;
+    if (hyla_model_load_adapted(&m, pos[0], adapter, &ai))
         return hyla_cli_fail("eval");
     hyla_data d;
     memset(&d, 0, sizeof d);

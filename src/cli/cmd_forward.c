@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "engine/forward.h"
+#include "model/adapter.h"
 
 static void print_number(const char *key, double v, int last)
 {
@@ -19,13 +20,14 @@ static void print_number(const char *key, double v, int last)
 
 int hyla_cmd_forward(int argc, char **argv)
 {
-    const char *tokens_arg = NULL, *logits_out = NULL;
+    const char *tokens_arg = NULL, *logits_out = NULL, *adapter = NULL;
     int json = 0, recurrent = 0;
     int64_t threads = 0;
     const hyla_opt opts[] = {
         {"--tokens", OPT_STRING, &tokens_arg, "IDS", "comma-separated token ids (required)", 0, 0},
         {"--logits-out", OPT_STRING, &logits_out, "FILE", "write logits as little-endian float32 [T, vocab]", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the result as JSON", 0, 0},
+        {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--recurrent", OPT_FLAG, &recurrent, NULL, "use the recurrent delta rule instead of the chunked one", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
         {0},
@@ -46,7 +48,8 @@ int hyla_cmd_forward(int argc, char **argv)
     if (hyla_parse_int_list("--tokens", tokens_arg, &tokens, &T))
         return 2;
     hyla_model m;
-    if (hyla_model_load(&m, pos[0])) {
+    hyla_adapter_info ai;
+    if (hyla_model_load_adapted(&m, pos[0], adapter, &ai)) {
         free(tokens);
         return hyla_cli_fail("forward");
     }

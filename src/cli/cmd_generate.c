@@ -10,7 +10,9 @@
 #include "infer/generate.h"
 #include "engine/routing.h"
 #include "io/fileio.h"
+#include "io/chat.h"
 #include "io/tokenizer.h"
+#include "model/adapter.h"
 #include "model/model.h"
 
 typedef struct {
@@ -41,17 +43,13 @@ static int stream_token(void *vctx, int64_t b, int32_t token)
 
 static int encode_prompt(const hyla_tokenizer *tok, const char *text, int chat, int32_t **ids, int64_t *n)
 {
-    if (chat) {
+    if (chat) { /* one user message in ChatML (io/chat.h), then the assistant header */
         if (!tok)
             return hyla_error_set(HYLA_ERR_ARG, "--chat needs a tokenizer.json with <|im_start|> / <|im_end|>");
-        size_t need = strlen(text) + 64;
-        char *wrapped = malloc(need);
-        if (!wrapped)
-            return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
-        snprintf(wrapped, need, "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", text);
-        size_t cnt;
-        int rc = hyla_tokenizer_encode(tok, wrapped, strlen(wrapped), ids, &cnt);
-        free(wrapped);
+        hyla_chat_message msg = {"user", (char *)text};
+        hyla_chat conv = {&msg, 1};
+        size_t cnt = 0;
+        int rc = hyla_chat_encode(tok, &conv, 1, ids, NULL, &cnt);
         *n = (int64_t)cnt;
         return rc;
     }
@@ -72,7 +70,7 @@ static int encode_prompt(const hyla_tokenizer *tok, const char *text, int chat, 
 
 int hyla_cmd_generate(int argc, char **argv)
 {
-    const char *prompt = NULL, *prompt_tokens = NULL, *stop_arg = NULL, *tok_path = NULL, *record = NULL;
+    const char *prompt = NULL, *prompt_tokens = NULL, *stop_arg = NULL, *tok_path = NULL, *record = NULL, *adapter = NULL;
     int json = 0, chat = 0;
     int64_t max_new = 64, top_k = 0, seed = 1, threads = 0, repeat_stop = 0;
     double temperature = 0.0, top_p = 1.0;
@@ -88,6 +86,7 @@ int hyla_cmd_generate(int argc, char **argv)
         {"--repeat-stop", OPT_INT, &repeat_stop, "N", "stop when the last N tokens repeat the N before (0 = off)", 0, 1 << 20},
         {"--chat", OPT_FLAG, &chat, NULL, "wrap the prompt in the Qwen chat template; stop at <|im_end|>", 0, 0},
         {"--tokenizer", OPT_STRING, &tok_path, "FILE", "tokenizer.json (default: DIR/tokenizer.json if present)", 0, 0},
+        {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print prompt and generated ids as JSON instead of text", 0, 0},
         {"--record-routing", OPT_STRING, &record, "FILE", "write the experts chosen per MoE layer and token (HYLAROU1)", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
@@ -123,7 +122,8 @@ int hyla_cmd_generate(int argc, char **argv)
         free(stop);
         return 2;
     }
-    if ((tok_path && hyla_tokenizer_load(&tok, tok_path)) || hyla_model_load(&m, pos[0]) ||
+    hyla_adapter_info ai;
+    if ((tok_path && hyla_tokenizer_load(&tok, tok_path)) || hyla_model_load_adapted(&m, pos[0], adapter, &ai) ||
         (prompt && encode_prompt(tok, prompt, chat, &ids, &n_ids))) {
         rc = hyla_cli_fail("generate");
         goto done;

@@ -15,7 +15,7 @@ int hyla_cmd_serve(int argc, char **argv)
         {"--api-key", OPT_STRING, &api_key, "KEY", "require 'Authorization: Bearer KEY' on every request", 0, 0},
         {"--max-body", OPT_INT, &max_body, "BYTES", "largest request body (default 1 MiB; larger: 413)", 64, 1 << 30},
         {"--model-name", OPT_STRING, &name, "NAME", "the model id clients use (default: DIR's base name)", 0, 0},
-        {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (not supported yet: refused)", 0, 0},
+        {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
         {0},
     };
@@ -27,15 +27,11 @@ int hyla_cmd_serve(int argc, char **argv)
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)
         return r < 0 ? 2 : 0;
-    if (adapter) {
-        fprintf(stderr, "hyla serve: --adapter: LoRA adapters are not supported yet (the fine-tuning issue adds them)\n");
-        return 2;
-    }
     if (api_key && !api_key[0]) {
         fprintf(stderr, "hyla serve: --api-key must not be empty\n");
         return 2;
     }
     hyla_cli_set_threads(threads);
-    serve_options o = {pos[0], host, (int)port, parallel, ctx, api_key, (size_t)max_body, name};
+    serve_options o = {pos[0], host, (int)port, parallel, ctx, api_key, (size_t)max_body, name, adapter};
     return serve_run(&o) ? hyla_cli_fail("serve") : 0;
 }

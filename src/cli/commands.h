@@ -12,6 +12,7 @@ int hyla_cmd_train(int argc, char **argv);
 int hyla_cmd_generate(int argc, char **argv);
 int hyla_cmd_serve(int argc, char **argv);
 int hyla_cmd_eval(int argc, char **argv);
+int hyla_cmd_merge(int argc, char **argv);
 int hyla_cmd_tokenize(int argc, char **argv);
 int hyla_cmd_plan(int argc, char **argv);
 

@@ -25,6 +25,7 @@ static const command commands[] = {
     {"train", hyla_cmd_train, "train from scratch or a checkpoint: nested block executor, remat policies, AdamW"},
     {"generate", hyla_cmd_generate, "prefill + decode with per-layer caches; greedy / temperature / top-k / top-p"},
     {"eval", hyla_cmd_eval, "mean loss and perplexity over a token, text or JSONL file (documents scored on their own)"},
+    {"merge", hyla_cmd_merge, "merge a LoRA adapter (PEFT format) into a model and save it"},
     {"serve", hyla_cmd_serve, "OpenAI-compatible HTTP server with continuous batching (completions, chat, streaming)"},
     {"plan", hyla_cmd_plan, "predict a training step's memory from a config alone (argument / temp bytes, per checkpoint)"},
     {"tokenize", hyla_cmd_tokenize, "encode / decode with a Qwen tokenizer.json; write training token files"},

@@ -14,6 +14,7 @@
 #include "io/chat.h"
 #include "io/fileio.h"
 #include "io/tokenizer.h"
+#include "model/adapter.h"
 #include "model/model.h"
 #include "serve/scheduler.h"
 #include "serve/serve.h"
@@ -578,7 +579,8 @@ int serve_run(const serve_options *o)
     if (inet_pton(AF_INET, host, &addr.sin_addr) != 1)
         return hyla_error_set(HYLA_ERR_ARG, "--host '%s' is not an IPv4 address", o->host);
     hyla_model m;
-    HYLA_TRY(hyla_model_load(&m, o->model_dir));
+    hyla_adapter_info ai;
+    HYLA_TRY(hyla_model_load_adapted(&m, o->model_dir, o->adapter, &ai));
     sv.m = &m;
     char path[4096];
     int rc = hyla_path_join(path, sizeof path, o->model_dir, "tokenizer.json");

@@ -22,6 +22,7 @@ typedef struct {
     const char *api_key;     /* NULL: no key */
     size_t max_body;         /* bytes; larger request bodies get 413 */
     const char *model_name;  /* NULL: the directory's base name */
+    const char *adapter;     /* a LoRA adapter merged at load (model/adapter.h), or NULL */
 } serve_options;
 
 /* Load the model, listen, serve until SIGINT / SIGTERM. Returns 0, or non-zero with the error set. */

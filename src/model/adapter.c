@@ -1,0 +1,177 @@
+#include "model/adapter.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/finite.h"
+#include "io/fileio.h"
+
+#define KEY_PREFIX "base_model.model."
+
+static int read_config(const char *dir, hyla_adapter_info *info)
+{
+    char path[4200], *text;
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    HYLA_TRY(hyla_read_file_max(path, 1 << 20, &text, NULL));
+    cJSON *o = cJSON_Parse(text);
+    free(text);
+    if (!cJSON_IsObject(o)) {
+        cJSON_Delete(o);
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: not a JSON object", path);
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(o, "peft_type"), *r = cJSON_GetObjectItemCaseSensitive(o, "r");
+    const cJSON *alpha = cJSON_GetObjectItemCaseSensitive(o, "lora_alpha");
+    int rc = HYLA_OK;
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "LORA"))
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: peft_type must be \"LORA\"", path);
+    else if (!cJSON_IsNumber(r) || r->valuedouble < 1 || r->valuedouble > 65536 || r->valuedouble != (int64_t)r->valuedouble)
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'r' must be an integer in [1, 65536]", path);
+    else if (!cJSON_IsNumber(alpha) || !isfinite(alpha->valuedouble))
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: field 'lora_alpha' must be a number", path);
+    else if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "use_dora")))
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: use_dora: DoRA adapters are not supported", path);
+    const char *unsupported[] = {"rank_pattern", "alpha_pattern", "modules_to_save"};
+    for (int i = 0; rc == HYLA_OK && i < 3; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, unsupported[i]);
+        if (v && !cJSON_IsNull(v) && cJSON_GetArraySize(v) > 0)
+            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: '%s' is not supported (set it empty)", path, unsupported[i]);
+    }
+    if (rc == HYLA_OK) {
+        info->r = (int64_t)r->valuedouble;
+        info->alpha = alpha->valuedouble;
+        int rs = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "use_rslora"));
+        info->scaling = rs ? info->alpha / sqrt((double)info->r) : info->alpha / (double)info->r;
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+/* The model's HF tensor named `name`, or -1. */
+static long find_hf(const hyla_model *m, const char *name)
+{
+    for (size_t i = 0; i < m->table.n_hf; i++)
+        if (!strcmp(m->table.hf[i].name, name))
+            return (long)i;
+    return -1;
+}
+
+/* W[rows] += s * B @ A for HF tensor h, A [r, in] and B [out, r] as f32. */
+static void merge_rows(hyla_model *m, size_t h, const float *A, const float *B, int64_t r, double s)
+{
+    const hyla_hf_tensor *ht = &m->table.hf[h];
+    int64_t in = ht->row_len;
+    float *delta = malloc((size_t)in * sizeof *delta);
+    for (int64_t o = 0; delta && o < ht->rows; o++) {
+        for (int64_t j = 0; j < in; j++) {
+            double acc = 0;
+            for (int64_t k = 0; k < r; k++)
+                acc += (double)B[o * r + k] * (double)A[k * in + j];
+            delta[j] = (float)(s * acc);
+        }
+        int param;
+        int64_t row;
+        hyla_hf_row_dest(&m->table, ht, o, &param, &row);
+        const hyla_param *p = &m->table.params[param];
+        float *w = m->w + p->offset + (size_t)row * (size_t)p->shape[p->ndim - 1];
+        for (int64_t j = 0; j < in; j++)
+            w[j] += delta[j];
+    }
+    free(delta);
+}
+
+static float *as_f32(const hyla_st_tensor *t)
+{
+    size_t n = t->nbytes / hyla_dtype_size(t->dtype);
+    float *f = malloc((n ? n : 1) * sizeof *f);
+    if (f)
+        hyla_dtype_to_f32(f, t->data, t->dtype, n);
+    return f;
+}
+
+int hyla_model_merge_adapter(hyla_model *m, const char *dir, hyla_adapter_info *info)
+{
+    memset(info, 0, sizeof *info);
+    HYLA_TRY(read_config(dir, info));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
+    hyla_st_set set;
+    HYLA_TRY(hyla_st_open_file(&set, path));
+    int rc = HYLA_OK;
+    size_t n = hyla_st_count(&set);
+    for (size_t i = 0; rc == HYLA_OK && i < n; i++) {
+        const hyla_st_tensor *a = &set.tensors[i];
+        size_t len = strlen(a->name);
+        const char *suffix = ".lora_A.weight";
+        if (len > strlen(suffix) && !strcmp(a->name + len - strlen(suffix), ".lora_B.weight"))
+            continue; /* visited with its lora_A */
+        if (strncmp(a->name, KEY_PREFIX, strlen(KEY_PREFIX)) || len <= strlen(KEY_PREFIX) + strlen(suffix) ||
+            strcmp(a->name + len - strlen(suffix), suffix)) {
+            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: tensor '%s' is not a LoRA A/B matrix of a linear module (%sM.lora_A"
+                                ".weight / .lora_B.weight; embedding adapters are not supported)", path, a->name, KEY_PREFIX);
+            break;
+        }
+        char module[512], weight[520], bname[560];
+        snprintf(module, sizeof module, "%.*s", (int)(len - strlen(KEY_PREFIX) - strlen(suffix)), a->name + strlen(KEY_PREFIX));
+        snprintf(weight, sizeof weight, "%s.weight", module);
+        snprintf(bname, sizeof bname, KEY_PREFIX "%s.lora_B.weight", module);
+        const hyla_st_tensor *b = hyla_st_find(&set, bname);
+        long h = find_hf(m, weight);
+        const hyla_hf_tensor *ht = h >= 0 ? &m->table.hf[h] : NULL;
+        if (!b)
+            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: '%s' has no matching '%s'", path, a->name, bname);
+        else if (!ht)
+            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' is not in this model (an adapter for another model or "
+                                "layout?)", path, module);
+        else if (ht->ndim != 2)
+            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' is not a linear layer's 2-D weight", path, module);
+        else if (a->ndim != 2 || a->shape[0] != info->r || a->shape[1] != ht->shape[1])
+            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: '%s' must be [%lld, %lld] (r, in_features of %s), got %s[%lld, %lld]",
+                                path, a->name, (long long)info->r, (long long)ht->shape[1], weight, a->ndim == 2 ? "" : "not ",
+                                (long long)a->shape[0], (long long)(a->ndim > 1 ? a->shape[1] : 0));
+        else if (b->ndim != 2 || b->shape[0] != ht->shape[0] || b->shape[1] != info->r)
+            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: '%s' must be [%lld, %lld] (out_features of %s, r)", path, bname,
+                                (long long)ht->shape[0], (long long)info->r, weight);
+        if (rc != HYLA_OK)
+            break;
+        float *A = as_f32(a), *B = as_f32(b);
+        if (!A || !B)
+            rc = hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+        else if (hyla_first_nonfinite(A, (size_t)(info->r * ht->shape[1])) < (size_t)(info->r * ht->shape[1]) ||
+                 hyla_first_nonfinite(B, (size_t)(info->r * ht->shape[0])) < (size_t)(info->r * ht->shape[0]))
+            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' holds a non-finite value", path, module);
+        else {
+            merge_rows(m, (size_t)h, A, B, info->r, info->scaling);
+            info->modules++;
+        }
+        free(A);
+        free(B);
+    }
+    if (rc == HYLA_OK && info->modules == 0)
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: no LoRA tensors", path);
+    for (size_t i = 0; rc == HYLA_OK && i < n; i++) { /* every lora_B has its lora_A */
+        const char *nm = set.tensors[i].name;
+        size_t len = strlen(nm);
+        if (len > 14 && !strcmp(nm + len - 14, ".lora_B.weight")) {
+            char aname[600];
+            snprintf(aname, sizeof aname, "%.*s.lora_A.weight", (int)(len - 14), nm);
+            if (!hyla_st_find(&set, aname))
+                rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: '%s' has no matching '%s'", path, nm, aname);
+        }
+    }
+    hyla_st_close(&set);
+    return rc;
+}
+
+int hyla_model_load_adapted(hyla_model *m, const char *dir, const char *adapter, hyla_adapter_info *info)
+{
+    memset(info, 0, sizeof *info);
+    HYLA_TRY(hyla_model_load(m, dir));
+    int rc = adapter ? hyla_model_merge_adapter(m, adapter, info) : HYLA_OK;
+    if (rc != HYLA_OK)
+        hyla_model_free(m);
+    return rc;
+}

@@ -1,0 +1,32 @@
+/* LoRA adapters in the PEFT format, applied by merging: W += scaling * B @ A.
+ *
+ * An adapter directory holds adapter_config.json ({"peft_type": "LORA", "r", "lora_alpha",
+ * "target_modules", "use_rslora", "use_dora", ...}) and adapter_model.safetensors with, for every
+ * adapted nn.Linear module M of the Hugging Face model,
+ *   base_model.model.M.lora_A.weight  [r, in]
+ *   base_model.model.M.lora_B.weight  [out, r]
+ * (PEFT's key names). M.weight must be a tensor of the loaded model (in the layout it was loaded
+ * with: Qwen3-Next's grouped in_proj_qkvz / in_proj_ba, per-expert mlp.experts.J.*_proj, ...);
+ * its rows are mapped to hyla's internal rows exactly as loading maps them. scaling =
+ * lora_alpha / r (lora_alpha / sqrt(r) with use_rslora).
+ *
+ * Merging is one fp32 rounding per weight: the merged forward equals the unmerged adapter forward
+ * (W x + s B (A x)) up to fp32 summation order. Refused, with the key or field named: another
+ * model's adapter (a module this model lacks, or other shapes), a rank other than r, DoRA,
+ * per-module rank/alpha patterns, embedding adapters, modules_to_save, non-finite values. */
+#ifndef HYLA_MODEL_ADAPTER_H
+#define HYLA_MODEL_ADAPTER_H
+
+#include "model/model.h"
+
+typedef struct {
+    int64_t r;
+    double alpha, scaling;
+    size_t modules;        /* adapted modules merged */
+} hyla_adapter_info;
+
+int hyla_model_merge_adapter(hyla_model *m, const char *dir, hyla_adapter_info *info);
+/* hyla_model_load(dir), then (adapter != NULL) the adapter merged in; on failure nothing is held. */
+int hyla_model_load_adapted(hyla_model *m, const char *dir, const char *adapter, hyla_adapter_info *info);
+
+#endif
