@@ -119,7 +119,27 @@ PYEOF
 "$HYLA" convert "$T/vl" "$T/vl_conv" --shard-mb 1 >/dev/null && "$HYLA" train --model "$T/vl" --synthetic --steps 1 --batch 1 \
     --seq 8 --save "$T/vl_ck" >/dev/null && "$HYLA" convert "$T/vl_ck" "$T/vl_bf16" --dtype bf16 >/dev/null \
     || fail "saves of a model with mtp.* / model.visual.* tensors"
-$PY - "$T/vl" "$T/vl_conv" "$T/vl_ck" "$T/vl_bf16" <<'PYEOF' || fail "carried tensors not byte-identical"
+# ... and through hyla merge: a PEFT-format LoRA adapter (r 2) on the first MLP gate projection
+$PY - "$T/vl/model.safetensors" "$T/vl_adapter" <<'PYEOF'
+import json, os, struct, sys
+b = open(sys.argv[1], "rb").read(); n = struct.unpack_from("<Q", b)[0]; h = json.loads(b[8:8 + n])
+name = sorted(k for k in h if k.endswith("mlp.gate_proj.weight"))[0]; out_f, in_f = h[name]["shape"]
+module = name[: -len(".weight")]
+tensors = {f"base_model.model.{module}.lora_A.weight": [2, in_f], f"base_model.model.{module}.lora_B.weight": [out_f, 2]}
+hdr, blob = {}, b""
+for k, shape in tensors.items():
+    vals = [((i * 7919) % 200 - 100) / 1000.0 for i in range(shape[0] * shape[1])]
+    data = struct.pack("<%df" % len(vals), *vals)
+    hdr[k] = {"dtype": "F32", "shape": shape, "data_offsets": [len(blob), len(blob) + len(data)]}
+    blob += data
+hb = json.dumps(hdr).encode()
+os.makedirs(sys.argv[2], exist_ok=True)
+open(sys.argv[2] + "/adapter_model.safetensors", "wb").write(struct.pack("<Q", len(hb)) + hb + blob)
+json.dump({"peft_type": "LORA", "r": 2, "lora_alpha": 4, "target_modules": [module.rsplit(".", 1)[1]]},
+          open(sys.argv[2] + "/adapter_config.json", "w"))
+PYEOF
+"$HYLA" merge "$T/vl" --adapter "$T/vl_adapter" --out "$T/vl_merged" >/dev/null || fail "merge of the VL-wrapped model"
+$PY - "$T/vl" "$T/vl_conv" "$T/vl_ck" "$T/vl_bf16" "$T/vl_merged" <<'PYEOF' || fail "carried tensors not byte-identical"
 import json, os, struct, sys
 def tensors(d):
     out = {}
@@ -137,7 +157,7 @@ for d in sys.argv[2:]:
     t = tensors(d)
     for k, v in carried.items():
         assert t.get(k) == v, (d, k)
-print("  ok  mtp.* / model.visual.* carried byte for byte through convert (sharded), train --save and convert --dtype")
+print("  ok  mtp.* / model.visual.* carried byte for byte through convert (sharded), train --save, convert --dtype and merge")
 PYEOF
 "$HYLA" generate "$T/good" --prompt "ab" --max-new 2 >/dev/null 2>"$T/gen_bytes.err" \
     && grep -q "no tokenizer.json in .*: prompt and output are raw bytes" "$T/gen_bytes.err" \
