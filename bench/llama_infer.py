@@ -11,10 +11,12 @@ import numpy as np
 
 def main():
     path, T, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-    quiet = llama_cpp.llama_log_callback(lambda level, text, data: None)
-    llama_cpp.llama_log_set(quiet, None)
+    global QUIET  # the ctypes callback must outlive every llama.cpp call
+    QUIET = llama_cpp.llama_log_callback(lambda level, text, data: None)
+    llama_cpp.llama_log_set(QUIET, None)
+    # logits for every prompt position, as hyla's prefill computes them (and llm.scores is indexed by position)
     llm = llama_cpp.Llama(model_path=path, n_ctx=T + steps + 8, n_batch=T, n_ubatch=T, n_threads=threads,
-                          n_threads_batch=threads, verbose=False)
+                          n_threads_batch=threads, logits_all=True, verbose=False)
     V = llm.n_vocab()
     prompt = [(i * 7919 + 13) % V for i in range(T)]
     best_p = best_d = float("inf")
@@ -31,6 +33,7 @@ def main():
         decode = time.perf_counter() - t0
         if rep > 0:
             best_p, best_d = min(best_p, prefill), min(best_d, decode)
+    llm.close()  # free the context now, not during interpreter teardown
     print(json.dumps({"engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "gguf": path,
                       "threads": threads, "prefill_tokens_per_s": T / best_p, "decode_tokens_per_s": (steps - 1) / best_d}))
 
