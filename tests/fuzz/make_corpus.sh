@@ -17,7 +17,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hyla-corpus-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 rm -rf "$OUT"
-for h in safetensors model_load st_index config tokenizer tokenizer_encode tokens routing checkpoint_state; do
+for h in safetensors model_load st_index config tokenizer tokenizer_encode tokens routing checkpoint_state jsonl; do
     mkdir -p "$OUT/fuzz_$h"
 done
 q() { "$@" >/dev/null 2>"$WORK/err" || { echo "make_corpus: failed: $*" >&2; cat "$WORK/err" >&2; exit 1; }; }
@@ -76,6 +76,8 @@ done
 printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "In the beginning"}]}' \
     '{"text": "God created the heaven and the earth."}' > "$WORK/docs.jsonl"
 q "$HYLA" tokenize --tokenizer "$TOK" --jsonl "$WORK/docs.jsonl" --out "$OUT/fuzz_tokens/docs.bin"
+cp "$WORK/docs.jsonl" "$OUT/fuzz_jsonl/docs.jsonl"
+head -c 4000 data/chat_kjv.jsonl > "$OUT/fuzz_jsonl/chat.jsonl"
 # a small prefix of the Qwen tokenizer is not valid JSON; the tokenizer corpus is the
 # hand-made tests/fuzz/seeds/fuzz_tokenizer (the real one is 11 MB)
 

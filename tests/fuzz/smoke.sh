@@ -21,6 +21,7 @@ HARNESSES=(
     "fuzz_tokens 4096"
     "fuzz_routing 4096"
     "fuzz_checkpoint_state 32768"
+    "fuzz_jsonl 8192"
 )
 
 mkdir -p build-fuzz
