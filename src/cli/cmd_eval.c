@@ -5,7 +5,6 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
-#include "io/fileio.h"
 #include "io/tokenizer.h"
 #include "model/adapter.h"
 #include "train/eval.h"
@@ -53,14 +52,8 @@ int hyla_cmd_eval(int argc, char **argv)
     memset(&d, 0, sizeof d);
     int st;
     if (jsonl) {
-        char path[4096];
         hyla_tokenizer *tok = NULL;
-        st = tok_path ? (snprintf(path, sizeof path, "%s", tok_path), HYLA_OK)
-                      : hyla_path_join(path, sizeof path, pos[0], "tokenizer.json");
-        if (st == HYLA_OK && !tok_path && !hyla_file_exists(path))
-            st = hyla_error_set(HYLA_ERR_ARG, "--data-jsonl needs a tokenizer: %s is missing (or give --tokenizer)", path);
-        if (st == HYLA_OK)
-            st = hyla_tokenizer_load(&tok, path);
+        st = hyla_cli_open_tokenizer(tok_path, pos[0], &tok);
         if (st == HYLA_OK)
             st = hyla_data_open_jsonl(&d, jsonl, tok, m.cfg.vocab);
         hyla_tokenizer_free(tok);

@@ -46,7 +46,7 @@ int hyla_cmd_tokenize(int argc, char **argv)
         int32_t *ids;
         unsigned char *mask;
         int64_t n, *starts, docs, targets = 0;
-        if (hyla_jsonl_read(jsonl, tok, &ids, &mask, &n, &starts, &docs) ||
+        if (hyla_jsonl_read(jsonl, tok, &ids, &mask, &n, &starts, &docs, NULL) ||
             hyla_data_write_documents(out, ids, mask, n, starts, docs, (int64_t)hyla_tokenizer_vocab_size(tok))) {
             rc = hyla_cli_fail("tokenize");
         } else {

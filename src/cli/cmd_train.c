@@ -56,25 +56,16 @@ static int open_model(const train_args *a, hyla_model *m)
     return rc;
 }
 
-/* The tokenizer for --data-jsonl: --tokenizer, else the model directory's tokenizer.json. */
-static int open_tokenizer(const train_args *a, const hyla_model *m, hyla_tokenizer **tok)
+static int open_tokenizer(const train_args *a, hyla_tokenizer **tok)
 {
-    char path[4096];
-    const char *dir = a->resume ? a->resume : a->model;
-    if (a->tokenizer)
-        snprintf(path, sizeof path, "%s", a->tokenizer);
-    else if (!dir || hyla_path_join(path, sizeof path, dir, "tokenizer.json") != HYLA_OK || !hyla_file_exists(path))
-        return hyla_error_set(HYLA_ERR_ARG, "--data-jsonl needs a tokenizer: --tokenizer FILE, or a --model / --resume "
-                              "directory with tokenizer.json");
-    (void)m;
-    return hyla_tokenizer_load(tok, path);
+    return hyla_cli_open_tokenizer(a->tokenizer, a->resume ? a->resume : a->model, tok);
 }
 
 static int open_data(const train_args *a, const hyla_model *m, hyla_data *d)
 {
     if (a->jsonl) {
         hyla_tokenizer *tok;
-        HYLA_TRY(open_tokenizer(a, m, &tok));
+        HYLA_TRY(open_tokenizer(a, &tok));
         int st = hyla_data_open_jsonl(d, a->jsonl, tok, m->cfg.vocab);
         hyla_tokenizer_free(tok);
         d->shuffle = !a->no_shuffle;
@@ -100,7 +91,7 @@ static int open_eval_data(const train_args *a, const hyla_model *m, hyla_data *d
     if (n < 6 || strcmp(a->eval_data + n - 6, ".jsonl"))
         return hyla_data_open_tokens(d, a->eval_data, m->cfg.vocab);
     hyla_tokenizer *tok;
-    HYLA_TRY(open_tokenizer(a, m, &tok));
+    HYLA_TRY(open_tokenizer(a, &tok));
     int st = hyla_data_open_jsonl(d, a->eval_data, tok, m->cfg.vocab);
     hyla_tokenizer_free(tok);
     return st;
@@ -136,15 +127,6 @@ static void print_memory(const hyla_trainer *tr, const hyla_model *m)
     if (tr->store)
         printf("offload: %.2f MiB of checkpoints per step to the host store %s\n", tr->ex.host_bytes / mib,
                hyla_host_store_path(tr->store));
-}
-
-/* Share of the host copies' time that compute did not wait for. */
-static double hidden_fraction(const hyla_step_stats *s)
-{
-    if (s->copy_seconds <= 0)
-        return 1.0;
-    double h = 1.0 - s->copy_wait_seconds / s->copy_seconds;
-    return h < 0 ? 0 : h;
 }
 
 /* Greedy continuation of a byte-level prompt by re-running the forward over the growing prefix. */
@@ -196,7 +178,7 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
                "\"activation_bytes\": %zu, \"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
                "\"copy_hidden_fraction\": %.4f}\n",
             s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes,
-            (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, hidden_fraction(s));
+            (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, train_hidden_fraction(s));
     if (fflush(f) != 0 || ferror(f))
         return hyla_error_set(HYLA_ERR_IO, "%s: write failed at step %lld: %s", path, (long long)step, strerror(errno));
     return HYLA_OK;

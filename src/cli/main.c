@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include "cli/commands.h"
+#include "io/fileio.h"
+#include "io/tokenizer.h"
 #include "core/error.h"
 #include "core/gemm.h"
 #include "hyla.h"
@@ -31,6 +33,18 @@ static const command commands[] = {
     {"tokenize", hyla_cmd_tokenize, "encode / decode with a Qwen tokenizer.json; write training token files"},
     {"convert", hyla_cmd_convert, "re-save a model in another layout, sharding or dtype, or export it as GGUF for llama.cpp"},
 };
+
+int hyla_cli_open_tokenizer(const char *path, const char *dir, hyla_tokenizer **tok)
+{
+    char buf[4200];
+    if (!path) {
+        if (!dir || hyla_path_join(buf, sizeof buf, dir, "tokenizer.json") != HYLA_OK || !hyla_file_exists(buf))
+            return hyla_error_set(HYLA_ERR_ARG, "--data-jsonl needs a tokenizer: give --tokenizer FILE, or a model "
+                                  "directory with tokenizer.json (%s)", dir ? "it has none" : "this model has no directory");
+        path = buf;
+    }
+    return hyla_tokenizer_load(tok, path);
+}
 
 int hyla_cli_fail(const char *cmd)
 {

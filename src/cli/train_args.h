@@ -41,5 +41,7 @@ void train_progress_step(train_progress *p, const train_args *a, int64_t step, c
                          double activation_mib);
 void train_progress_note(train_progress *p); /* before printing another line on a terminal */
 void train_progress_end(train_progress *p, const train_args *a, int64_t steps_done);
+/* Share of a step's host-copy time that compute did not wait for (1 without offload). */
+double train_hidden_fraction(const hyla_step_stats *s);
 
 #endif

@@ -24,8 +24,7 @@ void train_progress_start(train_progress *p, int64_t first_step)
     p->best = INFINITY, p->best_step = 0, p->last = NAN;
 }
 
-/* Share of the host copies' time that compute did not wait for. */
-static double hidden(const hyla_step_stats *s)
+double train_hidden_fraction(const hyla_step_stats *s)
 {
     if (s->copy_seconds <= 0)
         return 1.0;
@@ -55,7 +54,7 @@ void train_progress_step(train_progress *p, const train_args *a, int64_t step, c
     printf("  lr %.2e  gnorm %.3f  %.0f tok/s  act %.1f MiB", s->lr, s->grad_norm, s->tokens / s->seconds, activation_mib);
     if (s->offload_bytes)
         printf("  offload %.1f MiB, copies %.0f ms, %.0f%% hidden", s->offload_bytes / 1048576.0, s->copy_seconds * 1e3,
-               100.0 * hidden(s));
+               100.0 * train_hidden_fraction(s));
     printf("\n");
 }
 

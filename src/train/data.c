@@ -206,6 +206,8 @@ int64_t hyla_data_rows_per_epoch(const hyla_data *d, int64_t T)
 {
     if (!d->mask)
         return d->synthetic ? 0 : d->n_tokens / T;
+    if (d->rows && d->rows_T == T) /* the row table of this T counts them already */
+        return d->n_rows;
     int64_t rows = 0;
     for (int64_t k = 0; k < d->n_docs; k++)
         rows += doc_rows(d->doc_start[k + 1] - d->doc_start[k], T);

@@ -77,8 +77,9 @@ int hyla_data_set_documents(hyla_data *d, int32_t *tokens, unsigned char *mask, 
 struct hyla_tokenizer;
 /* JSONL documents (train/jsonl.c), tokenized with `tok`; a bad line names the file and line. */
 int hyla_data_open_jsonl(hyla_data *d, const char *path, const struct hyla_tokenizer *tok, int64_t vocab);
-/* Read the documents of `path` (JSONL) into arrays: the same parse, for `hyla tokenize`. */
+/* Read the documents of `path` (JSONL) into arrays: the same parse, for `hyla tokenize`; *hash (may
+ * be NULL) gets hyla_hash64 of the file's bytes. */
 int hyla_jsonl_read(const char *path, const struct hyla_tokenizer *tok, int32_t **ids, unsigned char **mask,
-                    int64_t *n_tokens, int64_t **doc_start, int64_t *n_docs);
+                    int64_t *n_tokens, int64_t **doc_start, int64_t *n_docs, uint64_t *hash);
 
 #endif

@@ -94,7 +94,7 @@ static int parse_line(docs_buf *b, const hyla_tokenizer *tok, const char *line, 
 }
 
 int hyla_jsonl_read(const char *path, const hyla_tokenizer *tok, int32_t **ids, unsigned char **mask, int64_t *n_tokens,
-                    int64_t **doc_start, int64_t *n_docs)
+                    int64_t **doc_start, int64_t *n_docs, uint64_t *hash)
 {
     char *text;
     size_t len;
@@ -114,6 +114,8 @@ int hyla_jsonl_read(const char *path, const hyla_tokenizer *tok, int32_t **ids, 
         }
         at = end + 1;
     }
+    if (hash)
+        *hash = hyla_hash64(text, len);
     free(text);
     if (st == HYLA_OK && b.n_docs == 0)
         st = hyla_error_set(HYLA_ERR_FORMAT, "%s: no documents", path);
@@ -131,12 +133,9 @@ int hyla_data_open_jsonl(hyla_data *d, const char *path, const hyla_tokenizer *t
     int32_t *ids;
     unsigned char *mask;
     int64_t n, *starts, docs;
-    HYLA_TRY(hyla_jsonl_read(path, tok, &ids, &mask, &n, &starts, &docs));
+    uint64_t hash;
+    HYLA_TRY(hyla_jsonl_read(path, tok, &ids, &mask, &n, &starts, &docs, &hash));
     HYLA_TRY(hyla_data_set_documents(d, ids, mask, n, starts, docs, vocab, path));
-    char *raw; /* the content hash (read again: documents are parsed line by line above) */
-    size_t len;
-    HYLA_TRY(hyla_read_text_file(path, &raw, &len));
-    d->hash = hyla_hash64(raw, len);
-    free(raw);
+    d->hash = hash;
     return HYLA_OK;
 }

@@ -2,10 +2,10 @@
  * once; it has the ChatML tokens), then the documents through hyla_data_set_documents and a few
  * shuffled rows. Every id must be in range, the mask 0/1, the document starts ordered. Tokenizer
  * path as in fuzz_tokenizer_encode ($HYLA_FUZZ_TOKENIZER or REPO/tests/tokenizer/qwen3/). */
-#include "fuzz_util.h"
-
 #include "core/error.h"
 #include "io/tokenizer.h"
+
+#include "fuzz_util.h"
 #include "train/data.h"
 
 static hyla_tokenizer *tok;
@@ -13,16 +13,7 @@ static hyla_tokenizer *tok;
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    char path[PATH_MAX + 64];
-    const char *env = getenv("HYLA_FUZZ_TOKENIZER");
-    if (env && *env)
-        snprintf(path, sizeof path, "%s", env);
-    else
-        snprintf(path, sizeof path, "%s/tests/tokenizer/qwen3/tokenizer.json", fuzz_repo_root());
-    if (hyla_tokenizer_load(&tok, path) != HYLA_OK) {
-        fprintf(stderr, "fuzz_jsonl: %s\n", hyla_error_message());
-        exit(1);
-    }
+    tok = fuzz_qwen_tokenizer("fuzz_jsonl");
     return 0;
 }
 
@@ -35,7 +26,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int32_t *ids;
     unsigned char *mask;
     int64_t n, *starts, docs;
-    if (hyla_jsonl_read(path, tok, &ids, &mask, &n, &starts, &docs) != HYLA_OK)
+    if (hyla_jsonl_read(path, tok, &ids, &mask, &n, &starts, &docs, NULL) != HYLA_OK)
         return 0;
     int64_t V = (int64_t)hyla_tokenizer_vocab_size(tok);
     if (docs < 1 || starts[0] != 0 || starts[docs] != n)

@@ -6,10 +6,10 @@
  * Tokenizer path: $HYLA_FUZZ_TOKENIZER, else REPO/tests/tokenizer/qwen3/tokenizer.json (made by
  * `gunzip -c tests/tokenizer/qwen3/tokenizer.json.gz`; tests/fuzz/smoke.sh does it), REPO being
  * $HYLA_REPO or three directories above this binary. */
-#include "fuzz_util.h"
-
 #include "core/error.h"
 #include "io/tokenizer.h"
+
+#include "fuzz_util.h"
 
 #include <utf8proc.h>
 
@@ -18,18 +18,7 @@ static hyla_tokenizer *tok;
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc, (void)argv;
-    char path[PATH_MAX + 64];
-    const char *env = getenv("HYLA_FUZZ_TOKENIZER");
-    if (env && *env)
-        snprintf(path, sizeof path, "%s", env);
-    else
-        snprintf(path, sizeof path, "%s/tests/tokenizer/qwen3/tokenizer.json", fuzz_repo_root());
-    if (hyla_tokenizer_load(&tok, path) != HYLA_OK) {
-        fprintf(stderr, "fuzz_tokenizer_encode: %s\n(set HYLA_FUZZ_TOKENIZER or run: gunzip -c "
-                        "tests/tokenizer/qwen3/tokenizer.json.gz > tests/tokenizer/qwen3/tokenizer.json)\n",
-                hyla_error_message());
-        exit(1);
-    }
+    tok = fuzz_qwen_tokenizer("fuzz_tokenizer_encode");
     return 0;
 }
 

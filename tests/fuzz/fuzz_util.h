@@ -147,4 +147,26 @@ FUZZ_FN uint32_t fuzz_le32(const uint8_t *p)
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
+/* The real Qwen3 tokenizer, for harnesses that tokenize: $HYLA_FUZZ_TOKENIZER, else
+ * REPO/tests/tokenizer/qwen3/tokenizer.json (gunzip'd by tests/fuzz/smoke.sh). Exits when missing.
+ * Needs io/tokenizer.h and core/error.h included before this header. */
+#ifdef HYLA_IO_TOKENIZER_H
+FUZZ_FN hyla_tokenizer *fuzz_qwen_tokenizer(const char *harness)
+{
+    char path[PATH_MAX + 64];
+    const char *env = getenv("HYLA_FUZZ_TOKENIZER");
+    if (env && *env)
+        snprintf(path, sizeof path, "%s", env);
+    else
+        snprintf(path, sizeof path, "%s/tests/tokenizer/qwen3/tokenizer.json", fuzz_repo_root());
+    hyla_tokenizer *tok;
+    if (hyla_tokenizer_load(&tok, path) != HYLA_OK) {
+        fprintf(stderr, "%s: %s\n(set HYLA_FUZZ_TOKENIZER or run: gunzip -c tests/tokenizer/qwen3/tokenizer.json.gz > "
+                        "tests/tokenizer/qwen3/tokenizer.json)\n", harness, hyla_error_message());
+        exit(1);
+    }
+    return tok;
+}
+#endif
+
 #endif
