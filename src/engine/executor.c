@@ -1,5 +1,6 @@
 /* The nested block executor; see executor.h. */
 #include "engine/executor.h"
+#include "model/lora.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -119,7 +120,11 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
     c.aux_psum = ex->aux_psum;
     c.aux_dprob = ex->aux_dprob;
     c.recompute = recompute;
-    if (grads && ex->updates) { /* this unit's layers' gradients live in the window */
+    c.lora = ex->m->lora;
+    if (ex->m->lora) { /* base frozen: the step's gradients are the adapter's */
+        c.lora_grads = grads;
+        c.grads = NULL;
+    } else if (grads && ex->updates) { /* this unit's layers' gradients live in the window */
         c.grads = ex->updates->window;
         c.grad_base = ex->window_lo;
     }
@@ -153,12 +158,21 @@ static void sample_timeline(hyla_executor *ex)
     ex->timeline[ex->n_timeline++] = ex->ckpt.used + ex->work.used + ex->xfer[0].used + ex->xfer[1].used;
 }
 
+/* An op's scratch: its own floats, then (ops with adaptable projections, a model with an adapter)
+ * the LoRA path's. */
+static int64_t lora_scratch(const hyla_executor *ex, const hyla_layer_op *op)
+{
+    return op->lora && ex->m->lora ? hyla_lora_scratch_floats(ex->m->lora, ex->n) : 0;
+}
+
 static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recompute, int64_t *aux_rows)
 {
     size_t mark = hyla_arena_mark(&ex->work);
-    float *scratch = alloc_slot(ex, &ex->work, op->fwd_scratch(&ex->m->cfg, ex->n, ex->T), 0);
+    int64_t own = op->fwd_scratch(&ex->m->cfg, ex->n, ex->T);
+    float *scratch = alloc_slot(ex, &ex->work, own + lora_scratch(ex, op), 0);
     if (!ex->dry) {
         hyla_op_ctx c = op_ctx(ex, l, NULL, recompute);
+        c.lora_scratch = scratch + own;
         c.aux_rows = aux_rows ? aux_rows : &aux_rows_dummy;
         double t0 = HYLA_PROF_BEGIN();
         op->fwd(&c, &ex->tapes[l], scratch);
@@ -286,6 +300,8 @@ static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_ma
 
 static float *param_grad(const hyla_executor *ex, float *grads, hyla_role role)
 {
+    if (ex->m->lora)
+        return NULL; /* frozen under an adapter */
     if (role == HYLA_P_LM_HEAD && ex->m->cfg.tie_word_embeddings)
         role = HYLA_P_EMBED;
     size_t off = ex->m->table.params[hyla_param_find(&ex->m->table, role, -1)].offset;
@@ -328,7 +344,7 @@ static void loss_head(hyla_executor *ex, float *grads, float *logits_out, float 
         if (grads) {
             hyla_cross_entropy_bwd(logits, logits, ex->labels + r0, m, V, ce_scale); /* in place: dlogits */
             hyla_linear_bwd(dxn + r0 * H, NULL, logits, xn + r0 * H, head, m, H, V);
-            for (int64_t b0 = 0; b0 < m; b0 += HYLA_HEAD_ROWS) /* lm_head's gradient: fixed blocks of rows */
+            for (int64_t b0 = 0; dhead && b0 < m; b0 += HYLA_HEAD_ROWS) /* lm_head's gradient: fixed blocks of rows */
                 hyla_linear_bwd(NULL, dhead, logits + b0 * V, xn + (r0 + b0) * H, head,
                                 m - b0 < HYLA_HEAD_ROWS ? m - b0 : HYLA_HEAD_ROWS, H, V);
         }
@@ -427,9 +443,11 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
                 if (hyla_slot_has_grad(op->in[k]))
                     dslot(ex, dt, un, l, op->in[k], cur);
             size_t mark = hyla_arena_mark(&ex->work);
-            float *scratch = alloc_slot(ex, &ex->work, op->bwd_scratch(&ex->m->cfg, ex->n, ex->T), 0);
+            int64_t own = op->bwd_scratch(&ex->m->cfg, ex->n, ex->T);
+            float *scratch = alloc_slot(ex, &ex->work, own + lora_scratch(ex, op), 0);
             if (!ex->dry) {
                 hyla_op_ctx c = op_ctx(ex, l, grads, 1);
+                c.lora_scratch = scratch + own;
                 c.aux_rows = &aux_rows_dummy;
                 double t0 = HYLA_PROF_BEGIN();
                 op->bwd(&c, &ex->tapes[l], &dt[l - un->layer0], scratch);
@@ -548,7 +566,7 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
         hyla_host_store_drain(ex->store); /* nothing may still write into the arenas */
     if (ex->io_status != HYLA_OK)
         return ex->io_status; /* its message was set by the failed wait */
-    if (!ex->dry)
+    if (!ex->dry && !ex->m->lora) /* the embedding is frozen under an adapter */
         embed_backward(ex, tokens, grads, ex->dcarry[cur]);
     return HYLA_OK;
 }

@@ -908,7 +908,7 @@ static size_t plan_shards(const size_t *nbytes, size_t n, size_t max_bytes, uint
     return k + 1;
 }
 
-static int name_files(const char *dir, out_file *f, size_t n_shards, bool sharded)
+static int name_files(const char *dir, const char *single, out_file *f, size_t n_shards, bool sharded)
 {
     for (size_t k = 0; k <= n_shards; k++) {
         char base[64];
@@ -919,7 +919,7 @@ static int name_files(const char *dir, out_file *f, size_t n_shards, bool sharde
         else if (sharded)
             snprintf(base, sizeof base, "model-%05zu-of-%05zu.safetensors", k + 1, n_shards);
         else
-            snprintf(base, sizeof base, "%s", SINGLE_NAME);
+            snprintf(base, sizeof base, "%s", single);
         f[k].final = path_fmt("%s/%s", dir, base);
         f[k].tmp = path_fmt("%s/.%s.tmp.%ld", dir, base, (long)getpid());
         if (!f[k].final || !f[k].tmp)
@@ -944,8 +944,8 @@ static int rename_all(const char *dir, out_file *f, size_t n_files)
     return HYLA_OK;
 }
 
-int hyla_st_write(const char *dir, const hyla_st_entry *entries, size_t n, size_t max_shard_bytes,
-                  hyla_st_fill_fn fill, void *ctx)
+static int write_files(const char *dir, const char *single, const hyla_st_entry *entries, size_t n,
+                       size_t max_shard_bytes, hyla_st_fill_fn fill, void *ctx)
 {
     if (!dir || (n && !entries) || !fill)
         return hyla_error_set(HYLA_ERR_ARG, "hyla_st_write: null argument (dir %s)", dir ? dir : "(null)");
@@ -968,7 +968,7 @@ int hyla_st_write(const char *dir, const hyla_st_entry *entries, size_t n, size_
         goto done;
     }
     n_files = n_shards + sharded;
-    if ((st = name_files(dir, files, n_shards, sharded)) != HYLA_OK)
+    if ((st = name_files(dir, single, files, n_shards, sharded)) != HYLA_OK)
         goto done;
     if (!(scratch = malloc(largest ? largest : 1))) {
         st = hyla_error_set(HYLA_ERR_NOMEM, "%s: cannot allocate a %zu-byte tensor buffer", dir, largest);
@@ -991,4 +991,18 @@ done:
     free(nbytes);
     free(scratch);
     return st;
+}
+
+int hyla_st_write(const char *dir, const hyla_st_entry *entries, size_t n, size_t max_shard_bytes,
+                  hyla_st_fill_fn fill, void *ctx)
+{
+    return write_files(dir, SINGLE_NAME, entries, n, max_shard_bytes, fill, ctx);
+}
+
+int hyla_st_write_named(const char *dir, const char *file_name, const hyla_st_entry *entries, size_t n,
+                        hyla_st_fill_fn fill, void *ctx)
+{
+    if (!file_name || !file_name[0] || strchr(file_name, '/') || strlen(file_name) > 48)
+        return hyla_error_set(HYLA_ERR_ARG, "hyla_st_write_named: bad file name");
+    return write_files(dir, file_name, entries, n, 0, fill, ctx);
 }

@@ -106,5 +106,8 @@ typedef struct {
  * (which hyla_st_open prefers over model.safetensors!), are the caller's to remove. */
 int hyla_st_write(const char *dir, const hyla_st_entry *entries, size_t n, size_t max_shard_bytes,
                   hyla_st_fill_fn fill, void *ctx);
+/* The same, one file DIR/file_name (e.g. adapter_model.safetensors), never sharded. */
+int hyla_st_write_named(const char *dir, const char *file_name, const hyla_st_entry *entries, size_t n,
+                        hyla_st_fill_fn fill, void *ctx);
 
 #endif

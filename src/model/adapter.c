@@ -12,7 +12,7 @@
 
 #define KEY_PREFIX "base_model.model."
 
-static int read_config(const char *dir, hyla_adapter_info *info)
+int hyla_adapter_read_config(const char *dir, hyla_adapter_info *info)
 {
     char path[4200], *text;
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
@@ -44,6 +44,9 @@ static int read_config(const char *dir, hyla_adapter_info *info)
         info->r = (int64_t)r->valuedouble;
         info->alpha = alpha->valuedouble;
         int rs = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, "use_rslora"));
+        const cJSON *dr = cJSON_GetObjectItemCaseSensitive(o, "lora_dropout");
+        info->use_rslora = rs;
+        info->dropout = cJSON_IsNumber(dr) && dr->valuedouble >= 0 && dr->valuedouble < 1 ? dr->valuedouble : 0.0;
         info->scaling = rs ? info->alpha / sqrt((double)info->r) : info->alpha / (double)info->r;
     }
     cJSON_Delete(o);
@@ -95,7 +98,7 @@ static float *as_f32(const hyla_st_tensor *t)
 int hyla_model_merge_adapter(hyla_model *m, const char *dir, hyla_adapter_info *info)
 {
     memset(info, 0, sizeof *info);
-    HYLA_TRY(read_config(dir, info));
+    HYLA_TRY(hyla_adapter_read_config(dir, info));
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     hyla_st_set set;

@@ -23,7 +23,13 @@ typedef struct {
     int64_t r;
     double alpha, scaling;
     size_t modules;        /* adapted modules merged */
+    int use_rslora;
+    double dropout;        /* lora_dropout (training only) */
 } hyla_adapter_info;
+
+/* DIR/adapter_config.json: r, lora_alpha, scaling, use_rslora, lora_dropout; refuses what hyla
+ * cannot apply (non-LoRA, DoRA, rank/alpha patterns, modules_to_save), naming the field. */
+int hyla_adapter_read_config(const char *dir, hyla_adapter_info *info);
 
 int hyla_model_merge_adapter(hyla_model *m, const char *dir, hyla_adapter_info *info);
 /* hyla_model_load(dir), then (adapter != NULL) the adapter merged in; on failure nothing is held. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "model/lora.h"
 #include "ops/ops.h"
 
 static const struct {
@@ -86,8 +87,28 @@ const float *hyla_op_w(const hyla_op_ctx *c, hyla_role role) { return hyla_model
 
 float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role)
 {
+    if (!c->grads)
+        return NULL;
     int i = hyla_param_find(&c->m->table, role, c->layer);
     return c->grads + (c->m->table.params[i].offset - c->grad_base);
+}
+
+void hyla_op_linear(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *y, const float *x, int64_t n,
+                    int64_t in, int64_t out)
+{
+    hyla_linear(y, x, hyla_op_w(c, role) + row0 * in, n, in, out, 0);
+    if (c->lora)
+        hyla_lora_fwd(c->lora, hyla_param_find(&c->m->table, role, c->layer), row0, out, y, x, n, in, c->lora_scratch);
+}
+
+void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *dx, const float *dy,
+                        const float *x, int64_t n, int64_t in, int64_t out)
+{
+    float *dW = hyla_op_dw(c, role);
+    hyla_linear_bwd(dx, dW ? dW + row0 * in : NULL, dy, x, hyla_op_w(c, role) + row0 * in, n, in, out);
+    if (c->lora && c->lora_grads)
+        hyla_lora_bwd(c->lora, c->lora_grads, hyla_param_find(&c->m->table, role, c->layer), row0, out, dx, dy, x, n,
+                      in, c->lora_scratch);
 }
 
 void hyla_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,

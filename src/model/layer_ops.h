@@ -101,6 +101,12 @@ typedef struct {
     /* router replay / recording for this layer (MoE layers): [n, k] expert ids, -1 = padding */
     const int32_t *replay;   /* force these experts, or NULL */
     int32_t *record;         /* write the chosen experts here, or NULL */
+    /* LoRA (model/lora.h): the adapter of c->m (NULL: none); its gradients (training), and the
+     * op's scratch for the adapter path (hyla_lora_scratch_floats, ops with .lora set). With an
+     * adapter, training leaves the base frozen: grads is NULL and hyla_op_dw returns NULL. */
+    const struct hyla_lora_s *lora;
+    float *lora_grads;
+    float *lora_scratch;
 } hyla_op_ctx;
 
 typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);
@@ -117,6 +123,7 @@ typedef struct {
     int n_in, n_out, n_reads;
     hyla_slot in[HYLA_OP_MAX_IO], out[HYLA_OP_MAX_IO];
     hyla_slot reads[HYLA_OP_MAX_IO]; /* slots the backward reads (a subset of in and out) */
+    int lora;                /* runs adaptable projections (hyla_op_linear): gets LoRA scratch */
 } hyla_layer_op;
 
 #define HYLA_MAX_LAYER_OPS 32
@@ -133,7 +140,15 @@ const char *hyla_slot_name(hyla_slot s);
 
 /* Parameter views for ops. */
 const float *hyla_op_w(const hyla_op_ctx *c, hyla_role role);      /* weight of this layer */
-float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role);           /* its gradient */
+float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role);           /* its gradient; NULL when frozen */
+
+/* A projection of this layer through internal rows [row0, row0 + out) of parameter `role`:
+ * y[n, out] = x[n, in] W[row0:row0+out]^T, plus the LoRA path of the adapter (if any) over those
+ * rows. Backward: dx += dy W (+ the adapter's), dW += dy^T x unless frozen, adapter grads. */
+void hyla_op_linear(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *y, const float *x, int64_t n,
+                    int64_t in, int64_t out);
+void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *dx, const float *dy,
+                        const float *x, int64_t n, int64_t in, int64_t out);
 
 /* Linear-layer backward: dx[n,in] += dy[n,out] W[out,in]; dW[out,in] += dy^T x. */
 void hyla_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,

@@ -29,6 +29,10 @@ typedef struct {
                                         * does not use (mtp.*, model.visual.*), owned; else NULL */
     size_t *carried;           /* [n_carried] their indices in carried_set: saved byte for byte */
     size_t n_carried;
+    /* A trainable LoRA adapter run unmerged beside the projections (model/lora.h), not owned, or
+     * NULL. While set, training trains only the adapter: the base weights are frozen (no
+     * gradients, no moments) and the executor's gradient argument is the adapter's arena. */
+    struct hyla_lora_s *lora;
 } hyla_model;
 
 /* Load DIR (config.json + model.safetensors or a sharded index). Checks every tensor: missing,

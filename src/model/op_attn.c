@@ -24,13 +24,13 @@ static void proj_fwd(const hyla_op_ctx *c, hyla_tape *t, float *qg /*[n, Hq, 2, 
 {
     int64_t n = c->n, H = CFG->hidden, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
     const float *x = t->p[HYLA_S_XN];
-    hyla_linear(qg, x, hyla_op_w(c, HYLA_P_ATTN_Q), n, H, Hq * 2 * hd, 0);
+    hyla_op_linear(c, HYLA_P_ATTN_Q, 0, qg, x, n, H, Hq * 2 * hd);
     for (int64_t i = 0; i < n * Hq; i++) {
         memcpy(t->p[HYLA_S_QRAW] + i * hd, qg + i * 2 * hd, (size_t)hd * sizeof(float));
         memcpy(t->p[HYLA_S_GATE] + i * hd, qg + i * 2 * hd + hd, (size_t)hd * sizeof(float));
     }
-    hyla_linear(t->p[HYLA_S_KRAW], x, hyla_op_w(c, HYLA_P_ATTN_K), n, H, Hkv * hd, 0);
-    hyla_linear(t->p[HYLA_S_VRAW], x, hyla_op_w(c, HYLA_P_ATTN_V), n, H, Hkv * hd, 0);
+    hyla_op_linear(c, HYLA_P_ATTN_K, 0, t->p[HYLA_S_KRAW], x, n, H, Hkv * hd);
+    hyla_op_linear(c, HYLA_P_ATTN_V, 0, t->p[HYLA_S_VRAW], x, n, H, Hkv * hd);
 }
 static int64_t proj_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->n_heads * 2 * cfg->head_dim; }
 static void proj_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *dqg /*[n, Hq, 2, hd]*/)
@@ -42,9 +42,9 @@ static void proj_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
     }
     const float *x = t->p[HYLA_S_XN];
     float *dx = d->p[HYLA_S_XN];
-    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_ATTN_Q), dqg, x, hyla_op_w(c, HYLA_P_ATTN_Q), n, H, Hq * 2 * hd);
-    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_ATTN_K), d->p[HYLA_S_KRAW], x, hyla_op_w(c, HYLA_P_ATTN_K), n, H, Hkv * hd);
-    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_ATTN_V), d->p[HYLA_S_VRAW], x, hyla_op_w(c, HYLA_P_ATTN_V), n, H, Hkv * hd);
+    hyla_op_linear_bwd(c, HYLA_P_ATTN_Q, 0, dx, dqg, x, n, H, Hq * 2 * hd);
+    hyla_op_linear_bwd(c, HYLA_P_ATTN_K, 0, dx, d->p[HYLA_S_KRAW], x, n, H, Hkv * hd);
+    hyla_op_linear_bwd(c, HYLA_P_ATTN_V, 0, dx, d->p[HYLA_S_VRAW], x, n, H, Hkv * hd);
 }
 
 /* ---- q/k norm + partial RoPE: QRAW, KRAW -> QR, KR (COS, SIN tables) ---------------------- */
@@ -147,24 +147,25 @@ static void gate_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
 /* ---- o_proj: ATT -> MIX ------------------------------------------------------------------- */
 static void out_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    hyla_linear(t->p[HYLA_S_MIX], t->p[HYLA_S_ATT], hyla_op_w(c, HYLA_P_ATTN_O), c->n, CFG->n_heads * CFG->head_dim,
-                CFG->hidden, 0);
+    hyla_op_linear(c, HYLA_P_ATTN_O, 0, t->p[HYLA_S_MIX], t->p[HYLA_S_ATT], c->n, CFG->n_heads * CFG->head_dim,
+                   CFG->hidden);
 }
 static void out_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    hyla_linear_bwd(d->p[HYLA_S_ATT], hyla_op_dw(c, HYLA_P_ATTN_O), d->p[HYLA_S_MIX], t->p[HYLA_S_ATT],
-                    hyla_op_w(c, HYLA_P_ATTN_O), c->n, CFG->n_heads * CFG->head_dim, CFG->hidden);
+    hyla_op_linear_bwd(c, HYLA_P_ATTN_O, 0, d->p[HYLA_S_ATT], d->p[HYLA_S_MIX], t->p[HYLA_S_ATT], c->n,
+                       CFG->n_heads * CFG->head_dim, CFG->hidden);
 }
 
 const hyla_layer_op hyla_ops_attn[] = {
     {"attn_proj", proj_fwd, proj_bwd, proj_scratch, proj_scratch, HYLA_IN(HYLA_S_XN),
-     HYLA_OUT(HYLA_S_QRAW, HYLA_S_GATE, HYLA_S_KRAW, HYLA_S_VRAW), HYLA_READS(HYLA_S_XN)},
+     HYLA_OUT(HYLA_S_QRAW, HYLA_S_GATE, HYLA_S_KRAW, HYLA_S_VRAW), HYLA_READS(HYLA_S_XN), .lora = 1},
     {"attn_norm_rope", prep_fwd, prep_bwd, none, prep_bwd_scratch, HYLA_IN(HYLA_S_QRAW, HYLA_S_KRAW),
      HYLA_OUT(HYLA_S_QR, HYLA_S_KR, HYLA_S_COS, HYLA_S_SIN), HYLA_READS(HYLA_S_QRAW, HYLA_S_KRAW, HYLA_S_COS, HYLA_S_SIN)},
     {"attn_softmax", core_fwd, core_bwd, core_fwd_scratch, core_bwd_scratch, HYLA_IN(HYLA_S_QR, HYLA_S_KR, HYLA_S_VRAW),
      HYLA_OUT(HYLA_S_CTX, HYLA_S_LSE), HYLA_READS(HYLA_S_QR, HYLA_S_KR, HYLA_S_VRAW, HYLA_S_CTX, HYLA_S_LSE)},
     {"attn_gate", gate_fwd, gate_bwd, none, none, HYLA_IN(HYLA_S_CTX, HYLA_S_GATE), HYLA_OUT(HYLA_S_ATT),
      HYLA_READS(HYLA_S_CTX, HYLA_S_GATE)},
-    {"attn_out_proj", out_fwd, out_bwd, none, none, HYLA_IN(HYLA_S_ATT), HYLA_OUT(HYLA_S_MIX), HYLA_READS(HYLA_S_ATT)},
+    {"attn_out_proj", out_fwd, out_bwd, none, none, HYLA_IN(HYLA_S_ATT), HYLA_OUT(HYLA_S_MIX), HYLA_READS(HYLA_S_ATT),
+     .lora = 1},
 };
 const int hyla_n_ops_attn = sizeof hyla_ops_attn / sizeof *hyla_ops_attn;

@@ -97,10 +97,11 @@ static void gather_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, f
 /* ---- experts' gate/up: XE -> EGATE, EUP (per expert, weights [E, 2Ie, H]) ------------------- */
 /* gate [rows, I] and up [rows, I] from one GEMM against the fused [2I, H] weight (a wider GEMM
  * runs closer to peak than two halves); gu [rows, 2I] is scratch. */
-static void fused_gate_up(float *gate, float *up, const float *x, const float *W, int64_t rows, int64_t H, int64_t I,
-                          float *gu)
+/* gate|up rows [row0, row0 + 2I) of `role` in one GEMM, split into gate and up. */
+static void fused_gate_up(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *gate, float *up, const float *x,
+                          int64_t rows, int64_t H, int64_t I, float *gu)
 {
-    hyla_linear(gu, x, W, rows, H, 2 * I, 0);
+    hyla_op_linear(c, role, row0, gu, x, rows, H, 2 * I);
     for (int64_t r = 0; r < rows; r++) {
         memcpy(gate + r * I, gu + r * 2 * I, (size_t)I * sizeof(float));
         memcpy(up + r * I, gu + r * 2 * I + I, (size_t)I * sizeof(float));
@@ -111,11 +112,10 @@ static void expert_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*[
 {
     int64_t H = CFG->hidden, Ie = CFG->moe_inter;
     const int32_t *offs = CI32(HYLA_S_OFFS);
-    const float *W = hyla_op_w(c, HYLA_P_MOE_GATE_UP);
     for (int64_t e = 0; e < CFG->n_experts; e++) {
         int64_t s0 = offs[e], cnt = offs[e + 1] - offs[e];
-        fused_gate_up(t->p[HYLA_S_EGATE] + s0 * Ie, t->p[HYLA_S_EUP] + s0 * Ie, t->p[HYLA_S_XE] + s0 * H,
-                      W + e * 2 * Ie * H, cnt, H, Ie, scratch);
+        fused_gate_up(c, HYLA_P_MOE_GATE_UP, e * 2 * Ie, t->p[HYLA_S_EGATE] + s0 * Ie, t->p[HYLA_S_EUP] + s0 * Ie,
+                      t->p[HYLA_S_XE] + s0 * H, cnt, H, Ie, scratch);
     }
 }
 static int64_t expert_up_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->top_k * 2 * cfg->moe_inter; }
@@ -123,17 +123,14 @@ static void expert_up_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d
 {
     int64_t H = CFG->hidden, Ie = CFG->moe_inter;
     const int32_t *offs = CI32(HYLA_S_OFFS);
-    const float *W = hyla_op_w(c, HYLA_P_MOE_GATE_UP);
-    float *dW = hyla_op_dw(c, HYLA_P_MOE_GATE_UP);
     for (int64_t e = 0; e < CFG->n_experts; e++) {
         int64_t s0 = offs[e], cnt = offs[e + 1] - offs[e];
         if (cnt == 0)
             continue;
         const float *x = t->p[HYLA_S_XE] + s0 * H;
         float *dx = d->p[HYLA_S_XE] + s0 * H;
-        hyla_linear_bwd(dx, dW + e * 2 * Ie * H, d->p[HYLA_S_EGATE] + s0 * Ie, x, W + e * 2 * Ie * H, cnt, H, Ie);
-        hyla_linear_bwd(dx, dW + e * 2 * Ie * H + Ie * H, d->p[HYLA_S_EUP] + s0 * Ie, x, W + e * 2 * Ie * H + Ie * H, cnt,
-                        H, Ie);
+        hyla_op_linear_bwd(c, HYLA_P_MOE_GATE_UP, e * 2 * Ie, dx, d->p[HYLA_S_EGATE] + s0 * Ie, x, cnt, H, Ie);
+        hyla_op_linear_bwd(c, HYLA_P_MOE_GATE_UP, e * 2 * Ie + Ie, dx, d->p[HYLA_S_EUP] + s0 * Ie, x, cnt, H, Ie);
     }
 }
 
@@ -180,23 +177,20 @@ static void expert_down_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
     int64_t H = CFG->hidden, Ie = CFG->moe_inter;
     const int32_t *offs = CI32(HYLA_S_OFFS);
-    const float *W = hyla_op_w(c, HYLA_P_MOE_DOWN);
     for (int64_t e = 0; e < CFG->n_experts; e++) {
         int64_t s0 = offs[e], cnt = offs[e + 1] - offs[e];
-        hyla_linear(t->p[HYLA_S_EOUT] + s0 * H, t->p[HYLA_S_EH] + s0 * Ie, W + e * H * Ie, cnt, Ie, H, 0);
+        hyla_op_linear(c, HYLA_P_MOE_DOWN, e * H, t->p[HYLA_S_EOUT] + s0 * H, t->p[HYLA_S_EH] + s0 * Ie, cnt, Ie, H);
     }
 }
 static void expert_down_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
     int64_t H = CFG->hidden, Ie = CFG->moe_inter;
     const int32_t *offs = CI32(HYLA_S_OFFS);
-    const float *W = hyla_op_w(c, HYLA_P_MOE_DOWN);
-    float *dW = hyla_op_dw(c, HYLA_P_MOE_DOWN);
     for (int64_t e = 0; e < CFG->n_experts; e++) {
         int64_t s0 = offs[e], cnt = offs[e + 1] - offs[e];
         if (cnt > 0)
-            hyla_linear_bwd(d->p[HYLA_S_EH] + s0 * Ie, dW + e * H * Ie, d->p[HYLA_S_EOUT] + s0 * H, t->p[HYLA_S_EH] + s0 * Ie,
-                            W + e * H * Ie, cnt, Ie, H);
+            hyla_op_linear_bwd(c, HYLA_P_MOE_DOWN, e * H, d->p[HYLA_S_EH] + s0 * Ie, d->p[HYLA_S_EOUT] + s0 * H,
+                               t->p[HYLA_S_EH] + s0 * Ie, cnt, Ie, H);
     }
 }
 
@@ -207,16 +201,15 @@ static hyla_role down_role(const hyla_op_ctx *c) { return CFG->layer_is_moe[c->l
 static void mlp_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*[n, 2I]*/)
 {
     int64_t n = c->n, H = CFG->hidden, I = mlp_width(c);
-    const float *W = hyla_op_w(c, up_role(c)), *x = t->p[HYLA_S_HN];
-    fused_gate_up(t->p[HYLA_S_SGATE], t->p[HYLA_S_SUP], x, W, n, H, I, scratch);
+    fused_gate_up(c, up_role(c), 0, t->p[HYLA_S_SGATE], t->p[HYLA_S_SUP], t->p[HYLA_S_HN], n, H, I, scratch);
 }
 static void mlp_up_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
     int64_t n = c->n, H = CFG->hidden, I = mlp_width(c);
-    const float *W = hyla_op_w(c, up_role(c)), *x = t->p[HYLA_S_HN];
-    float *dW = hyla_op_dw(c, up_role(c)), *dx = d->p[HYLA_S_HN];
-    hyla_linear_bwd(dx, dW, d->p[HYLA_S_SGATE], x, W, n, H, I);
-    hyla_linear_bwd(dx, dW + I * H, d->p[HYLA_S_SUP], x, W + I * H, n, H, I);
+    const float *x = t->p[HYLA_S_HN];
+    float *dx = d->p[HYLA_S_HN];
+    hyla_op_linear_bwd(c, up_role(c), 0, dx, d->p[HYLA_S_SGATE], x, n, H, I);
+    hyla_op_linear_bwd(c, up_role(c), I, dx, d->p[HYLA_S_SUP], x, n, H, I);
 }
 
 /* ---- shared expert gate: SG = HN w_gate [n, 1] -------------------------------------------
@@ -224,21 +217,21 @@ static void mlp_up_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, f
  * backward: the gate logit is recomputed alone. */
 static void shared_gate_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    hyla_linear(t->p[HYLA_S_SG], t->p[HYLA_S_HN], hyla_op_w(c, HYLA_P_SHARED_EXPERT_GATE), c->n, CFG->hidden, 1, 0);
+    hyla_op_linear(c, HYLA_P_SHARED_EXPERT_GATE, 0, t->p[HYLA_S_SG], t->p[HYLA_S_HN], c->n, CFG->hidden, 1);
 }
 static void shared_gate_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    hyla_linear_bwd(d->p[HYLA_S_HN], hyla_op_dw(c, HYLA_P_SHARED_EXPERT_GATE), d->p[HYLA_S_SG], t->p[HYLA_S_HN],
-                    hyla_op_w(c, HYLA_P_SHARED_EXPERT_GATE), c->n, CFG->hidden, 1);
+    hyla_op_linear_bwd(c, HYLA_P_SHARED_EXPERT_GATE, 0, d->p[HYLA_S_HN], d->p[HYLA_S_SG], t->p[HYLA_S_HN], c->n,
+                       CFG->hidden, 1);
 }
 static void mlp_down_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    hyla_linear(t->p[HYLA_S_SOUT], t->p[HYLA_S_SH], hyla_op_w(c, down_role(c)), c->n, mlp_width(c), CFG->hidden, 0);
+    hyla_op_linear(c, down_role(c), 0, t->p[HYLA_S_SOUT], t->p[HYLA_S_SH], c->n, mlp_width(c), CFG->hidden);
 }
 static void mlp_down_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    hyla_linear_bwd(d->p[HYLA_S_SH], hyla_op_dw(c, down_role(c)), d->p[HYLA_S_SOUT], t->p[HYLA_S_SH],
-                    hyla_op_w(c, down_role(c)), c->n, mlp_width(c), CFG->hidden);
+    hyla_op_linear_bwd(c, down_role(c), 0, d->p[HYLA_S_SH], d->p[HYLA_S_SOUT], t->p[HYLA_S_SH], c->n, mlp_width(c),
+                       CFG->hidden);
 }
 
 /* ---- combine: FFN = sum_slots w * EOUT (+ sigmoid(SG) * SOUT) ------------------------------ */
@@ -304,27 +297,30 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
     {"moe_gather", gather_fwd, gather_bwd, none, none, HYLA_IN(HYLA_S_HN, HYLA_S_SLOT_TOK), HYLA_OUT(HYLA_S_XE),       \
      HYLA_READS(HYLA_S_SLOT_TOK)},                                                                                     \
     {"moe_expert_up", expert_up_fwd, expert_up_bwd, expert_up_scratch, none, HYLA_IN(HYLA_S_XE, HYLA_S_OFFS),                       \
-     HYLA_OUT(HYLA_S_EGATE, HYLA_S_EUP), HYLA_READS(HYLA_S_XE, HYLA_S_OFFS)},                                          \
+     HYLA_OUT(HYLA_S_EGATE, HYLA_S_EUP), HYLA_READS(HYLA_S_XE, HYLA_S_OFFS), .lora = 1},                                          \
     {"moe_expert_act", expert_act_fwd, expert_act_bwd, none, expert_act_scratch, HYLA_IN(HYLA_S_EGATE, HYLA_S_EUP),    \
      HYLA_OUT(HYLA_S_EH), HYLA_READS(HYLA_S_EGATE, HYLA_S_EUP)},                                                       \
     {"moe_expert_down", expert_down_fwd, expert_down_bwd, none, none, HYLA_IN(HYLA_S_EH, HYLA_S_OFFS),                 \
-     HYLA_OUT(HYLA_S_EOUT), HYLA_READS(HYLA_S_EH, HYLA_S_OFFS)}
+     HYLA_OUT(HYLA_S_EOUT), HYLA_READS(HYLA_S_EH, HYLA_S_OFFS), .lora = 1}
 
 #define MLP_OPS                                                                                                        \
     {"mlp_up", mlp_up_fwd, mlp_up_bwd, mlp_pair_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),             \
-     HYLA_READS(HYLA_S_HN)},                                                                                           \
+     HYLA_READS(HYLA_S_HN), .lora = 1},                                                                                           \
     {"mlp_act", mlp_act_fwd, mlp_act_bwd, none, mlp_pair_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH), \
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},                                                                            \
-    {"mlp_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH)}
+    {"mlp_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH), \
+     .lora = 1}
 
 const hyla_layer_op hyla_ops_moe[] = {
     ROUTED_OPS,
-    {"shared_gate", shared_gate_fwd, shared_gate_bwd, none, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SG), HYLA_READS(HYLA_S_HN)},
+    {"shared_gate", shared_gate_fwd, shared_gate_bwd, none, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SG), HYLA_READS(HYLA_S_HN),
+     .lora = 1},
     {"shared_up", mlp_up_fwd, mlp_up_bwd, mlp_pair_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),
-     HYLA_READS(HYLA_S_HN)},
+     HYLA_READS(HYLA_S_HN), .lora = 1},
     {"shared_act", mlp_act_fwd, mlp_act_bwd, none, mlp_pair_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH),
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},
-    {"shared_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH)},
+    {"shared_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH),
+     .lora = 1},
     {"moe_combine", combine_fwd, combine_bwd, none, none,
      HYLA_IN(HYLA_S_EOUT, HYLA_S_TOPW, HYLA_S_SLOT_TOK, HYLA_S_SLOT_J, HYLA_S_OFFS, HYLA_S_SOUT, HYLA_S_SG),
      HYLA_OUT(HYLA_S_FFN),

@@ -21,20 +21,20 @@ static void proj_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
     int64_t n = c->n, H = CFG->hidden, cd = hyla_cfg_conv_dim(CFG), vd = hyla_cfg_value_dim(CFG), Hv = CFG->lin_v_heads;
     const float *x = t->p[HYLA_S_XN];
-    hyla_linear(t->p[HYLA_S_QKV], x, hyla_op_w(c, HYLA_P_GDN_QKV), n, H, cd, 0);
-    hyla_linear(t->p[HYLA_S_Z], x, hyla_op_w(c, HYLA_P_GDN_Z), n, H, vd, 0);
-    hyla_linear(t->p[HYLA_S_BL], x, hyla_op_w(c, HYLA_P_GDN_B), n, H, Hv, 0);
-    hyla_linear(t->p[HYLA_S_AL], x, hyla_op_w(c, HYLA_P_GDN_A), n, H, Hv, 0);
+    hyla_op_linear(c, HYLA_P_GDN_QKV, 0, t->p[HYLA_S_QKV], x, n, H, cd);
+    hyla_op_linear(c, HYLA_P_GDN_Z, 0, t->p[HYLA_S_Z], x, n, H, vd);
+    hyla_op_linear(c, HYLA_P_GDN_B, 0, t->p[HYLA_S_BL], x, n, H, Hv);
+    hyla_op_linear(c, HYLA_P_GDN_A, 0, t->p[HYLA_S_AL], x, n, H, Hv);
 }
 static void proj_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
     int64_t n = c->n, H = CFG->hidden, cd = hyla_cfg_conv_dim(CFG), vd = hyla_cfg_value_dim(CFG), Hv = CFG->lin_v_heads;
     const float *x = t->p[HYLA_S_XN];
     float *dx = d->p[HYLA_S_XN];
-    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_GDN_QKV), d->p[HYLA_S_QKV], x, hyla_op_w(c, HYLA_P_GDN_QKV), n, H, cd);
-    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_GDN_Z), d->p[HYLA_S_Z], x, hyla_op_w(c, HYLA_P_GDN_Z), n, H, vd);
-    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_GDN_B), d->p[HYLA_S_BL], x, hyla_op_w(c, HYLA_P_GDN_B), n, H, Hv);
-    hyla_linear_bwd(dx, hyla_op_dw(c, HYLA_P_GDN_A), d->p[HYLA_S_AL], x, hyla_op_w(c, HYLA_P_GDN_A), n, H, Hv);
+    hyla_op_linear_bwd(c, HYLA_P_GDN_QKV, 0, dx, d->p[HYLA_S_QKV], x, n, H, cd);
+    hyla_op_linear_bwd(c, HYLA_P_GDN_Z, 0, dx, d->p[HYLA_S_Z], x, n, H, vd);
+    hyla_op_linear_bwd(c, HYLA_P_GDN_B, 0, dx, d->p[HYLA_S_BL], x, n, H, Hv);
+    hyla_op_linear_bwd(c, HYLA_P_GDN_A, 0, dx, d->p[HYLA_S_AL], x, n, H, Hv);
 }
 
 /* ---- causal conv + SiLU: QKV -> CONV ----------------------------------------------------- */
@@ -194,20 +194,20 @@ static int64_t gnorm_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) {
 /* ---- output projection: GNORM -> MIX ------------------------------------------------------ */
 static void out_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    hyla_linear(t->p[HYLA_S_MIX], t->p[HYLA_S_GNORM], hyla_op_w(c, HYLA_P_GDN_OUT), c->n, hyla_cfg_value_dim(CFG),
-                CFG->hidden, 0);
+    hyla_op_linear(c, HYLA_P_GDN_OUT, 0, t->p[HYLA_S_MIX], t->p[HYLA_S_GNORM], c->n, hyla_cfg_value_dim(CFG),
+                   CFG->hidden);
 }
 static void out_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    hyla_linear_bwd(d->p[HYLA_S_GNORM], hyla_op_dw(c, HYLA_P_GDN_OUT), d->p[HYLA_S_MIX], t->p[HYLA_S_GNORM],
-                    hyla_op_w(c, HYLA_P_GDN_OUT), c->n, hyla_cfg_value_dim(CFG), CFG->hidden);
+    hyla_op_linear_bwd(c, HYLA_P_GDN_OUT, 0, d->p[HYLA_S_GNORM], d->p[HYLA_S_MIX], t->p[HYLA_S_GNORM], c->n,
+                       hyla_cfg_value_dim(CFG), CFG->hidden);
 }
 
 static int64_t none(const hyla_config *cfg, int64_t n, int64_t T) { return 0; }
 
 const hyla_layer_op hyla_ops_gdn[] = {
     {"gdn_in_proj", proj_fwd, proj_bwd, none, none, HYLA_IN(HYLA_S_XN),
-     HYLA_OUT(HYLA_S_QKV, HYLA_S_Z, HYLA_S_BL, HYLA_S_AL), HYLA_READS(HYLA_S_XN)},
+     HYLA_OUT(HYLA_S_QKV, HYLA_S_Z, HYLA_S_BL, HYLA_S_AL), HYLA_READS(HYLA_S_XN), .lora = 1},
     {"gdn_conv", conv_fwd, conv_bwd, none, conv_bwd_scratch, HYLA_IN(HYLA_S_QKV), HYLA_OUT(HYLA_S_CONV),
      HYLA_READS(HYLA_S_QKV)},
     {"gdn_prep", prep_fwd, prep_bwd, none, prep_bwd_scratch, HYLA_IN(HYLA_S_CONV, HYLA_S_AL, HYLA_S_BL),
@@ -217,6 +217,7 @@ const hyla_layer_op hyla_ops_gdn[] = {
      HYLA_READS(HYLA_S_GQ, HYLA_S_GK, HYLA_S_GV, HYLA_S_G, HYLA_S_BETA)},
     {"gdn_gated_norm", gnorm_fwd, gnorm_bwd, none, gnorm_bwd_scratch, HYLA_IN(HYLA_S_CORE, HYLA_S_Z),
      HYLA_OUT(HYLA_S_GNORM), HYLA_READS(HYLA_S_CORE, HYLA_S_Z)},
-    {"gdn_out_proj", out_fwd, out_bwd, none, none, HYLA_IN(HYLA_S_GNORM), HYLA_OUT(HYLA_S_MIX), HYLA_READS(HYLA_S_GNORM)},
+    {"gdn_out_proj", out_fwd, out_bwd, none, none, HYLA_IN(HYLA_S_GNORM), HYLA_OUT(HYLA_S_MIX), HYLA_READS(HYLA_S_GNORM),
+     .lora = 1},
 };
 const int hyla_n_ops_gdn = sizeof hyla_ops_gdn / sizeof *hyla_ops_gdn;

@@ -115,7 +115,7 @@ void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float
             for (int64_t c = c0; c < c1; c++)
                 dx[t * C + c] = dy[t * C + c] * silu_grad(pre[c - c0]);
         }
-        for (int64_t j = 0; j < K; j++) {
+        for (int64_t j = 0; dw && j < K; j++) { /* dw NULL: a frozen kernel */
             for (int64_t c = c0; c < c1; c++)
                 acc[c - c0] = 0.0;
             for (int64_t t = K - 1 - j; t < T; t++) { /* input row t-K+1+j >= 0 */
@@ -173,7 +173,9 @@ void hyla_gdn_gates_bwd(float *da /*[n,Hv]*/, float *db /*[n,Hv]*/, float *dA_lo
             sA += (double)dg[ih] * g;
             sdt += da[ih];
         }
-        dA_log[h] += (float)sA;
-        ddt_bias[h] += (float)sdt;
+        if (dA_log) /* NULL: frozen (LoRA training) */
+            dA_log[h] += (float)sA;
+        if (ddt_bias)
+            ddt_bias[h] += (float)sdt;
     }
 }

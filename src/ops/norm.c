@@ -118,7 +118,7 @@ void hyla_rmsnorm1p_bwd(float *dx /*[n,d]*/, float *dw /*[d] +=*/, const float *
                 }
             }
 #pragma omp ordered
-            for (int64_t j = 0; j < d; j++)
+            for (int64_t j = 0; dw && j < d; j++) /* dw NULL: a frozen weight */
                 dw[j] += part[j];
         }
     }
@@ -160,7 +160,7 @@ void hyla_gated_rmsnorm_bwd(float *dx /*[n,d]*/, float *dz /*[n,d]*/, float *dw 
                 }
             }
 #pragma omp ordered
-            for (int64_t j = 0; j < d; j++)
+            for (int64_t j = 0; dw && j < d; j++) /* dw NULL: a frozen weight */
                 dw[j] += part[j];
         }
     }
