@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "model/lora.h"
 
 /* Largest parameter count of one decoder layer (what FSDP gathers at once). */
 static int64_t largest_layer_params(const hyla_param_table *t)
@@ -27,9 +28,16 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     hyla_param_counts counts;
     hyla_params_count(&m->table, &counts);
     out->params = counts.total;
+    int64_t adapter = 0;
+    for (int i = 0; m->lora && i < m->lora->table.n_params; i++)
+        adapter += m->lora->table.params[i].numel;
+    out->trained_params = m->lora ? adapter : counts.total;
+    if (m->lora && (pc->update_per_layer || (pc->fsdp && pc->devices > 1)))
+        return hyla_error_set(HYLA_ERR_ARG, "plan: LoRA is planned for one device without per-layer updates");
     double shard = pc->fsdp ? (double)pc->devices : 1.0;
-    out->param_bytes = (double)counts.total * pc->param_bytes / shard;
-    out->opt_bytes = 2.0 * (double)counts.total * pc->opt_bytes / shard;
+    out->adapter_bytes = 4.0 * (double)adapter; /* fp32 adapter weights */
+    out->param_bytes = (double)counts.total * pc->param_bytes / shard + out->adapter_bytes;
+    out->opt_bytes = 2.0 * (double)out->trained_params * pc->opt_bytes / shard;
     out->batch_bytes = 2.0 * (double)(pc->batch * pc->seq) * 4.0; /* token ids + labels, int32 */
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
 
@@ -74,7 +82,7 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     if (pc->update_per_layer)
         out->grad_bytes = (double)hyla_grad_head_floats(&m->table) * pc->grad_bytes / shard + (double)window * pc->grad_bytes;
     else
-        out->grad_bytes = (double)counts.total * pc->grad_bytes / shard +
+        out->grad_bytes = (double)out->trained_params * pc->grad_bytes / shard +
                           (pc->fsdp && pc->devices > 1 ? (double)layer * pc->grad_bytes : 0);
     out->gathered_bytes = pc->fsdp && pc->devices > 1 ? (double)layer * pc->param_bytes : 0;
     out->temp_bytes = out->checkpoint_bytes + out->work_bytes + out->staging_bytes + out->carry_bytes + out->grad_bytes +

@@ -1,4 +1,5 @@
-/* Memory plan of one training step, computed without allocating it (hyla plan).
+/* Memory plan of one training step (of the adapter alone when the model carries a LoRA adapter:
+ * base weights frozen, so gradients and moments exist for the adapter's parameters only), computed without allocating it (hyla plan).
  *
  * Activation figures come from the executor's own planning pass (hyla_executor_plan): the exact
  * sizes its arenas take in a real step on this machine (fp32 activations), scaled by
@@ -25,7 +26,9 @@ typedef struct {
 } hyla_plan_config;
 
 typedef struct {
-    int64_t params;                 /* parameter count */
+    int64_t params;                 /* parameter count (the base model) */
+    int64_t trained_params;         /* parameters with gradients and moments: all, or (LoRA) the adapter's */
+    double adapter_bytes;           /* LoRA: the adapter's fp32 weights (part of argument_bytes) */
     double param_bytes, opt_bytes, batch_bytes, argument_bytes;           /* per device */
     double checkpoint_bytes, work_bytes, staging_bytes, carry_bytes, grad_bytes, gathered_bytes, temp_bytes;
     double host_bytes;              /* offloaded checkpoints in the host tier */

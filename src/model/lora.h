@@ -87,6 +87,9 @@ int hyla_lora_load(hyla_lora *L, const hyla_param_table *t, const char *dir);
  * base_model: recorded as base_model_name_or_path (may be NULL). */
 int hyla_lora_write(const hyla_lora *L, const hyla_param_table *t, const char *dir, const char *base_model);
 void hyla_lora_free(hyla_lora *L);
+/* Module `module`'s B between PEFT's HF row order hf [out, r] and its segments in `arena` (the
+ * adapter's weights, or a gradient arena of the same layout). to_hf: arena -> hf, else hf -> arena. */
+void hyla_lora_b_rows(const hyla_lora *L, const hyla_param_table *t, int module, float *hf, float *arena, int to_hf);
 
 /* PEFT key of arena parameter i (A or a B segment's module): base_model.model.M.lora_A.weight. */
 void hyla_lora_param_key(const hyla_lora *L, int i, char *buf, size_t cap);

@@ -24,10 +24,10 @@ static const hyla_lora_segment *segment_of(const hyla_lora *L, const hyla_lora_m
     return NULL;
 }
 
-/* B in HF row order [out, r] <-> the module's internal segments. to_hf: internal -> hf. */
-static void permute_b(const hyla_lora *L, const hyla_param_table *t, const hyla_lora_module *md, float *hf,
-                      float *internal_w, int to_hf)
+void hyla_lora_b_rows(const hyla_lora *L, const hyla_param_table *t, int module, float *hf, float *internal_w,
+                      int to_hf)
 {
+    const hyla_lora_module *md = &L->modules[module];
     const hyla_hf_tensor *h = &t->hf[md->hf];
     int64_t r = L->r;
     for (int64_t k = 0; k < h->rows; k++) {
@@ -126,7 +126,7 @@ int hyla_lora_load(hyla_lora *L, const hyla_param_table *t, const char *dir)
         }
         hyla_dtype_to_f32(L->w + md->a_offset, a->data, a->dtype, (size_t)(L->r * md->in));
         hyla_dtype_to_f32(B, b->data, b->dtype, (size_t)(md->out * L->r));
-        permute_b(L, t, md, B, L->w, 0);
+        hyla_lora_b_rows(L, t, m, B, L->w, 0);
         free(B);
     }
     if (rc == HYLA_OK && hyla_st_count(&set) != 2 * (size_t)L->n_modules)
@@ -157,7 +157,7 @@ static int fill_tensor(void *vctx, size_t index, void *dst)
     if (index % 2 == 0)
         memcpy(dst, c->L->w + md->a_offset, (size_t)(c->L->r * md->in) * sizeof(float));
     else
-        permute_b(c->L, c->t, md, dst, c->L->w, 1);
+        hyla_lora_b_rows(c->L, c->t, (int)(index / 2), dst, c->L->w, 1);
     return HYLA_OK;
 }
 

@@ -7,6 +7,14 @@
 #include "core/error.h"
 #include "core/profile.h"
 #include "engine/routing.h"
+#include "model/lora.h"
+
+/* What the optimizer trains: the model's table and weights, or (LoRA) the adapter's. */
+static const hyla_param_table *trained_table(const hyla_trainer *tr)
+{
+    return tr->model->lora ? &tr->model->lora->table : &tr->model->table;
+}
+static float *trained_weights(const hyla_trainer *tr) { return tr->model->lora ? tr->model->lora->w : tr->model->w; }
 
 /* update_per_layer: AdamW on layers [layer0, layer1] with their gradients in the window. */
 static int apply_layers(void *ctx, int layer0, int layer1, const float *window, size_t lo)
@@ -33,7 +41,7 @@ static int apply_head(hyla_trainer *tr)
 
 static int alloc_gradients(hyla_trainer *tr)
 {
-    const hyla_param_table *t = &tr->model->table;
+    const hyla_param_table *t = trained_table(tr);
     size_t head = t->total_floats, window = 0;
     if (tr->cfg.update_per_layer) {
         head = hyla_grad_head_floats(t);
@@ -67,7 +75,10 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (cfg->update_per_layer && (cfg->accum != 1 || cfg->adamw.clip > 0))
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates need --accum 1 and --clip 0 (accumulation and global-norm "
                               "clipping need every gradient before the first update)");
-    size_t n = model->table.total_floats;
+    if (model->lora && cfg->update_per_layer)
+        return hyla_error_set(HYLA_ERR_ARG, "per-layer updates do not apply to LoRA training (the adapter's gradients "
+                              "are a small fraction of the model; they are updated once per step)");
+    size_t n = trained_table(tr)->total_floats;
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
     if (st == HYLA_OK)
         st = hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
@@ -134,6 +145,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     float aux_scale = (float)(cfg->router_aux_loss_coef / (double)A);
     double ce_sum = 0.0, aux_sum = 0.0;
     int have_aux = 0;
+    if (tr->model->lora) { /* adapter dropout on in this step's forward and recompute, masks keyed by the step */
+        tr->model->lora->training = 1;
+    }
     for (int64_t a = 0; a < A; a++) {
         if (tr->replay) { /* this micro-batch's rows of every MoE layer */
             const hyla_routing *r = tr->replay;
@@ -144,8 +158,13 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
             tr->ex.replay = tr->replay_buf;
         }
         hyla_step_loss l;
-        HYLA_TRY(hyla_executor_step(&tr->ex, tokens + a * per, labels ? labels + a * per : NULL, tr->grads, ce_scale,
-                                    aux_scale, &l));
+        if (tr->model->lora) /* micro-batches draw their own masks */
+            tr->model->lora->dropout_step = tr->opt.step * A + a;
+        int st = hyla_executor_step(&tr->ex, tokens + a * per, labels ? labels + a * per : NULL, tr->grads, ce_scale,
+                                    aux_scale, &l);
+        if (tr->model->lora)
+            tr->model->lora->training = a + 1 < A && st == HYLA_OK;
+        HYLA_TRY(st);
         ce_sum += l.ce_sum;
         if (!isnan(l.aux_loss)) {
             aux_sum += l.aux_loss;
@@ -165,7 +184,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         HYLA_TRY(apply_head(tr));
         stats->grad_norm = sqrt(tr->step_sumsq);
     } else {
-        HYLA_TRY(hyla_adamw_step(&tr->opt, &tr->model->table, tr->model->w, tr->grads, &stats->grad_norm));
+        HYLA_TRY(hyla_adamw_step(&tr->opt, trained_table(tr), trained_weights(tr), tr->grads, &stats->grad_norm));
     }
     stats->tokens = A * per;
     stats->seconds = hyla_now() - t0;

@@ -382,6 +382,7 @@ def make_case(outdir, name, m):
            "max_delta_rule_recurrent_vs_chunked_diff": model.max_delta_diff,
            "runs": runs}
     exp["grads"] = make_grads(d, c, runs)
+    exp["lora"] = make_lora(d, c, runs, m["seed"] * 7 + 1)
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(exp, f, indent=1)
     if m.get("train"):
@@ -446,6 +447,69 @@ def make_grads(d, c, runs):
             "fd_check": {"tol": FD_TOL, "method": "4-point central difference, h=1e-6, float64",
                          "max_rel_err": max(e["rel_err"] for e in fd), "entries": fd},
             "fp32_emulation": {"max_abs_grad_diff": dmax, "max_rel_grad_diff_per_tensor": rel}}
+
+
+LORA_R, LORA_ALPHA = 2, 4.0   # scaling alpha / r = 2
+
+
+def lora_modules(W):
+    """PEFT's all-linear on the stored layout: every 2-D weight of a decoder layer except the
+    router (mlp.gate); fused 3-D experts are parameters, not Linear modules."""
+    return [k[:-len(".weight")] for k, v in W.items()
+            if ".layers." in k and k.endswith(".weight") and v.dim() == 2 and not k.endswith(".mlp.gate.weight")]
+
+
+def make_lora(d, c, runs, seed):
+    """lora/ (a PEFT adapter: adapter_config.json + adapter_model.safetensors, random A and B) and
+    lora_grads_<GRAD_T>.safetensors: the float64 autograd gradient of the total loss of the
+    GRAD_T-token run w.r.t. every lora_A / lora_B, with each adapted weight W + (alpha/r) B A."""
+    run = next(r for r in runs if len(r["tokens"]) == GRAD_T)
+    gm = ref.HylaRef(d, check_delta=False)
+    P0 = {k: v.detach() for k, v in gm.params().items()}
+    mods = lora_modules(P0)
+    s = LORA_ALPHA / LORA_R
+    for attempt in range(50):  # the adapted model must route without near-ties too (as the base runs)
+        rng = np.random.RandomState(seed + 1000 * attempt)
+        A, B = {}, {}
+        for m in mods:
+            out_f, in_f = P0[m + ".weight"].shape
+            # drawn, then rounded to float32: exactly the values stored (and read by hyla)
+            a = rng.normal(0, 1.0 / np.sqrt(in_f), (LORA_R, in_f)).astype(np.float32).astype(np.float64)
+            b = rng.normal(0, 0.05, (out_f, LORA_R)).astype(np.float32).astype(np.float64)
+            A[m] = torch.from_numpy(a).requires_grad_(True)
+            B[m] = torch.from_numpy(b).requires_grad_(True)
+        P = dict(P0)
+        for m in mods:
+            P[m + ".weight"] = P0[m + ".weight"] + s * (B[m] @ A[m])
+        gm.set_params(P)
+        with torch.no_grad():
+            gap = gm.forward_core([int(t) for t in run["tokens"]])[2]
+        if gap is None or gap >= GAP_MIN:
+            break
+    else:
+        raise AssertionError("could not draw an adapter without router near-ties")
+    out = gm.batch_loss([run["tokens"]])
+    leaves = [A[m] for m in mods] + [B[m] for m in mods]
+    gs = torch.autograd.grad(out["total"], leaves, allow_unused=True)  # experts no token reached: zeros
+    gs = [torch.zeros_like(v) if g is None else g for v, g in zip(leaves, gs)]
+    ld = os.path.join(d, "lora")
+    os.makedirs(ld, exist_ok=True)
+    key = lambda m, ab: f"base_model.model.{m}.lora_{ab}.weight"
+    tensors = []
+    for m in mods:
+        tensors += [(key(m, "A"), A[m].detach().numpy(), "F32"), (key(m, "B"), B[m].detach().numpy(), "F32")]
+    ref.st_write(os.path.join(ld, "adapter_model.safetensors"), tensors)
+    with open(os.path.join(ld, "adapter_config.json"), "w") as f:
+        json.dump({"peft_type": "LORA", "task_type": "CAUSAL_LM", "r": LORA_R, "lora_alpha": LORA_ALPHA,
+                   "lora_dropout": 0.0, "target_modules": sorted({m.split(".layers.")[1].split(".", 1)[1] for m in mods}),
+                   "use_rslora": False, "use_dora": False, "bias": "none"}, f, indent=1)
+    fn = f"lora_grads_{GRAD_T}.safetensors"
+    G = [(key(m, "A"), g.numpy(), "F32") for m, g in zip(mods, gs[:len(mods)])]
+    G += [(key(m, "B"), g.numpy(), "F32") for m, g in zip(mods, gs[len(mods):])]
+    ref.st_write(os.path.join(d, fn), G)
+    return {"file": fn, "adapter": "lora", "r": LORA_R, "lora_alpha": LORA_ALPHA, "modules": len(mods),
+            "min_router_gap": gap, "draws": attempt + 1,
+            "loss": out["total"].item(), "what": "d total / d lora_A, lora_B (float64 autograd) at the stored A, B"}
 
 
 def make_train(d, name, c):
