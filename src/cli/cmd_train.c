@@ -26,7 +26,7 @@
 
 static int open_model(const train_args *a, hyla_model *m)
 {
-    if (a->resume)
+    if (a->resume && !a->adapter_resume)
         return hyla_checkpoint_load_model(a->resume, m);
     if (a->model)
         return hyla_model_load(m, a->model);
@@ -58,7 +58,7 @@ static int open_model(const train_args *a, hyla_model *m)
 
 static int open_tokenizer(const train_args *a, hyla_tokenizer **tok)
 {
-    return hyla_cli_open_tokenizer(a->tokenizer, a->resume ? a->resume : a->model, tok);
+    return hyla_cli_open_tokenizer(a->tokenizer, a->resume && !a->adapter_resume ? a->resume : a->model, tok);
 }
 
 static int open_data(const train_args *a, const hyla_model *m, hyla_data *d)
@@ -115,10 +115,14 @@ static int run_eval(const train_args *a, const hyla_model *m, const hyla_data *d
 static void print_memory(const hyla_trainer *tr, const hyla_model *m)
 {
     double mib = 1024.0 * 1024.0, params = (double)m->table.total_floats * 4;
+    double trained = 4.0 * (double)tr->opt.n_floats; /* the moments cover what is trained (LoRA: the adapter) */
+    if (m->lora)
+        params += trained;
     size_t staging = tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1];
-    printf("memory: parameters %.1f MiB, gradients %.1f MiB, AdamW moments %.1f MiB; activations (policy %s, unit %s): "
+    printf("memory: parameters %.1f MiB%s, gradients %.1f MiB, AdamW moments %.1f MiB; activations (policy %s, unit %s): "
            "checkpoints %.2f MiB + working set %.2f MiB + carries %.2f MiB",
-           params / mib, hyla_trainer_gradient_bytes(tr) / mib, 2 * params / mib, tr->cfg.policy.name, hyla_remat_unit_name(tr->cfg.unit),
+           params / mib, m->lora ? " (frozen base + adapter)" : "", hyla_trainer_gradient_bytes(tr) / mib, 2 * trained / mib,
+           tr->cfg.policy.name, hyla_remat_unit_name(tr->cfg.unit),
            tr->ex.ckpt_bytes / mib, tr->ex.work_bytes / mib,
            (hyla_trainer_activation_bytes(tr) - tr->ex.ckpt_bytes - tr->ex.work_bytes - staging) / mib);
     if (tr->store)
@@ -210,12 +214,56 @@ static int write_measured_svg(const train_args *a, const hyla_trainer *tr, const
     return rc;
 }
 
+/* LoRA: the adapter trained on the frozen model (a resumed adapter checkpoint, --adapter to
+ * continue one, or a new one from --lora-rank); *on = 0 for full fine-tuning. */
+static int open_adapter(const train_args *a, hyla_model *m, hyla_lora *L, int *on)
+{
+    *on = a->adapter_resume || a->adapter || a->lora_rank > 0;
+    if (!*on)
+        return HYLA_OK;
+    if (a->adapter_resume || a->adapter) {
+        const char *dir = a->adapter_resume ? a->resume : a->adapter;
+        HYLA_TRY(hyla_lora_load(L, &m->table, dir));
+        if (a->lora_rank > 0 && a->lora_rank != L->r) {
+            hyla_error_set(HYLA_ERR_ARG, "--lora-rank %lld: the adapter in %s has r = %lld", (long long)a->lora_rank, dir,
+                           (long long)L->r);
+            hyla_lora_free(L);
+            return HYLA_ERR_ARG;
+        }
+        if (a->lora_dropout >= 0)
+            L->dropout = a->lora_dropout;
+        L->dropout_seed = (uint64_t)a->seed ^ 0x6c6f7261ull;
+    } else {
+        hyla_lora_options o = {.r = a->lora_rank, .alpha = a->lora_alpha > 0 ? a->lora_alpha : 2.0 * (double)a->lora_rank,
+                               .dropout = a->lora_dropout > 0 ? a->lora_dropout : 0.0, .targets = a->lora_targets,
+                               .seed = (uint64_t)a->seed};
+        HYLA_TRY(hyla_lora_create(L, &m->table, &o));
+    }
+    m->lora = L;
+    int64_t n = 0;
+    for (int i = 0; i < L->table.n_params; i++)
+        n += L->table.params[i].numel;
+    hyla_param_counts pc;
+    hyla_params_count(&m->table, &pc);
+    printf("LoRA: r %lld, alpha %g (scaling %g), dropout %g, %d modules (%s), %lld trainable parameters (%.3f%% of "
+           "%lld); base weights frozen\n", (long long)L->r, L->alpha, L->scaling, L->dropout, L->n_modules, L->targets,
+           (long long)n, 100.0 * (double)n / (double)pc.total, (long long)pc.total);
+    return HYLA_OK;
+}
+
 static int run(const train_args *a)
 {
     if (a->save)
         HYLA_TRY(hyla_outdir_check(a->save, HYLA_OUTDIR_CHECKPOINT));
     hyla_model m;
     HYLA_TRY(open_model(a, &m));
+    hyla_lora lora;
+    memset(&lora, 0, sizeof lora);
+    int use_lora = 0;
+    if (open_adapter(a, &m, &lora, &use_lora) != HYLA_OK) {
+        hyla_model_free(&m);
+        return HYLA_ERR_ARG;
+    }
     hyla_train_config tc;
     memset(&tc, 0, sizeof tc);
     int rc = hyla_remat_unit_parse(a->unit, &tc.unit);
@@ -268,7 +316,8 @@ static int run(const train_args *a)
     }
     hyla_train_state state = {0, 0, (uint64_t)a->seed, "", ""};
     if (rc == HYLA_OK && a->resume) {
-        rc = hyla_checkpoint_load_state(a->resume, &m, &tr.opt, &state);
+        rc = use_lora ? hyla_checkpoint_load_adapter_state(a->resume, &lora, &tr.opt, &state)
+                      : hyla_checkpoint_load_state(a->resume, &m, &tr.opt, &state);
         if (rc == HYLA_OK)
             rc = train_settings_check_data(a, &data, &state);
         data.pos = state.data_pos;
@@ -334,7 +383,8 @@ static int run(const train_args *a)
         if ((rc = train_settings_record(a, &data, &state)) != HYLA_OK)
             break;
         if (a->save && ((a->save_every > 0 && state.step % a->save_every == 0) || last))
-            rc = hyla_checkpoint_save(a->save, &m, &tr.opt, &state);
+            rc = use_lora ? hyla_checkpoint_save_adapter(a->save, &lora, &m.table, &tr.opt, &state, a->model)
+                          : hyla_checkpoint_save(a->save, &m, &tr.opt, &state);
         if (rc == HYLA_OK && a->svg && last)
             rc = write_measured_svg(a, &tr, &m);
         if (rc == HYLA_OK && eval_set.n_tokens && ((a->eval_every > 0 && state.step % a->eval_every == 0) || last)) {
@@ -355,6 +405,9 @@ static int run(const train_args *a)
         hyla_trainer_free(&tr);
     hyla_data_close(&data);
     hyla_data_close(&eval_set);
+    m.lora = NULL;
+    if (use_lora)
+        hyla_lora_free(&lora);
     hyla_model_free(&m);
     return rc;
 }
@@ -364,7 +417,7 @@ int hyla_cmd_train(int argc, char **argv)
     train_args a = {.remat = "full", .unit = "layer", .schedule = "cosine", .sample_prompt = "And ",
                     .steps = 100, .batch = 4, .seq = 128, .accum = 1, .warmup = 10, .seed = 1,
                     .lr = 3e-3, .min_lr = -1, .wd = 0.1, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                    .decay_fraction = 0.2};
+                    .decay_fraction = 0.2, .lora_dropout = -1};
     const hyla_opt opts[] = {
         {"--model", OPT_STRING, &a.model, "DIR", "start from a Hugging Face model directory", 0, 0},
         {"--config", OPT_STRING, &a.config, "FILE", "train from scratch with this config.json", 0, 0},
@@ -408,7 +461,16 @@ int hyla_cmd_train(int argc, char **argv)
          "gradients are complete (needs --accum 1 --clip 0; gradients of one remat unit at a time)", 0, 0},
         {"--offload-limit", OPT_STRING, &a.offload_limit, "SIZE", "host store size limit (default: none)", 0, 0},
         {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
-        {"--save", OPT_STRING, &a.save, "DIR", "checkpoint directory (written at the end and every --save-every)", 0, 0},
+        {"--lora-rank", OPT_INT, &a.lora_rank, "R", "train a LoRA adapter of rank R on the frozen --model (PEFT format; "
+         "--save writes adapter_config.json + adapter_model.safetensors)", 1, 65536},
+        {"--lora-alpha", OPT_DOUBLE, &a.lora_alpha, "A", "LoRA alpha: the update is scaled by alpha / r (default 2 r)", 0, 0},
+        {"--lora-dropout", OPT_DOUBLE, &a.lora_dropout, "P", "dropout on the adapters' input (default 0)", 0, 0},
+        {"--lora-targets", OPT_STRING, &a.lora_targets, "LIST", "all-linear (default: every projection of the layers "
+         "but the router) or module names: q_proj,k_proj,v_proj,o_proj,in_proj_qkvz,in_proj_ba,in_proj_qkv,in_proj_z,"
+         "out_proj,gate_proj,up_proj,down_proj,shared_expert_gate,...", 0, 0},
+        {"--adapter", OPT_STRING, &a.adapter, "DIR", "continue training this PEFT LoRA adapter (a new run)", 0, 0},
+        {"--save", OPT_STRING, &a.save, "DIR", "checkpoint directory (written at the end and every --save-every); for "
+         "LoRA, a PEFT adapter directory", 0, 0},
         {"--save-every", OPT_INT, &a.save_every, "N", "also checkpoint every N steps", 0, INT64_MAX},
         {"--log-json", OPT_STRING, &a.log_json, "FILE", "one JSON object per step", 0, 0},
         {"--svg", OPT_STRING, &a.svg, "FILE", "write the measured memory timeline of the last step as SVG", 0, 0},
@@ -425,9 +487,28 @@ int hyla_cmd_train(int argc, char **argv)
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)
         return r < 0 ? 2 : 0;
-    int sources = !!a.model + !!a.config + !!a.preset + !!a.resume;
+    a.adapter_resume = a.resume && hyla_checkpoint_is_adapter(a.resume);
+    int sources = !!a.model + !!a.config + !!a.preset + !!a.resume - (a.adapter_resume && a.model);
     if (sources != 1) {
-        fprintf(stderr, "hyla train: give exactly one of --preset, --config, --model, --resume\n");
+        fprintf(stderr, "hyla train: give exactly one of --preset, --config, --model, --resume (an adapter checkpoint "
+                        "may take --model: its base)\n");
+        return 2;
+    }
+    if ((a.lora_rank || a.adapter || hyla_opt_given(&spec, "--lora-alpha") || hyla_opt_given(&spec, "--lora-dropout") ||
+         a.lora_targets) && !a.model && !a.adapter_resume) {
+        fprintf(stderr, "hyla train: LoRA (--lora-*, --adapter) trains an adapter on a model: give --model DIR\n");
+        return 2;
+    }
+    if ((a.lora_alpha || a.lora_targets) && a.adapter) {
+        fprintf(stderr, "hyla train: --adapter brings its own %s; leave it out\n", a.lora_alpha ? "--lora-alpha" : "--lora-targets");
+        return 2;
+    }
+    if (hyla_opt_given(&spec, "--lora-dropout") && !(a.lora_dropout >= 0 && a.lora_dropout < 1)) {
+        fprintf(stderr, "hyla train: --lora-dropout must be in [0, 1)\n");
+        return 2;
+    }
+    if (hyla_opt_given(&spec, "--lora-alpha") && !(a.lora_alpha > 0 && isfinite(a.lora_alpha))) {
+        fprintf(stderr, "hyla train: --lora-alpha must be a positive number\n");
         return 2;
     }
     char state_path[4200];
@@ -437,6 +518,11 @@ int hyla_cmd_train(int argc, char **argv)
         hyla_train_state st;
         if (hyla_checkpoint_read_state(a.resume, &st) || train_settings_restore(&a, &spec, &st))
             return hyla_cli_fail("train");
+    }
+    if (a.adapter_resume && !a.model) {
+        fprintf(stderr, "hyla train: --resume %s is a LoRA adapter checkpoint that does not name its base model: give "
+                        "--model DIR\n", a.resume);
+        return 2;
     }
     if (!!a.data + !!a.text + !!a.jsonl + a.synthetic > 1) {
         fprintf(stderr, "hyla train: give at most one of --data, --text, --data-jsonl, --synthetic\n");

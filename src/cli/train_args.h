@@ -11,11 +11,14 @@
 typedef struct {
     const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
     const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit, *svg, *jsonl, *tokenizer;
-    const char *eval_data;
+    const char *eval_data, *adapter, *lora_targets;
+    int64_t lora_rank;
+    double lora_alpha, lora_dropout;
+    int adapter_resume;       /* --resume names an adapter checkpoint: the base comes from --model */
     int synthetic, update_per_layer, shuffle, no_shuffle;
     int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens, eval_every;
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
-    char restored[8][512];    /* storage for string settings restored from a checkpoint */
+    char restored[10][512];    /* storage for string settings restored from a checkpoint */
 } train_args;
 
 /* --resume: every setting not given on the command line takes the checkpoint's value; a

@@ -219,7 +219,6 @@ static int write_config(const hyla_lora *L, const char *dir, const char *base_mo
     } else {
         cJSON_AddItemToObject(o, "layers_to_transform", layers);
     }
-    cJSON_AddStringToObject(o, "hyla_targets", L->targets);
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     char path[4200];

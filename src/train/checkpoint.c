@@ -25,6 +25,71 @@ typedef struct {
     const hyla_adamw *opt;
 } moments_ctx;
 
+static int fill_moment(void *vctx, size_t index, void *dst);
+
+/* Moment tensor j of table t: exp_avg / exp_avg_sq of parameter j / 2, named by its parameter
+ * (the model's: layers.L.ROLE; an adapter's: adapter.I, its index in the adapter arena). */
+static void moment_name(const hyla_param_table *t, int adapter, size_t j, char *buf, size_t cap)
+{
+    const char *kind = j % 2 ? "exp_avg_sq" : "exp_avg";
+    if (adapter)
+        snprintf(buf, cap, "%s.adapter.%zu", kind, j / 2);
+    else
+        param_name(&t->params[j / 2], kind, buf, cap);
+}
+
+/* optimizer/model.safetensors under dir: both moments of every parameter of t. */
+static int write_moments(const char *dir, const hyla_param_table *t, const hyla_adamw *opt, int adapter)
+{
+    size_t n = 2 * (size_t)t->n_params;
+    hyla_st_entry *e = calloc(n ? n : 1, sizeof *e);
+    char (*names)[96] = calloc(n ? n : 1, sizeof *names);
+    int rc = e && names ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    for (size_t j = 0; rc == HYLA_OK && j < n; j++) {
+        moment_name(t, adapter, j, names[j], sizeof names[j]);
+        e[j].name = names[j];
+        e[j].dtype = HYLA_DT_F32;
+        e[j].ndim = 1;
+        e[j].shape[0] = t->params[j / 2].numel;
+    }
+    if (rc == HYLA_OK) {
+        moments_ctx ctx = {t, opt};
+        char optdir[4300];
+        snprintf(optdir, sizeof optdir, "%s/optimizer", dir);
+        rc = hyla_mkdir_p(optdir);
+        if (rc == HYLA_OK)
+            rc = hyla_st_write(optdir, e, n, 0, fill_moment, &ctx);
+    }
+    free(e);
+    free(names);
+    return rc;
+}
+
+static int read_moments(const char *dir, const hyla_param_table *t, hyla_adamw *opt, int adapter)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/optimizer/model.safetensors", dir);
+    hyla_st_set set;
+    HYLA_TRY(hyla_st_open_file(&set, path));
+    int rc = HYLA_OK;
+    for (size_t j = 0; rc == HYLA_OK && j < 2 * (size_t)t->n_params; j++) {
+        char name[96];
+        moment_name(t, adapter, j, name, sizeof name);
+        const hyla_param *p = &t->params[j / 2];
+        const hyla_st_tensor *x = hyla_st_find(&set, name);
+        if (!x)
+            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", path, name);
+        else if (x->dtype != HYLA_DT_F32 || x->ndim != 1 || x->shape[0] != p->numel)
+            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' must be F32 [%lld]", path, name, (long long)p->numel);
+        else
+            memcpy((j % 2 ? opt->v : opt->m) + p->offset, x->data, x->nbytes);
+    }
+    if (rc == HYLA_OK && hyla_st_count(&set) != 2 * (size_t)t->n_params)
+        rc = hyla_error_set(HYLA_ERR_MODEL, "%s: holds %zu tensors, expected %d", path, hyla_st_count(&set), 2 * t->n_params);
+    hyla_st_close(&set);
+    return rc;
+}
+
 static int fill_moment(void *vctx, size_t index, void *dst)
 {
     const moments_ctx *c = vctx;
@@ -64,30 +129,8 @@ int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw 
     /* parameters in F32 whatever they were loaded from: training made them fp32 values */
     hyla_model_set_save_dtype((hyla_model *)m, HYLA_DT_F32);
     int rc = hyla_model_write_files(m, tmp, NULL, 0);
-    const hyla_param_table *t = &m->table;
-    hyla_st_entry *e = calloc(2 * (size_t)t->n_params, sizeof *e);
-    char (*names)[96] = calloc(2 * (size_t)t->n_params, sizeof *names);
-    if (rc == HYLA_OK && (!e || !names))
-        rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
-    for (int i = 0; rc == HYLA_OK && i < t->n_params; i++)
-        for (int k = 0; k < 2; k++) {
-            size_t j = 2 * (size_t)i + (size_t)k;
-            param_name(&t->params[i], k ? "exp_avg_sq" : "exp_avg", names[j], sizeof names[j]);
-            e[j].name = names[j];
-            e[j].dtype = HYLA_DT_F32;
-            e[j].ndim = 1;
-            e[j].shape[0] = t->params[i].numel;
-        }
-    if (rc == HYLA_OK) {
-        moments_ctx ctx = {t, opt};
-        char optdir[4300];
-        snprintf(optdir, sizeof optdir, "%s/optimizer", tmp);
-        rc = hyla_mkdir_p(optdir);
-        if (rc == HYLA_OK)
-            rc = hyla_st_write(optdir, e, 2 * (size_t)t->n_params, 0, fill_moment, &ctx);
-    }
-    free(e);
-    free(names);
+    if (rc == HYLA_OK)
+        rc = write_moments(tmp, &m->table, opt, 0);
     if (rc == HYLA_OK) {
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         rc = write_state_json(path, opt, st);
@@ -177,27 +220,7 @@ static int read_state_json(const char *path, hyla_adamw *opt, hyla_train_state *
 int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw *opt, hyla_train_state *st)
 {
     char path[4200];
-    snprintf(path, sizeof path, "%s/optimizer/model.safetensors", dir);
-    hyla_st_set set;
-    HYLA_TRY(hyla_st_open_file(&set, path));
-    const hyla_param_table *t = &m->table;
-    int rc = HYLA_OK;
-    for (int i = 0; rc == HYLA_OK && i < t->n_params; i++)
-        for (int k = 0; k < 2 && rc == HYLA_OK; k++) {
-            char name[96];
-            param_name(&t->params[i], k ? "exp_avg_sq" : "exp_avg", name, sizeof name);
-            const hyla_st_tensor *x = hyla_st_find(&set, name);
-            if (!x)
-                rc = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", path, name);
-            else if (x->dtype != HYLA_DT_F32 || x->ndim != 1 || x->shape[0] != t->params[i].numel)
-                rc = hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' must be F32 [%lld]", path, name,
-                                    (long long)t->params[i].numel);
-            else
-                memcpy((k ? opt->v : opt->m) + t->params[i].offset, x->data, x->nbytes);
-        }
-    if (rc == HYLA_OK && hyla_st_count(&set) != 2 * (size_t)t->n_params)
-        rc = hyla_error_set(HYLA_ERR_MODEL, "%s: holds %zu tensors, expected %d", path, hyla_st_count(&set), 2 * t->n_params);
-    hyla_st_close(&set);
+    int rc = read_moments(dir, &m->table, opt, 0);
     if (rc == HYLA_OK) {
         snprintf(path, sizeof path, "%s/trainer_state.json", dir);
         rc = read_state_json(path, opt, st);
@@ -219,4 +242,38 @@ int hyla_checkpoint_load(const char *dir, hyla_model *m, hyla_adamw *opt, hyla_t
     if (rc)
         hyla_model_free(m);
     return rc;
+}
+
+int hyla_checkpoint_is_adapter(const char *dir)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    return hyla_file_exists(path);
+}
+
+int hyla_checkpoint_save_adapter(const char *dir, const hyla_lora *L, const hyla_param_table *base, const hyla_adamw *opt,
+                                 const hyla_train_state *st, const char *base_model)
+{
+    hyla_outdir o;
+    HYLA_TRY(hyla_outdir_begin(&o, dir, HYLA_OUTDIR_CHECKPOINT, "hyla train"));
+    int rc = hyla_lora_write(L, base, o.tmp, base_model);
+    if (rc == HYLA_OK)
+        rc = write_moments(o.tmp, &L->table, opt, 1);
+    if (rc == HYLA_OK) {
+        char path[4300];
+        snprintf(path, sizeof path, "%s/trainer_state.json", o.tmp);
+        rc = write_state_json(path, opt, st);
+    }
+    if (rc == HYLA_OK)
+        return hyla_outdir_commit(&o);
+    hyla_outdir_abort(&o);
+    return rc;
+}
+
+int hyla_checkpoint_load_adapter_state(const char *dir, const hyla_lora *L, hyla_adamw *opt, hyla_train_state *st)
+{
+    HYLA_TRY(read_moments(dir, &L->table, opt, 1));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    return read_state_json(path, opt, st);
 }

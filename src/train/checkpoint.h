@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "model/lora.h"
 #include "model/model.h"
 #include "train/optimizer.h"
 
@@ -34,5 +35,15 @@ int hyla_checkpoint_load_model(const char *dir, hyla_model *m);
 int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw *opt, hyla_train_state *st);
 /* trainer_state.json alone (step, data position, settings), e.g. to restore flags before loading. */
 int hyla_checkpoint_read_state(const char *dir, hyla_train_state *st);
+
+/* LoRA runs: the checkpoint is a PEFT adapter directory (adapter_config.json +
+ * adapter_model.safetensors, loadable by PEFT and by --adapter) plus optimizer/model.safetensors
+ * (moments exp_avg.adapter.I / exp_avg_sq.adapter.I of adapter-arena parameter I) and
+ * trainer_state.json; the base model is not copied (its path is in the run settings). */
+int hyla_checkpoint_is_adapter(const char *dir);
+int hyla_checkpoint_save_adapter(const char *dir, const hyla_lora *L, const hyla_param_table *base, const hyla_adamw *opt,
+                                 const hyla_train_state *st, const char *base_model);
+/* Moments and state of an adapter checkpoint into opt (initialised for L) and st. */
+int hyla_checkpoint_load_adapter_state(const char *dir, const hyla_lora *L, hyla_adamw *opt, hyla_train_state *st);
 
 #endif
