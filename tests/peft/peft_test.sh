@@ -38,6 +38,38 @@ PYEOF
     cmp -s "$G/$a/base/generation_config.json" "$T/merged_$a/generation_config.json" \
         && echo "  ok  $a: merge carries generation_config.json byte for byte" || fail "$a: merge dropped a file"
 done
+# adapters WRITTEN by hyla (tests/peft/make_trained_golden.py: PEFT loaded them into transformers' classes with
+# no missing or unexpected key and every tensor equal; trained/logits_trained.f32 is that PEFT model's output)
+for a in qwen3_next qwen3_5; do
+    toks=$($PY -c "import json;print(','.join(map(str,json.load(open('$G/$a/golden.json'))['tokens'])))")
+    "$HYLA" forward "$G/$a/base" --tokens "$toks" --adapter "$G/$a/trained/adapter" --logits-out "$T/trained.f32" >/dev/null ||
+        { fail "$a: forward with hyla's adapter"; continue; }
+    cmd=$($PY -c "import json;c=json.load(open('$G/$a/trained/golden.json'))['command'];print(' '.join(c[4:-2]))")
+    rm -rf "$T/fresh_$a"
+    "$HYLA" train --model "$G/$a/base" $cmd --save "$T/fresh_$a" >/dev/null || { fail "$a: hyla train --lora-rank"; continue; }
+    $PY - "$G/$a" "$T" "$a" <<'PYEOF' || fail "$a: hyla-written adapter"
+import json, struct, sys
+import numpy as np
+g, t, name = sys.argv[1:4]
+peft = np.fromfile(g + "/trained/logits_trained.f32", np.float32)
+mine = np.fromfile(t + "/trained.f32", np.float32)
+bound = max(1.0, float(np.abs(peft).max())) * 2.0 ** -14   # as above: fp32 on both sides, other summation orders
+d = float(np.abs(mine - peft).max())
+effect = float(np.abs(peft - np.fromfile(g + "/logits_base.f32", np.float32)).max())  # the trained adapter matters
+def header(p):
+    b = open(p, "rb").read()
+    h = json.loads(b[8:8 + struct.unpack("<Q", b[:8])[0]])
+    return {k: (v["dtype"], v["shape"]) for k, v in h.items() if k != "__metadata__"}
+keys = lambda c: {k: c[k] for k in ("peft_type", "r", "lora_alpha", "target_modules", "use_rslora", "bias")}
+same_tensors = header(g + "/trained/adapter/adapter_model.safetensors") == header(t + f"/fresh_{name}/adapter_model.safetensors")
+same_config = keys(json.load(open(g + "/trained/adapter/adapter_config.json"))) == keys(json.load(open(t + f"/fresh_{name}/adapter_config.json")))
+ok = d <= bound and effect > 100 * bound and same_tensors and same_config
+print(f"  {'ok' if ok else 'FAIL'}  {name}: hyla-written adapter (PEFT loads it: golden) forward vs PEFT {d:.2g} (bound {bound:.2g}; "
+      f"it moves logits by {effect:.2g}); "
+      f"a fresh run writes the same tensor names/shapes: {same_tensors}, the same config: {same_config}")
+sys.exit(0 if ok else 1)
+PYEOF
+done
 # bad adapters
 expect_error "another model's adapter" "module 'model.layers.0.linear_attn.in_proj_a' is not in this model \(an adapter for another model" \
     "$HYLA" forward "$G/qwen3_next/base" --tokens 1,2 --adapter "$G/qwen3_5/adapter"
