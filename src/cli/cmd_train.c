@@ -417,7 +417,7 @@ int hyla_cmd_train(int argc, char **argv)
     train_args a = {.remat = "full", .unit = "layer", .schedule = "cosine", .sample_prompt = "And ",
                     .steps = 100, .batch = 4, .seq = 128, .accum = 1, .warmup = 10, .seed = 1,
                     .lr = 3e-3, .min_lr = -1, .wd = 0.1, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
-                    .decay_fraction = 0.2, .lora_dropout = -1};
+                    .decay_fraction = 0.2, .lora_dropout = -1, .lora_targets = "all-linear"};
     const hyla_opt opts[] = {
         {"--model", OPT_STRING, &a.model, "DIR", "start from a Hugging Face model directory", 0, 0},
         {"--config", OPT_STRING, &a.config, "FILE", "train from scratch with this config.json", 0, 0},
@@ -495,11 +495,11 @@ int hyla_cmd_train(int argc, char **argv)
         return 2;
     }
     if ((a.lora_rank || a.adapter || hyla_opt_given(&spec, "--lora-alpha") || hyla_opt_given(&spec, "--lora-dropout") ||
-         a.lora_targets) && !a.model && !a.adapter_resume) {
+         hyla_opt_given(&spec, "--lora-targets")) && !a.model && !a.adapter_resume) {
         fprintf(stderr, "hyla train: LoRA (--lora-*, --adapter) trains an adapter on a model: give --model DIR\n");
         return 2;
     }
-    if ((a.lora_alpha || a.lora_targets) && a.adapter) {
+    if ((a.lora_alpha || hyla_opt_given(&spec, "--lora-targets")) && a.adapter) {
         fprintf(stderr, "hyla train: --adapter brings its own %s; leave it out\n", a.lora_alpha ? "--lora-alpha" : "--lora-targets");
         return 2;
     }
