@@ -8,6 +8,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "io/fileio.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "engine/auto_policy.h"
 #include "engine/plan.h"
@@ -31,6 +32,7 @@ static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
            hyla_remat_unit_name(pc->unit), (long long)p->params);
     printf(" \"argument_bytes\": %.0f, \"param_bytes\": %.0f, \"optimizer_bytes\": %.0f, \"batch_bytes\": %.0f,\n",
            p->argument_bytes, p->param_bytes, p->opt_bytes, p->batch_bytes);
+    printf(" \"trained_params\": %lld, \"adapter_bytes\": %.0f,\n", (long long)p->trained_params, p->adapter_bytes);
     printf(" \"temp_bytes\": %.0f, \"checkpoint_bytes\": %.0f, \"work_bytes\": %.0f, \"offload_staging_bytes\": %.0f, "
            "\"carry_bytes\": %.0f, \"gradient_bytes\": %.0f, \"gathered_weight_bytes\": %.0f, \"total_bytes\": %.0f, "
            "\"host_bytes\": %.0f, \"head_bytes\": %.0f,\n",
@@ -61,7 +63,11 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
     printf("plan: %s, batch %lld x seq %lld, remat %s / %s, %lld device%s%s\n", path, (long long)pc->batch,
            (long long)pc->seq, pc->policy.name, hyla_remat_unit_name(pc->unit), (long long)pc->devices,
            pc->devices > 1 ? "s" : "", pc->fsdp && pc->devices > 1 ? " (FSDP: parameters, gradients, moments sharded)" : "");
-    printf("parameters %.3f B; per device (GB = 1e9 bytes):\n", p->params / 1e9);
+    printf("parameters %.3f B", p->params / 1e9);
+    if (p->adapter_bytes > 0)
+        printf(" frozen + a LoRA adapter of %.3f M trained (fp32 weights, gradients and moments: the adapter's only)",
+               p->trained_params / 1e6);
+    printf("; per device (GB = 1e9 bytes):\n");
     printf("  argument %9.3f GB (%8.3f GiB) = parameters %.3f + AdamW moments %.3f + batch %.6f\n", p->argument_bytes / G,
            p->argument_bytes / Gi, p->param_bytes / G, p->opt_bytes / G, p->batch_bytes / G);
     printf("  temp     %9.3f GB (%8.3f GiB) = checkpoints %.3f + working set %.3f + carries %.3f + gradients %.3f"
@@ -98,9 +104,9 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
 int hyla_cmd_plan(int argc, char **argv)
 {
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
-    int64_t batch = 1, seq = 4096, devices = 1;
+    int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0;
     int json = 0, per_layer = 0;
-    const char *svg = NULL, *budget_s = NULL, *host_s = NULL;
+    const char *svg = NULL, *budget_s = NULL, *host_s = NULL, *lora_targets = NULL;
     const hyla_opt opts[] = {
         {"--batch", OPT_INT, &batch, "N", "sequences per device (default 1)", 1, 1 << 20},
         {"--seq", OPT_INT, &seq, "N", "tokens per sequence (default 4096)", 2, 1 << 24},
@@ -113,6 +119,9 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--opt-dtype", OPT_STRING, &od, "f32|bf16", "AdamW moment storage (default f32)", 0, 0},
         {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activation storage (default f32, what hyla runs)", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
+        {"--lora-rank", OPT_INT, &lora_rank, "R", "plan LoRA training of rank R (base frozen: no gradients or moments)", 1,
+         65536},
+        {"--lora-targets", OPT_STRING, &lora_targets, "LIST", "with --lora-rank: all-linear (default) or module names", 0, 0},
         {"--update-per-layer", OPT_FLAG, &per_layer, NULL, "optimizer updates each layer during backward (gradients of "
          "one remat unit at a time)", 0, 0},
         {"--svg", OPT_STRING, &svg, "FILE", "draw the live-bytes timeline and per-checkpoint bars", 0, 0},
@@ -167,6 +176,21 @@ int hyla_cmd_plan(int argc, char **argv)
     hyla_default_layout(&m.cfg, &lay);
     if (hyla_params_build(&m.table, &m.cfg, &lay))
         return hyla_cli_fail("plan");
+    hyla_lora lora;
+    memset(&lora, 0, sizeof lora);
+    if (lora_targets && !lora_rank) {
+        fprintf(stderr, "hyla plan: --lora-targets needs --lora-rank\n");
+        hyla_params_free(&m.table);
+        return 2;
+    }
+    if (lora_rank) {
+        hyla_lora_options o = {.r = lora_rank, .alpha = 0, .dropout = 0, .targets = lora_targets, .seed = 0};
+        if (hyla_lora_create(&lora, &m.table, &o)) {
+            hyla_params_free(&m.table);
+            return hyla_cli_fail("plan");
+        }
+        m.lora = &lora;
+    }
     hyla_plan p;
     int rc = 0;
     if (is_auto ? hyla_auto_policy(&m, &pc, budget, host_budget, &p) : hyla_plan_compute(&m, &pc, &p)) {
@@ -189,6 +213,8 @@ int hyla_cmd_plan(int argc, char **argv)
             rc = hyla_cli_fail("plan");
         hyla_plan_free(&p);
     }
+    if (lora_rank)
+        hyla_lora_free(&lora);
     hyla_params_free(&m.table);
     return rc;
 }
