@@ -115,6 +115,9 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
     c.T = ex->T;
     c.n = ex->n;
     c.pos = ex->pos;
+    c.n_seq = ex->n_seq;
+    c.seq_row0 = ex->seq_row0;
+    c.seq_len = ex->seq_len;
     c.delta_mode = ex->delta_mode;
     c.aux_counts = ex->aux_counts;
     c.aux_psum = ex->aux_psum;
@@ -477,9 +480,50 @@ static void set_labels(hyla_executor *ex, const int32_t *tokens, const int32_t *
     for (int64_t b = 0; b < ex->B; b++)
         for (int64_t t = 0; t < ex->T; t++) {
             int64_t i = b * ex->T + t;
-            ex->pos[i] = t;
             ex->labels[i] = labels ? labels[i] : (t + 1 < ex->T ? tokens[i + 1] : -100);
         }
+    for (int64_t s = 0; s < ex->n_seq; s++) /* positions restart with every sequence (document) */
+        for (int64_t t = 0; t < ex->seq_len[s]; t++)
+            ex->pos[ex->seq_row0[s] + t] = t;
+}
+
+static void rows_as_sequences(hyla_executor *ex)
+{
+    ex->n_seq = ex->B;
+    ex->packed = 0;
+    for (int64_t b = 0; b < ex->B; b++)
+        ex->seq_row0[b] = b * ex->T, ex->seq_len[b] = ex->T;
+}
+
+int hyla_executor_set_segments(hyla_executor *ex, const int64_t *seg_len, int64_t n_seg)
+{
+    if (!seg_len) {
+        rows_as_sequences(ex);
+        return HYLA_OK;
+    }
+    if (n_seg < ex->B || n_seg > ex->n)
+        return hyla_error_set(HYLA_ERR_ARG, "packing: %lld documents cannot tile %lld rows of %lld tokens",
+                              (long long)n_seg, (long long)ex->B, (long long)ex->T);
+    int64_t at = 0;
+    for (int64_t s = 0; s < n_seg; s++) {
+        int64_t len = seg_len[s], in_row = at % ex->T;
+        if (len < 1 || in_row + len > ex->T) {
+            rows_as_sequences(ex);
+            return hyla_error_set(HYLA_ERR_ARG, "packing: document %lld (%lld tokens at row %lld, column %lld) does not "
+                                  "fit its row of %lld tokens", (long long)s, (long long)len, (long long)(at / ex->T),
+                                  (long long)in_row, (long long)ex->T);
+        }
+        ex->seq_row0[s] = at, ex->seq_len[s] = len;
+        at += len;
+    }
+    if (at != ex->n) {
+        rows_as_sequences(ex);
+        return hyla_error_set(HYLA_ERR_ARG, "packing: the documents cover %lld of the %lld tokens", (long long)at,
+                              (long long)ex->n);
+    }
+    ex->n_seq = n_seg;
+    ex->packed = 1;
+    return HYLA_OK;
 }
 
 static void reset_state(hyla_executor *ex)
@@ -581,7 +625,7 @@ int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *
 
 int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits)
 {
-    HYLA_ASSERT(ex->forward_only && state->B == ex->B && state->n_layers == ex->m->cfg.n_layers);
+    HYLA_ASSERT(ex->forward_only && state->B == ex->B && state->n_layers == ex->m->cfg.n_layers && !ex->packed);
     for (int64_t b = 0; b < ex->B; b++)
         if (state->len[b] + ex->T > state->max_len)
             return hyla_error_set(HYLA_ERR_ARG, "sequence %lld: %lld cached + %lld new tokens exceed the cache of %lld",
@@ -657,6 +701,9 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     ex->offl_written = calloc((size_t)cfg->n_layers * HYLA_S__COUNT, 1);
     size_t per_token = plan_only ? 1 : (size_t)ex->n; /* planning reads no positions or labels */
     ex->pos = malloc(per_token * sizeof(int64_t));
+    size_t per_seq = plan_only ? (size_t)B : (size_t)ex->n; /* sequences: up to one per token (packing) */
+    ex->seq_row0 = malloc(per_seq * sizeof(int64_t));
+    ex->seq_len = malloc(per_seq * sizeof(int64_t));
     ex->labels = malloc(per_token * sizeof(int32_t));
     ex->aux_counts = calloc((size_t)E, sizeof(double));
     ex->aux_psum = calloc((size_t)E, sizeof(double));
@@ -668,11 +715,12 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     if (ex->plan_only) /* placeholders: the planning pass never dereferences them */
         for (int i = 0; i < 2; i++)
             ex->carry[i] = (float *)(uintptr_t)(64 * (i + 1)), ex->dcarry[i] = (float *)(uintptr_t)(64 * (i + 3));
-    if (!ex->tapes || !ex->fetched || !ex->host_off || !ex->offl_written || !ex->pos || !ex->labels || !ex->aux_counts || !ex->aux_psum || !ex->aux_dprob || !ex->carry[0] ||
+    if (!ex->tapes || !ex->fetched || !ex->host_off || !ex->offl_written || !ex->pos || !ex->seq_row0 || !ex->seq_len || !ex->labels || !ex->aux_counts || !ex->aux_psum || !ex->aux_dprob || !ex->carry[0] ||
         !ex->carry[1] || (!forward_only && (!ex->dcarry[0] || !ex->dcarry[1]))) {
         hyla_executor_free(ex);
         return hyla_error_set(HYLA_ERR_NOMEM, "executor: cannot allocate step buffers for %lld tokens", (long long)ex->n);
     }
+    rows_as_sequences(ex);
 
     /* Plan: the step's exact allocation sequence on dry arenas. */
     ex->dry = 1;
@@ -772,6 +820,8 @@ void hyla_executor_free(hyla_executor *ex)
     free(ex->host_off);
     free(ex->offl_written);
     free(ex->pos);
+    free(ex->seq_row0);
+    free(ex->seq_len);
     free(ex->labels);
     free(ex->aux_counts);
     free(ex->aux_psum);

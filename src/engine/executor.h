@@ -79,6 +79,10 @@ typedef struct {
     float *carry[2];       /* [n,H] forward carries for non-kept layer inputs */
     float *dcarry[2];      /* [n,H] activation gradients crossing unit boundaries */
     int64_t *pos;          /* [n] */
+    /* the independent sequences the token-mixing ops iterate: the B rows, or (packing,
+     * hyla_executor_set_segments) the documents packed into them; [n] capacity each */
+    int64_t n_seq, *seq_row0, *seq_len;
+    int packed;
     int32_t *labels;       /* [n] */
     double *aux_counts, *aux_psum, *aux_dprob; /* [E] */
     int dry;               /* planning pass: allocate on dry arenas, compute nothing */
@@ -169,6 +173,14 @@ int hyla_executor_forward(hyla_executor *ex, const int32_t *tokens, const int32_
  * continues at position state->len[b]), update the caches, len[b] += T; logits [B*T, V] or NULL.
  * A sequence that would exceed the cache is an HYLA_ERR_ARG error naming it. */
 int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits);
+
+/* Packing: the next steps / forwards run each row as the documents seg_len[0..n_seg) tile it
+ * (in order; every row's lengths sum to T, none crosses a row): attention, the GDN conv window
+ * and the delta-rule state restart at every document, and positions (RoPE) restart at 0, so
+ * each document computes exactly what it computes alone. Loss boundaries are the labels' job
+ * (-100 at a document's last token). seg_len NULL: back to one sequence per row. A tiling that
+ * does not fit the rows is an HYLA_ERR_ARG error. Not for hyla_executor_infer. */
+int hyla_executor_set_segments(hyla_executor *ex, const int64_t *seg_len, int64_t n_seg);
 
 /* Is slot s of layer l kept in the checkpoint arena during forward? */
 int hyla_executor_keeps(const hyla_executor *ex, int layer, hyla_slot s);

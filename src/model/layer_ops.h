@@ -87,6 +87,11 @@ typedef struct {
     int layer;
     int64_t B, T, n;         /* n = B*T rows */
     const int64_t *pos;      /* [n] */
+    /* the independent sequences token-mixing ops (attention, conv, delta rule) iterate: sequence
+     * i is rows [seq_row0[i], seq_row0[i] + seq_len[i]); the B rows of T, or packed documents
+     * (no cache then); with a cache (inference) sequence i is row i */
+    int64_t n_seq;
+    const int64_t *seq_row0, *seq_len;
     hyla_delta_mode delta_mode;
     /* router aux loss: forward accumulates; backward adds aux_dprob[e] to dLoss/dprobs */
     double *aux_counts, *aux_psum;

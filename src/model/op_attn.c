@@ -83,9 +83,10 @@ static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { 
 static float attn_scale(const hyla_config *cfg) { return (float)(1.0 / sqrt((double)cfg->head_dim)); }
 static void core_fwd(const hyla_op_ctx *c, hyla_tape *t, float *work)
 {
-    int64_t T = c->T, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads, kv = Hkv * hd;
-    for (int64_t b = 0; b < c->B; b++) {
-        const float *k = t->p[HYLA_S_KR] + b * T * kv, *v = t->p[HYLA_S_VRAW] + b * T * kv;
+    int64_t hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads, kv = Hkv * hd;
+    for (int64_t b = 0; b < c->n_seq; b++) { /* each sequence (row or packed document) attends to itself */
+        int64_t T = c->seq_len[b], o = c->seq_row0[b];
+        const float *k = t->p[HYLA_S_KR] + o * kv, *v = t->p[HYLA_S_VRAW] + o * kv;
         int64_t past = 0;
         if (c->state) { /* inference: append to the cache (post-norm, post-RoPE keys), attend over it */
             past = c->past[b];
@@ -94,8 +95,8 @@ static void core_fwd(const hyla_op_ctx *c, hyla_tape *t, float *work)
             memcpy(vc + past * kv, v, (size_t)(T * kv) * sizeof(float));
             k = kc, v = vc;
         }
-        hyla_attention_fwd(t->p[HYLA_S_CTX] + b * T * Hq * hd, t->p[HYLA_S_LSE] + b * T * Hq,
-                           t->p[HYLA_S_QR] + b * T * Hq * hd, k, v, T, past, Hq, Hkv, hd, attn_scale(CFG), work);
+        hyla_attention_fwd(t->p[HYLA_S_CTX] + o * Hq * hd, t->p[HYLA_S_LSE] + o * Hq, t->p[HYLA_S_QR] + o * Hq * hd, k, v,
+                           T, past, Hq, Hkv, hd, attn_scale(CFG), work);
     }
 }
 static int64_t core_fwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
@@ -105,16 +106,16 @@ static int64_t core_fwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
 /* scratch: dq [T,Hq,hd], dk, dv [T,Hkv,hd], work */
 static void core_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    int64_t T = c->T, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
-    int64_t qs = T * Hq * hd, ks = T * Hkv * hd;
-    float *dq = scratch, *dk = dq + qs, *dv = dk + ks, *work = dv + ks;
-    for (int64_t b = 0; b < c->B; b++) {
-        hyla_attention_bwd(dq, dk, dv, d->p[HYLA_S_CTX] + b * qs, t->p[HYLA_S_CTX] + b * qs, t->p[HYLA_S_LSE] + b * T * Hq,
-                           t->p[HYLA_S_QR] + b * qs, t->p[HYLA_S_KR] + b * ks, t->p[HYLA_S_VRAW] + b * ks, T, Hq, Hkv, hd,
+    int64_t hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
+    float *dq = scratch, *dk = dq + c->T * Hq * hd, *dv = dk + c->T * Hkv * hd, *work = dv + c->T * Hkv * hd;
+    for (int64_t b = 0; b < c->n_seq; b++) {
+        int64_t T = c->seq_len[b], o = c->seq_row0[b], qs = T * Hq * hd, ks = T * Hkv * hd, qo = o * Hq * hd, ko = o * Hkv * hd;
+        hyla_attention_bwd(dq, dk, dv, d->p[HYLA_S_CTX] + qo, t->p[HYLA_S_CTX] + qo, t->p[HYLA_S_LSE] + o * Hq,
+                           t->p[HYLA_S_QR] + qo, t->p[HYLA_S_KR] + ko, t->p[HYLA_S_VRAW] + ko, T, Hq, Hkv, hd,
                            attn_scale(CFG), work);
-        acc(d->p[HYLA_S_QR] + b * qs, dq, qs);
-        acc(d->p[HYLA_S_KR] + b * ks, dk, ks);
-        acc(d->p[HYLA_S_VRAW] + b * ks, dv, ks);
+        acc(d->p[HYLA_S_QR] + qo, dq, qs);
+        acc(d->p[HYLA_S_KR] + ko, dk, ks);
+        acc(d->p[HYLA_S_VRAW] + ko, dv, ks);
     }
 }
 static int64_t core_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)

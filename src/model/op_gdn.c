@@ -52,21 +52,24 @@ static void conv_cache_update(float *hist /*[K,cd]*/, const float *x /*[T,cd]*/,
 
 static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    int64_t T = c->T, cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
-    for (int64_t b = 0; b < c->B; b++) {
+    int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
+    for (int64_t b = 0; b < c->n_seq; b++) { /* each sequence (row or packed document) from its own window */
+        int64_t T = c->seq_len[b], o = c->seq_row0[b];
         float *hist = c->state ? c->state->conv + b * K * cd : NULL;
-        const float *x = t->p[HYLA_S_QKV] + b * T * cd;
-        hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + b * T * cd, NULL, x, hyla_op_w(c, HYLA_P_GDN_CONV), hist, T, cd, K);
+        const float *x = t->p[HYLA_S_QKV] + o * cd;
+        hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, x, hyla_op_w(c, HYLA_P_GDN_CONV), hist, T, cd, K);
         if (hist)
             conv_cache_update(hist, x, T, K, cd);
     }
 }
 static void conv_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch /*[n,cd]*/)
 {
-    int64_t T = c->T, cd = hyla_cfg_conv_dim(CFG);
-    for (int64_t b = 0; b < c->B; b++)
-        hyla_conv_silu_bwd(scratch + b * T * cd, hyla_op_dw(c, HYLA_P_GDN_CONV), d->p[HYLA_S_CONV] + b * T * cd,
-                           t->p[HYLA_S_QKV] + b * T * cd, hyla_op_w(c, HYLA_P_GDN_CONV), T, cd, CFG->conv_kernel);
+    int64_t cd = hyla_cfg_conv_dim(CFG);
+    for (int64_t b = 0; b < c->n_seq; b++) {
+        int64_t T = c->seq_len[b], o = c->seq_row0[b];
+        hyla_conv_silu_bwd(scratch + o * cd, hyla_op_dw(c, HYLA_P_GDN_CONV), d->p[HYLA_S_CONV] + o * cd,
+                           t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV), T, cd, CFG->conv_kernel);
+    }
     acc(d->p[HYLA_S_QKV], scratch, c->n * cd);
 }
 static int64_t conv_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * hyla_cfg_conv_dim(cfg); }
@@ -125,15 +128,16 @@ static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
 /* ---- delta rule: GQ, GK, GV, G, BETA -> CORE --------------------------------------------- */
 static void delta_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*state + work*/)
 {
-    int64_t T = c->T, Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
+    int64_t Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
     int64_t kd = Hk * dk, vd = Hv * dv;
     float *work = scratch + Hv * dk * dv;
-    for (int64_t b = 0; b < c->B; b++) {
+    for (int64_t b = 0; b < c->n_seq; b++) { /* each sequence (row or packed document) from a zero state */
+        int64_t T = c->seq_len[b];
         /* training: zero initial state; inference: continue from (and update) the cached state */
         float *state = c->state ? c->state->ssm + b * Hv * dk * dv : scratch;
         if (!c->state)
             memset(state, 0, (size_t)(Hv * dk * dv) * sizeof *state);
-        int64_t o = b * T;
+        int64_t o = c->seq_row0[b];
         const float *q = t->p[HYLA_S_GQ] + o * kd, *k = t->p[HYLA_S_GK] + o * kd, *v = t->p[HYLA_S_GV] + o * vd;
         const float *g = t->p[HYLA_S_G] + o * Hv, *beta = t->p[HYLA_S_BETA] + o * Hv;
         float *out = t->p[HYLA_S_CORE] + o * vd;
@@ -151,11 +155,12 @@ static int64_t delta_fwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
 /* scratch: dq, dk [T,kd], dv [T,vd], dg, dbeta [T,Hv], work */
 static void delta_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    int64_t T = c->T, Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
+    int64_t Tmax = c->T, Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
     int64_t kd = Hk * dk, vd = Hv * dv;
-    float *sq = scratch, *sk = sq + T * kd, *sv = sk + T * kd, *sg = sv + T * vd, *sb = sg + T * Hv, *work = sb + T * Hv;
-    for (int64_t b = 0; b < c->B; b++) {
-        int64_t o = b * T;
+    float *sq = scratch, *sk = sq + Tmax * kd, *sv = sk + Tmax * kd, *sg = sv + Tmax * vd, *sb = sg + Tmax * Hv;
+    float *work = sb + Tmax * Hv;
+    for (int64_t b = 0; b < c->n_seq; b++) {
+        int64_t o = c->seq_row0[b], T = c->seq_len[b];
         hyla_delta_rule_chunked_bwd(sq, sk, sv, sg, sb, d->p[HYLA_S_CORE] + o * vd, t->p[HYLA_S_GQ] + o * kd,
                                     t->p[HYLA_S_GK] + o * kd, t->p[HYLA_S_GV] + o * vd, t->p[HYLA_S_G] + o * Hv,
                                     t->p[HYLA_S_BETA] + o * Hv, T, Hk, Hv, dk, dv, work);

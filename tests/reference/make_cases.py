@@ -383,6 +383,7 @@ def make_case(outdir, name, m):
            "runs": runs}
     exp["grads"] = make_grads(d, c, runs)
     exp["lora"] = make_lora(d, c, runs, m["seed"] * 7 + 1)
+    exp["packed"] = make_packed(d, model, V, m["seed"] * 13 + 5)
     with open(os.path.join(d, "expected.json"), "w") as f:
         json.dump(exp, f, indent=1)
     if m.get("train"):
@@ -510,6 +511,31 @@ def make_lora(d, c, runs, seed):
     return {"file": fn, "adapter": "lora", "r": LORA_R, "lora_alpha": LORA_ALPHA, "modules": len(mods),
             "min_router_gap": gap, "draws": attempt + 1,
             "loss": out["total"].item(), "what": "d total / d lora_A, lora_B (float64 autograd) at the stored A, B"}
+
+
+PACK_DOCS = [17, 64, 2, 45]   # one packed row of 128: documents start inside and on the 64-token chunks
+
+
+def make_packed(d, model, V, seed):
+    """A packed row (documents PACK_DOCS back to back) and what packing must compute: every
+    document alone (positions from 0, zero conv window and delta-rule state, attention within it).
+    logits_packed.f32 = the documents' own logits, concatenated; ce_sums = sum of -log p of each
+    document's next tokens (none across a boundary)."""
+    for attempt in range(50):
+        rng = np.random.RandomState(seed + attempt)
+        docs = [[int(x) for x in rng.randint(0, V, n)] for n in PACK_DOCS]
+        outs = [model.forward(doc) for doc in docs]
+        gaps = [o["min_router_gap"] for o in outs if o["min_router_gap"] is not None]
+        if not gaps or min(gaps) >= GAP_MIN:
+            break
+    else:
+        raise AssertionError("could not draw packed documents without router near-ties")
+    lg = np.concatenate([o["logits"].numpy() for o in outs], axis=0)
+    lg.astype("<f4").tofile(os.path.join(d, "logits_packed.f32"))
+    ce_sums = [o["ce_loss"] * (len(doc) - 1) if o["ce_loss"] is not None else 0.0 for o, doc in zip(outs, docs)]
+    return {"doc_lengths": PACK_DOCS, "tokens": [t for doc in docs for t in doc], "logits": "logits_packed.f32",
+            "ce_sums": ce_sums, "min_router_gap": min(gaps) if gaps else None,
+            "what": "each document run alone by the reference; logits concatenated [sum(doc_lengths), vocab]"}
 
 
 def make_train(d, name, c):
