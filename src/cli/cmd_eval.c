@@ -23,7 +23,8 @@ int hyla_cmd_eval(int argc, char **argv)
         {"--seq", OPT_INT, &seq, "N", "tokens per row (default 512; longer documents take several rows)", 2, 1 << 24},
         {"--batch", OPT_INT, &batch, "N", "rows per forward pass (default 4)", 1, 1 << 20},
         {"--no-pack", OPT_FLAG, &no_pack, NULL, "each document in rows of its own (the default)", 0, 0},
-        {"--pack", OPT_FLAG, &pack, NULL, "documents sharing rows (not supported yet: refused)", 0, 0},
+        {"--pack", OPT_FLAG, &pack, NULL, "documents share rows, each computed as if alone (the same loss); a "
+         "document longer than --seq is split into rows as without packing", 0, 0},
         {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the result as JSON", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
@@ -37,7 +38,6 @@ int hyla_cmd_eval(int argc, char **argv)
         return r < 0 ? 2 : 0;
     const char *bad = !!data + !!text + !!jsonl != 1 ? "give exactly one of --data, --text, --data-jsonl"
                       : pack && no_pack ? "--pack and --no-pack contradict each other"
-                      : pack ? "--pack: packed evaluation needs document-boundary masking, which is not supported yet"
                       : tok_path && !jsonl ? "--tokenizer applies to --data-jsonl" : NULL;
     if (bad) {
         fprintf(stderr, "hyla eval: %s\n", bad);
@@ -62,7 +62,7 @@ int hyla_cmd_eval(int argc, char **argv)
     }
     hyla_eval_result e;
     if (st == HYLA_OK)
-        st = hyla_evaluate(&m, &d, seq, batch, &e);
+        st = hyla_evaluate(&m, &d, seq, batch, pack, &e);
     int rc = 0;
     if (st != HYLA_OK)
         rc = hyla_cli_fail("eval");

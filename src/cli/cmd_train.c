@@ -70,12 +70,17 @@ static int open_data(const train_args *a, const hyla_model *m, hyla_data *d)
         hyla_tokenizer_free(tok);
         d->shuffle = !a->no_shuffle;
         d->seed = (uint64_t)a->seed;
+        d->pack = a->pack;
         return st;
     }
     if (a->data) {
         HYLA_TRY(hyla_data_open_tokens(d, a->data, m->cfg.vocab));
         d->shuffle = a->shuffle && hyla_data_labelled(d);
         d->seed = (uint64_t)a->seed;
+        if (a->pack && !hyla_data_labelled(d))
+            return hyla_error_set(HYLA_ERR_ARG, "--pack: %s is a token stream (HYLATOK1), not documents: packing needs "
+                                  "documents (--data-jsonl, or a HYLATOK2 file from hyla tokenize --jsonl)", a->data);
+        d->pack = a->pack;
         return HYLA_OK;
     }
     if (a->text)
@@ -100,7 +105,7 @@ static int open_eval_data(const train_args *a, const hyla_model *m, hyla_data *d
 static int run_eval(const train_args *a, const hyla_model *m, const hyla_data *d, int64_t step, FILE *log)
 {
     hyla_eval_result e;
-    HYLA_TRY(hyla_evaluate(m, d, a->seq, a->batch, &e));
+    HYLA_TRY(hyla_evaluate(m, d, a->seq, a->batch, a->pack, &e));
     printf("eval  step %lld: loss %.4f, perplexity %.3f over %lld tokens of %s\n", (long long)step, e.loss, e.perplexity,
            (long long)e.targets, d->source);
     if (log) {
@@ -343,10 +348,10 @@ static int run(const train_args *a)
                hyla_family_name(m.cfg.family), (long long)m.cfg.n_layers, m.sched.n_blocks, pc.total / 1e6,
                pc.active / 1e6, data.source);
         if (hyla_data_labelled(&data))
-            printf("data: %lld documents, %lld tokens (%lld targets), %lld rows of %lld per epoch, %s\n",
+            printf("data: %lld documents, %lld tokens (%lld targets), %lld %s of %lld per epoch, %s\n",
                    (long long)data.n_docs, (long long)data.n_tokens, (long long)data.n_targets,
-                   (long long)hyla_data_rows_per_epoch(&data, a->seq), (long long)a->seq,
-                   data.shuffle ? "shuffled per epoch (--seed)" : "in file order");
+                   (long long)hyla_data_rows_per_epoch(&data, a->seq), data.pack ? "documents (or pieces) packed into rows"
+                   : "rows", (long long)a->seq, data.shuffle ? "shuffled per epoch (--seed)" : "in file order");
         print_memory(&tr, &m);
     }
     int64_t epoch = rc == HYLA_OK ? hyla_data_epoch(&data, a->seq) : 0;
@@ -359,6 +364,8 @@ static int run(const train_args *a)
         int last = step + 1 == a->steps;
         if (a->svg && last && (rc = hyla_executor_measure(&tr.ex)) != HYLA_OK)
             break;
+        if (data.pack)
+            hyla_trainer_set_segments(&tr, data.seg_len, data.n_seg);
         rc = hyla_trainer_step(&tr, tokens, labels, &s);
         if (rc)
             break;
@@ -431,6 +438,9 @@ int hyla_cmd_train(int argc, char **argv)
         {"--no-shuffle", OPT_FLAG, &a.no_shuffle, NULL, "--data-jsonl: keep the file's document order (default: "
          "shuffle documents every epoch, seeded by --seed)", 0, 0},
         {"--shuffle", OPT_FLAG, &a.shuffle, NULL, "--data with a HYLATOK2 document file: shuffle documents every epoch", 0, 0},
+        {"--pack", OPT_FLAG, &a.pack, NULL, "documents (--data-jsonl, HYLATOK2) share --seq-token rows: attention, the "
+         "GDN conv window and recurrent state and RoPE positions restart at every document, no loss crosses one; a "
+         "document longer than --seq is split into rows (overlapping by one token) as without packing", 0, 0},
         {"--synthetic", OPT_FLAG, &a.synthetic, NULL, "synthetic learnable sequences (default data)", 0, 0},
         {"--eval-data", OPT_STRING, &a.eval_data, "FILE", "validation data (token file, or .jsonl documents): its loss "
          "at the end and every --eval-every steps, also in --log-json", 0, 0},
@@ -530,6 +540,10 @@ int hyla_cmd_train(int argc, char **argv)
     }
     if (a.eval_every && !a.eval_data) {
         fprintf(stderr, "hyla train: --eval-every needs --eval-data FILE\n");
+        return 2;
+    }
+    if (a.pack && (a.text || a.synthetic || (!a.jsonl && !a.data))) {
+        fprintf(stderr, "hyla train: --pack needs documents: --data-jsonl F or --data F (HYLATOK2)\n");
         return 2;
     }
     if ((a.no_shuffle && !a.jsonl) || (a.tokenizer && !a.jsonl) || (a.shuffle && !a.data) || (a.shuffle && a.no_shuffle)) {

@@ -15,7 +15,7 @@ typedef struct {
     int64_t lora_rank;
     double lora_alpha, lora_dropout;
     int adapter_resume;       /* --resume names an adapter checkpoint: the base comes from --model */
-    int synthetic, update_per_layer, shuffle, no_shuffle;
+    int synthetic, update_per_layer, shuffle, no_shuffle, pack;
     int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens, eval_every;
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
     char restored[10][512];    /* storage for string settings restored from a checkpoint */

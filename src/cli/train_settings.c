@@ -31,6 +31,7 @@ static const setting settings[] = {
     {"--batch", S_INT, AT(batch), REFUSE},         {"--seq", S_INT, AT(seq), REFUSE},
     {"--accum", S_INT, AT(accum), REFUSE},         {"--seed", S_INT, AT(seed), REFUSE},
     {"--no-shuffle", S_FLAG, AT(no_shuffle), REFUSE}, {"--shuffle", S_FLAG, AT(shuffle), REFUSE},
+    {"--pack", S_FLAG, AT(pack), REFUSE},
     {"--lora-rank", S_INT, AT(lora_rank), REFUSE}, {"--lora-alpha", S_DOUBLE, AT(lora_alpha), REFUSE},
     {"--lora-targets", S_STRING, AT(lora_targets), REFUSE}, {"--lora-dropout", S_DOUBLE, AT(lora_dropout), APPLY},
     {"--model", S_STRING, AT(model), APPLY}, /* LoRA runs: the frozen base (a moved copy may be given again) */

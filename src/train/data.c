@@ -156,6 +156,7 @@ void hyla_data_close(hyla_data *d)
     free(d->doc_start);
     free(d->rows);
     free(d->row_doc);
+    free(d->seg_len);
     memset(d, 0, sizeof *d);
 }
 
@@ -262,25 +263,73 @@ static int build_rows(hyla_data *d, int64_t T, int64_t epoch)
     return HYLA_OK;
 }
 
-static int next_document_row(hyla_data *d, int32_t *o, int32_t *lab, int64_t T)
+/* The piece at the position (table of its epoch built): its first token and length (<= T). */
+static int current_piece(hyla_data *d, int64_t T, int64_t *start, int64_t *len)
 {
     int64_t epoch = d->pos / hyla_data_rows_per_epoch(d, T);
     if (d->rows_T != T || d->rows_epoch != epoch)
         HYLA_TRY(build_rows(d, T, epoch));
     int64_t r = d->pos % d->n_rows, s = d->rows[r], end = d->doc_start[d->row_doc[r] + 1];
-    int64_t len = end - s < T ? end - s : T;
-    for (int64_t t = 0; t < T; t++) {
+    *start = s;
+    *len = end - s < T ? end - s : T;
+    return HYLA_OK;
+}
+
+/* width tokens of a row: the piece (len tokens from s) then padding (token 0, no label). */
+static void fill_piece(const hyla_data *d, int32_t *o, int32_t *lab, int64_t s, int64_t len, int64_t width)
+{
+    for (int64_t t = 0; t < width; t++) {
         o[t] = t < len ? d->tokens[s + t] : 0;
         if (lab)
             lab[t] = t + 1 < len && d->mask[s + t + 1] ? d->tokens[s + t + 1] : -100;
     }
+}
+
+static int next_document_row(hyla_data *d, int32_t *o, int32_t *lab, int64_t T)
+{
+    int64_t s, len;
+    HYLA_TRY(current_piece(d, T, &s, &len));
+    fill_piece(d, o, lab, s, len, T);
     d->pos++;
+    return HYLA_OK;
+}
+
+/* One packed row: pieces while they fit, then a padding piece; their lengths appended to seg_len. */
+static int next_packed_row(hyla_data *d, int32_t *o, int32_t *lab, int64_t T)
+{
+    int64_t used = 0;
+    while (used < T) {
+        int64_t s = 0, len = 0;
+        int epoch_end = used > 0 && d->pos % hyla_data_rows_per_epoch(d, T) == 0; /* rows do not span epochs */
+        if (!epoch_end)
+            HYLA_TRY(current_piece(d, T, &s, &len));
+        if (used + len > T) /* does not fit: pad the rest of the row */
+            len = 0;
+        int64_t width = len ? len : T - used;
+        fill_piece(d, o + used, lab ? lab + used : NULL, s, len, width);
+        d->seg_len[d->n_seg++] = width;
+        used += width;
+        if (len)
+            d->pos++;
+    }
     return HYLA_OK;
 }
 
 int hyla_data_next(hyla_data *d, int32_t *out, int32_t *labels, int64_t n_seq, int64_t T)
 {
+    d->n_seg = 0;
+    if (d->mask && d->pack && d->seg_cap < n_seq * T) { /* a row holds at most T pieces */
+        free(d->seg_len);
+        d->seg_cap = 0;
+        if (!(d->seg_len = malloc((size_t)(n_seq * T) * sizeof *d->seg_len)))
+            return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", d->source);
+        d->seg_cap = n_seq * T;
+    }
     for (int64_t s = 0; s < n_seq; s++) {
+        if (d->mask && d->pack) {
+            HYLA_TRY(next_packed_row(d, out + s * T, labels ? labels + s * T : NULL, T));
+            continue;
+        }
         if (d->mask) {
             HYLA_TRY(next_document_row(d, out + s * T, labels ? labels + s * T : NULL, T));
             continue;

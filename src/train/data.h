@@ -23,8 +23,14 @@
  * Documents with fewer than 2 tokens have no target and are dropped at load. The row order is the
  * documents' order, or (shuffle) a permutation of the documents that is a pure function of
  * (seed, epoch); rows of one document stay in order.
- * The position (row or token index) is saved in checkpoints, so a resumed run reads exactly the
- * rows the uninterrupted run would have. */
+ * Packing (documents, pack = 1): the same pieces (a document, or one of its rows of T when it is
+ * longer) in the same order are packed into rows: a piece goes into the current row if it fits,
+ * else the row is closed with a padding piece (token 0, labels -100) and the piece starts the
+ * next row (and a row ends with its epoch). Every row is then a tiling by documents: seg_len[0..n_seg) after each
+ * hyla_data_next, for hyla_executor_set_segments; a document's last token has label -100, so no
+ * loss crosses a boundary. pos then counts pieces.
+ * The position (row, piece or token index) is saved in checkpoints, so a resumed run reads exactly
+ * the rows the uninterrupted run would have. */
 #ifndef HYLA_TRAIN_DATA_H
 #define HYLA_TRAIN_DATA_H
 
@@ -50,6 +56,9 @@ typedef struct {
     int64_t *row_doc;      /* [n_rows] document of each row */
     int64_t n_rows, rows_epoch;
     int64_t n_targets;     /* tokens with mask 1 that can be a label (not a document's first) */
+    /* packing (documents): the last hyla_data_next's tiling of its rows, owned */
+    int pack;
+    int64_t *seg_len, n_seg, seg_cap;
 } hyla_data;
 
 int hyla_data_open_tokens(hyla_data *d, const char *path, int64_t vocab);

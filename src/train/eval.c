@@ -31,29 +31,44 @@ static int as_documents(const hyla_data *d, hyla_data *docs)
     return hyla_data_set_documents(docs, ids, mask, d->n_tokens, starts, n_docs, d->vocab, d->source);
 }
 
-int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B, hyla_eval_result *out)
+int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B, int pack, hyla_eval_result *out)
 {
     memset(out, 0, sizeof *out);
     if (T < 2 || B < 1)
         return hyla_error_set(HYLA_ERR_ARG, "evaluation: need seq >= 2 and batch >= 1");
     hyla_data docs;
     HYLA_TRY(as_documents(d, &docs));
-    int64_t rows = hyla_data_rows_per_epoch(&docs, T);
+    int64_t rows = hyla_data_rows_per_epoch(&docs, T); /* pieces (packed: several to a row) */
+    docs.pack = pack;
+    int64_t *segs = pack ? malloc((size_t)(B * T) * sizeof *segs) : NULL;
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
     hyla_executor ex;
     int st = hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, B, T, HYLA_DELTA_CHUNKED, 1);
     int32_t *tokens = malloc((size_t)(B * T) * sizeof *tokens), *labels = malloc((size_t)(B * T) * sizeof *labels);
-    if (st == HYLA_OK && (!tokens || !labels))
+    if (st == HYLA_OK && (!tokens || !labels || (pack && !segs)))
         st = hyla_error_set(HYLA_ERR_NOMEM, "evaluation: out of memory");
     double t0 = hyla_now(), ce = 0;
-    int64_t count = 0;
-    for (int64_t r = 0; st == HYLA_OK && r < rows; r += B) {
-        int64_t n = rows - r < B ? rows - r : B;
-        st = hyla_data_next(&docs, tokens, labels, n, T);
+    int64_t count = 0, packed_rows = 0;
+    for (int64_t r = 0; st == HYLA_OK && docs.pos < rows; r += B) {
+        int64_t n = 0, n_seg = 0;
+        if (!pack) {
+            n = rows - r < B ? rows - r : B;
+            st = hyla_data_next(&docs, tokens, labels, n, T);
+        }
+        for (; pack && st == HYLA_OK && n < B && docs.pos < rows; n++) { /* a row at a time: stop at the last piece */
+            st = hyla_data_next(&docs, tokens + n * T, labels + n * T, 1, T);
+            memcpy(segs + n_seg, docs.seg_len, (size_t)docs.n_seg * sizeof *segs);
+            n_seg += docs.n_seg;
+        }
         for (int64_t i = n * T; i < B * T; i++) /* padding rows: nothing to score */
             tokens[i] = 0, labels[i] = -100;
+        for (int64_t i = n; pack && i < B; i++)
+            segs[n_seg++] = T;
+        packed_rows += n;
         hyla_step_loss l = {0, 0, 0};
+        if (st == HYLA_OK && pack)
+            st = hyla_executor_set_segments(&ex, segs, n_seg);
         if (st == HYLA_OK)
             st = hyla_executor_forward(&ex, tokens, labels, NULL, &l);
         ce += l.ce_sum;
@@ -63,7 +78,7 @@ int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B,
         out->loss = count ? ce / (double)count : NAN;
         out->perplexity = exp(out->loss);
         out->targets = count;
-        out->rows = rows;
+        out->rows = pack ? packed_rows : rows;
         out->seconds = hyla_now() - t0;
         if (!isfinite(out->loss))
             st = hyla_error_set(HYLA_ERR_NUMERIC, "evaluation on %s: the loss is not finite", d->source);
@@ -72,6 +87,7 @@ int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B,
         hyla_executor_free(&ex);
     free(tokens);
     free(labels);
+    free(segs);
     hyla_data_close(&docs);
     return st;
 }

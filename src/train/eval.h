@@ -4,7 +4,8 @@
  * one, so every target is scored exactly once, each row starting without the context before it),
  * in file order. A stream (token file without documents, or a text file) is evaluated as one
  * document. Rows go through the forward-only executor B at a time; a short last batch is padded
- * with ignored rows, which change nothing. */
+ * with ignored rows, which change nothing. pack: documents share rows instead (train/data.h
+ * packing; each still computed as if alone), the same loss within fp32 rounding. */
 #ifndef HYLA_TRAIN_EVAL_H
 #define HYLA_TRAIN_EVAL_H
 
@@ -22,6 +23,6 @@ typedef struct {
 } hyla_eval_result;
 
 /* Evaluate `m` on `d` (not modified: its position and shuffling are left alone). */
-int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B, hyla_eval_result *out);
+int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B, int pack, hyla_eval_result *out);
 
 #endif

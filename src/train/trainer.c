@@ -114,6 +114,27 @@ size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
     return tr->ex.ckpt_bytes + tr->ex.work_bytes + tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1] + 4 * hyla_align_up(nH);
 }
 
+void hyla_trainer_set_segments(hyla_trainer *tr, const int64_t *seg_len, int64_t n_seg)
+{
+    tr->seg_len = seg_len;
+    tr->n_seg = n_seg;
+}
+
+/* Packing: hand micro-batch a's documents (the next ones of tr->seg_len covering `per` tokens) to
+ * the executor; *at advances over them. */
+static int micro_batch_segments(hyla_trainer *tr, int64_t per, int64_t *at)
+{
+    if (!tr->seg_len)
+        return hyla_executor_set_segments(&tr->ex, NULL, 0);
+    int64_t first = *at, covered = 0;
+    while (covered < per && *at < tr->n_seg)
+        covered += tr->seg_len[(*at)++];
+    if (covered != per)
+        return hyla_error_set(HYLA_ERR_ARG, "packing: documents %lld..%lld cover %lld tokens, not a micro-batch's %lld",
+                              (long long)first, (long long)*at, (long long)covered, (long long)per);
+    return hyla_executor_set_segments(&tr->ex, tr->seg_len + first, *at - first);
+}
+
 int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *labels, hyla_step_stats *stats)
 {
     const hyla_config *cfg = &tr->model->cfg;
@@ -148,7 +169,14 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     if (tr->model->lora) { /* adapter dropout on in this step's forward and recompute, masks keyed by the step */
         tr->model->lora->training = 1;
     }
+    int64_t seg_at = 0;
     for (int64_t a = 0; a < A; a++) {
+        int sst = micro_batch_segments(tr, per, &seg_at);
+        if (sst != HYLA_OK) {
+            tr->seg_len = NULL;
+            hyla_executor_set_segments(&tr->ex, NULL, 0);
+            return sst;
+        }
         if (tr->replay) { /* this micro-batch's rows of every MoE layer */
             const hyla_routing *r = tr->replay;
             for (int64_t l = 0; l < r->n_layers; l++)
@@ -164,6 +192,10 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
                                     aux_scale, &l);
         if (tr->model->lora)
             tr->model->lora->training = a + 1 < A && st == HYLA_OK;
+        if (st != HYLA_OK || a + 1 == A) { /* segments apply to this step only */
+            tr->seg_len = NULL;
+            hyla_executor_set_segments(&tr->ex, NULL, 0);
+        }
         HYLA_TRY(st);
         ce_sum += l.ce_sum;
         if (!isnan(l.aux_loss)) {

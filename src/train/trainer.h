@@ -54,7 +54,14 @@ typedef struct {
     const struct hyla_routing_s *replay;
     int64_t replay_row;
     int32_t *replay_buf;    /* [layers][batch*seq][k] */
+    const int64_t *seg_len; /* packing: the next step's document tiling (hyla_trainer_set_segments), or NULL */
+    int64_t n_seg;
 } hyla_trainer;
+
+/* Packing: the next step's [accum, batch, seq] tokens are tiled by documents seg_len[0..n_seg)
+ * (not owned; each micro-batch's rows tiled by its own; see hyla_executor_set_segments). Applies
+ * to one step. */
+void hyla_trainer_set_segments(hyla_trainer *tr, const int64_t *seg_len, int64_t n_seg);
 
 /* Replay routing from r (not owned) in the following steps; HYLA_ERR_ARG if it cannot cover
  * `steps` more steps. */
