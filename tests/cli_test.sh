@@ -391,7 +391,8 @@ expect_error "resume on other data" "has other content .* than the data the chec
 "$HYLA" eval "$T/good" --text "$T/kjv_small.txt" --seq 64 --json > "$T/eval.json" && $PY -c "
 import json, math; e = json.load(open('$T/eval.json')); assert e['tokens'] == 3999 and abs(e['perplexity'] - math.exp(e['loss'])) < 1e-6 * e['perplexity'], e
 print('  ok  eval --json: loss %.4f over %d tokens' % (e['loss'], e['tokens']))" || fail "eval --json"
-expect_error "eval --pack" "--pack: packed evaluation needs document-boundary masking" "$HYLA" eval "$T/good" --text "$T/kjv_small.txt" --pack
+expect_error "eval --pack with --no-pack" "--pack and --no-pack contradict each other" "$HYLA" eval "$T/good" --text "$T/kjv_small.txt" \
+    --pack --no-pack
 expect_error "eval with two sources" "give exactly one of --data, --text, --data-jsonl" "$HYLA" eval "$T/good" --text a --data b
 expect_error "train --eval-every without data" "--eval-every needs --eval-data" "$HYLA" train --preset tiny-hybrid --eval-every 5
 expect_error "train --data-jsonl without tokenizer" "--data-jsonl needs a tokenizer" "$HYLA" train --preset tiny-hybrid --data-jsonl x.jsonl
