@@ -28,6 +28,7 @@
 #include "core/gemm.h"
 #include "engine/executor.h"
 
+#include "case_files.h"
 #include "check.h"
 
 
@@ -60,28 +61,6 @@ void *realloc(void *p, size_t n)
     return __libc_realloc(p, n);
 }
 #endif
-
-static int32_t *run_tokens(const char *dir, int64_t want_T)
-{
-    char path[4200], *text;
-    snprintf(path, sizeof path, "%s/expected.json", dir);
-    if (hyla_read_text_file(path, &text, NULL))
-        return NULL;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    int32_t *tokens = NULL;
-    const cJSON *run;
-    cJSON_ArrayForEach(run, cJSON_GetObjectItemCaseSensitive(j, "runs")) {
-        const cJSON *toks = cJSON_GetObjectItemCaseSensitive(run, "tokens");
-        if (cJSON_GetArraySize(toks) != want_T)
-            continue;
-        tokens = malloc((size_t)want_T * sizeof *tokens);
-        for (int64_t i = 0; i < want_T; i++)
-            tokens[i] = (int32_t)cJSON_GetArrayItem(toks, (int)i)->valuedouble;
-    }
-    cJSON_Delete(j);
-    return tokens;
-}
 
 static float *compute_grads(const hyla_model *m, const int32_t *tokens, int64_t T, const char *policy_s,
                             hyla_remat_unit unit, double *loss_out, size_t *act_bytes)
@@ -150,13 +129,7 @@ static void check_vs_reference(const hyla_model *m, const char *dir, const char 
         CHECK(0, "%s: %s", name, hyla_error_message());
         return;
     }
-    double gmax_all = 0;
-    for (size_t i = 0; i < hyla_st_count(&ref); i++) {
-        const hyla_st_tensor *t = hyla_st_at(&ref, i);
-        const float *v = t->data;
-        for (size_t j = 0; j < t->nbytes / 4; j++)
-            gmax_all = fmax(gmax_all, fabs(v[j]));
-    }
+    double gmax_all = case_max_abs(&ref);
     double S = 2.0 * (16.0 * (double)m->cfg.n_layers + 8.0), rel = S * 16.0 * 0x1.0p-24 * 8.0;
     double worst = 0;
     size_t compared = 0;
@@ -248,7 +221,7 @@ int main(int argc, char **argv)
             continue;
         }
         int64_t T = 65;
-        int32_t *tokens = run_tokens(dir, T);
+        int32_t *tokens = case_run_tokens(dir, T);
         CHECK(tokens != NULL, "%s: no 65-token run", models[i]);
         if (tokens) {
             double loss;

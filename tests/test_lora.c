@@ -21,6 +21,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "case_files.h"
 #include "check.h"
 #include "core/error.h"
 #include "engine/executor.h"
@@ -30,28 +31,6 @@
 #include "model/adapter.h"
 #include "model/lora.h"
 #include "model/model.h"
-
-static int32_t *tokens_65(const char *dir)
-{
-    char path[4200], *text;
-    snprintf(path, sizeof path, "%s/expected.json", dir);
-    if (hyla_read_text_file(path, &text, NULL))
-        return NULL;
-    cJSON *j = cJSON_Parse(text);
-    free(text);
-    int32_t *tokens = NULL;
-    const cJSON *run;
-    cJSON_ArrayForEach(run, cJSON_GetObjectItemCaseSensitive(j, "runs")) {
-        const cJSON *toks = cJSON_GetObjectItemCaseSensitive(run, "tokens");
-        if (cJSON_GetArraySize(toks) != 65 || tokens)
-            continue;
-        tokens = malloc(65 * sizeof *tokens);
-        for (int i = 0; i < 65; i++)
-            tokens[i] = (int32_t)cJSON_GetArrayItem(toks, i)->valuedouble;
-    }
-    cJSON_Delete(j);
-    return tokens;
-}
 
 /* One LoRA step (B=1, T=65) under `policy`/`unit`; returns the adapter gradients (owned) and the loss. */
 static float *lora_step(const hyla_model *m, const int32_t *tok, const char *policy, hyla_remat_unit unit, double *loss,
@@ -108,12 +87,7 @@ static void check_vs_reference(const hyla_model *m, const char *dir, const char 
         CHECK(0, "%s: %s", name, hyla_error_message());
         return;
     }
-    double gmax_all = 0;
-    for (size_t i = 0; i < hyla_st_count(&ref); i++) {
-        const hyla_st_tensor *t = hyla_st_at(&ref, i);
-        for (size_t j = 0; j < t->nbytes / 4; j++)
-            gmax_all = fmax(gmax_all, fabs(((const float *)t->data)[j]));
-    }
+    double gmax_all = case_max_abs(&ref);
     /* test_grads.c's bound: S stages of sqrt(n_max) u, amplified by kappa = 8 */
     double S = 2.0 * (16.0 * (double)m->cfg.n_layers + 8.0), rel = S * 16.0 * 0x1.0p-24 * 8.0, worst = 0;
     const hyla_lora *L = m->lora;
@@ -205,7 +179,7 @@ static void check_model(const char *cases, const char *name)
         CHECK(0, "%s: %s", name, hyla_error_message());
         return;
     }
-    int32_t *tok = tokens_65(dir);
+    int32_t *tok = case_run_tokens(dir, 65);
     hyla_lora L;
     CHECK(tok && hyla_lora_load(&L, &m.table, adir) == HYLA_OK, "%s: %s", name, hyla_error_message());
     m.lora = &L;

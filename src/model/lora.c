@@ -322,6 +322,17 @@ static const float *a_input(const hyla_lora *L, int module, const float *x, int6
     return buf;
 }
 
+/* The next segment of `param` (from list position *k on) inside rows [row0, row0 + out), or NULL. */
+static const hyla_lora_segment *segment_in(const hyla_lora *L, int param, int64_t row0, int64_t out, int *k)
+{
+    while (*k < L->seg_by_param[param + 1]) {
+        const hyla_lora_segment *sg = &L->segments[L->seg_order[(*k)++]];
+        if (sg->row0 >= row0 && sg->row0 + sg->rows <= row0 + out)
+            return sg;
+    }
+    return NULL;
+}
+
 void hyla_lora_fwd(const hyla_lora *L, int param, int64_t row0, int64_t out, float *y, const float *x, int64_t n,
                    int64_t in, float *scratch)
 {
@@ -330,10 +341,8 @@ void hyla_lora_fwd(const hyla_lora *L, int param, int64_t row0, int64_t out, flo
     int64_t r = L->r;
     float s = (float)L->scaling;
     float *xd = scratch, *xa = scratch + n * L->max_in;
-    for (int k = L->seg_by_param[param]; k < L->seg_by_param[param + 1]; k++) {
-        const hyla_lora_segment *sg = &L->segments[L->seg_order[k]];
-        if (sg->row0 < row0 || sg->row0 + sg->rows > row0 + out)
-            continue;
+    const hyla_lora_segment *sg;
+    for (int k = L->seg_by_param[param]; (sg = segment_in(L, param, row0, out, &k));) {
         const hyla_lora_module *md = &L->modules[sg->module];
         const float *xin = a_input(L, sg->module, x, n, in, xd);
         hyla_linear(xa, xin, L->w + md->a_offset, n, in, r, 0);                 /* xa [n, r] */
@@ -349,10 +358,8 @@ void hyla_lora_bwd(const hyla_lora *L, float *grads, int param, int64_t row0, in
     int64_t r = L->r;
     float s = (float)L->scaling;
     float *xd = scratch, *xa = scratch + n * L->max_in, *dxa = xa + n * r;
-    for (int k = L->seg_by_param[param]; k < L->seg_by_param[param + 1]; k++) {
-        const hyla_lora_segment *sg = &L->segments[L->seg_order[k]];
-        if (sg->row0 < row0 || sg->row0 + sg->rows > row0 + out)
-            continue;
+    const hyla_lora_segment *sg;
+    for (int k = L->seg_by_param[param]; (sg = segment_in(L, param, row0, out, &k));) {
         const hyla_lora_module *md = &L->modules[sg->module];
         const float *xin = a_input(L, sg->module, x, n, in, xd);
         const float *A = L->w + md->a_offset, *B = L->w + sg->b_offset, *dyc = dy + (sg->row0 - row0);
