@@ -74,6 +74,12 @@ static int select_modules(const hyla_param_table *t, const char *targets, unsign
                 return hyla_error_set(HYLA_ERR_ARG, "--lora-targets: '%.*s': this model stores its routed experts fused "
                                       "(mlp.experts.gate_up_proj, 3-D), which has no linear modules to adapt; convert it "
                                       "to the per-expert layout to adapt experts", (int)n, p);
+            int grouped = 0; /* Qwen3-Next stores the GDN input projections grouped */
+            for (size_t i = 0; i < t->n_hf && !grouped; i++)
+                grouped = strstr(t->hf[i].name, ".in_proj_qkvz.") != NULL;
+            if (grouped && n >= 9 && !strncmp(p, "in_proj_", 8) && n <= 11)
+                return hyla_error_set(HYLA_ERR_ARG, "--lora-targets: '%.*s': this model stores the GDN input projections "
+                                      "grouped; adapt them as in_proj_qkvz and in_proj_ba", (int)n, p);
             return hyla_error_set(HYLA_ERR_ARG, "--lora-targets: '%.*s' matches no linear module of this model (e.g. "
                                   "q_proj, k_proj, v_proj, o_proj, in_proj_qkvz, in_proj_qkv, out_proj, gate_proj, "
                                   "up_proj, down_proj, or all-linear)", (int)n, p);

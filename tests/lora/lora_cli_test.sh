@@ -35,6 +35,8 @@ want=$($PY -c "import json;print([json.loads(l) for l in open('$T/one.json') if 
 expect_error "LoRA without a model" "LoRA .* trains an adapter on a model: give --model" "$HYLA" train --preset tiny-hybrid --lora-rank 4
 expect_error "an unknown target" "--lora-targets: 'q_porj' matches no linear module" "$HYLA" train --model "$T/base" --lora-rank 4 \
     --lora-targets q_proj,q_porj --steps 1
+expect_error "a Qwen3.5 GDN name on Qwen3-Next" "stores the GDN input projections grouped; adapt them as in_proj_qkvz and in_proj_ba" \
+    "$HYLA" train --model "$T/base" --lora-rank 4 --lora-targets in_proj_qkv --steps 1
 expect_error "dropout out of range" "--lora-dropout must be in \[0, 1\)" "$HYLA" train --model "$T/base" --lora-rank 4 --lora-dropout 1.5
 expect_error "rank out of range" "--lora-rank" "$HYLA" train --model "$T/base" --lora-rank 0
 expect_error "--adapter with another rank" "--lora-rank 8: the adapter in .* has r = 4" "$HYLA" train --model "$T/base" \
