@@ -53,11 +53,11 @@ int hyla_adapter_read_config(const char *dir, hyla_adapter_info *info)
     return rc;
 }
 
-/* The model's HF tensor named `name`, or -1. */
-static long find_hf(const hyla_model *m, const char *name)
+/* The table's HF tensor named `name`, or -1. */
+static long find_hf(const hyla_param_table *t, const char *name)
 {
-    for (size_t i = 0; i < m->table.n_hf; i++)
-        if (!strcmp(m->table.hf[i].name, name))
+    for (size_t i = 0; i < t->n_hf; i++)
+        if (!strcmp(t->hf[i].name, name))
             return (long)i;
     return -1;
 }
@@ -95,78 +95,106 @@ static float *as_f32(const hyla_st_tensor *t)
     return f;
 }
 
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+int hyla_adapter_open(hyla_adapter_file *f, const char *dir)
+{
+    memset(f, 0, sizeof *f);
+    HYLA_TRY(hyla_adapter_read_config(dir, &f->info));
+    snprintf(f->path, sizeof f->path, "%s/adapter_model.safetensors", dir);
+    HYLA_TRY(hyla_st_open_file(&f->set, f->path));
+    int rc = HYLA_OK, any = 0;
+    for (size_t i = 0; rc == HYLA_OK && i < hyla_st_count(&f->set); i++) {
+        const char *nm = f->set.tensors[i].name;
+        size_t len = strlen(nm), pre = strlen(KEY_PREFIX);
+        int is_a = ends_with(nm, ".lora_A.weight"), is_b = ends_with(nm, ".lora_B.weight");
+        if (strncmp(nm, KEY_PREFIX, pre) || len <= pre + 14 || (!is_a && !is_b)) {
+            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: tensor '%s' is not a LoRA A/B matrix of a linear module (%sM.lora_A"
+                                ".weight / .lora_B.weight; embedding adapters are not supported)", f->path, nm, KEY_PREFIX);
+            break;
+        }
+        char other[600]; /* each of lora_A / lora_B needs the other */
+        snprintf(other, sizeof other, "%.*s.lora_%c.weight", (int)(len - 14), nm, is_a ? 'B' : 'A');
+        if (!hyla_st_find(&f->set, other))
+            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: '%s' has no matching '%s'", f->path, nm, other);
+        any = 1;
+    }
+    if (rc == HYLA_OK && !any)
+        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: no LoRA tensors", f->path);
+    if (rc != HYLA_OK)
+        hyla_st_close(&f->set);
+    return rc;
+}
+
+void hyla_adapter_close(hyla_adapter_file *f) { hyla_st_close(&f->set); }
+
+int hyla_adapter_next_module(hyla_adapter_file *f, const hyla_param_table *t, size_t *cursor, size_t *hf, float **A,
+                             float **B)
+{
+    *A = *B = NULL;
+    while (*cursor < hyla_st_count(&f->set) && !ends_with(f->set.tensors[*cursor].name, ".lora_A.weight"))
+        (*cursor)++;
+    if (*cursor >= hyla_st_count(&f->set))
+        return 0;
+    const hyla_st_tensor *a = &f->set.tensors[(*cursor)++];
+    const char *path = f->path;
+    int64_t r = f->info.r;
+    size_t len = strlen(a->name);
+    char module[512], weight[520], bname[560];
+    snprintf(module, sizeof module, "%.*s", (int)(len - strlen(KEY_PREFIX) - 14), a->name + strlen(KEY_PREFIX));
+    snprintf(weight, sizeof weight, "%s.weight", module);
+    snprintf(bname, sizeof bname, KEY_PREFIX "%s.lora_B.weight", module);
+    const hyla_st_tensor *b = hyla_st_find(&f->set, bname);
+    long h = find_hf(t, weight);
+    const hyla_hf_tensor *ht = h >= 0 ? &t->hf[h] : NULL;
+    if (!ht)
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' is not in this model (an adapter for another model or "
+                              "layout?)", path, module);
+    if (ht->ndim != 2)
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' is not a linear layer's 2-D weight", path, module);
+    if (a->ndim != 2 || a->shape[0] != r || a->shape[1] != ht->shape[1])
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: '%s' must be [%lld, %lld] (r, in_features of %s), got %s[%lld, %lld]",
+                              path, a->name, (long long)r, (long long)ht->shape[1], weight, a->ndim == 2 ? "" : "not ",
+                              (long long)a->shape[0], (long long)(a->ndim > 1 ? a->shape[1] : 0));
+    if (b->ndim != 2 || b->shape[0] != ht->shape[0] || b->shape[1] != r)
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: '%s' must be [%lld, %lld] (out_features of %s, r)", path, bname,
+                              (long long)ht->shape[0], (long long)r, weight);
+    *A = as_f32(a), *B = as_f32(b);
+    int rc = HYLA_OK;
+    if (!*A || !*B)
+        rc = hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+    else if (hyla_first_nonfinite(*A, (size_t)(r * ht->shape[1])) < (size_t)(r * ht->shape[1]) ||
+             hyla_first_nonfinite(*B, (size_t)(r * ht->shape[0])) < (size_t)(r * ht->shape[0]))
+        rc = hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' holds a non-finite value", path, module);
+    if (rc != HYLA_OK) {
+        free(*A), free(*B);
+        *A = *B = NULL;
+        return rc;
+    }
+    *hf = (size_t)h;
+    return 1;
+}
+
 int hyla_model_merge_adapter(hyla_model *m, const char *dir, hyla_adapter_info *info)
 {
-    memset(info, 0, sizeof *info);
-    HYLA_TRY(hyla_adapter_read_config(dir, info));
-    char path[4200];
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    hyla_st_set set;
-    HYLA_TRY(hyla_st_open_file(&set, path));
-    int rc = HYLA_OK;
-    size_t n = hyla_st_count(&set);
-    for (size_t i = 0; rc == HYLA_OK && i < n; i++) {
-        const hyla_st_tensor *a = &set.tensors[i];
-        size_t len = strlen(a->name);
-        const char *suffix = ".lora_A.weight";
-        if (len > strlen(suffix) && !strcmp(a->name + len - strlen(suffix), ".lora_B.weight"))
-            continue; /* visited with its lora_A */
-        if (strncmp(a->name, KEY_PREFIX, strlen(KEY_PREFIX)) || len <= strlen(KEY_PREFIX) + strlen(suffix) ||
-            strcmp(a->name + len - strlen(suffix), suffix)) {
-            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: tensor '%s' is not a LoRA A/B matrix of a linear module (%sM.lora_A"
-                                ".weight / .lora_B.weight; embedding adapters are not supported)", path, a->name, KEY_PREFIX);
-            break;
-        }
-        char module[512], weight[520], bname[560];
-        snprintf(module, sizeof module, "%.*s", (int)(len - strlen(KEY_PREFIX) - strlen(suffix)), a->name + strlen(KEY_PREFIX));
-        snprintf(weight, sizeof weight, "%s.weight", module);
-        snprintf(bname, sizeof bname, KEY_PREFIX "%s.lora_B.weight", module);
-        const hyla_st_tensor *b = hyla_st_find(&set, bname);
-        long h = find_hf(m, weight);
-        const hyla_hf_tensor *ht = h >= 0 ? &m->table.hf[h] : NULL;
-        if (!b)
-            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: '%s' has no matching '%s'", path, a->name, bname);
-        else if (!ht)
-            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' is not in this model (an adapter for another model or "
-                                "layout?)", path, module);
-        else if (ht->ndim != 2)
-            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' is not a linear layer's 2-D weight", path, module);
-        else if (a->ndim != 2 || a->shape[0] != info->r || a->shape[1] != ht->shape[1])
-            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: '%s' must be [%lld, %lld] (r, in_features of %s), got %s[%lld, %lld]",
-                                path, a->name, (long long)info->r, (long long)ht->shape[1], weight, a->ndim == 2 ? "" : "not ",
-                                (long long)a->shape[0], (long long)(a->ndim > 1 ? a->shape[1] : 0));
-        else if (b->ndim != 2 || b->shape[0] != ht->shape[0] || b->shape[1] != info->r)
-            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: '%s' must be [%lld, %lld] (out_features of %s, r)", path, bname,
-                                (long long)ht->shape[0], (long long)info->r, weight);
-        if (rc != HYLA_OK)
-            break;
-        float *A = as_f32(a), *B = as_f32(b);
-        if (!A || !B)
-            rc = hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
-        else if (hyla_first_nonfinite(A, (size_t)(info->r * ht->shape[1])) < (size_t)(info->r * ht->shape[1]) ||
-                 hyla_first_nonfinite(B, (size_t)(info->r * ht->shape[0])) < (size_t)(info->r * ht->shape[0]))
-            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' holds a non-finite value", path, module);
-        else {
-            merge_rows(m, (size_t)h, A, B, info->r, info->scaling);
-            info->modules++;
-        }
+    hyla_adapter_file f;
+    HYLA_TRY(hyla_adapter_open(&f, dir));
+    *info = f.info;
+    size_t cursor = 0, h;
+    float *A, *B;
+    int st;
+    while ((st = hyla_adapter_next_module(&f, &m->table, &cursor, &h, &A, &B)) == 1) {
+        merge_rows(m, h, A, B, info->r, info->scaling);
+        info->modules++;
         free(A);
         free(B);
     }
-    if (rc == HYLA_OK && info->modules == 0)
-        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: no LoRA tensors", path);
-    for (size_t i = 0; rc == HYLA_OK && i < n; i++) { /* every lora_B has its lora_A */
-        const char *nm = set.tensors[i].name;
-        size_t len = strlen(nm);
-        if (len > 14 && !strcmp(nm + len - 14, ".lora_B.weight")) {
-            char aname[600];
-            snprintf(aname, sizeof aname, "%.*s.lora_A.weight", (int)(len - 14), nm);
-            if (!hyla_st_find(&set, aname))
-                rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: '%s' has no matching '%s'", path, nm, aname);
-        }
-    }
-    hyla_st_close(&set);
-    return rc;
+    hyla_adapter_close(&f);
+    return st;
 }
 
 int hyla_model_load_adapted(hyla_model *m, const char *dir, const char *adapter, hyla_adapter_info *info)

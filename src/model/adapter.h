@@ -31,6 +31,22 @@ typedef struct {
  * cannot apply (non-LoRA, DoRA, rank/alpha patterns, modules_to_save), naming the field. */
 int hyla_adapter_read_config(const char *dir, hyla_adapter_info *info);
 
+/* An open adapter directory: its config, and adapter_model.safetensors checked to hold only
+ * base_model.model.M.lora_A/B.weight pairs (a tensor of another kind or a lone half is refused,
+ * naming it; an empty file too). hyla_adapter_next_module then yields, in file order, each module's
+ * HF tensor index in `t` and its A [r, in] and B [out, r] as fp32 (malloc'd, the caller frees),
+ * checked against the model: returns 1, 0 after the last, or an error naming the module (not in
+ * this model, not 2-D, other shapes, a non-finite value). */
+typedef struct {
+    hyla_adapter_info info;
+    hyla_st_set set;
+    char path[4200];
+} hyla_adapter_file;
+int hyla_adapter_open(hyla_adapter_file *f, const char *dir);
+int hyla_adapter_next_module(hyla_adapter_file *f, const hyla_param_table *t, size_t *cursor, size_t *hf, float **A,
+                             float **B);
+void hyla_adapter_close(hyla_adapter_file *f);
+
 int hyla_model_merge_adapter(hyla_model *m, const char *dir, hyla_adapter_info *info);
 /* hyla_model_load(dir), then (adapter != NULL) the adapter merged in; on failure nothing is held. */
 int hyla_model_load_adapted(hyla_model *m, const char *dir, const char *adapter, hyla_adapter_info *info);

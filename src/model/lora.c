@@ -208,30 +208,35 @@ static void set_scaling(hyla_lora *L)
     L->scaling = L->use_rslora ? L->alpha / sqrt((double)L->r) : L->alpha / (double)L->r;
 }
 
-int hyla_lora_create(hyla_lora *L, const hyla_param_table *t, const hyla_lora_options *o)
+static int check_options(const hyla_lora_options *o)
 {
-    memset(L, 0, sizeof *L);
     if (o->r < 1 || o->r > 65536)
         return hyla_error_set(HYLA_ERR_ARG, "--lora-rank must be in [1, 65536], got %lld", (long long)o->r);
     if (!(o->dropout >= 0 && o->dropout < 1))
         return hyla_error_set(HYLA_ERR_ARG, "--lora-dropout must be in [0, 1), got %g", o->dropout);
     if (!isfinite(o->alpha))
         return hyla_error_set(HYLA_ERR_ARG, "--lora-alpha must be a finite number");
-    unsigned char *sel = calloc(t->n_hf ? t->n_hf : 1, 1);
-    if (!sel)
-        return hyla_error_set(HYLA_ERR_NOMEM, "LoRA: out of memory");
-    int rc = select_modules(t, o->targets, sel);
-    if (rc == HYLA_OK)
-        rc = build(L, t, sel, o->r);
-    free(sel);
+    return HYLA_OK;
+}
+
+int hyla_lora_create_modules(hyla_lora *L, const hyla_param_table *t, const unsigned char *selected,
+                             const hyla_lora_options *o)
+{
+    memset(L, 0, sizeof *L);
+    HYLA_TRY(check_options(o));
+    for (size_t i = 0; i < t->n_hf; i++)
+        if (selected[i] && !is_linear_module(&t->hf[i]))
+            return hyla_error_set(HYLA_ERR_MODEL, "LoRA: '%s' is not a projection of a decoder layer (the router and "
+                                  "lm_head are not adapted)", t->hf[i].name);
+    int rc = build(L, t, selected, o->r);
     if (rc != HYLA_OK) {
         hyla_lora_free(L);
         return rc;
     }
-    if (o->targets && strlen(o->targets) >= sizeof L->targets)
+    if (!o->targets || strlen(o->targets) >= sizeof L->targets)
         snprintf(L->targets, sizeof L->targets, "%d listed modules", L->n_modules);
     else
-        snprintf(L->targets, sizeof L->targets, "%s", o->targets ? o->targets : "all-linear");
+        snprintf(L->targets, sizeof L->targets, "%s", o->targets);
     L->alpha = o->alpha > 0 ? o->alpha : (double)o->r;
     L->use_rslora = o->use_rslora;
     L->dropout = o->dropout;
@@ -249,6 +254,22 @@ int hyla_lora_create(hyla_lora *L, const hyla_param_table *t, const hyla_lora_op
     return HYLA_OK;
 }
 
+int hyla_lora_create(hyla_lora *L, const hyla_param_table *t, const hyla_lora_options *o)
+{
+    memset(L, 0, sizeof *L);
+    HYLA_TRY(check_options(o));
+    unsigned char *sel = calloc(t->n_hf ? t->n_hf : 1, 1);
+    if (!sel)
+        return hyla_error_set(HYLA_ERR_NOMEM, "LoRA: out of memory");
+    int rc = select_modules(t, o->targets, sel);
+    hyla_lora_options named = *o;
+    named.targets = o->targets ? o->targets : "all-linear";
+    if (rc == HYLA_OK)
+        rc = hyla_lora_create_modules(L, t, sel, &named);
+    free(sel);
+    return rc;
+}
+
 void hyla_lora_free(hyla_lora *L)
 {
     free(L->modules);
@@ -260,28 +281,7 @@ void hyla_lora_free(hyla_lora *L)
     memset(L, 0, sizeof *L);
 }
 
-void hyla_lora_param_key(const hyla_lora *L, int i, char *buf, size_t cap)
-{
-    size_t off = L->table.params[i].offset;
-    for (int m = 0; m < L->n_modules; m++) {
-        const hyla_lora_module *md = &L->modules[m];
-        if (md->a_offset == off) {
-            snprintf(buf, cap, "base_model.model.%s.lora_A.weight", md->name);
-            return;
-        }
-        for (int s = md->seg0; s < md->seg0 + md->n_seg; s++)
-            if (L->segments[s].b_offset == off) {
-                snprintf(buf, cap, "base_model.model.%s.lora_B.weight", md->name);
-                return;
-            }
-    }
-    snprintf(buf, cap, "lora parameter %d", i);
-}
-
-int hyla_lora_covers(const hyla_lora *L, int param)
-{
-    return L && L->seg_by_param[param + 1] > L->seg_by_param[param];
-}
+static int covers(const hyla_lora *L, int param) { return L && L->seg_by_param[param + 1] > L->seg_by_param[param]; }
 
 /* ---- compute ------------------------------------------------------------------------------------ */
 
@@ -342,7 +342,7 @@ static const hyla_lora_segment *segment_in(const hyla_lora *L, int param, int64_
 void hyla_lora_fwd(const hyla_lora *L, int param, int64_t row0, int64_t out, float *y, const float *x, int64_t n,
                    int64_t in, float *scratch)
 {
-    if (!hyla_lora_covers(L, param) || n == 0)
+    if (!covers(L, param) || n == 0)
         return;
     int64_t r = L->r;
     float s = (float)L->scaling;
@@ -359,7 +359,7 @@ void hyla_lora_fwd(const hyla_lora *L, int param, int64_t row0, int64_t out, flo
 void hyla_lora_bwd(const hyla_lora *L, float *grads, int param, int64_t row0, int64_t out, float *dx, const float *dy,
                    const float *x, int64_t n, int64_t in, float *scratch)
 {
-    if (!hyla_lora_covers(L, param) || n == 0)
+    if (!covers(L, param) || n == 0)
         return;
     int64_t r = L->r;
     float s = (float)L->scaling;

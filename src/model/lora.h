@@ -80,6 +80,10 @@ typedef struct {
 } hyla_lora_options;
 
 int hyla_lora_create(hyla_lora *L, const hyla_param_table *t, const hyla_lora_options *o);
+/* The same for the HF tensors flagged in selected[n_hf] (o->targets only recorded); a flagged
+ * tensor that is not a decoder-layer projection (router, lm_head) is refused, naming it. */
+int hyla_lora_create_modules(hyla_lora *L, const hyla_param_table *t, const unsigned char *selected,
+                             const hyla_lora_options *o);
 /* An adapter directory (adapter_config.json + adapter_model.safetensors) as trainable weights:
  * its r, alpha, dropout, rslora and module set; every module checked against the model. */
 int hyla_lora_load(hyla_lora *L, const hyla_param_table *t, const char *dir);
@@ -91,8 +95,6 @@ void hyla_lora_free(hyla_lora *L);
  * adapter's weights, or a gradient arena of the same layout). to_hf: arena -> hf, else hf -> arena. */
 void hyla_lora_b_rows(const hyla_lora *L, const hyla_param_table *t, int module, float *hf, float *arena, int to_hf);
 
-/* PEFT key of arena parameter i (A or a B segment's module): base_model.model.M.lora_A.weight. */
-void hyla_lora_param_key(const hyla_lora *L, int i, char *buf, size_t cap);
 
 /* Scratch floats an adapted projection needs for `rows` input rows. */
 int64_t hyla_lora_scratch_floats(const hyla_lora *L, int64_t rows);
@@ -105,7 +107,5 @@ void hyla_lora_fwd(const hyla_lora *L, int param, int64_t row0, int64_t out, flo
                    int64_t in, float *scratch);
 void hyla_lora_bwd(const hyla_lora *L, float *grads, int param, int64_t row0, int64_t out, float *dx, const float *dy,
                    const float *x, int64_t n, int64_t in, float *scratch);
-/* Does parameter `param` carry any adapter segment? */
-int hyla_lora_covers(const hyla_lora *L, int param);
 
 #endif

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "core/finite.h"
 #include "io/fileio.h"
 #include "io/safetensors.h"
 #include "model/adapter.h"
@@ -43,101 +42,36 @@ void hyla_lora_b_rows(const hyla_lora *L, const hyla_param_table *t, int module,
     }
 }
 
-static int ends_with(const char *s, const char *suffix)
-{
-    size_t a = strlen(s), b = strlen(suffix);
-    return a >= b && !strcmp(s + a - b, suffix);
-}
-
 int hyla_lora_load(hyla_lora *L, const hyla_param_table *t, const char *dir)
 {
     memset(L, 0, sizeof *L);
-    hyla_adapter_info info;
-    HYLA_TRY(hyla_adapter_read_config(dir, &info));
-    char path[4200];
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
-    hyla_st_set set;
-    HYLA_TRY(hyla_st_open_file(&set, path));
-    size_t n = hyla_st_count(&set);
-    /* the module list: every tensor must be M.lora_A.weight / M.lora_B.weight of a linear module */
-    size_t list_cap = 8 * n + 2;
-    char *list = calloc(list_cap + 1, 1);
-    size_t used = 0;
-    int rc = list ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
-    for (size_t i = 0; rc == HYLA_OK && i < n; i++) {
-        const char *nm = set.tensors[i].name;
-        int is_a = ends_with(nm, ".lora_A.weight");
-        if (strncmp(nm, KEY_PREFIX, strlen(KEY_PREFIX)) || (!is_a && !ends_with(nm, ".lora_B.weight"))) {
-            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: tensor '%s' is not a LoRA A/B matrix of a linear module", path, nm);
-            break;
-        }
-        char mod[200], weight[220];
-        snprintf(mod, sizeof mod, "%.*s", (int)(strlen(nm) - strlen(KEY_PREFIX) - 14), nm + strlen(KEY_PREFIX));
-        snprintf(weight, sizeof weight, "%s.weight", mod);
-        size_t h = 0;
-        while (h < t->n_hf && strcmp(t->hf[h].name, weight))
-            h++;
-        if (h == t->n_hf || t->hf[h].layer < 0 || t->hf[h].ndim != 2)
-            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' is not a linear module of this model (an adapter for "
-                                "another model or layout?)", path, mod);
-        else if (is_a) {
-            size_t need = strlen(mod) + 1;
-            if (used + need + 1 > list_cap) {
-                char *bigger = realloc(list, 2 * (list_cap + need) + 1);
-                if (!bigger) {
-                    rc = hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
-                    break;
-                }
-                list = bigger;
-                list_cap = 2 * (list_cap + need);
-            }
-            used += (size_t)sprintf(list + used, "%s%s", used ? "," : "", mod);
-        }
-    }
-    if (rc == HYLA_OK && used == 0)
-        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: no LoRA tensors", path);
-    hyla_lora_options o = {.r = info.r, .alpha = info.alpha, .dropout = info.dropout, .use_rslora = info.use_rslora,
-                           .targets = list, .seed = 0};
-    /* exact module names as targets select exactly these modules (a full name matches itself) */
+    hyla_adapter_file f;
+    HYLA_TRY(hyla_adapter_open(&f, dir));
+    /* the modules and their A, B (the reader checks them against the model), then the arena */
+    size_t n_st = hyla_st_count(&f.set), n = 0, cursor = 0, *hf = malloc((n_st + 1) * sizeof *hf);
+    float **A = calloc(n_st + 1, sizeof *A), **B = calloc(n_st + 1, sizeof *B);
+    unsigned char *sel = calloc(t->n_hf ? t->n_hf : 1, 1);
+    int rc = hf && A && B && sel ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", f.path);
+    int got = rc == HYLA_OK;
+    while (got == 1 && (got = hyla_adapter_next_module(&f, t, &cursor, &hf[n], &A[n], &B[n])) == 1)
+        sel[hf[n++]] = 1;
+    if (rc == HYLA_OK && got < 0)
+        rc = got;
+    hyla_lora_options o = {.r = f.info.r, .alpha = f.info.alpha, .dropout = f.info.dropout,
+                           .use_rslora = f.info.use_rslora, .targets = NULL, .seed = 0};
     if (rc == HYLA_OK)
-        rc = hyla_lora_create(L, t, &o);
-    free(list);
-    for (int m = 0; rc == HYLA_OK && m < L->n_modules; m++) {
-        const hyla_lora_module *md = &L->modules[m];
-        char an[260], bn[260];
-        snprintf(an, sizeof an, KEY_PREFIX "%s.lora_A.weight", md->name);
-        snprintf(bn, sizeof bn, KEY_PREFIX "%s.lora_B.weight", md->name);
-        const hyla_st_tensor *a = hyla_st_find(&set, an), *b = hyla_st_find(&set, bn);
-        if (!a || !b) {
-            rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: module '%s' needs both lora_A and lora_B", path, md->name);
-            break;
-        }
-        if (a->ndim != 2 || a->shape[0] != L->r || a->shape[1] != md->in || b->ndim != 2 || b->shape[0] != md->out ||
-            b->shape[1] != L->r) {
-            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: module '%s' must have lora_A [%lld, %lld] and lora_B [%lld, %lld] "
-                                "(r = %lld)", path, md->name, (long long)L->r, (long long)md->in, (long long)md->out,
-                                (long long)L->r, (long long)L->r);
-            break;
-        }
-        float *B = malloc((size_t)(md->out * L->r) * sizeof *B);
-        if (!B) {
-            rc = hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
-            break;
-        }
-        hyla_dtype_to_f32(L->w + md->a_offset, a->data, a->dtype, (size_t)(L->r * md->in));
-        hyla_dtype_to_f32(B, b->data, b->dtype, (size_t)(md->out * L->r));
-        hyla_lora_b_rows(L, t, m, B, L->w, 0);
-        free(B);
+        rc = hyla_lora_create_modules(L, t, sel, &o);
+    for (size_t i = 0; rc == HYLA_OK && i < n; i++) {
+        int m = 0;
+        while (L->modules[m].hf != hf[i])
+            m++;
+        memcpy(L->w + L->modules[m].a_offset, A[i], (size_t)(L->r * L->modules[m].in) * sizeof(float));
+        hyla_lora_b_rows(L, t, m, B[i], L->w, 0);
     }
-    if (rc == HYLA_OK && hyla_st_count(&set) != 2 * (size_t)L->n_modules)
-        rc = hyla_error_set(HYLA_ERR_FORMAT, "%s: holds %zu tensors, expected lora_A + lora_B of %d modules", path,
-                            hyla_st_count(&set), L->n_modules);
-    if (rc == HYLA_OK) {
-        size_t bad = hyla_first_nonfinite(L->w, L->table.total_floats);
-        if (bad < L->table.total_floats)
-            rc = hyla_error_set(HYLA_ERR_MODEL, "%s: a non-finite value in the adapter", path);
-    }
-    hyla_st_close(&set);
+    for (size_t i = 0; A && B && i < n_st; i++)
+        free(A[i]), free(B[i]);
+    free(hf), free(A), free(B), free(sel);
+    hyla_adapter_close(&f);
     if (rc != HYLA_OK && L->w)
         hyla_lora_free(L);
     return rc;

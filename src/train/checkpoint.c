@@ -25,7 +25,14 @@ typedef struct {
     const hyla_adamw *opt;
 } moments_ctx;
 
-static int fill_moment(void *vctx, size_t index, void *dst);
+static int fill_moment(void *vctx, size_t index, void *dst)
+{
+    const moments_ctx *c = vctx;
+    size_t i = index / 2;
+    const float *src = (index % 2 ? c->opt->v : c->opt->m) + c->t->params[i].offset;
+    memcpy(dst, src, (size_t)c->t->params[i].numel * sizeof(float));
+    return HYLA_OK;
+}
 
 /* Moment tensor j of table t: exp_avg / exp_avg_sq of parameter j / 2, named by its parameter
  * (the model's: layers.L.ROLE; an adapter's: adapter.I, its index in the adapter arena). */
@@ -90,14 +97,6 @@ static int read_moments(const char *dir, const hyla_param_table *t, hyla_adamw *
     return rc;
 }
 
-static int fill_moment(void *vctx, size_t index, void *dst)
-{
-    const moments_ctx *c = vctx;
-    size_t i = index / 2;
-    const float *src = (index % 2 ? c->opt->v : c->opt->m) + c->t->params[i].offset;
-    memcpy(dst, src, (size_t)c->t->params[i].numel * sizeof(float));
-    return HYLA_OK;
-}
 
 static int write_state_json(const char *path, const hyla_adamw *opt, const hyla_train_state *st)
 {

@@ -41,7 +41,7 @@ expect_error "dropout out of range" "--lora-dropout must be in \[0, 1\)" "$HYLA"
 expect_error "rank out of range" "--lora-rank" "$HYLA" train --model "$T/base" --lora-rank 0
 expect_error "--adapter with another rank" "--lora-rank 8: the adapter in .* has r = 4" "$HYLA" train --model "$T/base" \
     --adapter "$T/one" --lora-rank 8 --steps 1
-expect_error "--adapter of another model" "is not a linear module of this model \(an adapter for another model" "$HYLA" train \
+expect_error "--adapter of another model" "is not in this model \(an adapter for another model" "$HYLA" train \
     --model "$T/base" --adapter tests/peft/golden/qwen3_5/adapter --steps 1
 expect_error "resume with another rank" "--lora-rank 8 differs from the checkpoint's 4" "$HYLA" train --resume "$T/two" --steps 7 --lora-rank 8
 expect_error "resume with other targets" "--lora-targets q_proj differs from the checkpoint's" "$HYLA" train --resume "$T/two" --steps 7 \
