@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/dtype_flags.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "io/tokenizer.h"
@@ -14,6 +15,7 @@ int hyla_cmd_eval(int argc, char **argv)
     const char *data = NULL, *text = NULL, *jsonl = NULL, *tok_path = NULL, *adapter = NULL;
     int64_t seq = 512, batch = 4, threads = 0;
     int json = 0, pack = 0, no_pack = 0;
+    hyla_cli_dtypes dt = {0};
     const hyla_opt opts[] = {
         {"--data", OPT_STRING, &data, "FILE", "token file (HYLATOK1 stream or HYLATOK2 documents)", 0, 0},
         {"--text", OPT_STRING, &text, "FILE", "text file, byte-level tokens", 0, 0},
@@ -28,6 +30,8 @@ int hyla_cmd_eval(int argc, char **argv)
         {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the result as JSON", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
+        HYLA_OPT_ACT_DTYPE(dt),
+        HYLA_OPT_PARAM_DTYPE(dt),
         {0},
     };
     const hyla_command_spec spec = {"eval", "DIR (--data F | --text F | --data-jsonl F) [options]",
@@ -43,10 +47,15 @@ int hyla_cmd_eval(int argc, char **argv)
         fprintf(stderr, "hyla eval: %s\n", bad);
         return 2;
     }
+    int bf16_compute, bf16_weights;
+    if (hyla_cli_precision(&dt, 0, &bf16_compute, &bf16_weights)) {
+        hyla_cli_fail("eval");
+        return 2;
+    }
     hyla_cli_set_threads(threads);
     hyla_model m;
     hyla_adapter_info ai;
-    if (hyla_model_load_adapted(&m, pos[0], adapter, &ai))
+    if (hyla_model_load_inference(&m, pos[0], adapter, &ai, bf16_compute, bf16_weights))
         return hyla_cli_fail("eval");
     hyla_data d;
     memset(&d, 0, sizeof d);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/dtype_flags.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "io/fileio.h"
@@ -23,6 +24,7 @@ int hyla_cmd_forward(int argc, char **argv)
     const char *tokens_arg = NULL, *logits_out = NULL, *adapter = NULL;
     int json = 0, recurrent = 0;
     int64_t threads = 0;
+    hyla_cli_dtypes dt = {0};
     const hyla_opt opts[] = {
         {"--tokens", OPT_STRING, &tokens_arg, "IDS", "comma-separated token ids (required)", 0, 0},
         {"--logits-out", OPT_STRING, &logits_out, "FILE", "write logits as little-endian float32 [T, vocab]", 0, 0},
@@ -30,6 +32,8 @@ int hyla_cmd_forward(int argc, char **argv)
         {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--recurrent", OPT_FLAG, &recurrent, NULL, "use the recurrent delta rule instead of the chunked one", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
+        HYLA_OPT_ACT_DTYPE(dt),
+        HYLA_OPT_PARAM_DTYPE(dt),
         {0},
     };
     const hyla_command_spec spec = {"forward", "DIR --tokens IDS [options]",
@@ -42,6 +46,11 @@ int hyla_cmd_forward(int argc, char **argv)
         fprintf(stderr, "hyla forward: --tokens is required\n");
         return 2;
     }
+    int bf16_compute, bf16_weights;
+    if (hyla_cli_precision(&dt, 0, &bf16_compute, &bf16_weights)) {
+        hyla_cli_fail("forward");
+        return 2;
+    }
     hyla_cli_set_threads(threads);
     int32_t *tokens;
     int64_t T;
@@ -49,7 +58,7 @@ int hyla_cmd_forward(int argc, char **argv)
         return 2;
     hyla_model m;
     hyla_adapter_info ai;
-    if (hyla_model_load_adapted(&m, pos[0], adapter, &ai)) {
+    if (hyla_model_load_inference(&m, pos[0], adapter, &ai, bf16_compute, bf16_weights)) {
         free(tokens);
         return hyla_cli_fail("forward");
     }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli/commands.h"
+#include "cli/dtype_flags.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "infer/generate.h"
@@ -74,6 +75,7 @@ int hyla_cmd_generate(int argc, char **argv)
     int json = 0, chat = 0;
     int64_t max_new = 64, top_k = 0, seed = 1, threads = 0, repeat_stop = 0;
     double temperature = 0.0, top_p = 1.0;
+    hyla_cli_dtypes dt = {0};
     const hyla_opt opts[] = {
         {"--prompt", OPT_STRING, &prompt, "TEXT", "prompt text", 0, 0},
         {"--prompt-tokens", OPT_STRING, &prompt_tokens, "IDS", "prompt as comma-separated token ids", 0, 0},
@@ -90,6 +92,8 @@ int hyla_cmd_generate(int argc, char **argv)
         {"--json", OPT_FLAG, &json, NULL, "print prompt and generated ids as JSON instead of text", 0, 0},
         {"--record-routing", OPT_STRING, &record, "FILE", "write the experts chosen per MoE layer and token (HYLAROU1)", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
+        HYLA_OPT_ACT_DTYPE(dt),
+        HYLA_OPT_PARAM_DTYPE(dt),
         {0},
     };
     const hyla_command_spec spec = {"generate", "DIR (--prompt TEXT | --prompt-tokens IDS) [options]",
@@ -100,6 +104,11 @@ int hyla_cmd_generate(int argc, char **argv)
         return r < 0 ? 2 : 0;
     if (!prompt == !prompt_tokens) {
         fprintf(stderr, "hyla generate: give exactly one of --prompt or --prompt-tokens\n");
+        return 2;
+    }
+    int bf16_compute, bf16_weights;
+    if (hyla_cli_precision(&dt, 0, &bf16_compute, &bf16_weights)) {
+        hyla_cli_fail("generate");
         return 2;
     }
     hyla_cli_set_threads(threads);
@@ -123,7 +132,7 @@ int hyla_cmd_generate(int argc, char **argv)
         return 2;
     }
     hyla_adapter_info ai;
-    if ((tok_path && hyla_tokenizer_load(&tok, tok_path)) || hyla_model_load_adapted(&m, pos[0], adapter, &ai) ||
+    if ((tok_path && hyla_tokenizer_load(&tok, tok_path)) || hyla_model_load_inference(&m, pos[0], adapter, &ai, bf16_compute, bf16_weights) ||
         (prompt && encode_prompt(tok, prompt, chat, &ids, &n_ids))) {
         rc = hyla_cli_fail("generate");
         goto done;

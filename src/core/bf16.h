@@ -32,4 +32,11 @@ static inline float hyla_bf16_to_f32(uint16_t h)
     return f;
 }
 
+/* Whole arrays (core/bf16.c), rounding as hyla_bf16_from_f32, split over threads when large:
+ * pack: dst[i] = bf16(src[i]); unpack: dst[i] = src[i] widened (exact); round: x[i] = bf16(x[i])
+ * widened back, in place (an fp32 buffer holding bf16 values). */
+void hyla_bf16_pack(uint16_t *dst, const float *src, int64_t n);
+void hyla_bf16_unpack(float *dst, const uint16_t *src, int64_t n);
+void hyla_bf16_round(float *x, int64_t n);
+
 #endif

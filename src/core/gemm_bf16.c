@@ -11,12 +11,15 @@
 #include "core/gemm.h"
 
 #include <dnnl.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/bf16.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/profile.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
 #include <immintrin.h>
@@ -86,7 +89,7 @@ const char *hyla_bf16_skinny_kernel_name(void)
 
 typedef struct {
     int64_t M, N, K;
-    int accumulate;
+    int trans_a, trans_b, accumulate;
     dnnl_primitive_t prim;
     dnnl_memory_desc_t src, wei, dst;
 } prim_entry;
@@ -99,12 +102,14 @@ static struct {
     int n, next; /* filled entries; next slot to evict (round robin) */
 } matmul_cache = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, {{0}}, 0, 0};
 
-static int make_primitive(prim_entry *e, int64_t M, int64_t N, int64_t K, int accumulate)
+static int make_primitive(prim_entry *e, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b, int accumulate)
 {
     dnnl_dims_t sd = {M, K}, wd = {K, N}, dd = {M, N};
-    /* W is stored [N, K] row-major: as the [K, N] weights of matmul, that is format "ba" */
-    if (dnnl_memory_desc_init_by_tag(&e->src, 2, sd, dnnl_bf16, dnnl_ab) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&e->wei, 2, wd, dnnl_bf16, dnnl_ba) != dnnl_success ||
+    /* A transposed operand is the other row-major format of the same logical matrix: A stored
+     * [K, M] is the [M, K] source in format "ba", B stored [N, K] (a linear layer's W) is the
+     * [K, N] weights in format "ba" */
+    if (dnnl_memory_desc_init_by_tag(&e->src, 2, sd, dnnl_bf16, trans_a ? dnnl_ba : dnnl_ab) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&e->wei, 2, wd, dnnl_bf16, trans_b ? dnnl_ba : dnnl_ab) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&e->dst, 2, dd, dnnl_f32, dnnl_ab) != dnnl_success)
         return -1;
     dnnl_matmul_desc_t md;
@@ -127,15 +132,16 @@ static int make_primitive(prim_entry *e, int64_t M, int64_t N, int64_t K, int ac
         dnnl_primitive_attr_destroy(attr);
     if (!ok)
         return -1;
-    e->M = M, e->N = N, e->K = K, e->accumulate = accumulate;
+    e->M = M, e->N = N, e->K = K, e->trans_a = trans_a, e->trans_b = trans_b, e->accumulate = accumulate;
     return 0;
 }
 
-static prim_entry *find_primitive(int64_t M, int64_t N, int64_t K, int accumulate)
+static prim_entry *find_primitive(int64_t M, int64_t N, int64_t K, int trans_a, int trans_b, int accumulate)
 {
     for (int i = 0; i < matmul_cache.n; i++) {
         prim_entry *e = &matmul_cache.entries[i];
-        if (e->M == M && e->N == N && e->K == K && e->accumulate == accumulate)
+        if (e->M == M && e->N == N && e->K == K && e->trans_a == trans_a && e->trans_b == trans_b &&
+            e->accumulate == accumulate)
             return e;
     }
     prim_entry *e = &matmul_cache.entries[matmul_cache.n < PRIM_CACHE ? matmul_cache.n++ : matmul_cache.next];
@@ -144,18 +150,18 @@ static prim_entry *find_primitive(int64_t M, int64_t N, int64_t K, int accumulat
     if (e->prim)
         dnnl_primitive_destroy(e->prim);
     e->prim = NULL;
-    return make_primitive(e, M, N, K, accumulate) == 0 ? e : NULL;
+    return make_primitive(e, M, N, K, trans_a, trans_b, accumulate) == 0 ? e : NULL;
 }
 
-static void linear_bf16_dnnl(float *y, const uint16_t *x, const uint16_t *W, int64_t M, int64_t K, int64_t N,
-                             int accumulate)
+static void gemm_bf16_dnnl(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const uint16_t *x,
+                           const uint16_t *W, int accumulate, float *y)
 {
     pthread_mutex_lock(&matmul_cache.lock);
     hyla_in_gemm_library = 1;
     int ok = matmul_cache.engine || (dnnl_engine_create(&matmul_cache.engine, dnnl_cpu, 0) == dnnl_success &&
                                   dnnl_stream_create(&matmul_cache.stream, matmul_cache.engine, dnnl_stream_default_flags) ==
                                       dnnl_success);
-    prim_entry *e = ok ? find_primitive(M, N, K, accumulate) : NULL;
+    prim_entry *e = ok ? find_primitive(M, N, K, trans_a, trans_b, accumulate) : NULL;
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, NULL}, {DNNL_ARG_WEIGHTS, NULL}, {DNNL_ARG_DST, NULL}};
     const dnnl_memory_desc_t *mds[3] = {e ? &e->src : NULL, e ? &e->wei : NULL, e ? &e->dst : NULL};
     void *ptrs[3] = {(void *)x, (void *)W, y};
@@ -173,13 +179,30 @@ static void linear_bf16_dnnl(float *y, const uint16_t *x, const uint16_t *W, int
     HYLA_ASSERT(ok); /* shapes are valid by construction; a failure here is a oneDNN setup problem */
 }
 
+void hyla_gemm_bf16(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const uint16_t *A, const uint16_t *B,
+                    int accumulate, float *C)
+{
+    if (M <= 0 || N <= 0)
+        return;
+    if (K <= 0) { /* an empty sum */
+        if (!accumulate)
+            memset(C, 0, (size_t)(M * N) * sizeof *C);
+        return;
+    }
+    int profiled = hyla_prof.enabled && !omp_in_parallel(); /* counters are not thread-safe */
+    double t0 = profiled ? hyla_now() : 0.0;
+    if (M <= HYLA_BF16_SKINNY_M && !trans_a && trans_b)
+        linear_bf16_skinny(C, A, B, M, K, N, accumulate);
+    else
+        gemm_bf16_dnnl(trans_a, trans_b, M, N, K, A, B, accumulate, C);
+    if (profiled) {
+        hyla_prof.gemm_seconds += hyla_now() - t0;
+        hyla_prof.gemm_flops += 2.0 * (double)M * (double)N * (double)K;
+    }
+}
+
 void hyla_linear_bf16(float *y, const uint16_t *x, const uint16_t *W, int64_t n_rows, int64_t in, int64_t out,
                       int accumulate)
 {
-    if (n_rows <= 0 || out <= 0)
-        return;
-    if (n_rows <= HYLA_BF16_SKINNY_M || in <= 0)
-        linear_bf16_skinny(y, x, W, n_rows, in, out, accumulate);
-    else
-        linear_bf16_dnnl(y, x, W, n_rows, in, out, accumulate);
+    hyla_gemm_bf16(0, 1, n_rows, out, in, x, W, accumulate, y);
 }

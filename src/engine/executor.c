@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/profile.h"
@@ -161,24 +162,50 @@ static void sample_timeline(hyla_executor *ex)
     ex->timeline[ex->n_timeline++] = ex->ckpt.used + ex->work.used + ex->xfer[0].used + ex->xfer[1].used;
 }
 
-/* An op's scratch: its own floats, then (ops with adaptable projections, a model with an adapter)
- * the LoRA path's. */
+static int bf16_compute(const hyla_executor *ex) { return ex->m->compute_dtype == HYLA_DT_BF16; }
+
+/* An op's scratch: its own floats, then (ops with projections) the LoRA path's (a model with an
+ * adapter) and the projections' bf16 operands (bf16 compute). */
 static int64_t lora_scratch(const hyla_executor *ex, const hyla_layer_op *op)
 {
     return op->lora && ex->m->lora ? hyla_lora_scratch_floats(ex->m->lora, ex->n) : 0;
+}
+static int64_t bf16_scratch(const hyla_executor *ex, const hyla_layer_op *op)
+{
+    return op->lora && bf16_compute(ex) ? hyla_bf16_scratch_floats(&ex->m->cfg, ex->n) : 0;
+}
+static float *op_scratch(hyla_executor *ex, const hyla_layer_op *op, int64_t own)
+{
+    return alloc_slot(ex, &ex->work, own + lora_scratch(ex, op) + bf16_scratch(ex, op), 0);
+}
+static void point_scratch(const hyla_executor *ex, const hyla_layer_op *op, hyla_op_ctx *c, float *scratch, int64_t own)
+{
+    c->lora_scratch = scratch + own;
+    c->bf16_scratch = (uint16_t *)(void *)(scratch + own + lora_scratch(ex, op));
+}
+
+/* bf16 compute: the op's outputs that are bf16 activations now hold bf16 values (a recompute
+ * rounds the same fp32 results the same way, so every policy sees the same tensors). */
+static void round_outputs(const hyla_executor *ex, int l, const hyla_layer_op *op)
+{
+    for (int i = 0; i < op->n_out; i++)
+        if (hyla_slot_is_bf16(op->out[i]))
+            hyla_bf16_round(ex->tapes[l].p[op->out[i]], hyla_slot_floats(&ex->m->cfg, l, op->out[i], ex->n));
 }
 
 static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recompute, int64_t *aux_rows)
 {
     size_t mark = hyla_arena_mark(&ex->work);
     int64_t own = op->fwd_scratch(&ex->m->cfg, ex->n, ex->T);
-    float *scratch = alloc_slot(ex, &ex->work, own + lora_scratch(ex, op), 0);
+    float *scratch = op_scratch(ex, op, own);
     if (!ex->dry) {
         hyla_op_ctx c = op_ctx(ex, l, NULL, recompute);
-        c.lora_scratch = scratch + own;
+        point_scratch(ex, op, &c, scratch, own);
         c.aux_rows = aux_rows ? aux_rows : &aux_rows_dummy;
         double t0 = HYLA_PROF_BEGIN();
         op->fwd(&c, &ex->tapes[l], scratch);
+        if (bf16_compute(ex))
+            round_outputs(ex, l, op);
         HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
     }
     for (int i = 0; i < op->n_out && !recompute; i++)
@@ -265,7 +292,11 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     } else {
         t0->p[HYLA_S_X] = ex->carry[0];
     }
-    if (!ex->dry) {
+    const uint16_t *E16 = hyla_model_param_bf16(ex->m, HYLA_P_EMBED, -1);
+    if (!ex->dry && E16) /* bf16 compute: the rows of the bf16 copy */
+        for (int64_t i = 0; i < ex->n; i++)
+            hyla_bf16_unpack(t0->p[HYLA_S_X] + i * H, E16 + (int64_t)tokens[i] * H, H);
+    else if (!ex->dry) {
         const float *E = hyla_model_param(ex->m, HYLA_P_EMBED, -1);
         for (int64_t i = 0; i < ex->n; i++)
             memcpy(t0->p[HYLA_S_X] + i * H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
@@ -332,24 +363,42 @@ static void loss_head(hyla_executor *ex, float *grads, float *logits_out, float 
     float *chunk = logits_out ? NULL : alloc_slot(ex, &ex->work, rows * V, 0);
     double *row_ce = (double *)alloc_slot(ex, &ex->work, 2 * n, 0); /* [n] doubles */
     float *dxn = grads ? alloc_slot(ex, &ex->work, n * H, 1) : NULL;
+    /* bf16 compute: the normed rows and (training) one chunk of dlogits as bf16 operands */
+    int bf16 = bf16_compute(ex);
+    uint16_t *xn16 = bf16 ? (uint16_t *)(void *)alloc_slot(ex, &ex->work, (n * H + 1) / 2, 0) : NULL;
+    uint16_t *dl16 = bf16 && grads ? (uint16_t *)(void *)alloc_slot(ex, &ex->work, (rows * V + 1) / 2, 0) : NULL;
     ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
     if (ex->dry)
         return;
     double t0 = HYLA_PROF_BEGIN();
     const float *wn = hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1), *head = hyla_model_param(ex->m, HYLA_P_LM_HEAD, -1);
+    const uint16_t *head16 = hyla_model_param_bf16(ex->m, HYLA_P_LM_HEAD, -1);
     float *dhead = grads ? param_grad(ex, grads, HYLA_P_LM_HEAD) : NULL;
     hyla_rmsnorm1p_fwd(xn, NULL, y, wn, n, H, eps);
+    if (bf16)
+        hyla_bf16_pack(xn16, xn, n * H);
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         int64_t m = n - r0 < rows ? n - r0 : rows;
         float *logits = logits_out ? logits_out + r0 * V : chunk;
-        hyla_linear(logits, xn + r0 * H, head, m, H, V, 0);
+        if (bf16)
+            hyla_gemm_bf16(0, 1, m, V, H, xn16 + r0 * H, head16, 0, logits);
+        else
+            hyla_linear(logits, xn + r0 * H, head, m, H, V, 0);
         hyla_cross_entropy_rows(row_ce + r0, logits, ex->labels + r0, m, V);
         if (grads) {
             hyla_cross_entropy_bwd(logits, logits, ex->labels + r0, m, V, ce_scale); /* in place: dlogits */
-            hyla_linear_bwd(dxn + r0 * H, NULL, logits, xn + r0 * H, head, m, H, V);
-            for (int64_t b0 = 0; dhead && b0 < m; b0 += HYLA_HEAD_ROWS) /* lm_head's gradient: fixed blocks of rows */
-                hyla_linear_bwd(NULL, dhead, logits + b0 * V, xn + (r0 + b0) * H, head,
-                                m - b0 < HYLA_HEAD_ROWS ? m - b0 : HYLA_HEAD_ROWS, H, V);
+            if (bf16) {
+                hyla_bf16_pack(dl16, logits, m * V);
+                hyla_gemm_bf16(0, 0, m, H, V, dl16, head16, 1, dxn + r0 * H);
+            } else
+                hyla_linear_bwd(dxn + r0 * H, NULL, logits, xn + r0 * H, head, m, H, V);
+            for (int64_t b0 = 0; dhead && b0 < m; b0 += HYLA_HEAD_ROWS) { /* lm_head's gradient: fixed blocks of rows */
+                int64_t bm = m - b0 < HYLA_HEAD_ROWS ? m - b0 : HYLA_HEAD_ROWS;
+                if (bf16)
+                    hyla_gemm_bf16(1, 0, V, H, bm, dl16 + b0 * V, xn16 + (r0 + b0) * H, 1, dhead);
+                else
+                    hyla_linear_bwd(NULL, dhead, logits + b0 * V, xn + (r0 + b0) * H, head, bm, H, V);
+            }
         }
     }
     loss->ce_sum = hyla_cross_entropy_sum(row_ce, ex->labels, n, &loss->ce_count);
@@ -447,10 +496,10 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
                     dslot(ex, dt, un, l, op->in[k], cur);
             size_t mark = hyla_arena_mark(&ex->work);
             int64_t own = op->bwd_scratch(&ex->m->cfg, ex->n, ex->T);
-            float *scratch = alloc_slot(ex, &ex->work, own + lora_scratch(ex, op), 0);
+            float *scratch = op_scratch(ex, op, own);
             if (!ex->dry) {
                 hyla_op_ctx c = op_ctx(ex, l, grads, 1);
-                c.lora_scratch = scratch + own;
+                point_scratch(ex, op, &c, scratch, own);
                 c.aux_rows = &aux_rows_dummy;
                 double t0 = HYLA_PROF_BEGIN();
                 op->bwd(&c, &ex->tapes[l], &dt[l - un->layer0], scratch);

@@ -206,3 +206,17 @@ int hyla_model_load_adapted(hyla_model *m, const char *dir, const char *adapter,
         hyla_model_free(m);
     return rc;
 }
+
+int hyla_model_load_inference(hyla_model *m, const char *dir, const char *adapter, hyla_adapter_info *info,
+                              int compute_bf16, int weights_bf16)
+{
+    if (weights_bf16 && !adapter) {
+        memset(info, 0, sizeof *info);
+        return hyla_model_load_bf16(m, dir);
+    }
+    HYLA_TRY(hyla_model_load_adapted(m, dir, adapter, info));
+    int st = compute_bf16 || weights_bf16 ? hyla_model_set_compute_bf16(m, weights_bf16) : HYLA_OK;
+    if (st != HYLA_OK)
+        hyla_model_free(m);
+    return st;
+}

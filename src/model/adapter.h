@@ -50,5 +50,10 @@ void hyla_adapter_close(hyla_adapter_file *f);
 int hyla_model_merge_adapter(hyla_model *m, const char *dir, hyla_adapter_info *info);
 /* hyla_model_load(dir), then (adapter != NULL) the adapter merged in; on failure nothing is held. */
 int hyla_model_load_adapted(hyla_model *m, const char *dir, const char *adapter, hyla_adapter_info *info);
+/* The same for inference in a precision: compute_bf16 (bf16 activations and GEMMs), weights_bf16
+ * (bf16 weights only: without an adapter the matrices go straight from the file to the bf16
+ * arena, no fp32 copy ever exists; with one, merged in fp32 then converted once). */
+int hyla_model_load_inference(hyla_model *m, const char *dir, const char *adapter, hyla_adapter_info *info,
+                              int compute_bf16, int weights_bf16);
 
 #endif

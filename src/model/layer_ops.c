@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/gemm.h"
 #include "model/lora.h"
 #include "ops/ops.h"
@@ -93,10 +94,41 @@ float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role)
     return c->grads + (c->m->table.params[i].offset - c->grad_base);
 }
 
+int hyla_slot_is_bf16(hyla_slot s)
+{
+    switch (s) {
+    case HYLA_S_BL: case HYLA_S_AL: case HYLA_S_G: case HYLA_S_BETA: case HYLA_S_SG:
+    case HYLA_S_COS: case HYLA_S_SIN: case HYLA_S_LSE:
+    case HYLA_S_RLOGITS: case HYLA_S_PROBS: case HYLA_S_TOPW:
+    case HYLA_S_TOPIDX: case HYLA_S_OFFS: case HYLA_S_SLOT_TOK: case HYLA_S_SLOT_J:
+    case HYLA_S__COUNT:
+        return 0;
+    default:
+        return 1;
+    }
+}
+
+int64_t hyla_bf16_scratch_floats(const hyla_config *cfg, int64_t n)
+{
+    /* every projection has hidden on one side and at most `wide` on the other, and runs on at
+     * most n rows (a routed expert gets each token at most once) */
+    int64_t wide = hyla_cfg_conv_dim(cfg);
+    int64_t sides[] = {hyla_cfg_value_dim(cfg), 2 * cfg->n_heads * cfg->head_dim, cfg->n_kv_heads * cfg->head_dim,
+                       2 * cfg->moe_inter, 2 * cfg->shared_inter, 2 * cfg->inter, cfg->lin_v_heads};
+    for (size_t i = 0; i < sizeof sides / sizeof *sides; i++)
+        wide = sides[i] > wide ? sides[i] : wide;
+    return (n * (cfg->hidden + wide) + 1) / 2;
+}
+
 void hyla_op_linear(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *y, const float *x, int64_t n,
                     int64_t in, int64_t out)
 {
-    hyla_linear(y, x, hyla_op_w(c, role) + row0 * in, n, in, out, 0);
+    const uint16_t *W16 = hyla_model_param_bf16(c->m, role, c->layer);
+    if (W16) {
+        hyla_bf16_pack(c->bf16_scratch, x, n * in);
+        hyla_gemm_bf16(0, 1, n, out, in, c->bf16_scratch, W16 + row0 * in, 0, y);
+    } else
+        hyla_linear(y, x, hyla_op_w(c, role) + row0 * in, n, in, out, 0);
     if (c->lora)
         hyla_lora_fwd(c->lora, hyla_param_find(&c->m->table, role, c->layer), row0, out, y, x, n, in, c->lora_scratch);
 }
@@ -105,7 +137,18 @@ void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, floa
                         const float *x, int64_t n, int64_t in, int64_t out)
 {
     float *dW = hyla_op_dw(c, role);
-    hyla_linear_bwd(dx, dW ? dW + row0 * in : NULL, dy, x, hyla_op_w(c, role) + row0 * in, n, in, out);
+    const uint16_t *W16 = hyla_model_param_bf16(c->m, role, c->layer);
+    if (W16) {
+        uint16_t *dy16 = c->bf16_scratch, *x16 = c->bf16_scratch + n * out;
+        hyla_bf16_pack(dy16, dy, n * out);
+        if (dx)
+            hyla_gemm_bf16(0, 0, n, in, out, dy16, W16 + row0 * in, 1, dx);
+        if (dW) {
+            hyla_bf16_pack(x16, x, n * in);
+            hyla_gemm_bf16(1, 0, out, in, n, dy16, x16, 1, dW + row0 * in);
+        }
+    } else
+        hyla_linear_bwd(dx, dW ? dW + row0 * in : NULL, dy, x, hyla_op_w(c, role) + row0 * in, n, in, out);
     if (c->lora && c->lora_grads)
         hyla_lora_bwd(c->lora, c->lora_grads, hyla_param_find(&c->m->table, role, c->layer), row0, out, dx, dy, x, n,
                       in, c->lora_scratch);

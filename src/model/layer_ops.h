@@ -112,6 +112,9 @@ typedef struct {
     const struct hyla_lora_s *lora;
     float *lora_grads;
     float *lora_scratch;
+    /* bf16 compute (m->compute_dtype == HYLA_DT_BF16): ops with .lora set get this scratch for
+     * their projections' bf16 operands, hyla_bf16_scratch_floats(cfg, n) floats */
+    uint16_t *bf16_scratch;
 } hyla_op_ctx;
 
 typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);
@@ -143,13 +146,23 @@ hyla_ckpt_name hyla_slot_ckpt(hyla_slot s);
 int hyla_slot_has_grad(hyla_slot s); /* 0 for index tables, probabilities, RoPE tables, lse */
 const char *hyla_slot_name(hyla_slot s);
 
+/* bf16 compute: does slot s hold bf16 values (rounded in place after the op that writes it)?
+ * The fp32-only slots are gate logits and gates (BL, AL, G, BETA, SG), RoPE tables, the
+ * log-sum-exp, router logits, probabilities and weights, and the int32 index tables. */
+int hyla_slot_is_bf16(hyla_slot s);
+/* Scratch floats a projection op needs in bf16 compute: the bf16 operands of its largest
+ * projection, n rows x (hidden + widest projection side) bf16 values. */
+int64_t hyla_bf16_scratch_floats(const hyla_config *cfg, int64_t n);
+
 /* Parameter views for ops. */
 const float *hyla_op_w(const hyla_op_ctx *c, hyla_role role);      /* weight of this layer */
 float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role);           /* its gradient; NULL when frozen */
 
 /* A projection of this layer through internal rows [row0, row0 + out) of parameter `role`:
  * y[n, out] = x[n, in] W[row0:row0+out]^T, plus the LoRA path of the adapter (if any) over those
- * rows. Backward: dx += dy W (+ the adapter's), dW += dy^T x unless frozen, adapter grads. */
+ * rows. Backward: dx += dy W (+ the adapter's), dW += dy^T x unless frozen, adapter grads.
+ * In bf16 compute all three products take bf16 operands (x, dy rounded to bf16; W the bf16
+ * copy) and accumulate in fp32 (hyla_gemm_bf16); the adapter path stays fp32. */
 void hyla_op_linear(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *y, const float *x, int64_t n,
                     int64_t in, int64_t out);
 void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *dx, const float *dy,

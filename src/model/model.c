@@ -9,21 +9,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "core/finite.h"
 #include "core/rng.h"
 #include "io/fileio.h"
 #include "io/outdir.h"
 
+/* The fp32 arena is a zero-filled anonymous mapping: pages never written (the matrix
+ * parameters of a bf16-weights model) are never resident. */
 static int alloc_weights(hyla_model *m)
 {
-    size_t bytes = m->table.total_floats * sizeof(float);
-    m->w = aligned_alloc(64, bytes ? (bytes + 63) & ~(size_t)63 : 64);
+    m->w_bytes = m->table.total_floats * sizeof(float);
+    m->w = hyla_model_map(m->w_bytes);
+    m->matrices_in_w = 1;
+    m->compute_dtype = HYLA_DT_F32;
     m->hf_dtype = calloc(m->table.n_hf ? m->table.n_hf : 1, 1);
     m->param_dtype = calloc(m->table.n_params ? (size_t)m->table.n_params : 1, 1);
     if (!m->w || !m->hf_dtype || !m->param_dtype)
-        return hyla_error_set(HYLA_ERR_NOMEM, "cannot allocate %zu bytes of weights", bytes);
-    memset(m->w, 0, bytes);
+        return hyla_error_set(HYLA_ERR_NOMEM, "cannot allocate %zu bytes of weights", m->w_bytes);
     return HYLA_OK;
 }
 
@@ -32,7 +36,9 @@ float *hyla_model_param(const hyla_model *m, hyla_role role, int layer)
     if (role == HYLA_P_LM_HEAD && m->cfg.tie_word_embeddings)
         role = HYLA_P_EMBED, layer = -1;
     int i = hyla_param_find(&m->table, role, layer);
-    return i < 0 ? NULL : m->w + m->table.params[i].offset;
+    if (i < 0 || (!m->matrices_in_w && hyla_role_is_matrix(role)))
+        return NULL;
+    return m->w + m->table.params[i].offset;
 }
 
 static float *row_ptr(const hyla_model *m, int param, int64_t row)
@@ -95,7 +101,8 @@ static void shape_str(char *buf, size_t cap, int ndim, const int64_t *shape)
         snprintf(buf + o, cap - o, "]");
 }
 
-static int load_tensor(hyla_model *m, size_t h, const hyla_st_tensor *st, const char *dir)
+/* row_buf: [row_len] floats, for rows that go to the bf16 arena */
+static int load_tensor(hyla_model *m, size_t h, const hyla_st_tensor *st, const char *dir, float *row_buf)
 {
     const hyla_hf_tensor *ht = &m->table.hf[h];
     int same = st->ndim == ht->ndim;
@@ -114,12 +121,22 @@ static int load_tensor(hyla_model *m, size_t h, const hyla_st_tensor *st, const 
         int param;
         int64_t row;
         hyla_hf_row_dest(&m->table, ht, r, &param, &row);
-        float *dst = row_ptr(m, param, row);
+        const hyla_param *p = &m->table.params[param];
+        int to_bf16 = !m->matrices_in_w && hyla_role_is_matrix(p->role); /* bf16 weights only: into w16 */
+        float *dst = to_bf16 ? row_buf : row_ptr(m, param, row);
         hyla_dtype_to_f32(dst, src + (size_t)r * (size_t)ht->row_len * esz, st->dtype, (size_t)ht->row_len);
         size_t bad = hyla_first_nonfinite(dst, (size_t)ht->row_len);
         if (bad < (size_t)ht->row_len) /* NaN/inf weights would only surface as NaN losses much later */
             return hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' holds a non-finite value (%s) at element %lld", dir,
                                   ht->name, isnan(dst[bad]) ? "NaN" : "infinity", (long long)(r * ht->row_len + (int64_t)bad));
+        if (to_bf16) {
+            uint16_t *d16 = m->w16 + p->offset + (size_t)row * (size_t)p->shape[p->ndim - 1];
+            hyla_bf16_pack(d16, dst, ht->row_len);
+            for (int64_t j = 0; j < ht->row_len; j++)
+                if ((d16[j] & 0x7f80u) == 0x7f80u)
+                    return hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' element %lld (%g) does not fit in bf16", dir,
+                                          ht->name, (long long)(r * ht->row_len + j), (double)dst[j]);
+        }
     }
     m->hf_dtype[h] = (unsigned char)st->dtype;
     if (ht->map == HYLA_HF_ROWS)
@@ -184,7 +201,7 @@ static int keep_carried(hyla_model *m, hyla_st_set *set)
     return HYLA_OK;
 }
 
-int hyla_model_load(hyla_model *m, const char *dir)
+static int model_load(hyla_model *m, const char *dir, int bf16_weights)
 {
     memset(m, 0, sizeof *m);
     char path[4096];
@@ -211,13 +228,23 @@ int hyla_model_load(hyla_model *m, const char *dir)
         (st = hyla_params_build(&m->table, &m->cfg, &layout)) == HYLA_OK &&
         (st = alloc_weights(m)) == HYLA_OK)
         st = check_unexpected(m, &set, dir);
+    float *row_buf = NULL;
+    if (st == HYLA_OK && bf16_weights) {
+        int64_t longest = 1;
+        for (size_t h = 0; h < m->table.n_hf; h++)
+            longest = m->table.hf[h].row_len > longest ? m->table.hf[h].row_len : longest;
+        if ((st = hyla_model_alloc_bf16(m)) == HYLA_OK && !(row_buf = malloc((size_t)longest * sizeof *row_buf)))
+            st = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+        m->matrices_in_w = 0;
+    }
     for (size_t h = 0; st == HYLA_OK && h < m->table.n_hf; h++) {
         const hyla_st_tensor *t = hyla_st_find(&set, m->table.hf[h].name);
         if (!t)
             st = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", dir, m->table.hf[h].name);
         else
-            st = load_tensor(m, h, t, dir);
+            st = load_tensor(m, h, t, dir, row_buf);
     }
+    free(row_buf);
     if (st == HYLA_OK)
         st = keep_carried(m, &set);
     hyla_st_close(&set); /* emptied by keep_carried when it kept the set */
@@ -226,10 +253,14 @@ int hyla_model_load(hyla_model *m, const char *dir)
     return st;
 }
 
+int hyla_model_load(hyla_model *m, const char *dir) { return model_load(m, dir, 0); }
+int hyla_model_load_bf16(hyla_model *m, const char *dir) { return model_load(m, dir, 1); }
+
 void hyla_model_free(hyla_model *m)
 {
     hyla_params_free(&m->table);
-    free(m->w);
+    hyla_model_unmap(m->w, m->w_bytes);
+    hyla_model_unmap(m->w16, m->w16_bytes);
     free(m->hf_dtype);
     free(m->param_dtype);
     free(m->config_json);
@@ -439,6 +470,9 @@ void hyla_model_set_save_dtype(hyla_model *m, hyla_dtype dtype)
 
 int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes)
 {
+    if (!m->matrices_in_w)
+        return hyla_error_set(HYLA_ERR_ARG, "%s: a model loaded with bf16 weights only (for inference) is not saved; "
+                                            "save from an fp32 load (hyla convert --dtype bf16 keeps BF16 tensors)", dir);
     hyla_param_table out;
     HYLA_TRY(hyla_params_build(&out, &m->cfg, layout ? layout : &m->table.layout));
     int st = HYLA_OK;

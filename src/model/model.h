@@ -1,8 +1,9 @@
-/* A loaded model: validated config, block schedule, parameter table and the fp32 weight arena.
+/* A loaded model: validated config, block schedule, parameter table and the weight arenas.
  *
  * Weights are converted to fp32 on load (F32 / BF16 / F16 sources; the conversions are exact
- * so saving in the source dtype reproduces the original bytes). The model owns everything it
- * points to. */
+ * so saving in the source dtype reproduces the original bytes), or, loaded for bf16 compute
+ * with bf16 weights only (hyla_model_load_bf16), the matrix parameters go straight to the bf16
+ * arena (model/precision.c). The model owns everything it points to. */
 #ifndef HYLA_MODEL_MODEL_H
 #define HYLA_MODEL_MODEL_H
 
@@ -18,7 +19,16 @@ typedef struct {
     hyla_config cfg;
     hyla_schedule sched;
     hyla_param_table table;
-    float *w;                  /* [table.total_floats], 64-byte aligned, owned */
+    float *w;                  /* [table.total_floats] fp32 arena (anonymous mapping), owned */
+    size_t w_bytes;
+    /* Compute precision (model/precision.c). HYLA_DT_BF16: projections, the embedding and lm_head
+     * read w16, the matrix parameters (hyla_role_is_matrix) rounded to bf16 at the same offsets
+     * as w, and activations hold bf16 values; HYLA_DT_F32 (default): w alone, w16 NULL. */
+    hyla_dtype compute_dtype;
+    uint16_t *w16;             /* [table.total_floats] bf16 arena (anonymous mapping) or NULL, owned */
+    size_t w16_bytes;
+    int matrices_in_w;         /* w holds the matrix parameters' fp32 values (master weights); 0:
+                                * bf16 weights only, w has the vectors (norms, biases, conv, router) */
     unsigned char *hf_dtype;   /* [table.n_hf] hyla_dtype each HF tensor was loaded from / saves as */
     unsigned char *param_dtype; /* [table.n_params] dtype of the HF tensor that filled each param */
     char *config_json;         /* original config.json text (saved verbatim), owned */
@@ -38,6 +48,11 @@ typedef struct {
 /* Load DIR (config.json + model.safetensors or a sharded index). Checks every tensor: missing,
  * unexpected (mtp.* and model.visual.* are ignored) and mis-shaped tensors are named. */
 int hyla_model_load(hyla_model *m, const char *dir);
+/* Load for bf16 compute with bf16 weights only: matrix parameters are read into w16 (BF16
+ * tensors byte for byte, F32 / F16 ones rounded to nearest even; a value bf16 cannot hold is an
+ * error naming the tensor), never into w, so resident weight memory is half of fp32's. For
+ * inference: such a model cannot be trained or saved (hyla_model_save refuses it). */
+int hyla_model_load_bf16(hyla_model *m, const char *dir);
 
 /* Create a model with spec §6 initialisation (seeded). Tensors save as `dtype`. */
 int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, uint64_t seed,
@@ -63,8 +78,28 @@ void hyla_default_layout(const hyla_config *cfg, hyla_layout *lay);
 /* mtp.*, model.visual.* and (tied models) lm_head.weight are skipped on load, as in HF. */
 int hyla_model_is_ignored_tensor(const char *name, const hyla_config *cfg);
 
-/* View of a parameter's fp32 data; NULL if the model has no such parameter.
+/* View of a parameter's fp32 data; NULL if the model has no such parameter, or holds it in bf16
+ * only (a matrix parameter after hyla_model_load_bf16 / hyla_model_set_compute_bf16(m, 1)).
  * LM_HEAD of a tied model returns EMBED. */
 float *hyla_model_param(const hyla_model *m, hyla_role role, int layer);
+
+/* ---- compute precision (model/precision.c) ---- */
+/* The parameters bf16 compute multiplies in bf16: embedding, lm_head and every projection
+ * weight (not the router, norms, biases, conv kernel, A_log, dt_bias). */
+int hyla_role_is_matrix(hyla_role r);
+/* Switch to bf16 compute: make the bf16 copy of the matrix parameters from w. weights_bf16_only:
+ * then release their fp32 values (inference from a model loaded in fp32, e.g. after merging an
+ * adapter); else w stays the master copy (training: refresh after every update). */
+int hyla_model_set_compute_bf16(hyla_model *m, int weights_bf16_only);
+/* Re-round the matrix parameters whose table offset lies in [lo, hi) from w into w16 (after an
+ * optimizer update of that range); nothing in fp32 compute. */
+void hyla_model_refresh_bf16(hyla_model *m, size_t lo, size_t hi);
+/* bf16 view of a matrix parameter in bf16 compute; NULL otherwise (fp32 compute, a vector
+ * parameter, or none). LM_HEAD of a tied model returns EMBED. */
+const uint16_t *hyla_model_param_bf16(const hyla_model *m, hyla_role role, int layer);
+/* Internal: the w16 arena (compute_dtype = BF16), and zero-filled anonymous mappings. */
+int hyla_model_alloc_bf16(hyla_model *m);
+void *hyla_model_map(size_t bytes);
+void hyla_model_unmap(void *p, size_t bytes);
 
 #endif

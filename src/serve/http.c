@@ -580,7 +580,7 @@ int serve_run(const serve_options *o)
         return hyla_error_set(HYLA_ERR_ARG, "--host '%s' is not an IPv4 address", o->host);
     hyla_model m;
     hyla_adapter_info ai;
-    HYLA_TRY(hyla_model_load_adapted(&m, o->model_dir, o->adapter, &ai));
+    HYLA_TRY(hyla_model_load_inference(&m, o->model_dir, o->adapter, &ai, o->bf16_compute, o->bf16_weights));
     sv.m = &m;
     char path[4096];
     int rc = hyla_path_join(path, sizeof path, o->model_dir, "tokenizer.json");

@@ -23,6 +23,7 @@ typedef struct {
     size_t max_body;         /* bytes; larger request bodies get 413 */
     const char *model_name;  /* NULL: the directory's base name */
     const char *adapter;     /* a LoRA adapter merged at load (model/adapter.h), or NULL */
+    int bf16_compute, bf16_weights; /* precision (hyla_model_load_inference) */
 } serve_options;
 
 /* Load the model, listen, serve until SIGINT / SIGTERM. Returns 0, or non-zero with the error set. */

@@ -25,6 +25,7 @@ static int apply_layers(void *ctx, int layer0, int layer1, const float *window, 
         if (t->params[i].layer >= layer0 && t->params[i].layer <= layer1)
             HYLA_TRY(hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w, window + (t->params[i].offset - lo),
                                              &tr->step_sumsq));
+    hyla_model_refresh_bf16(tr->model, tr->ex.layer_lo[layer0], tr->ex.layer_hi[layer1]); /* bf16 compute copy */
     return HYLA_OK;
 }
 
@@ -36,6 +37,8 @@ static int apply_head(hyla_trainer *tr)
         if (t->params[i].layer < 0)
             HYLA_TRY(hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w,
                                              tr->grads + hyla_grad_head_index(&tr->ex, t->params[i].offset), &tr->step_sumsq));
+    hyla_model_refresh_bf16(tr->model, 0, tr->ex.layer_lo[0]);
+    hyla_model_refresh_bf16(tr->model, tr->ex.layer_hi[t->cfg.n_layers - 1], t->total_floats);
     return HYLA_OK;
 }
 
@@ -78,6 +81,10 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (model->lora && cfg->update_per_layer)
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates do not apply to LoRA training (the adapter's gradients "
                               "are a small fraction of the model; they are updated once per step)");
+    if (!model->matrices_in_w)
+        return hyla_error_set(HYLA_ERR_ARG, "train: the model holds bf16 weights only (--param-dtype bf16); training "
+                              "keeps fp32 master weights: use --act-dtype bf16 alone");
+    hyla_model_refresh_bf16(model, 0, model->table.total_floats); /* bf16 compute: the copy of the current weights */
     size_t n = trained_table(tr)->total_floats;
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
     if (st == HYLA_OK)
@@ -217,6 +224,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         stats->grad_norm = sqrt(tr->step_sumsq);
     } else {
         HYLA_TRY(hyla_adamw_step(&tr->opt, trained_table(tr), trained_weights(tr), tr->grads, &stats->grad_norm));
+        if (!tr->model->lora) /* bf16 compute: the copy follows the fp32 master weights (once per step) */
+            hyla_model_refresh_bf16(tr->model, 0, tr->model->table.total_floats);
     }
     stats->tokens = A * per;
     stats->seconds = hyla_now() - t0;

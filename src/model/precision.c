@@ -1,0 +1,108 @@
+/* Compute precision of a model (model.h): the bf16 compute copy of its matrix parameters.
+ *
+ * In bf16 compute every projection (hyla_op_linear), the embedding lookup and lm_head read w16:
+ * the matrix parameters rounded to bf16 (nearest even), at the same table offsets as w. Norm
+ * weights, biases, the conv kernel, A_log, dt_bias and the router stay fp32 in w (they feed fp32
+ * arithmetic: norm statistics, gates, the router's softmax and top-k). With fp32 master weights
+ * (training) the copy is refreshed from w after every update; with bf16 weights only
+ * (inference, --param-dtype bf16) w never holds the matrices: its pages for them are never
+ * written, or released, so they are not resident (w and w16 are anonymous mappings). */
+#include "model/model.h"
+
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/bf16.h"
+#include "core/error.h"
+
+int hyla_role_is_matrix(hyla_role r)
+{
+    switch (r) {
+    case HYLA_P_EMBED: case HYLA_P_LM_HEAD:
+    case HYLA_P_GDN_QKV: case HYLA_P_GDN_Z: case HYLA_P_GDN_B: case HYLA_P_GDN_A: case HYLA_P_GDN_OUT:
+    case HYLA_P_ATTN_Q: case HYLA_P_ATTN_K: case HYLA_P_ATTN_V: case HYLA_P_ATTN_O:
+    case HYLA_P_MOE_GATE_UP: case HYLA_P_MOE_DOWN:
+    case HYLA_P_SHARED_GATE_UP: case HYLA_P_SHARED_DOWN: case HYLA_P_SHARED_EXPERT_GATE:
+    case HYLA_P_MLP_GATE_UP: case HYLA_P_MLP_DOWN:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+void *hyla_model_map(size_t bytes)
+{
+    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+void hyla_model_unmap(void *p, size_t bytes)
+{
+    if (p)
+        munmap(p, bytes ? bytes : 1);
+}
+
+int hyla_model_alloc_bf16(hyla_model *m)
+{
+    if (m->w16)
+        return HYLA_OK;
+    m->w16_bytes = m->table.total_floats * sizeof(uint16_t);
+    if (!(m->w16 = hyla_model_map(m->w16_bytes)))
+        return hyla_error_set(HYLA_ERR_NOMEM, "cannot allocate %zu bytes for the bf16 weights", m->w16_bytes);
+    m->compute_dtype = HYLA_DT_BF16;
+    return HYLA_OK;
+}
+
+void hyla_model_refresh_bf16(hyla_model *m, size_t lo, size_t hi)
+{
+    if (!m->w16 || !m->matrices_in_w)
+        return;
+    for (int i = 0; i < m->table.n_params; i++) {
+        const hyla_param *p = &m->table.params[i];
+        if (hyla_role_is_matrix(p->role) && p->offset >= lo && p->offset < hi)
+            hyla_bf16_pack(m->w16 + p->offset, m->w + p->offset, p->numel);
+    }
+}
+
+/* Give back the pages of w that lie wholly inside matrix parameters (their values now live in
+ * w16 only). */
+static void release_fp32_matrices(hyla_model *m)
+{
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < m->table.n_params; i++) {
+        const hyla_param *p = &m->table.params[i];
+        if (!hyla_role_is_matrix(p->role))
+            continue;
+        uintptr_t a = (uintptr_t)(m->w + p->offset), b = (uintptr_t)(m->w + p->offset + (size_t)p->numel);
+        a = (a + page - 1) & ~(uintptr_t)(page - 1);
+        b &= ~(uintptr_t)(page - 1);
+        if (b > a)
+            madvise((void *)a, b - a, MADV_DONTNEED);
+    }
+}
+
+int hyla_model_set_compute_bf16(hyla_model *m, int weights_bf16_only)
+{
+    if (m->lora && weights_bf16_only)
+        return hyla_error_set(HYLA_ERR_ARG, "--param-dtype bf16: a model training an adapter keeps its base weights "
+                                            "in fp32 (use --act-dtype bf16 alone)");
+    HYLA_TRY(hyla_model_alloc_bf16(m));
+    if (m->matrices_in_w)
+        hyla_model_refresh_bf16(m, 0, m->table.total_floats);
+    if (weights_bf16_only && m->matrices_in_w) {
+        release_fp32_matrices(m);
+        m->matrices_in_w = 0;
+    }
+    return HYLA_OK;
+}
+
+const uint16_t *hyla_model_param_bf16(const hyla_model *m, hyla_role role, int layer)
+{
+    if (!m->w16 || !hyla_role_is_matrix(role))
+        return NULL;
+    if (role == HYLA_P_LM_HEAD && m->cfg.tie_word_embeddings)
+        role = HYLA_P_EMBED, layer = -1;
+    int i = hyla_param_find(&m->table, role, layer);
+    return i < 0 ? NULL : m->w16 + m->table.params[i].offset;
+}
