@@ -673,6 +673,94 @@ static void test_linear_bf16(void)
     printf("  bf16 skinny kernel: %s\n", hyla_bf16_skinny_kernel_name());
 }
 
+/* ---- general bf16 GEMM: the backward's layouts --------------------------------------------------
+ * C (+)= op(A) op(B) for (trans_a, trans_b) = (0, 1) forward, (0, 0) dx = dy W, (1, 0) dW = dy^T x,
+ * against float64 on the same bf16 values; the bound of test_linear_bf16 (exact products, fp32
+ * summation of K terms plus the accumulated value). */
+static void test_gemm_bf16(void)
+{
+    const int64_t dims[][3] = {{1, 7, 33}, {4, 100, 64}, {5, 9, 1}, {64, 48, 300}, {257, 31, 70}};
+    const int layouts[][2] = {{0, 1}, {0, 0}, {1, 0}};
+    chk c = chk_begin("gemm bf16 (0,1) (0,0) (1,0) vs float64");
+    for (int di = 0; di < 5; di++)
+        for (int li = 0; li < 3; li++)
+            for (int acc = 0; acc < 2; acc++) {
+                int64_t M = dims[di][0], N = dims[di][1], K = dims[di][2];
+                int ta = layouts[li][0], tb = layouts[li][1];
+                uint16_t *A = malloc((size_t)(M * K) * 2), *B = malloc((size_t)(K * N) * 2);
+                float *C = malloc((size_t)(M * N) * 4), *C0 = malloc((size_t)(M * N) * 4);
+                for (int64_t i = 0; i < M * K; i++)
+                    A[i] = hyla_bf16_from_f32((float)hyla_rng_normal(&rng));
+                for (int64_t i = 0; i < K * N; i++)
+                    B[i] = hyla_bf16_from_f32((float)hyla_rng_normal(&rng));
+                for (int64_t i = 0; i < M * N; i++)
+                    C[i] = C0[i] = acc ? (float)hyla_rng_normal(&rng) : NAN;
+                hyla_gemm_bf16(ta, tb, M, N, K, A, B, acc, C);
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t j = 0; j < N; j++) {
+                        double ref = acc ? C0[i * N + j] : 0.0, mag = acc ? fabs(C0[i * N + j]) : 0.0;
+                        for (int64_t k = 0; k < K; k++) {
+                            double a = hyla_bf16_to_f32(ta ? A[k * M + i] : A[i * K + k]);
+                            double b = hyla_bf16_to_f32(tb ? B[j * K + k] : B[k * N + j]);
+                            ref += a * b;
+                            mag += fabs(a * b);
+                        }
+                        chk_val(&c, C[i * N + j], ref, (double)(K + 1) * U * mag + 1e-30);
+                    }
+                free(A), free(B), free(C), free(C0);
+            }
+    chk_end(&c);
+}
+
+/* ---- bf16 array conversions: exactly the scalar definition (core/bf16.h) -----------------------
+ * Every bf16 pattern unpacks to its float and packs back to itself (NaNs keep their payload's top
+ * bits and stay NaNs); random fp32 bit patterns (every exponent, NaNs and infinities included)
+ * and the rounding boundaries (ties, carries into the exponent, the overflow edge) pack and round
+ * as hyla_bf16_from_bits does. */
+static void test_bf16_arrays(void)
+{
+    enum { N = 65536 + 4096 };
+    uint16_t *h = malloc(N * 2), *h2 = malloc(N * 2);
+    float *f = malloc(N * 4), *r = malloc(N * 4);
+    int bad = 0;
+    for (int i = 0; i < 65536; i++)
+        h[i] = (uint16_t)i;
+    hyla_bf16_unpack(f, h, 65536);
+    hyla_bf16_pack(h2, f, 65536);
+    for (int i = 0; i < 65536; i++) {
+        uint32_t u;
+        memcpy(&u, &f[i], 4);
+        bad += u != (uint32_t)h[i] << 16;                     /* unpacking is exact */
+        bad += h2[i] != hyla_bf16_from_bits(u);               /* packing is the definition */
+        bad += (h[i] & 0x7fff) <= 0x7f80 && h2[i] != h[i];     /* every non-NaN comes back */
+    }
+    uint32_t edges[] = {0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0x7f7f8000u, 0x7f7f7fffu, 0x00008000u,
+                        0x80018000u, 0x7f800001u, 0xff800000u, 0x7fc00000u, 0x00000000u};
+    uint64_t state = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; i < N; i++) {
+        uint32_t u;
+        if (i < 12)
+            u = edges[i];
+        else {
+            state = state * 6364136223846793005ull + 1442695040888963407ull;
+            u = (uint32_t)(state >> 32);
+        }
+        memcpy(&f[i], &u, 4);
+    }
+    hyla_bf16_pack(h2, f, N);
+    memcpy(r, f, N * 4);
+    hyla_bf16_round(r, N);
+    for (int i = 0; i < N; i++) {
+        uint32_t u, ru;
+        memcpy(&u, &f[i], 4);
+        memcpy(&ru, &r[i], 4);
+        bad += h2[i] != hyla_bf16_from_bits(u) || ru != (uint32_t)hyla_bf16_from_bits(u) << 16;
+    }
+    printf("  bf16 pack/unpack/round vs the scalar definition: %d mismatches %s\n", bad, bad ? "FAIL" : "ok");
+    failures += bad != 0;
+    free(h), free(h2), free(f), free(r);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc, (void)argv;
@@ -688,6 +776,8 @@ int main(int argc, char **argv)
     test_cross_entropy();
     test_aux_loss();
     test_linear_bf16();
+    test_gemm_bf16();
+    test_bf16_arrays();
     test_threads(max_threads);
     bench_attention();
     if (failures) {

@@ -5,6 +5,7 @@
  *  2. Every remat policy x remat unit gives loss and gradients BIT-IDENTICAL to `none`
  *     (recomputation re-runs the same kernels on the same inputs), offloading ones included
  *     (through a real file-backed host store and its I/O thread).
+ *     The same in bf16 compute (hyla_model_set_compute_bf16), against its own `none`.
  *  3. No allocation inside a step: malloc/calloc/realloc are interposed and counted while
  *     a step runs (after a warm-up step). Calls made from inside the GEMM library are excluded:
  *     oneDNN's sgemm packs its operands into buffers it allocates itself for some shapes; every
@@ -230,6 +231,16 @@ int main(int argc, char **argv)
             if (g) {
                 check_vs_reference(&m, dir, models[i], g);
                 check_policies(&m, models[i], tokens, T, g, loss, bytes);
+                free(g);
+            }
+            /* bf16 compute: the same invariants within the mode (every recompute rounds the same
+             * fp32 results to the same bf16 values), and no allocation inside a step */
+            CHECK(hyla_model_set_compute_bf16(&m, 0) == HYLA_OK, "%s: bf16 compute: %s", models[i], hyla_error_message());
+            char name16[64];
+            snprintf(name16, sizeof name16, "%s/bf16", models[i]);
+            g = compute_grads(&m, tokens, T, "none", HYLA_UNIT_LAYER, &loss, &bytes);
+            if (g) {
+                check_policies(&m, name16, tokens, T, g, loss, bytes);
                 free(g);
             }
             free(tokens);

@@ -269,6 +269,14 @@ static int run(const train_args *a)
         hyla_model_free(&m);
         return HYLA_ERR_ARG;
     }
+    int bf16_compute, bf16_weights; /* mixed precision: bf16 compute over fp32 master weights */
+    if (hyla_cli_precision(&a->dtypes, 1, &bf16_compute, &bf16_weights) != HYLA_OK ||
+        (bf16_compute && hyla_model_set_compute_bf16(&m, 0) != HYLA_OK)) {
+        if (use_lora)
+            hyla_lora_free(&lora);
+        hyla_model_free(&m);
+        return HYLA_ERR_ARG;
+    }
     hyla_train_config tc;
     memset(&tc, 0, sizeof tc);
     int rc = hyla_remat_unit_parse(a->unit, &tc.unit);
@@ -471,6 +479,10 @@ int hyla_cmd_train(int argc, char **argv)
          "gradients are complete (needs --accum 1 --clip 0; gradients of one remat unit at a time)", 0, 0},
         {"--offload-limit", OPT_STRING, &a.offload_limit, "SIZE", "host store size limit (default: none)", 0, 0},
         {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
+        HYLA_OPT_ACT_DTYPE(a.dtypes),
+        {"--param-dtype", OPT_STRING, &a.dtypes.param, "f32", "master weights (f32 only: bf16 compute is --act-dtype)", 0, 0},
+        HYLA_OPT_GRAD_DTYPE(a.dtypes),
+        HYLA_OPT_OPT_DTYPE(a.dtypes),
         {"--lora-rank", OPT_INT, &a.lora_rank, "R", "train a LoRA adapter of rank R on the frozen --model (PEFT format; "
          "--save writes adapter_config.json + adapter_model.safetensors)", 1, 65536},
         {"--lora-alpha", OPT_DOUBLE, &a.lora_alpha, "A", "LoRA alpha: the update is scaled by alpha / r (default 2 r)", 0, 0},
@@ -556,6 +568,11 @@ int hyla_cmd_train(int argc, char **argv)
         !(a.eps > 0) || a.decay_fraction < 0 || a.decay_fraction > 1) {
         fprintf(stderr, "hyla train: need lr > 0, weight decay >= 0, clip >= 0, betas in [0, 1), eps > 0, "
                         "decay fraction in [0, 1]\n");
+        return 2;
+    }
+    int bf16_compute, bf16_weights;
+    if (hyla_cli_precision(&a.dtypes, 1, &bf16_compute, &bf16_weights)) {
+        hyla_cli_fail("train");
         return 2;
     }
     if (a.min_lr < 0)

@@ -4,6 +4,7 @@
 
 #include <stdint.h>
 
+#include "cli/dtype_flags.h"
 #include "cli/options.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
@@ -12,6 +13,7 @@ typedef struct {
     const char *model, *config, *preset, *data, *text, *save, *resume, *log_json, *remat, *unit, *schedule;
     const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit, *svg, *jsonl, *tokenizer;
     const char *eval_data, *adapter, *lora_targets;
+    hyla_cli_dtypes dtypes;   /* --act-dtype (bf16: mixed precision), --param/grad/opt-dtype (f32 only) */
     int64_t lora_rank;
     double lora_alpha, lora_dropout;
     int adapter_resume;       /* --resume names an adapter checkpoint: the base comes from --model */

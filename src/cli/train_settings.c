@@ -35,6 +35,7 @@ static const setting settings[] = {
     {"--lora-rank", S_INT, AT(lora_rank), REFUSE}, {"--lora-alpha", S_DOUBLE, AT(lora_alpha), REFUSE},
     {"--lora-targets", S_STRING, AT(lora_targets), REFUSE}, {"--lora-dropout", S_DOUBLE, AT(lora_dropout), APPLY},
     {"--model", S_STRING, AT(model), APPLY}, /* LoRA runs: the frozen base (a moved copy may be given again) */
+    {"--act-dtype", S_STRING, AT(dtypes.act), APPLY},
 };
 #define N_SETTINGS (sizeof settings / sizeof *settings)
 
