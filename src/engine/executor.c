@@ -193,6 +193,37 @@ static void round_outputs(const hyla_executor *ex, int l, const hyla_layer_op *o
             hyla_bf16_round(ex->tapes[l].p[op->out[i]], hyla_slot_floats(&ex->m->cfg, l, op->out[i], ex->n));
 }
 
+/* Is a kept slot of layer l stored as bf16? */
+static int packs(const hyla_executor *ex, hyla_slot s) { return bf16_compute(ex) && hyla_slot_is_bf16(s); }
+
+/* A kept slot stored packed: its bf16 home in the checkpoint arena. */
+static void reserve_bf16_home(hyla_executor *ex, int l, hyla_slot s, int64_t floats)
+{
+    ex->bf16_kept[l].p[s] = (uint16_t *)(void *)alloc_slot(ex, &ex->ckpt, (floats + 1) / 2, 0);
+}
+
+/* The fp32 form of packed slot s of layer l, in the work arena (released with it). */
+static void widen_kept(hyla_executor *ex, int l, hyla_slot s)
+{
+    int64_t floats = hyla_slot_floats(&ex->m->cfg, l, s, ex->n);
+    ex->tapes[l].p[s] = alloc_slot(ex, &ex->work, floats, 0);
+    if (!ex->dry)
+        hyla_bf16_unpack(ex->tapes[l].p[s], ex->bf16_kept[l].p[s], floats);
+}
+
+/* After an op's forward: copy its packed outputs to their bf16 homes (exact: they hold bf16
+ * values). Y_l is X_{l+1}. */
+static void store_bf16_outputs(hyla_executor *ex, int l, const hyla_layer_op *op)
+{
+    for (int i = 0; i < op->n_out; i++) {
+        hyla_slot s = op->out[i];
+        int dl = s == HYLA_S_Y ? l + 1 : l;
+        hyla_slot ds = s == HYLA_S_Y ? HYLA_S_X : s;
+        if (dl < ex->m->cfg.n_layers && ex->bf16_kept[dl].p[ds])
+            hyla_bf16_pack(ex->bf16_kept[dl].p[ds], ex->tapes[l].p[s], hyla_slot_floats(&ex->m->cfg, dl, ds, ex->n));
+    }
+}
+
 static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recompute, int64_t *aux_rows)
 {
     size_t mark = hyla_arena_mark(&ex->work);
@@ -204,8 +235,11 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         c.aux_rows = aux_rows ? aux_rows : &aux_rows_dummy;
         double t0 = HYLA_PROF_BEGIN();
         op->fwd(&c, &ex->tapes[l], scratch);
-        if (bf16_compute(ex))
+        if (bf16_compute(ex)) {
             round_outputs(ex, l, op);
+            if (!recompute)
+                store_bf16_outputs(ex, l, op);
+        }
         HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
     }
     for (int i = 0; i < op->n_out && !recompute; i++)
@@ -214,12 +248,13 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
     hyla_arena_reset_to(&ex->work, mark);
 }
 
-/* Planning pass: account a kept checkpoint of layer l by name and layer kind. */
+/* Planning pass: account a kept checkpoint of layer l by name and layer kind (bf16-packed ones
+ * at two bytes per value). */
 static void count_kept(hyla_executor *ex, int l, hyla_slot s, int64_t floats)
 {
     if (!ex->dry)
         return;
-    size_t bytes = hyla_align_up((size_t)floats * sizeof(float));
+    size_t bytes = hyla_align_up((size_t)floats * (ex->bf16_kept[l].p[s] ? sizeof(uint16_t) : sizeof(float)));
     ex->kept_bytes_by_name[hyla_slot_ckpt(s)] += bytes;
     ex->kept_bytes_by_kind[ex->m->cfg.layer_kind[l] == HYLA_LAYER_FULL] += bytes;
 }
@@ -241,7 +276,11 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
                     next->p[HYLA_S_X] = alloc_slot(ex, &ex->work, floats, 0);
                 else if (slot_tier(ex, l + 1, HYLA_S_X) == HYLA_KEEP_OFFLOAD)
                     next->p[HYLA_S_X] = hyla_offload_stage(ex, l + 1, HYLA_S_X, floats, l & 1);
-                else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X)) {
+                else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X) && packs(ex, HYLA_S_X)) {
+                    next->p[HYLA_S_X] = ex->carry[(l + 1) & 1]; /* its fp32 form, while layer l + 1 runs */
+                    reserve_bf16_home(ex, l + 1, HYLA_S_X, floats);
+                    count_kept(ex, l + 1, HYLA_S_X, floats);
+                } else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X)) {
                     next->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, floats, 0);
                     count_kept(ex, l + 1, HYLA_S_X, floats);
                 } else
@@ -253,8 +292,10 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
         } else if (!in_backward && slot_tier(ex, l, s) == HYLA_KEEP_OFFLOAD) {
             t->p[s] = hyla_offload_stage(ex, l, s, floats, l & 1);
         } else {
-            int keep = !in_backward && hyla_executor_keeps(ex, l, s);
-            t->p[s] = alloc_slot(ex, keep ? &ex->ckpt : &ex->work, floats, 0);
+            int keep = !in_backward && hyla_executor_keeps(ex, l, s), as_bf16 = keep && packs(ex, s);
+            if (as_bf16)
+                reserve_bf16_home(ex, l, s, floats);
+            t->p[s] = alloc_slot(ex, keep && !as_bf16 ? &ex->ckpt : &ex->work, floats, 0);
             if (keep)
                 count_kept(ex, l, s, floats);
         }
@@ -265,8 +306,9 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
 static void drop_transients(hyla_executor *ex, int l)
 {
     hyla_tape *t = &ex->tapes[l];
-    for (int s = 0; s < HYLA_S__COUNT; s++) /* a non-kept X lives in a carry buffer that layer l+1 reuses */
-        if (t->p[s] && s != HYLA_S_Y && !hyla_executor_keeps(ex, l, (hyla_slot)s))
+    for (int s = 0; s < HYLA_S__COUNT; s++) /* a non-kept X lives in a carry buffer that layer l+1 reuses; a
+                                                * packed slot's fp32 form goes with the layer's work */
+        if (t->p[s] && s != HYLA_S_Y && (!hyla_executor_keeps(ex, l, (hyla_slot)s) || ex->bf16_kept[l].p[s]))
             t->p[s] = NULL;
     if (l + 1 == ex->m->cfg.n_layers)
         return; /* final hidden stays for the loss head */
@@ -286,6 +328,10 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     int64_t H = cfg->hidden;
     if (slot_tier(ex, 0, HYLA_S_X) == HYLA_KEEP_OFFLOAD) {
         t0->p[HYLA_S_X] = hyla_offload_stage(ex, 0, HYLA_S_X, ex->n * H, 1); /* half of "layer -1" */
+    } else if (hyla_executor_keeps(ex, 0, HYLA_S_X) && packs(ex, HYLA_S_X)) {
+        t0->p[HYLA_S_X] = ex->carry[0];
+        reserve_bf16_home(ex, 0, HYLA_S_X, ex->n * H);
+        count_kept(ex, 0, HYLA_S_X, ex->n * H);
     } else if (hyla_executor_keeps(ex, 0, HYLA_S_X)) {
         t0->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, ex->n * H, 0);
         count_kept(ex, 0, HYLA_S_X, ex->n * H);
@@ -301,6 +347,8 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
         for (int64_t i = 0; i < ex->n; i++)
             memcpy(t0->p[HYLA_S_X] + i * H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
     }
+    if (!ex->dry && ex->bf16_kept[0].p[HYLA_S_X]) /* embedding rows of the bf16 copy: bf16 values */
+        hyla_bf16_pack(ex->bf16_kept[0].p[HYLA_S_X], t0->p[HYLA_S_X], ex->n * H);
     hyla_offload_write(ex, -1, HYLA_S_Y); /* X_0, "layer -1"'s output */
 }
 
@@ -316,15 +364,20 @@ static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_ma
             if (i0 == 0 && !ex->forward_only) /* layer l stages into half l & 1, last used by layer l - 2 */
                 hyla_offload_reuse_half(ex, l & 1, ex->write_ticket[l & 1]);
             for (int i = i0; i < i1; i++) {
-                alloc_outputs(ex, l, ex->ops[l][i], 0);
-                run_fwd(ex, l, ex->ops[l][i], 0, aux_rows);
+                const hyla_layer_op *op = ex->ops[l][i];
+                for (int k = 0; k < op->n_in; k++) /* a packed input from the layer's previous segment */
+                    if (!ex->tapes[l].p[op->in[k]] && ex->bf16_kept[l].p[op->in[k]])
+                        widen_kept(ex, l, op->in[k]);
+                alloc_outputs(ex, l, op, 0);
+                run_fwd(ex, l, op, 0, aux_rows);
             }
             hyla_arena_reset_to(&ex->work, wmark);
             if (i1 == ex->n_ops[l])
                 drop_transients(ex, l);
-            else /* mixer part done: only the kept slots survive into the FFN part */
+            else /* mixer part done: only the kept slots survive into the FFN part (packed: as bf16) */
                 for (int s = 0; s < HYLA_S__COUNT; s++)
-                    if (ex->tapes[l].p[s] && s != HYLA_S_X && !hyla_executor_keeps(ex, l, (hyla_slot)s))
+                    if (ex->tapes[l].p[s] && s != HYLA_S_X &&
+                        (!hyla_executor_keeps(ex, l, (hyla_slot)s) || ex->bf16_kept[l].p[s]))
                         ex->tapes[l].p[s] = NULL;
         }
     }
@@ -475,6 +528,14 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
     HYLA_ASSERT(nl <= 64);
     memset(need, 0, sizeof(slot_flags) * (size_t)nl);
     memset(run, 0, sizeof run);
+    FOR_UNIT_OPS(ex, un, l, i) { /* packed checkpoints the unit's ops touch: back to fp32 */
+        const hyla_layer_op *op = ex->ops[l][i];
+        for (int k = 0; k < op->n_in + op->n_out; k++) {
+            hyla_slot s = k < op->n_in ? op->in[k] : op->out[k - op->n_in];
+            if (s != HYLA_S_Y && !ex->tapes[l].p[s] && ex->bf16_kept[l].p[s])
+                widen_kept(ex, l, s);
+        }
+    }
     plan_recompute(ex, un, need, run);
     FOR_UNIT_OPS(ex, un, l, i) {
         if (!run[l - un->layer0][i])
@@ -579,6 +640,7 @@ static void reset_state(hyla_executor *ex)
 {
     size_t L = (size_t)ex->m->cfg.n_layers;
     memset(ex->tapes, 0, sizeof(hyla_tape) * L);
+    memset(ex->bf16_kept, 0, sizeof *ex->bf16_kept * L);
     hyla_offload_reset(ex);
     int64_t E = ex->m->cfg.n_experts > 0 ? ex->m->cfg.n_experts : 1;
     memset(ex->aux_counts, 0, (size_t)E * sizeof(double));
@@ -592,6 +654,10 @@ static void reset_state(hyla_executor *ex)
 static void forget_unit(hyla_executor *ex, int u)
 {
     const hyla_unit *un = &ex->units[u];
+    for (int l = un->layer0; l <= un->layer1; l++) /* unpacked forms lived in the unit's work */
+        for (int s = 0; s < HYLA_S__COUNT; s++)
+            if (ex->bf16_kept[l].p[s])
+                ex->tapes[l].p[s] = NULL;
     FOR_UNIT_OPS(ex, un, l, i)
         for (int o = 0; o < ex->ops[l][i]->n_out; o++)
             ex->tapes[l].p[ex->ops[l][i]->out[o]] = NULL;
@@ -746,6 +812,7 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     int64_t nH = ex->n * cfg->hidden, E = cfg->n_experts > 0 ? cfg->n_experts : 1;
     ex->tapes = calloc((size_t)cfg->n_layers, sizeof(hyla_tape));
     ex->fetched = calloc((size_t)cfg->n_layers, sizeof(hyla_tape));
+    ex->bf16_kept = calloc((size_t)cfg->n_layers, sizeof *ex->bf16_kept);
     ex->host_off = malloc((size_t)cfg->n_layers * HYLA_S__COUNT * sizeof(size_t));
     ex->offl_written = calloc((size_t)cfg->n_layers * HYLA_S__COUNT, 1);
     size_t per_token = plan_only ? 1 : (size_t)ex->n; /* planning reads no positions or labels */
@@ -866,6 +933,7 @@ void hyla_executor_free(hyla_executor *ex)
             hyla_arena_free(&ex->xfer[h]);
     free(ex->tapes);
     free(ex->fetched);
+    free(ex->bf16_kept);
     free(ex->host_off);
     free(ex->offl_written);
     free(ex->pos);

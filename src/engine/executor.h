@@ -76,6 +76,11 @@ typedef struct {
     size_t *layer_lo, *layer_hi;       /* [n_layers] table ranges (per-layer updates) */
     size_t window_lo;                  /* table offset of updates->window[0] in the current unit */
     hyla_tape *tapes;      /* [n_layers] forward slots */
+    /* bf16 compute: a kept checkpoint that holds bf16 values (hyla_slot_is_bf16) is stored as
+     * bf16 in the checkpoint arena, [n_layers] (NULL: not packed). Its fp32 form lives in the
+     * work arena while its layer's forward segment runs, and again (unpacked) while its unit's
+     * backward runs; the tape points there only then. */
+    struct hyla_bf16_tape_s { uint16_t *p[HYLA_S__COUNT]; } *bf16_kept;
     float *carry[2];       /* [n,H] forward carries for non-kept layer inputs */
     float *dcarry[2];      /* [n,H] activation gradients crossing unit boundaries */
     int64_t *pos;          /* [n] */
