@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 
 #include "cli/commands.h"
+#include "cli/dtype_flags.h"
 #include "cli/options.h"
 #include "core/error.h"
 #include "io/fileio.h"
@@ -32,7 +33,8 @@ static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
            hyla_remat_unit_name(pc->unit), (long long)p->params);
     printf(" \"argument_bytes\": %.0f, \"param_bytes\": %.0f, \"optimizer_bytes\": %.0f, \"batch_bytes\": %.0f,\n",
            p->argument_bytes, p->param_bytes, p->opt_bytes, p->batch_bytes);
-    printf(" \"trained_params\": %lld, \"adapter_bytes\": %.0f,\n", (long long)p->trained_params, p->adapter_bytes);
+    printf(" \"trained_params\": %lld, \"adapter_bytes\": %.0f, \"compute_copy_bytes\": %.0f, \"act_dtype\": \"%s\",\n",
+           (long long)p->trained_params, p->adapter_bytes, p->compute_copy_bytes, pc->act_bytes == 2 ? "bf16" : "f32");
     printf(" \"temp_bytes\": %.0f, \"checkpoint_bytes\": %.0f, \"work_bytes\": %.0f, \"offload_staging_bytes\": %.0f, "
            "\"carry_bytes\": %.0f, \"gradient_bytes\": %.0f, \"gathered_weight_bytes\": %.0f, \"total_bytes\": %.0f, "
            "\"host_bytes\": %.0f, \"head_bytes\": %.0f,\n",
@@ -68,8 +70,11 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
         printf(" frozen + a LoRA adapter of %.3f M trained (fp32 weights, gradients and moments: the adapter's only)",
                p->trained_params / 1e6);
     printf("; per device (GB = 1e9 bytes):\n");
-    printf("  argument %9.3f GB (%8.3f GiB) = parameters %.3f + AdamW moments %.3f + batch %.6f\n", p->argument_bytes / G,
+    printf("  argument %9.3f GB (%8.3f GiB) = parameters %.3f + AdamW moments %.3f + batch %.6f", p->argument_bytes / G,
            p->argument_bytes / Gi, p->param_bytes / G, p->opt_bytes / G, p->batch_bytes / G);
+    if (p->compute_copy_bytes > 0)
+        printf(" + bf16 compute copy %.3f", p->compute_copy_bytes / G);
+    printf("\n");
     printf("  temp     %9.3f GB (%8.3f GiB) = checkpoints %.3f + working set %.3f + carries %.3f + gradients %.3f"
            " + gathered weights %.3f%s",
            p->temp_bytes / G, p->temp_bytes / Gi, p->checkpoint_bytes / G, p->work_bytes / G, p->carry_bytes / G,
@@ -105,7 +110,7 @@ int hyla_cmd_plan(int argc, char **argv)
 {
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
     int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0;
-    int json = 0, per_layer = 0;
+    int json = 0, per_layer = 0, act_bf16 = 0;
     const char *svg = NULL, *budget_s = NULL, *host_s = NULL, *lora_targets = NULL;
     const hyla_opt opts[] = {
         {"--batch", OPT_INT, &batch, "N", "sequences per device (default 1)", 1, 1 << 20},
@@ -117,7 +122,8 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--param-dtype", OPT_STRING, &pd, "f32|bf16", "parameter storage (default f32)", 0, 0},
         {"--grad-dtype", OPT_STRING, &gd, "f32|bf16", "gradient storage (default f32)", 0, 0},
         {"--opt-dtype", OPT_STRING, &od, "f32|bf16", "AdamW moment storage (default f32)", 0, 0},
-        {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activation storage (default f32, what hyla runs)", 0, 0},
+        {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activations, checkpoints and matmul inputs (default f32): the "
+         "executor's own plan in that dtype", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
         {"--lora-rank", OPT_INT, &lora_rank, "R", "plan LoRA training of rank R (base frozen: no gradients or moments)", 1,
          65536},
@@ -159,8 +165,9 @@ int hyla_cmd_plan(int argc, char **argv)
     if ((is_auto ? hyla_parse_size(budget_s, &budget) : hyla_policy_parse(&pc.policy, remat)) ||
         hyla_remat_unit_parse(unit_s, &pc.unit) ||
         dtype_bytes("--param-dtype", pd, &pc.param_bytes) || dtype_bytes("--grad-dtype", gd, &pc.grad_bytes) ||
-        dtype_bytes("--opt-dtype", od, &pc.opt_bytes) || dtype_bytes("--act-dtype", ad, &pc.act_bytes))
+        dtype_bytes("--opt-dtype", od, &pc.opt_bytes) || hyla_cli_dtype_is_bf16("--act-dtype", ad, 0, &act_bf16))
         return hyla_cli_fail("plan");
+    pc.act_bytes = act_bf16 ? 2 : 4;
     struct stat sb;
     char cfg_path[4200];
     if (stat(pos[0], &sb) == 0 && S_ISDIR(sb.st_mode))

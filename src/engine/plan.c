@@ -41,16 +41,28 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     out->batch_bytes = 2.0 * (double)(pc->batch * pc->seq) * 4.0; /* token ids + labels, int32 */
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
 
+    if (pc->act_bytes != 4 && pc->act_bytes != 2)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: activations are f32 or bf16");
+    /* the executor's own planning pass in the activation dtype: bf16 compute keeps bf16
+     * checkpoints and plans the GEMMs' bf16 operands (nothing of the model but its config and
+     * table is read) */
+    hyla_model in_dtype = *m;
+    in_dtype.compute_dtype = pc->act_bytes == 2 ? HYLA_DT_BF16 : HYLA_DT_F32;
+    if (pc->act_bytes == 2 && !(pc->fsdp && pc->devices > 1)) /* the bf16 copy of the matrices, made once per step */
+        for (int i = 0; i < m->table.n_params; i++)
+            if (hyla_role_is_matrix(m->table.params[i].role))
+                out->compute_copy_bytes += 2.0 * (double)m->table.params[i].numel;
+    out->argument_bytes += out->compute_copy_bytes;
     hyla_executor ex;
-    HYLA_TRY(hyla_executor_plan(&ex, m, &pc->policy, pc->unit, pc->batch, pc->seq));
+    HYLA_TRY(hyla_executor_plan(&ex, &in_dtype, &pc->policy, pc->unit, pc->batch, pc->seq));
     size_t window = hyla_executor_window_floats(&ex);
-    double scale = pc->act_bytes / 4.0;
+    double scale = 1.0; /* the executor's bytes are the dtype's */
     out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;
     out->work_bytes = (double)ex.work_bytes * scale;
     out->head_bytes = (double)ex.head_bytes * scale;
     out->staging_bytes = (double)(ex.xfer_bytes[0] + ex.xfer_bytes[1]) * scale;
     out->host_bytes = (double)ex.host_bytes * scale;
-    out->carry_bytes = 4.0 * (double)(pc->batch * pc->seq * m->cfg.hidden) * pc->act_bytes;
+    out->carry_bytes = 4.0 * (double)(pc->batch * pc->seq * m->cfg.hidden) * 4.0; /* fp32 in every mode */
     for (int c = 0; c <= HYLA_CK__COUNT; c++)
         out->by_name[c] = (double)ex.kept_bytes_by_name[c] * scale;
     for (int c = 0; c <= HYLA_CK__COUNT; c++)

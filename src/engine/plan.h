@@ -1,9 +1,9 @@
 /* Memory plan of one training step (of the adapter alone when the model carries a LoRA adapter:
  * base weights frozen, so gradients and moments exist for the adapter's parameters only), computed without allocating it (hyla plan).
  *
- * Activation figures come from the executor's own planning pass (hyla_executor_plan): the exact
- * sizes its arenas take in a real step on this machine (fp32 activations), scaled by
- * act_bytes / 4 for other activation dtypes. Argument bytes follow XLA's terms: what persists
+ * Activation figures come from the executor's own planning pass (hyla_executor_plan) in the
+ * activation dtype (act_bytes 4: fp32, 2: bf16 compute): the exact sizes its arenas take in a
+ * real step. Argument bytes follow XLA's terms: what persists
  * across steps (parameters, optimizer moments, the batch). With FSDP-style sharding over
  * `devices`, parameters, gradients and moments are split evenly; each layer's weights are
  * gathered whole as a transient. Offloaded checkpoints are host bytes; their device cost is
@@ -22,13 +22,17 @@ typedef struct {
     hyla_remat_unit unit;
     int fsdp;                       /* shard parameters / gradients / moments over devices */
     int update_per_layer;           /* optimizer applied per layer in backward: gradients of one unit live at once */
-    double param_bytes, grad_bytes, opt_bytes, act_bytes; /* per element */
+    double param_bytes, grad_bytes, opt_bytes; /* per element (what-if storage for the sharded settings) */
+    double act_bytes;               /* 4: fp32, 2: bf16 compute (what hyla executes) */
 } hyla_plan_config;
 
 typedef struct {
     int64_t params;                 /* parameter count (the base model) */
     int64_t trained_params;         /* parameters with gradients and moments: all, or (LoRA) the adapter's */
     double adapter_bytes;           /* LoRA: the adapter's fp32 weights (part of argument_bytes) */
+    double compute_copy_bytes;      /* bf16 compute on one device: the bf16 copy of the matrix parameters,
+                                     * made once per step (part of argument_bytes); sharded (FSDP), the
+                                     * gathered layer is the copy */
     double param_bytes, opt_bytes, batch_bytes, argument_bytes;           /* per device */
     double checkpoint_bytes, work_bytes, staging_bytes, carry_bytes, grad_bytes, gathered_bytes, temp_bytes;
     double host_bytes;              /* offloaded checkpoints in the host tier */
