@@ -23,13 +23,14 @@ static void param_name(const hyla_param *p, const char *prefix, char *buf, size_
 typedef struct {
     const hyla_param_table *t;
     const hyla_adamw *opt;
+    const float *master; /* fp32 master weights (table layout) saved after the moments, or NULL */
 } moments_ctx;
 
 static int fill_moment(void *vctx, size_t index, void *dst)
 {
     const moments_ctx *c = vctx;
-    size_t i = index / 2;
-    const float *src = (index % 2 ? c->opt->v : c->opt->m) + c->t->params[i].offset;
+    size_t n2 = 2 * (size_t)c->t->n_params, i = index < n2 ? index / 2 : index - n2;
+    const float *src = (index >= n2 ? c->master : index % 2 ? c->opt->v : c->opt->m) + c->t->params[i].offset;
     memcpy(dst, src, (size_t)c->t->params[i].numel * sizeof(float));
     return HYLA_OK;
 }
@@ -38,6 +39,10 @@ static int fill_moment(void *vctx, size_t index, void *dst)
  * (the model's: layers.L.ROLE; an adapter's: adapter.I, its index in the adapter arena). */
 static void moment_name(const hyla_param_table *t, int adapter, size_t j, char *buf, size_t cap)
 {
+    if (j >= 2 * (size_t)t->n_params) { /* master weights */
+        param_name(&t->params[j - 2 * (size_t)t->n_params], "master", buf, cap);
+        return;
+    }
     const char *kind = j % 2 ? "exp_avg_sq" : "exp_avg";
     if (adapter)
         snprintf(buf, cap, "%s.adapter.%zu", kind, j / 2);
@@ -45,10 +50,12 @@ static void moment_name(const hyla_param_table *t, int adapter, size_t j, char *
         param_name(&t->params[j / 2], kind, buf, cap);
 }
 
-/* optimizer/model.safetensors under dir: both moments of every parameter of t. */
-static int write_moments(const char *dir, const hyla_param_table *t, const hyla_adamw *opt, int adapter)
+/* optimizer/model.safetensors under dir: both moments of every parameter of t, then (master not
+ * NULL: a model saved in bf16 after bf16-compute training) its fp32 master weights, master.NAME. */
+static int write_moments(const char *dir, const hyla_param_table *t, const hyla_adamw *opt, int adapter,
+                         const float *master)
 {
-    size_t n = 2 * (size_t)t->n_params;
+    size_t n = (master ? 3 : 2) * (size_t)t->n_params;
     hyla_st_entry *e = calloc(n ? n : 1, sizeof *e);
     char (*names)[96] = calloc(n ? n : 1, sizeof *names);
     int rc = e && names ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
@@ -57,10 +64,10 @@ static int write_moments(const char *dir, const hyla_param_table *t, const hyla_
         e[j].name = names[j];
         e[j].dtype = HYLA_DT_F32;
         e[j].ndim = 1;
-        e[j].shape[0] = t->params[j / 2].numel;
+        e[j].shape[0] = t->params[j < 2 * (size_t)t->n_params ? j / 2 : j - 2 * (size_t)t->n_params].numel;
     }
     if (rc == HYLA_OK) {
-        moments_ctx ctx = {t, opt};
+        moments_ctx ctx = {t, opt, master};
         char optdir[4300];
         snprintf(optdir, sizeof optdir, "%s/optimizer", dir);
         rc = hyla_mkdir_p(optdir);
@@ -72,27 +79,29 @@ static int write_moments(const char *dir, const hyla_param_table *t, const hyla_
     return rc;
 }
 
-static int read_moments(const char *dir, const hyla_param_table *t, hyla_adamw *opt, int adapter)
+/* The moments into opt, and master weights (if the file has them) into master. */
+static int read_moments(const char *dir, const hyla_param_table *t, hyla_adamw *opt, int adapter, float *master)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/optimizer/model.safetensors", dir);
     hyla_st_set set;
     HYLA_TRY(hyla_st_open_file(&set, path));
+    size_t n2 = 2 * (size_t)t->n_params, n = master && hyla_st_count(&set) == 3 * (size_t)t->n_params ? 3 * n2 / 2 : n2;
     int rc = HYLA_OK;
-    for (size_t j = 0; rc == HYLA_OK && j < 2 * (size_t)t->n_params; j++) {
+    for (size_t j = 0; rc == HYLA_OK && j < n; j++) {
         char name[96];
         moment_name(t, adapter, j, name, sizeof name);
-        const hyla_param *p = &t->params[j / 2];
+        const hyla_param *p = &t->params[j < n2 ? j / 2 : j - n2];
         const hyla_st_tensor *x = hyla_st_find(&set, name);
         if (!x)
             rc = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", path, name);
         else if (x->dtype != HYLA_DT_F32 || x->ndim != 1 || x->shape[0] != p->numel)
             rc = hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' must be F32 [%lld]", path, name, (long long)p->numel);
         else
-            memcpy((j % 2 ? opt->v : opt->m) + p->offset, x->data, x->nbytes);
+            memcpy((j >= n2 ? master : j % 2 ? opt->v : opt->m) + p->offset, x->data, x->nbytes);
     }
-    if (rc == HYLA_OK && hyla_st_count(&set) != 2 * (size_t)t->n_params)
-        rc = hyla_error_set(HYLA_ERR_MODEL, "%s: holds %zu tensors, expected %d", path, hyla_st_count(&set), 2 * t->n_params);
+    if (rc == HYLA_OK && hyla_st_count(&set) != n)
+        rc = hyla_error_set(HYLA_ERR_MODEL, "%s: holds %zu tensors, expected %zu", path, hyla_st_count(&set), n);
     hyla_st_close(&set);
     return rc;
 }
@@ -125,11 +134,14 @@ int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw 
     HYLA_TRY(hyla_outdir_begin(&o, dir, HYLA_OUTDIR_CHECKPOINT, "hyla train"));
     const char *tmp = o.tmp;
     char path[4300];
-    /* parameters in F32 whatever they were loaded from: training made them fp32 values */
-    hyla_model_set_save_dtype((hyla_model *)m, HYLA_DT_F32);
+    /* parameters in F32 whatever they were loaded from (training made them fp32 values), or, after
+     * bf16-compute training, in BF16 as users of such a model expect, with the fp32 master
+     * weights beside the moments so a resume continues exactly */
+    int bf16 = m->compute_dtype == HYLA_DT_BF16;
+    hyla_model_set_save_dtype((hyla_model *)m, bf16 ? HYLA_DT_BF16 : HYLA_DT_F32);
     int rc = hyla_model_write_files(m, tmp, NULL, 0);
     if (rc == HYLA_OK)
-        rc = write_moments(tmp, &m->table, opt, 0);
+        rc = write_moments(tmp, &m->table, opt, 0, bf16 ? m->w : NULL);
     if (rc == HYLA_OK) {
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         rc = write_state_json(path, opt, st);
@@ -219,7 +231,8 @@ static int read_state_json(const char *path, hyla_adamw *opt, hyla_train_state *
 int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw *opt, hyla_train_state *st)
 {
     char path[4200];
-    int rc = read_moments(dir, &m->table, opt, 0);
+    int rc = read_moments(dir, &m->table, opt, 0, m->w); /* master weights, if saved, replace the BF16 ones */
+    hyla_model_refresh_bf16((hyla_model *)m, 0, m->table.total_floats);
     if (rc == HYLA_OK) {
         snprintf(path, sizeof path, "%s/trainer_state.json", dir);
         rc = read_state_json(path, opt, st);
@@ -257,7 +270,7 @@ int hyla_checkpoint_save_adapter(const char *dir, const hyla_lora *L, const hyla
     HYLA_TRY(hyla_outdir_begin(&o, dir, HYLA_OUTDIR_CHECKPOINT, "hyla train"));
     int rc = hyla_lora_write(L, base, o.tmp, base_model);
     if (rc == HYLA_OK)
-        rc = write_moments(o.tmp, &L->table, opt, 1);
+        rc = write_moments(o.tmp, &L->table, opt, 1, NULL);
     if (rc == HYLA_OK) {
         char path[4300];
         snprintf(path, sizeof path, "%s/trainer_state.json", o.tmp);
@@ -271,7 +284,7 @@ int hyla_checkpoint_save_adapter(const char *dir, const hyla_lora *L, const hyla
 
 int hyla_checkpoint_load_adapter_state(const char *dir, const hyla_lora *L, hyla_adamw *opt, hyla_train_state *st)
 {
-    HYLA_TRY(read_moments(dir, &L->table, opt, 1));
+    HYLA_TRY(read_moments(dir, &L->table, opt, 1, NULL));
     char path[4200];
     snprintf(path, sizeof path, "%s/trainer_state.json", dir);
     return read_state_json(path, opt, st);

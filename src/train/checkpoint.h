@@ -1,9 +1,11 @@
 /* Training checkpoints: everything needed to continue a run bit-identically.
  *
  * Directory layout:
- *   config.json, model.safetensors (or shards)  parameters, F32, in the model's HF layout
- *   optimizer.safetensors                       AdamW moments: exp_avg.NAME, exp_avg_sq.NAME
- *                                               (NAME = internal parameter, e.g. layers.3.gdn_qkv)
+ *   config.json, model.safetensors (or shards)  parameters, F32 (BF16 after bf16-compute training),
+ *                                               in the model's HF layout
+ *   optimizer/model.safetensors                 AdamW moments: exp_avg.NAME, exp_avg_sq.NAME
+ *                                               (NAME = internal parameter, e.g. layers.3.gdn_qkv);
+ *                                               with a BF16 model, the fp32 master weights master.NAME
  *   trainer_state.json                          step, data position and source, seed, schedule
  * Written into DIR.tmp.PID; only when complete is it exchanged with DIR in one atomic
  * renameat2(RENAME_EXCHANGE), so at every instant DIR is a complete checkpoint (the previous or
