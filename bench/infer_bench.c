@@ -2,9 +2,13 @@
  * tokens/s (NEW tokens, recurrent rule, KV/state caches), fp32; decode bandwidth as bytes of
  * active weights read per token x tokens/s, as % of the machine's measured DRAM read bandwidth
  * (54 GB/s on the reference machine; override HYLA_DRAM_GBS).
- * usage: infer_bench MODEL_DIR [SEQ=512] [NEW=128]   (one JSON object) */
+ * DTYPE bf16: the model's matrices read straight into bf16 (hyla_model_load_bf16), bf16 compute;
+ * the resident set after loading is reported either way.
+ * usage: infer_bench MODEL_DIR [SEQ=512] [NEW=128] [DTYPE=f32|bf16]   (one JSON object) */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "core/error.h"
 #include "infer/generate.h"
@@ -19,11 +23,19 @@ int main(int argc, char **argv)
     int64_t T = argc > 2 ? atoll(argv[2]) : 512, NEW = argc > 3 ? atoll(argv[3]) : 128;
     const char *bw_env = getenv("HYLA_DRAM_GBS");
     double dram = bw_env ? atof(bw_env) : 54.0;
+    int bf16 = argc > 4 && !strcmp(argv[4], "bf16");
     hyla_model m;
-    if (hyla_model_load(&m, argv[1])) {
+    if (bf16 ? hyla_model_load_bf16(&m, argv[1]) : hyla_model_load(&m, argv[1])) {
         fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
         return 1;
     }
+    long pages = 0, resident = 0;
+    FILE *statm = fopen("/proc/self/statm", "r");
+    if (statm && fscanf(statm, "%ld %ld", &pages, &resident) != 2)
+        resident = 0;
+    if (statm)
+        fclose(statm);
+    double rss_after_load = (double)resident * (double)sysconf(_SC_PAGESIZE);
     int32_t *prompt = malloc((size_t)T * sizeof *prompt), *out = malloc((size_t)NEW * sizeof *out);
     for (int64_t i = 0; i < T; i++)
         prompt[i] = (int32_t)((i * 7919 + 13) % m.cfg.vocab);
@@ -45,14 +57,15 @@ int main(int argc, char **argv)
     hyla_params_count(&m.table, &pc);
     /* weights read per decoded token: every active parameter except the embedding table, of
      * which one row is read */
-    double bytes_per_token = 4.0 * (double)(pc.active - m.cfg.vocab * m.cfg.hidden + m.cfg.hidden);
+    double wbytes = bf16 ? 2.0 : 4.0; /* bf16: the matrices; the small fp32 vectors are neglected */
+    double bytes_per_token = wbytes * (double)(pc.active - m.cfg.vocab * m.cfg.hidden + m.cfg.hidden);
     if (m.cfg.tie_word_embeddings)
-        bytes_per_token += 4.0 * (double)(m.cfg.vocab * m.cfg.hidden);
+        bytes_per_token += wbytes * (double)(m.cfg.vocab * m.cfg.hidden);
     double pf = best.prefill_tokens / best.prefill_seconds, dc = best.decode_tokens / best.decode_seconds;
-    printf("{\"engine\": \"hyla\", \"seq\": %lld, \"new\": %lld, \"params_total\": %lld, \"params_active\": %lld, "
+    printf("{\"engine\": \"hyla\", \"dtype\": \"%s\", \"resident_bytes_after_load\": %.0f, \"seq\": %lld, \"new\": %lld, \"params_total\": %lld, \"params_active\": %lld, "
            "\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f, \"decode_weight_bytes_per_token\": %.4g, "
            "\"decode_bandwidth_gbs\": %.1f, \"decode_pct_of_dram_bw\": %.1f, \"dram_gbs\": %.1f}\n",
-           (long long)T, (long long)NEW, (long long)pc.total, (long long)pc.active, pf, dc, bytes_per_token,
+           bf16 ? "bf16" : "f32", rss_after_load, (long long)T, (long long)NEW, (long long)pc.total, (long long)pc.active, pf, dc, bytes_per_token,
            dc * bytes_per_token / 1e9, 100.0 * dc * bytes_per_token / 1e9 / dram, dram);
     free(prompt);
     free(out);

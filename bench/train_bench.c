@@ -1,6 +1,7 @@
 /* Training-step benchmark: activation memory (the step's planned arenas, equal to their measured
  * high-water marks) and step time per remat policy x unit, on one model and batch.
  * usage: train_bench MODEL_DIR BATCH SEQ STEPS [--vs REF_SPEC] SPEC [SPEC ...]   (JSON lines)
+ * HYLA_BENCH_ACT_DTYPE=bf16 in the environment: every SPEC in bf16 compute (--act-dtype bf16).
  *
  * SPEC is POLICY:UNIT, POLICY a preset or custom:NAME=device|remat|offload,..., or an auto
  * policy (--remat auto) for a memory budget:
@@ -38,12 +39,15 @@
 #include "engine/plan.h"
 #include "train/trainer.h"
 
+static int bench_bf16; /* HYLA_BENCH_ACT_DTYPE=bf16 */
+
 static hyla_plan_config plan_config(int64_t B, int64_t T, hyla_remat_unit unit)
 {
     hyla_plan_config pc; /* as hyla train --remat auto builds it: fp32 everything, one device */
     memset(&pc, 0, sizeof pc);
     pc.batch = B, pc.seq = T, pc.devices = 1, pc.unit = unit;
-    pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
+    pc.param_bytes = pc.grad_bytes = pc.opt_bytes = 4;
+    pc.act_bytes = bench_bf16 ? 2 : 4;
     return pc;
 }
 
@@ -277,6 +281,10 @@ int main(int argc, char **argv)
     hyla_model m;
     if (hyla_model_load(&m, argv[1]))
         die(argv[1]);
+    const char *act = getenv("HYLA_BENCH_ACT_DTYPE"); /* bf16: mixed precision (bf16 compute copy) */
+    bench_bf16 = act && !strcmp(act, "bf16");
+    if (bench_bf16 && hyla_model_set_compute_bf16(&m, 0))
+        die("bf16 compute");
     size_t wbytes = (size_t)m.table.total_floats * sizeof(float);
     float *w0 = vs ? NULL : malloc(wbytes);
     if (!vs && !w0)
