@@ -712,6 +712,55 @@ static void test_gemm_bf16(void)
     chk_end(&c);
 }
 
+/* ---- bf16 compute's products (core/gemm_bf16w.c): bf16 weights, activations as bf16 values in
+ * fp32 buffers; y = x W^T (skinny M <= 4 and blocked sgemm paths, N across several 256-row weight
+ * blocks) and dx += dy W, against float64 on the same values, with test_linear_bf16's bound. */
+static void test_linear_bf16w(void)
+{
+    const int64_t dims[][3] = {{1, 300, 33}, {4, 600, 64}, {5, 257, 48}, {70, 513, 96}};
+    chk c = chk_begin("linear bf16w (x W^T, dy W) vs float64");
+    for (int di = 0; di < 4; di++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t M = dims[di][0], N = dims[di][1], K = dims[di][2];
+            float *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4), *y0 = malloc((size_t)(M * N) * 4);
+            float *dy = malloc((size_t)(M * N) * 4), *dx = malloc((size_t)(M * K) * 4), *dx0 = malloc((size_t)(M * K) * 4);
+            float *scratch = malloc((size_t)hyla_bf16w_scratch_floats(M, K) * 4);
+            uint16_t *W = malloc((size_t)(N * K) * 2);
+            for (int64_t i = 0; i < M * K; i++) {
+                x[i] = hyla_bf16_to_f32(hyla_bf16_from_f32((float)hyla_rng_normal(&rng)));
+                dx[i] = dx0[i] = (float)hyla_rng_normal(&rng);
+            }
+            for (int64_t i = 0; i < N * K; i++)
+                W[i] = hyla_bf16_from_f32((float)(0.1 * hyla_rng_normal(&rng)));
+            for (int64_t i = 0; i < M * N; i++) {
+                y[i] = y0[i] = acc ? (float)hyla_rng_normal(&rng) : NAN;
+                dy[i] = hyla_bf16_to_f32(hyla_bf16_from_f32((float)hyla_rng_normal(&rng)));
+            }
+            hyla_linear_bf16w(y, x, W, M, K, N, acc, scratch);
+            hyla_linear_bf16w_dx(dx, dy, W, M, K, N, scratch);
+            for (int64_t i = 0; i < M; i++) {
+                for (int64_t n = 0; n < N; n++) {
+                    double ref = acc ? y0[i * N + n] : 0.0, mag = acc ? fabs(y0[i * N + n]) : 0.0;
+                    for (int64_t k = 0; k < K; k++) {
+                        double t = (double)x[i * K + k] * hyla_bf16_to_f32(W[n * K + k]);
+                        ref += t, mag += fabs(t);
+                    }
+                    chk_val(&c, y[i * N + n], ref, (double)(K + 1) * U * mag + 1e-30);
+                }
+                for (int64_t k = 0; k < K; k++) {
+                    double ref = dx0[i * K + k], mag = fabs(dx0[i * K + k]);
+                    for (int64_t n = 0; n < N; n++) {
+                        double t = (double)dy[i * N + n] * hyla_bf16_to_f32(W[n * K + k]);
+                        ref += t, mag += fabs(t);
+                    }
+                    chk_val(&c, dx[i * K + k], ref, (double)(N + 1) * U * mag + 1e-30);
+                }
+            }
+            free(x), free(y), free(y0), free(dy), free(dx), free(dx0), free(scratch), free(W);
+        }
+    chk_end(&c);
+}
+
 /* ---- bf16 array conversions: exactly the scalar definition (core/bf16.h) -----------------------
  * Every bf16 pattern unpacks to its float and packs back to itself (NaNs keep their payload's top
  * bits and stay NaNs); random fp32 bit patterns (every exponent, NaNs and infinities included)
@@ -777,6 +826,7 @@ int main(int argc, char **argv)
     test_aux_loss();
     test_linear_bf16();
     test_gemm_bf16();
+    test_linear_bf16w();
     test_bf16_arrays();
     test_threads(max_threads);
     bench_attention();

@@ -36,6 +36,17 @@ const char *hyla_bf16_skinny_kernel_name(void);
 void hyla_gemm_bf16(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const uint16_t *A, const uint16_t *B,
                     int accumulate, float *C); /* "avx512bf16" or "scalar" */
 
+/* bf16 compute's products (core/gemm_bf16w.c): bf16 weights W[N,K], activations x[M,K] / dy[M,N]
+ * given as fp32 buffers holding bf16 values, fp32 accumulation:
+ *   hyla_linear_bf16w:    y[M,N] (+)= x W^T
+ *   hyla_linear_bf16w_dx: dx[M,K] += dy W
+ * scratch: hyla_bf16w_scratch_floats(M, K) floats. (The weight gradient dy^T x of such buffers
+ * is a plain hyla_gemm: both are fp32 buffers.) */
+int64_t hyla_bf16w_scratch_floats(int64_t M, int64_t K);
+void hyla_linear_bf16w(float *y, const float *x, const uint16_t *W, int64_t M, int64_t K, int64_t N, int accumulate,
+                       float *scratch);
+void hyla_linear_bf16w_dx(float *dx, const float *dy, const uint16_t *W, int64_t M, int64_t K, int64_t N, float *scratch);
+
 /* Non-zero while the calling thread is inside the GEMM library. The library may allocate its
  * own packing buffers; tests that assert "no allocation inside a step" exclude those. */
 extern _Thread_local int hyla_in_gemm_library;

@@ -181,7 +181,7 @@ static float *op_scratch(hyla_executor *ex, const hyla_layer_op *op, int64_t own
 static void point_scratch(const hyla_executor *ex, const hyla_layer_op *op, hyla_op_ctx *c, float *scratch, int64_t own)
 {
     c->lora_scratch = scratch + own;
-    c->bf16_scratch = (uint16_t *)(void *)(scratch + own + lora_scratch(ex, op));
+    c->bf16_scratch = scratch + own + lora_scratch(ex, op);
 }
 
 /* bf16 compute: the op's outputs that are bf16 activations now hold bf16 values (a recompute
@@ -416,10 +416,10 @@ static void loss_head(hyla_executor *ex, float *grads, float *logits_out, float 
     float *chunk = logits_out ? NULL : alloc_slot(ex, &ex->work, rows * V, 0);
     double *row_ce = (double *)alloc_slot(ex, &ex->work, 2 * n, 0); /* [n] doubles */
     float *dxn = grads ? alloc_slot(ex, &ex->work, n * H, 1) : NULL;
-    /* bf16 compute: the normed rows and (training) one chunk of dlogits as bf16 operands */
+    /* bf16 compute: the normed rows and dlogits are rounded in place; the products widen lm_head
+     * rows into this scratch */
     int bf16 = bf16_compute(ex);
-    uint16_t *xn16 = bf16 ? (uint16_t *)(void *)alloc_slot(ex, &ex->work, (n * H + 1) / 2, 0) : NULL;
-    uint16_t *dl16 = bf16 && grads ? (uint16_t *)(void *)alloc_slot(ex, &ex->work, (rows * V + 1) / 2, 0) : NULL;
+    float *wide = bf16 ? alloc_slot(ex, &ex->work, hyla_bf16w_scratch_floats(rows, H), 0) : NULL;
     ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
     if (ex->dry)
         return;
@@ -428,29 +428,26 @@ static void loss_head(hyla_executor *ex, float *grads, float *logits_out, float 
     const uint16_t *head16 = hyla_model_param_bf16(ex->m, HYLA_P_LM_HEAD, -1);
     float *dhead = grads ? param_grad(ex, grads, HYLA_P_LM_HEAD) : NULL;
     hyla_rmsnorm1p_fwd(xn, NULL, y, wn, n, H, eps);
-    if (bf16)
-        hyla_bf16_pack(xn16, xn, n * H);
+    if (bf16) /* lm_head's input: bf16 values (the final norm's backward reads y, not xn) */
+        hyla_bf16_round(xn, n * H);
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         int64_t m = n - r0 < rows ? n - r0 : rows;
         float *logits = logits_out ? logits_out + r0 * V : chunk;
         if (bf16)
-            hyla_gemm_bf16(0, 1, m, V, H, xn16 + r0 * H, head16, 0, logits);
+            hyla_linear_bf16w(logits, xn + r0 * H, head16, m, H, V, 0, wide);
         else
             hyla_linear(logits, xn + r0 * H, head, m, H, V, 0);
         hyla_cross_entropy_rows(row_ce + r0, logits, ex->labels + r0, m, V);
         if (grads) {
             hyla_cross_entropy_bwd(logits, logits, ex->labels + r0, m, V, ce_scale); /* in place: dlogits */
-            if (bf16) {
-                hyla_bf16_pack(dl16, logits, m * V);
-                hyla_gemm_bf16(0, 0, m, H, V, dl16, head16, 1, dxn + r0 * H);
+            if (bf16) { /* dlogits as a bf16 matmul input */
+                hyla_bf16_round(logits, m * V);
+                hyla_linear_bf16w_dx(dxn + r0 * H, logits, head16, m, H, V, wide);
             } else
                 hyla_linear_bwd(dxn + r0 * H, NULL, logits, xn + r0 * H, head, m, H, V);
             for (int64_t b0 = 0; dhead && b0 < m; b0 += HYLA_HEAD_ROWS) { /* lm_head's gradient: fixed blocks of rows */
                 int64_t bm = m - b0 < HYLA_HEAD_ROWS ? m - b0 : HYLA_HEAD_ROWS;
-                if (bf16)
-                    hyla_gemm_bf16(1, 0, V, H, bm, dl16 + b0 * V, xn16 + (r0 + b0) * H, 1, dhead);
-                else
-                    hyla_linear_bwd(NULL, dhead, logits + b0 * V, xn + (r0 + b0) * H, head, bm, H, V);
+                hyla_linear_bwd(NULL, dhead, logits + b0 * V, xn + (r0 + b0) * H, head, bm, H, V); /* W unused */
             }
         }
     }

@@ -108,26 +108,33 @@ int hyla_slot_is_bf16(hyla_slot s)
     }
 }
 
-int64_t hyla_bf16_scratch_floats(const hyla_config *cfg, int64_t n)
+/* The widest side of any projection: hidden on one side, at most this on the other. */
+static int64_t widest_side(const hyla_config *cfg)
 {
-    /* every projection has hidden on one side and at most `wide` on the other, and runs on at
-     * most n rows (a routed expert gets each token at most once) */
     int64_t wide = hyla_cfg_conv_dim(cfg);
-    int64_t sides[] = {hyla_cfg_value_dim(cfg), 2 * cfg->n_heads * cfg->head_dim, cfg->n_kv_heads * cfg->head_dim,
-                       2 * cfg->moe_inter, 2 * cfg->shared_inter, 2 * cfg->inter, cfg->lin_v_heads};
+    int64_t sides[] = {cfg->hidden, hyla_cfg_value_dim(cfg), 2 * cfg->n_heads * cfg->head_dim,
+                       cfg->n_kv_heads * cfg->head_dim, 2 * cfg->moe_inter, 2 * cfg->shared_inter, 2 * cfg->inter,
+                       cfg->lin_v_heads};
     for (size_t i = 0; i < sizeof sides / sizeof *sides; i++)
         wide = sides[i] > wide ? sides[i] : wide;
-    return (n * (cfg->hidden + wide) + 1) / 2;
+    return wide;
+}
+
+int64_t hyla_bf16_scratch_floats(const hyla_config *cfg, int64_t n)
+{
+    /* backward: dy rounded to bf16 values, [rows <= n (a routed expert gets each token at most
+     * once), out]; then the product's own scratch (widened weight rows) */
+    int64_t D = widest_side(cfg);
+    return n * D + hyla_bf16w_scratch_floats(n, D);
 }
 
 void hyla_op_linear(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *y, const float *x, int64_t n,
                     int64_t in, int64_t out)
 {
     const uint16_t *W16 = hyla_model_param_bf16(c->m, role, c->layer);
-    if (W16) {
-        hyla_bf16_pack(c->bf16_scratch, x, n * in);
-        hyla_gemm_bf16(0, 1, n, out, in, c->bf16_scratch, W16 + row0 * in, 0, y);
-    } else
+    if (W16) /* x holds bf16 values: every projection's input is a bf16 slot, rounded by its producer */
+        hyla_linear_bf16w(y, x, W16 + row0 * in, n, in, out, 0, c->bf16_scratch);
+    else
         hyla_linear(y, x, hyla_op_w(c, role) + row0 * in, n, in, out, 0);
     if (c->lora)
         hyla_lora_fwd(c->lora, hyla_param_find(&c->m->table, role, c->layer), row0, out, y, x, n, in, c->lora_scratch);
@@ -138,15 +145,14 @@ void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, floa
 {
     float *dW = hyla_op_dw(c, role);
     const uint16_t *W16 = hyla_model_param_bf16(c->m, role, c->layer);
-    if (W16) {
-        uint16_t *dy16 = c->bf16_scratch, *x16 = c->bf16_scratch + n * out;
-        hyla_bf16_pack(dy16, dy, n * out);
+    if (W16) { /* dy as a bf16 matmul input: a rounded copy (the adapter path reads dy itself) */
+        float *dyr = c->bf16_scratch, *work = c->bf16_scratch + n * widest_side(&c->m->cfg);
+        memcpy(dyr, dy, (size_t)(n * out) * sizeof *dyr);
+        hyla_bf16_round(dyr, n * out);
         if (dx)
-            hyla_gemm_bf16(0, 0, n, in, out, dy16, W16 + row0 * in, 1, dx);
-        if (dW) {
-            hyla_bf16_pack(x16, x, n * in);
-            hyla_gemm_bf16(1, 0, out, in, n, dy16, x16, 1, dW + row0 * in);
-        }
+            hyla_linear_bf16w_dx(dx, dyr, W16 + row0 * in, n, in, out, work);
+        if (dW) /* dy^T x: both bf16 values in fp32 buffers */
+            hyla_gemm(1, 0, out, in, n, 1.0f, dyr, out, x, in, 1.0f, dW + row0 * in, in);
     } else
         hyla_linear_bwd(dx, dW ? dW + row0 * in : NULL, dy, x, hyla_op_w(c, role) + row0 * in, n, in, out);
     if (c->lora && c->lora_grads)

@@ -113,8 +113,8 @@ typedef struct {
     float *lora_grads;
     float *lora_scratch;
     /* bf16 compute (m->compute_dtype == HYLA_DT_BF16): ops with .lora set get this scratch for
-     * their projections' bf16 operands, hyla_bf16_scratch_floats(cfg, n) floats */
-    uint16_t *bf16_scratch;
+     * their projections (rounded dy, widened weight rows), hyla_bf16_scratch_floats(cfg, n) floats */
+    float *bf16_scratch;
 } hyla_op_ctx;
 
 typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);
@@ -150,8 +150,8 @@ const char *hyla_slot_name(hyla_slot s);
  * The fp32-only slots are gate logits and gates (BL, AL, G, BETA, SG), RoPE tables, the
  * log-sum-exp, router logits, probabilities and weights, and the int32 index tables. */
 int hyla_slot_is_bf16(hyla_slot s);
-/* Scratch floats a projection op needs in bf16 compute: the bf16 operands of its largest
- * projection, n rows x (hidden + widest projection side) bf16 values. */
+/* Scratch floats a projection op needs in bf16 compute (its largest projection's rounded dy and
+ * the product's widened weight rows). */
 int64_t hyla_bf16_scratch_floats(const hyla_config *cfg, int64_t n);
 
 /* Parameter views for ops. */
@@ -161,8 +161,8 @@ float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role);           /* its gradie
 /* A projection of this layer through internal rows [row0, row0 + out) of parameter `role`:
  * y[n, out] = x[n, in] W[row0:row0+out]^T, plus the LoRA path of the adapter (if any) over those
  * rows. Backward: dx += dy W (+ the adapter's), dW += dy^T x unless frozen, adapter grads.
- * In bf16 compute all three products take bf16 operands (x, dy rounded to bf16; W the bf16
- * copy) and accumulate in fp32 (hyla_gemm_bf16); the adapter path stays fp32. */
+ * In bf16 compute all three products take bf16 operands (x holds bf16 values, dy is rounded, W
+ * is the bf16 copy) and accumulate in fp32 (hyla_linear_bf16w); the adapter path stays fp32. */
 void hyla_op_linear(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *y, const float *x, int64_t n,
                     int64_t in, int64_t out);
 void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *dx, const float *dy,
