@@ -34,8 +34,9 @@ const char *hyla_remat_unit_name(hyla_remat_unit u);
 
 #define HYLA_MAX_UNITS (2 * HYLA_MAX_LAYERS)
 /* Rows of logits the loss head computes at once: its working set is HYLA_HEAD_ROWS x vocab, not
- * tokens x vocab (Qwen3.5's 248,320-token vocabulary: 254 MB in fp32 instead of 8 GB at 8k tokens). */
-#define HYLA_HEAD_ROWS 256
+ * tokens x vocab (Qwen3.5's 248,320-token vocabulary: 127 MB in fp32 instead of 8 GB at 8k tokens;
+ * with the normed rows and their gradient the head of Qwen3.5-35B-A3B at 8k tokens is 0.26 GB). */
+#define HYLA_HEAD_ROWS 128
 
 typedef struct {
     int layer0, layer1;    /* layers [layer0, layer1] */
