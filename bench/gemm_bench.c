@@ -1,11 +1,13 @@
 /* GEMM seam benchmark on hyla's shapes, in one run: fp32 oneDNN (dnnl_sgemm) vs OpenBLAS
  * (cblas_sgemm), and hyla's bf16 linear (hyla_linear_bf16: oneDNN bf16 matmul, or hyla's skinny
- * kernel for M <= 4) with fp32 accumulation. Prints one JSON object per shape and a summary;
+ * kernel for M <= 4) with fp32 accumulation, and bf16 compute's product (hyla_linear_bf16w: bf16
+ * weights widened per 256-row block into the fp32 sgemm; the skinny kernel for M <= 4).
+ * Prints one JSON object per shape and a summary;
  * GFLOP/s and % of the machine's peaks, measured in the same run by a register-only loop of 24
  * independent 512-bit FMAs / vdpbf16ps per thread (the most either instruction can retire; the
  * issue's "BF16 dot 800 GFLOP/s" is the datasheet rate, not what this machine retires; override
  * with HYLA_PEAK_GFLOPS / HYLA_PEAK_BF16_GFLOPS).
- * Linear layers are y[M,N] = x[M,K] W[N,K]^T (trans_b). */
+ * Linear layers are y[M,N] = x[M,K] W[N,K]^T (trans_b). usage: gemm_bench [--peaks] */
 #include <cblas.h>
 #include <dnnl.h>
 #include <omp.h>
@@ -30,6 +32,7 @@ typedef struct {
 } shape;
 
 static const uint16_t *A16, *B16; /* A, B as bf16 */
+static float *A_rounded, *scratch_w; /* A as bf16 values in fp32 (bf16 compute's activations); bf16w scratch */
 
 static double run(int backend, const shape *s, float *A, float *B, float *C)
 {
@@ -44,6 +47,8 @@ static double run(int backend, const shape *s, float *A, float *B, float *C)
                 dnnl_sgemm('N', 'T', s->M, s->N, s->K, 1.0f, A, s->K, B, s->K, 0.0f, C, s->N);
             else if (backend == 2)
                 hyla_linear_bf16(C, A16, B16, s->M, s->K, s->N, 0);
+            else if (backend == 3)
+                hyla_linear_bf16w(C, A_rounded, B16, s->M, s->K, s->N, 0, scratch_w);
             else
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->M, s->N, s->K, 1.0f, A, s->K, B, s->K, 0.0f, C,
                             s->N);
@@ -106,8 +111,13 @@ static double instruction_peak(int bf16)
 static double instruction_peak(int bf16) { return bf16 ? 800.0 : 435.0; }
 #endif
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "--peaks")) { /* the instruction peaks alone, for other benches */
+        printf("{\"threads\": %d, \"peak_gflops\": %.0f, \"peak_bf16_gflops\": %.0f}\n", omp_get_max_threads(),
+               instruction_peak(0), __builtin_cpu_supports("avx512bf16") ? instruction_peak(1) : 0.0);
+        return 0;
+    }
     const char *peak_env = getenv("HYLA_PEAK_GFLOPS");
     double peak = peak_env ? atof(peak_env) : instruction_peak(0);
     const char *peak16_env = getenv("HYLA_PEAK_BF16_GFLOPS");
@@ -139,28 +149,39 @@ int main(void)
     for (size_t i = 0; i < maxA; i++) a16[i] = hyla_bf16_from_f32(A[i]);
     for (size_t i = 0; i < maxB; i++) b16[i] = hyla_bf16_from_f32(B[i]);
     A16 = a16, B16 = b16;
+    A_rounded = malloc(maxA * 4);
+    hyla_bf16_unpack(A_rounded, a16, (int64_t)maxA);
+    int64_t maxK = 0;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        maxK = shapes[i].K > maxK ? shapes[i].K : maxK;
+    scratch_w = malloc((size_t)hyla_bf16w_scratch_floats(1, maxK) * 4);
     const char *core = getenv("OPENBLAS_CORETYPE");
     printf("{\"threads\": %d, \"peak_gflops\": %.0f, \"peak_bf16_gflops\": %.0f, \"bf16_skinny_kernel\": \"%s\", "
            "\"openblas_coretype\": \"%s\", \"shapes\": [\n", omp_get_max_threads(), peak, peak16,
            hyla_bf16_skinny_kernel_name(), core ? core : "(auto)");
-    double sum_ratio = 0, sum_bf16 = 0;
+    double sum_ratio = 0, sum_bf16 = 0, sum_w = 0;
     int n = (int)(sizeof shapes / sizeof *shapes);
     for (int i = 0; i < n; i++) {
         const shape *s = &shapes[i];
-        double d = run(0, s, A, B, C), o = run(1, s, A, B, C), h = run(2, s, A, B, C);
+        double d = run(0, s, A, B, C), o = run(1, s, A, B, C), h = run(2, s, A, B, C), w = run(3, s, A, B, C);
+        sum_w += w / d;
         sum_ratio += d / o;
         sum_bf16 += h / d;
         printf("  {\"shape\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"onednn_gflops\": %.1f, \"openblas_gflops\": %.1f, "
                "\"onednn_pct_peak\": %.1f, \"openblas_pct_peak\": %.1f, \"onednn_over_openblas\": %.2f, "
-               "\"bf16_gflops\": %.1f, \"bf16_pct_bf16_peak\": %.1f, \"bf16_over_fp32\": %.2f}%s\n",
-               s->what, s->M, s->N, s->K, d, o, 100 * d / peak, 100 * o / peak, d / o, h, 100 * h / peak16, h / d,
-               i + 1 < n ? "," : "");
+               "\"bf16_gflops\": %.1f, \"bf16_pct_bf16_peak\": %.1f, \"bf16_over_fp32\": %.2f, "
+               "\"bf16_compute_gflops\": %.1f, \"bf16_compute_over_fp32\": %.2f}%s\n",
+               s->what, s->M, s->N, s->K, d, o, 100 * d / peak, 100 * o / peak, d / o, h, 100 * h / peak16, h / d, w,
+               w / d, i + 1 < n ? "," : "");
     }
-    printf("], \"mean_onednn_over_openblas\": %.2f, \"mean_bf16_over_fp32\": %.2f}\n", sum_ratio / n, sum_bf16 / n);
+    printf("], \"mean_onednn_over_openblas\": %.2f, \"mean_bf16_over_fp32\": %.2f, \"mean_bf16_compute_over_fp32\": %.2f}\n",
+           sum_ratio / n, sum_bf16 / n, sum_w / n);
     free(a16);
     free(b16);
     free(A);
     free(B);
     free(C);
+    free(A_rounded);
+    free(scratch_w);
     return 0;
 }
