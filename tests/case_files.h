@@ -13,7 +13,7 @@
 
 /* The token ids of a case's run of want_T tokens (expected.json "runs"); malloc'd, or NULL when
  * the case has no such run. */
-static int32_t *case_run_tokens(const char *dir, int64_t want_T)
+static inline int32_t *case_run_tokens(const char *dir, int64_t want_T)
 {
     char path[4200], *text;
     snprintf(path, sizeof path, "%s/expected.json", dir);
@@ -36,7 +36,7 @@ static int32_t *case_run_tokens(const char *dir, int64_t want_T)
 }
 
 /* Largest |value| over every (F32) tensor of a gradient file: the scale of its near-zero tensors. */
-static double case_max_abs(const hyla_st_set *set)
+static inline double case_max_abs(const hyla_st_set *set)
 {
     double m = 0;
     for (size_t i = 0; i < hyla_st_count(set); i++) {
@@ -45,6 +45,42 @@ static double case_max_abs(const hyla_st_set *set)
             m = fmax(m, fabs(((const float *)t->data)[j]));
     }
     return m;
+}
+
+/* The seven reference models make_cases.py writes. */
+static const char *const case_models[] = {"next_moe_8l", "next_moe_6l", "q35_dense", "q35_moe", "irregular", "all_linear",
+                                          "all_attention"};
+#define CASE_N_MODELS ((int)(sizeof case_models / sizeof *case_models))
+
+/* A file of exactly `count` little-endian floats (an oracle's logits), malloc'd; NULL if it is
+ * missing or has another size. */
+static inline float *case_read_f32(const char *path, int64_t count)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    float *v = malloc((size_t)count * sizeof *v);
+    size_t got = v ? fread(v, sizeof *v, (size_t)count, f) : 0;
+    int extra = fgetc(f) != EOF;
+    fclose(f);
+    if (got != (size_t)count || extra) {
+        free(v);
+        return NULL;
+    }
+    return v;
+}
+
+/* Index of the largest of x[0..V) (the first on ties) and its margin over the runner-up. */
+static inline int32_t case_argmax(const float *x, int64_t V, double *margin)
+{
+    int32_t a = 0, b = -1;
+    for (int64_t v = 1; v < V; v++)
+        if (x[v] > x[a])
+            b = a, a = (int32_t)v;
+        else if (b < 0 || x[v] > x[b])
+            b = (int32_t)v;
+    *margin = x[a] - x[b];
+    return a;
 }
 
 #endif

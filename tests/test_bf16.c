@@ -54,34 +54,6 @@ static double bf16_bound(const hyla_model *m, const float *ref, int64_t count)
     return S * u * kappa * (rms > 1.0 ? rms : 1.0);
 }
 
-static float *read_f32(const char *path, int64_t count)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    float *v = malloc((size_t)count * sizeof *v);
-    size_t got = v ? fread(v, sizeof *v, (size_t)count, f) : 0;
-    int extra = fgetc(f) != EOF;
-    fclose(f);
-    if (got != (size_t)count || extra) {
-        free(v);
-        return NULL;
-    }
-    return v;
-}
-
-static int32_t argmax(const float *x, int64_t V, double *margin)
-{
-    int32_t a = 0, b = -1;
-    for (int64_t v = 1; v < V; v++)
-        if (x[v] > x[a])
-            b = a, a = (int32_t)v;
-        else if (b < 0 || x[v] > x[b])
-            b = (int32_t)v;
-    *margin = x[a] - x[b];
-    return a;
-}
-
 static float *forward_logits(const hyla_model *m, const int32_t *tokens, int64_t T, hyla_delta_mode mode)
 {
     float *out = malloc((size_t)(T * m->cfg.vocab) * sizeof *out);
@@ -124,7 +96,7 @@ static void check_decode(const hyla_model *m, const char *name, const int32_t *p
     for (int k = 0; k < STEPS; k++) {
         float *tf = forward_logits(m, seq, L + k, HYLA_DELTA_CHUNKED);
         double margin;
-        int32_t want = argmax(tf + (L + k - 1) * V, V, &margin);
+        int32_t want = case_argmax(tf + (L + k - 1) * V, V, &margin);
         if (margin > 2 * bound) {
             decided++;
             agree += want == gen[k];
@@ -150,7 +122,7 @@ static void check_model(const char *cases, const char *name)
         return;
     int64_t V = direct.cfg.vocab;
     snprintf(path, sizeof path, "%s/logits_65.f32", dir);
-    float *ref = read_f32(path, T * V);
+    float *ref = case_read_f32(path, T * V);
     CHECK(ref != NULL, "%s: no oracle logits", name);
     float *got = forward_logits(&direct, tokens, T, HYLA_DELTA_CHUNKED);
     /* the fp32 run's routing, replayed in bf16 for the oracle comparison */
@@ -183,7 +155,7 @@ static void check_model(const char *cases, const char *name)
     int same_argmax = 0;
     for (int64_t t = 0; t < T; t++) {
         double mg, mr;
-        same_argmax += argmax(got + t * V, V, &mg) == argmax(ref + t * V, V, &mr);
+        same_argmax += case_argmax(got + t * V, V, &mg) == case_argmax(ref + t * V, V, &mr);
         for (int64_t v = 0; v < V; v++) {
             double d = fabs((double)cmp[t * V + v] - ref[t * V + v]);
             worst = d > worst || isnan(d) ? d : worst;
@@ -230,9 +202,8 @@ static void check_model(const char *cases, const char *name)
 int main(int argc, char **argv)
 {
     const char *cases = argc > 1 ? argv[1] : "build/cases";
-    const char *models[] = {"next_moe_8l", "next_moe_6l", "q35_dense", "q35_moe", "irregular", "all_linear", "all_attention"};
-    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
-        check_model(cases, models[i]);
+    for (int i = 0; i < CASE_N_MODELS; i++)
+        check_model(cases, case_models[i]);
     printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
 }

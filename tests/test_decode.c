@@ -25,6 +25,7 @@
 #include "engine/forward.h"
 #include "engine/executor.h"
 
+#include "case_files.h"
 #include "check.h"
 
 static int near_ties = 0;
@@ -38,18 +39,6 @@ static double tolerance(const hyla_model *m, const float *ref, int64_t V)
         ss += (double)ref[i] * ref[i];
     double rms = sqrt(ss / (double)V);
     return (16.0 * (double)m->cfg.n_layers + 8.0) * 16.0 * 0x1.0p-24 * 8.0 * (rms > 1 ? rms : 1);
-}
-
-static int32_t argmax(const float *x, int64_t V, double *margin)
-{
-    int32_t a = 0, b = -1;
-    for (int64_t v = 1; v < V; v++)
-        if (x[v] > x[a])
-            b = a, a = (int32_t)v;
-        else if (b < 0 || x[v] > x[b])
-            b = (int32_t)v;
-    *margin = x[a] - x[b];
-    return a;
 }
 
 /* teacher-forced last-row logits of tokens[0..n) */
@@ -96,7 +85,7 @@ static void check_prompt(const hyla_model *m, const char *name, const int32_t *p
         worst = fmax(worst, d / tol);
         CHECK(d <= tol, "%s L=%lld step %d: decode logits differ from teacher-forced by %.3g (tol %.3g)", name,
               (long long)L, i, d, tol);
-        int32_t want = argmax(tf, V, &margin);
+        int32_t want = case_argmax(tf, V, &margin);
         if (gen[i] != want) {
             if (margin <= 2 * tol)
                 near_ties++;

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "case_files.h"
 #include "check.h"
 #include "core/error.h"
 #include "engine/executor.h"
@@ -266,9 +267,8 @@ static void check_model(const char *cases, const char *name)
 int main(int argc, char **argv)
 {
     const char *cases = argc > 1 ? argv[1] : "build/cases";
-    const char *models[] = {"next_moe_8l", "next_moe_6l", "q35_dense", "q35_moe", "irregular", "all_linear", "all_attention"};
-    for (size_t i = 0; i < sizeof models / sizeof *models; i++)
-        check_model(cases, models[i]);
+    for (int i = 0; i < CASE_N_MODELS; i++)
+        check_model(cases, case_models[i]);
     /* bad tilings */
     hyla_model m;
     char dir[4200];

@@ -34,6 +34,7 @@
 #include "engine/forward.h"
 #include "model/model.h"
 
+#include "case_files.h"
 #include "check.h"
 
 
@@ -57,22 +58,6 @@ static double max_abs_diff(const float *a, const float *b, int64_t n)
             d = x;
     }
     return d;
-}
-
-static float *read_f32(const char *path, int64_t count)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    float *v = malloc((size_t)count * sizeof *v);
-    size_t got = v ? fread(v, sizeof *v, (size_t)count, f) : 0;
-    int extra = fgetc(f) != EOF;
-    fclose(f);
-    if (got != (size_t)count || extra) {
-        free(v);
-        return NULL;
-    }
-    return v;
 }
 
 static double json_num(const cJSON *o, const char *k)
@@ -99,7 +84,7 @@ static void check_run(const hyla_model *m, const char *dir, const char *name, co
         tokens[i] = (int32_t)cJSON_GetArrayItem(toks, (int)i)->valuedouble;
     char path[8200];
     snprintf(path, sizeof path, "%s/%s", dir, cJSON_GetObjectItemCaseSensitive(run, "logits")->valuestring);
-    float *ref = read_f32(path, T * V);
+    float *ref = case_read_f32(path, T * V);
     CHECK(ref != NULL, "%s: cannot read %s", name, path);
     float *chunked = malloc((size_t)(T * V) * sizeof(float)), *recurrent = malloc((size_t)(T * V) * sizeof(float));
     hyla_forward_out oc, orr;
