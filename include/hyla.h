@@ -17,6 +17,10 @@ typedef struct hyla_engine hyla_engine;
 
 /* Load a Hugging Face model directory (config.json + safetensors, single or sharded). */
 int hyla_open(const char *model_dir, hyla_engine **out);
+/* The same for bf16 inference (hyla --param-dtype bf16): the weight matrices are read straight
+ * into bf16 (BF16 tensors as stored; half the resident weight memory), activations are bf16
+ * values, every matmul accumulates in fp32. Such an engine is not saved (hyla_save refuses). */
+int hyla_open_bf16(const char *model_dir, hyla_engine **out);
 void hyla_close(hyla_engine *e);
 const char *hyla_last_error(void);
 

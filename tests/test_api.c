@@ -60,6 +60,26 @@ int main(int argc, char **argv)
         free(caches[l].values);
     }
     free(caches);
+    /* bf16: the same forward from bf16 weights; within test_bf16.c's bound of the fp32 logits
+     * (S u kappa, S = 24 L + 8 stages of relative error u = 2^-9, kappa = 8), not equal to them,
+     * and never saved */
+    hyla_engine *e16;
+    float *half = malloc((size_t)(N * V) * sizeof(float));
+    if (hyla_open_bf16(dir, &e16) || hyla_forward_tokens(e16, tokens, 1, N, half, NULL, NULL)) {
+        printf("FAIL: bf16: %s\n", hyla_last_error()), failures++;
+    } else {
+        double d16 = 0, tol16 = (24.0 * L + 8) * 0x1.0p-9 * 8 * (rms > 1 ? rms : 1);
+        for (int64_t i = 0; i < N * V; i++)
+            d16 = fmax(d16, fabs((double)half[i] - full[i]));
+        if (!(d16 <= tol16) || d16 == 0)
+            printf("FAIL: bf16 logits differ from fp32 by %.3g (want 0 < d <= %.3g)\n", d16, tol16), failures++;
+        if (hyla_save(e16, "/nonexistent-hyla-dir/x", 0) == 0 || !strstr(hyla_last_error(), "bf16 weights only"))
+            printf("FAIL: a bf16 engine was saved (%s)\n", hyla_last_error()), failures++;
+        printf("%s: hyla_open_bf16: max |logit - fp32| %.3g (tol %.3g); hyla_save refused\n", failures ? "FAIL" : "ok",
+               d16, tol16);
+        hyla_close(e16);
+    }
+    free(half);
     free(step);
     free(full);
     hyla_close(e);

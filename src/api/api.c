@@ -18,14 +18,14 @@ struct hyla_engine {
     hyla_tokenizer *tok; /* DIR/tokenizer.json, or NULL */
 };
 
-int hyla_open(const char *model_dir, hyla_engine **out)
+static int open_engine(const char *model_dir, int bf16, hyla_engine **out)
 {
     *out = NULL;
     hyla_engine *e = malloc(sizeof *e);
     if (!e)
         return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     e->tok = NULL;
-    int st = hyla_model_load(&e->model, model_dir);
+    int st = bf16 ? hyla_model_load_bf16(&e->model, model_dir) : hyla_model_load(&e->model, model_dir);
     if (st) {
         free(e);
         return st;
@@ -39,6 +39,9 @@ int hyla_open(const char *model_dir, hyla_engine **out)
     *out = e;
     return HYLA_OK;
 }
+
+int hyla_open(const char *model_dir, hyla_engine **out) { return open_engine(model_dir, 0, out); }
+int hyla_open_bf16(const char *model_dir, hyla_engine **out) { return open_engine(model_dir, 1, out); }
 
 void hyla_close(hyla_engine *e)
 {
