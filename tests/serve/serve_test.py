@@ -56,10 +56,41 @@ def is_openai_error(obj):
         and "type" in obj["error"]
 
 
-def generate_tokens(hyla, model, prompt, n, chat=False):
-    out = subprocess.run([hyla, "generate", model, "--prompt", prompt, "--max-new", str(n), "--json"] + (["--chat"] if chat else []),
-                         check=True, capture_output=True, text=True).stdout
+def generate_tokens(hyla, model, prompt, n, chat=False, extra=()):
+    out = subprocess.run([hyla, "generate", model, "--prompt", prompt, "--max-new", str(n), "--json"] + (["--chat"] if chat else [])
+                         + list(extra), check=True, capture_output=True, text=True).stdout
     return json.loads(out)["tokens"]
+
+
+def start_server(hyla, model, work, args):
+    """hyla serve MODEL --port 0 ARGS...; returns (process, port, log) or exits when it does not start."""
+    log = open(os.path.join(work, "serve%s.log" % len(args)), "w+")
+    srv = subprocess.Popen([hyla, "serve", model, "--port", "0"] + args, stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(200):
+        log.seek(0)
+        m = re.search(r"http://127\.0\.0\.1:(\d+)", log.read())
+        if m:
+            return srv, int(m.group(1)), log
+        time.sleep(0.05)
+    srv.kill()
+    log.seek(0)
+    print("  FAIL  the server did not start:", log.read())
+    sys.exit(1)
+
+
+def bf16_server(a, model):
+    """--param-dtype bf16: the server decodes the tokens hyla generate --param-dtype bf16 does."""
+    srv, port, _ = start_server(a.hyla, model, a.work, ["--param-dtype", "bf16", "--threads", "2"])
+    try:
+        prompt = "In the beginning"
+        want = generate_tokens(a.hyla, model, prompt, 12, extra=["--param-dtype", "bf16"])
+        st, body = raw(port, "POST", "/v1/completions", {"model": os.path.basename(model), "prompt": prompt,
+                                                         "max_tokens": 12, "temperature": 0}, key=None)
+        check(st == 200 and body["choices"][0]["token_ids"] == want,
+              "serve --param-dtype bf16: greedy completion == hyla generate --param-dtype bf16")
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
 
 
 def main():
@@ -72,28 +103,15 @@ def main():
     subprocess.run([a.hyla, "init", "--out", model, "--preset", "tiny-hybrid", "--seed", "3"], check=True, stdout=subprocess.DEVNULL)
     subprocess.run([sys.executable, os.path.join(ROOT, "tests", "data", "make_qwen_tokenizer.py"), model], check=True,
                    stdout=subprocess.DEVNULL)
-    log = open(os.path.join(a.work, "serve.log"), "w+")
-    srv = subprocess.Popen([a.hyla, "serve", model, "--port", "0", "--parallel", "4", "--ctx", "256", "--api-key", KEY,
-                            "--max-body", "65536", "--threads", "2"], stdout=log, stderr=subprocess.STDOUT)
-    port = None
-    for _ in range(200):
-        log.seek(0)
-        m = re.search(r"http://127\.0\.0\.1:(\d+)", log.read())
-        if m:
-            port = int(m.group(1))
-            break
-        time.sleep(0.05)
-    if port is None:
-        srv.kill()
-        log.seek(0)
-        print("  FAIL  the server did not start:", log.read())
-        sys.exit(1)
+    srv, port, log = start_server(a.hyla, model, a.work, ["--parallel", "4", "--ctx", "256", "--api-key", KEY,
+                                                           "--max-body", "65536", "--threads", "2"])
     try:
         run_checks(a, model, port)
     finally:
         srv.terminate()
         srv.wait(timeout=30)
     check(srv.returncode == 0, f"SIGTERM stops the server cleanly (exit {srv.returncode})")
+    bf16_server(a, model)
     if failures:
         print(f"  {len(failures)} server check(s) failed")
         sys.exit(1)
