@@ -43,6 +43,11 @@ for r in rows + rows16:  # whole step: the step's GEMM flops over its time, as %
 for r in rows16:
     f = [x for x in rows if x["policy"] == r["policy"] and x["unit"] == r["unit"]][0]
     r["step_time_vs_f32"] = r["best_step_seconds"] / f["best_step_seconds"]
+    # where the time goes: seconds per step of each op, bf16 beside fp32 (largest first)
+    p16 = {o["op"]: o["seconds"] / r["steps"] for o in r.get("profile", [])}
+    p32 = {o["op"]: o["seconds"] / f["steps"] for o in f.get("profile", [])}
+    r["profile_vs_f32"] = [{"op": op, "bf16_seconds": p16[op], "f32_seconds": p32.get(op)}
+                           for op in sorted(p16, key=p16.get, reverse=True)[:12]]
     r["activation_vs_f32"] = r["activation_bytes"] / f["activation_bytes"]
 none = [r for r in rows if r["policy"] == "none"][0]
 block = [r for r in rows if r["policy"] == "full" and r["unit"] == "block"][0]

@@ -2,6 +2,7 @@
  * high-water marks) and step time per remat policy x unit, on one model and batch.
  * usage: train_bench MODEL_DIR BATCH SEQ STEPS [--vs REF_SPEC] SPEC [SPEC ...]   (JSON lines)
  * HYLA_BENCH_ACT_DTYPE=bf16 in the environment: every SPEC in bf16 compute (--act-dtype bf16).
+ * Unpaired lines carry "profile": seconds per op over the timed steps (divide by "steps").
  *
  * SPEC is POLICY:UNIT, POLICY a preset or custom:NAME=device|remat|offload,..., or an auto
  * policy (--remat auto) for a memory budget:
@@ -248,6 +249,10 @@ static void run_print(const run *r, const run *ref)
         printf(", \"budget_bytes\": %.0f, \"host_budget_bytes\": %s, \"chosen\": \"custom:%s\"", r->budget,
                isinf(r->host_budget) ? "null" : "0", chosen);
     }
+    if (!ref) { /* where the timed steps went, per op (seconds summed over them; "backward" is every op's) */
+        printf(", \"profile\": ");
+        hyla_prof_print_json(stdout);
+    }
     printf("}\n");
     fflush(stdout);
 }
@@ -323,6 +328,7 @@ int main(int argc, char **argv)
             run_start(&ref, &m, steps, lr);
         }
         run_start(&r, &m, steps, lr);
+        hyla_prof_reset(); /* the profile of this SPEC's timed steps only */
         for (int64_t i = 0; i < steps; i++) {
             if (vs && i % 2 == 0)
                 run_step(&ref);
