@@ -269,9 +269,7 @@ static int run(const train_args *a)
         hyla_model_free(&m);
         return HYLA_ERR_ARG;
     }
-    int bf16_compute, bf16_weights; /* mixed precision: bf16 compute over fp32 master weights */
-    if (hyla_cli_precision(&a->dtypes, 1, &bf16_compute, &bf16_weights) != HYLA_OK ||
-        (bf16_compute && hyla_model_set_compute_bf16(&m, 0) != HYLA_OK)) {
+    if (a->bf16_compute && hyla_model_set_compute_bf16(&m, 0) != HYLA_OK) { /* bf16 compute over fp32 masters */
         if (use_lora)
             hyla_lora_free(&lora);
         hyla_model_free(&m);
@@ -570,8 +568,8 @@ int hyla_cmd_train(int argc, char **argv)
                         "decay fraction in [0, 1]\n");
         return 2;
     }
-    int bf16_compute, bf16_weights;
-    if (hyla_cli_precision(&a.dtypes, 1, &bf16_compute, &bf16_weights)) {
+    int bf16_weights; /* refused for training by the rule */
+    if (hyla_cli_precision(&a.dtypes, 1, &a.bf16_compute, &bf16_weights)) {
         hyla_cli_fail("train");
         return 2;
     }

@@ -14,6 +14,7 @@ typedef struct {
     const char *sample_prompt, *replay, *budget, *offload_store, *offload_limit, *svg, *jsonl, *tokenizer;
     const char *eval_data, *adapter, *lora_targets;
     hyla_cli_dtypes dtypes;   /* --act-dtype (bf16: mixed precision), --param/grad/opt-dtype (f32 only) */
+    int bf16_compute;         /* what they mean (hyla_cli_precision, checked once with the other flags) */
     int64_t lora_rank;
     double lora_alpha, lora_dropout;
     int adapter_resume;       /* --resume names an adapter checkpoint: the base comes from --model */

@@ -28,13 +28,13 @@ const char *hyla_gemm_backend_name(void);
 #define HYLA_BF16_SKINNY_M 4
 void hyla_linear_bf16(float *y, const uint16_t *x, const uint16_t *W, int64_t n_rows, int64_t in, int64_t out,
                       int accumulate);
-const char *hyla_bf16_skinny_kernel_name(void);
+const char *hyla_bf16_skinny_kernel_name(void); /* "avx512bf16" or "scalar" */
 /* The general bf16 product with fp32 accumulation: C[M,N] (+)= op(A)[M,K] op(B)[K,N], operands
  * dense bf16 (A stored [M,K], or [K,M] if trans_a; B stored [K,N], or [N,K] if trans_b), C
  * fp32. hyla_linear_bf16 is (0, 1); the backward of a linear layer uses (0, 0) for dx = dy W
  * and (1, 0) for dW = dy^T x. Same error bound as hyla_linear_bf16. */
 void hyla_gemm_bf16(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, const uint16_t *A, const uint16_t *B,
-                    int accumulate, float *C); /* "avx512bf16" or "scalar" */
+                    int accumulate, float *C);
 
 /* bf16 compute's products (core/gemm_bf16w.c): bf16 weights W[N,K], activations x[M,K] / dy[M,N]
  * given as fp32 buffers holding bf16 values, fp32 accumulation:

@@ -259,6 +259,32 @@ static void count_kept(hyla_executor *ex, int l, hyla_slot s, int64_t floats)
     ex->kept_bytes_by_kind[ex->m->cfg.layer_kind[l] == HYLA_LAYER_FULL] += bytes;
 }
 
+/* Where layer l's input X lives during the forward (produced by layer l - 1, or the embedding):
+ * offloaded (staged in half `half`), kept (in the checkpoint arena, or as bf16 with its fp32 form
+ * in the carry buffer while layer l runs), or only in the carry buffer. */
+static float *place_layer_input(hyla_executor *ex, int l, int half)
+{
+    int64_t floats = ex->n * ex->m->cfg.hidden;
+    if (slot_tier(ex, l, HYLA_S_X) == HYLA_KEEP_OFFLOAD)
+        return hyla_offload_stage(ex, l, HYLA_S_X, floats, half);
+    if (!hyla_executor_keeps(ex, l, HYLA_S_X))
+        return ex->carry[l & 1];
+    float *p = ex->carry[l & 1];
+    if (packs(ex, HYLA_S_X))
+        reserve_bf16_home(ex, l, HYLA_S_X, floats);
+    else
+        p = alloc_slot(ex, &ex->ckpt, floats, 0);
+    count_kept(ex, l, HYLA_S_X, floats);
+    return p;
+}
+
+/* After a layer's forward segment, the slots whose buffers go with the segment's work: those not
+ * kept, and the fp32 forms of those kept as bf16. */
+static int segment_forgets(const hyla_executor *ex, int l, int s)
+{
+    return !hyla_executor_keeps(ex, l, (hyla_slot)s) || ex->bf16_kept[l].p[s];
+}
+
 /* Allocate op outputs that are missing. In forward: kept -> ckpt, else work; Y_l is X_{l+1}. */
 static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int in_backward)
 {
@@ -272,19 +298,7 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
         if (s == HYLA_S_Y && l + 1 < cfg->n_layers) {
             hyla_tape *next = &ex->tapes[l + 1];
             if (!next->p[HYLA_S_X]) {
-                if (in_backward)
-                    next->p[HYLA_S_X] = alloc_slot(ex, &ex->work, floats, 0);
-                else if (slot_tier(ex, l + 1, HYLA_S_X) == HYLA_KEEP_OFFLOAD)
-                    next->p[HYLA_S_X] = hyla_offload_stage(ex, l + 1, HYLA_S_X, floats, l & 1);
-                else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X) && packs(ex, HYLA_S_X)) {
-                    next->p[HYLA_S_X] = ex->carry[(l + 1) & 1]; /* its fp32 form, while layer l + 1 runs */
-                    reserve_bf16_home(ex, l + 1, HYLA_S_X, floats);
-                    count_kept(ex, l + 1, HYLA_S_X, floats);
-                } else if (hyla_executor_keeps(ex, l + 1, HYLA_S_X)) {
-                    next->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, floats, 0);
-                    count_kept(ex, l + 1, HYLA_S_X, floats);
-                } else
-                    next->p[HYLA_S_X] = ex->carry[(l + 1) & 1];
+                next->p[HYLA_S_X] = in_backward ? alloc_slot(ex, &ex->work, floats, 0) : place_layer_input(ex, l + 1, l & 1);
             }
             t->p[s] = next->p[HYLA_S_X];
         } else if (s == HYLA_S_Y) { /* final hidden, read by the loss head */
@@ -308,7 +322,7 @@ static void drop_transients(hyla_executor *ex, int l)
     hyla_tape *t = &ex->tapes[l];
     for (int s = 0; s < HYLA_S__COUNT; s++) /* a non-kept X lives in a carry buffer that layer l+1 reuses; a
                                                 * packed slot's fp32 form goes with the layer's work */
-        if (t->p[s] && s != HYLA_S_Y && (!hyla_executor_keeps(ex, l, (hyla_slot)s) || ex->bf16_kept[l].p[s]))
+        if (t->p[s] && s != HYLA_S_Y && segment_forgets(ex, l, s))
             t->p[s] = NULL;
     if (l + 1 == ex->m->cfg.n_layers)
         return; /* final hidden stays for the loss head */
@@ -326,18 +340,7 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     const hyla_config *cfg = &ex->m->cfg;
     hyla_tape *t0 = &ex->tapes[0];
     int64_t H = cfg->hidden;
-    if (slot_tier(ex, 0, HYLA_S_X) == HYLA_KEEP_OFFLOAD) {
-        t0->p[HYLA_S_X] = hyla_offload_stage(ex, 0, HYLA_S_X, ex->n * H, 1); /* half of "layer -1" */
-    } else if (hyla_executor_keeps(ex, 0, HYLA_S_X) && packs(ex, HYLA_S_X)) {
-        t0->p[HYLA_S_X] = ex->carry[0];
-        reserve_bf16_home(ex, 0, HYLA_S_X, ex->n * H);
-        count_kept(ex, 0, HYLA_S_X, ex->n * H);
-    } else if (hyla_executor_keeps(ex, 0, HYLA_S_X)) {
-        t0->p[HYLA_S_X] = alloc_slot(ex, &ex->ckpt, ex->n * H, 0);
-        count_kept(ex, 0, HYLA_S_X, ex->n * H);
-    } else {
-        t0->p[HYLA_S_X] = ex->carry[0];
-    }
+    t0->p[HYLA_S_X] = place_layer_input(ex, 0, 1); /* staging: half 1, that of "layer -1" */
     const uint16_t *E16 = hyla_model_param_bf16(ex->m, HYLA_P_EMBED, -1);
     if (!ex->dry && E16) /* bf16 compute: the rows of the bf16 copy */
         for (int64_t i = 0; i < ex->n; i++)
@@ -376,8 +379,7 @@ static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_ma
                 drop_transients(ex, l);
             else /* mixer part done: only the kept slots survive into the FFN part (packed: as bf16) */
                 for (int s = 0; s < HYLA_S__COUNT; s++)
-                    if (ex->tapes[l].p[s] && s != HYLA_S_X &&
-                        (!hyla_executor_keeps(ex, l, (hyla_slot)s) || ex->bf16_kept[l].p[s]))
+                    if (ex->tapes[l].p[s] && s != HYLA_S_X && segment_forgets(ex, l, s))
                         ex->tapes[l].p[s] = NULL;
         }
     }

@@ -146,7 +146,7 @@ void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, floa
     float *dW = hyla_op_dw(c, role);
     const uint16_t *W16 = hyla_model_param_bf16(c->m, role, c->layer);
     if (W16) { /* dy as a bf16 matmul input: a rounded copy (the adapter path reads dy itself) */
-        float *dyr = c->bf16_scratch, *work = c->bf16_scratch + n * widest_side(&c->m->cfg);
+        float *dyr = c->bf16_scratch, *work = dyr + n * out; /* within hyla_bf16_scratch_floats: out, in <= D */
         memcpy(dyr, dy, (size_t)(n * out) * sizeof *dyr);
         hyla_bf16_round(dyr, n * out);
         if (dx)

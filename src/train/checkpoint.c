@@ -26,12 +26,20 @@ typedef struct {
     const float *master; /* fp32 master weights (table layout) saved after the moments, or NULL */
 } moments_ctx;
 
+/* Entry j of the optimizer file: exp_avg / exp_avg_sq of parameter j / 2 for j < 2 n, then the
+ * master weights of parameter j - 2 n. Its parameter: */
+static const hyla_param *entry_param(const hyla_param_table *t, size_t j)
+{
+    size_t n2 = 2 * (size_t)t->n_params;
+    return &t->params[j < n2 ? j / 2 : j - n2];
+}
+
 static int fill_moment(void *vctx, size_t index, void *dst)
 {
     const moments_ctx *c = vctx;
-    size_t n2 = 2 * (size_t)c->t->n_params, i = index < n2 ? index / 2 : index - n2;
-    const float *src = (index >= n2 ? c->master : index % 2 ? c->opt->v : c->opt->m) + c->t->params[i].offset;
-    memcpy(dst, src, (size_t)c->t->params[i].numel * sizeof(float));
+    const hyla_param *p = entry_param(c->t, index);
+    const float *src = (index >= 2 * (size_t)c->t->n_params ? c->master : index % 2 ? c->opt->v : c->opt->m) + p->offset;
+    memcpy(dst, src, (size_t)p->numel * sizeof(float));
     return HYLA_OK;
 }
 
@@ -40,7 +48,7 @@ static int fill_moment(void *vctx, size_t index, void *dst)
 static void moment_name(const hyla_param_table *t, int adapter, size_t j, char *buf, size_t cap)
 {
     if (j >= 2 * (size_t)t->n_params) { /* master weights */
-        param_name(&t->params[j - 2 * (size_t)t->n_params], "master", buf, cap);
+        param_name(entry_param(t, j), "master", buf, cap);
         return;
     }
     const char *kind = j % 2 ? "exp_avg_sq" : "exp_avg";
@@ -64,7 +72,7 @@ static int write_moments(const char *dir, const hyla_param_table *t, const hyla_
         e[j].name = names[j];
         e[j].dtype = HYLA_DT_F32;
         e[j].ndim = 1;
-        e[j].shape[0] = t->params[j < 2 * (size_t)t->n_params ? j / 2 : j - 2 * (size_t)t->n_params].numel;
+        e[j].shape[0] = entry_param(t, j)->numel;
     }
     if (rc == HYLA_OK) {
         moments_ctx ctx = {t, opt, master};
@@ -91,7 +99,7 @@ static int read_moments(const char *dir, const hyla_param_table *t, hyla_adamw *
     for (size_t j = 0; rc == HYLA_OK && j < n; j++) {
         char name[96];
         moment_name(t, adapter, j, name, sizeof name);
-        const hyla_param *p = &t->params[j < n2 ? j / 2 : j - n2];
+        const hyla_param *p = entry_param(t, j);
         const hyla_st_tensor *x = hyla_st_find(&set, name);
         if (!x)
             rc = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", path, name);

@@ -5,9 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "core/finite.h"
 #include "core/parallel.h"
+#include "model/model.h"
 
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats)
 {
@@ -77,6 +79,7 @@ static int64_t update_param(hyla_adamw *opt, const hyla_param *p, float *weights
     float wd_factor = (float)(1.0 - c->lr * decay);
     float b1 = (float)c->beta1, b2 = (float)c->beta2, lr = (float)c->lr, eps = (float)c->eps;
     float s = (float)scale, rbc1 = (float)(1.0 / opt->bc1), rbc2 = (float)(1.0 / opt->bc2);
+    uint16_t *w16 = opt->bf16_copy && hyla_role_is_matrix(p->role) ? opt->bf16_copy + p->offset : NULL;
     int64_t bad = 0;
 #pragma omp parallel for schedule(static) reduction(+ : bad) HYLA_PAR_IF(8 * p->numel)
     for (int64_t j = 0; j < p->numel; j++) {
@@ -86,6 +89,8 @@ static int64_t update_param(hyla_adamw *opt, const hyla_param *p, float *weights
         float mhat = m[j] * rbc1, vhat = v[j] * rbc2;
         w[j] = w[j] * wd_factor - lr * mhat / (sqrtf(vhat) + eps);
         bad += !isfinite(w[j]);
+        if (w16)
+            w16[j] = hyla_bf16_from_f32(w[j]);
     }
     return bad;
 }

@@ -22,6 +22,9 @@ typedef struct {
     float *m, *v;         /* [table.total_floats] first and second moments, owned */
     size_t n_floats;
     double bc1, bc2;      /* bias corrections of the current step (hyla_adamw_begin) */
+    /* bf16 compute (model/precision.c): the model's bf16 copy, table layout; every update of a
+     * matrix parameter writes its rounded weights there in the same pass. NULL: none */
+    uint16_t *bf16_copy;
 } hyla_adamw;
 
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats);

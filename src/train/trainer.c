@@ -25,7 +25,6 @@ static int apply_layers(void *ctx, int layer0, int layer1, const float *window, 
         if (t->params[i].layer >= layer0 && t->params[i].layer <= layer1)
             HYLA_TRY(hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w, window + (t->params[i].offset - lo),
                                              &tr->step_sumsq));
-    hyla_model_refresh_bf16(tr->model, tr->ex.layer_lo[layer0], tr->ex.layer_hi[layer1]); /* bf16 compute copy */
     return HYLA_OK;
 }
 
@@ -37,8 +36,6 @@ static int apply_head(hyla_trainer *tr)
         if (t->params[i].layer < 0)
             HYLA_TRY(hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w,
                                              tr->grads + hyla_grad_head_index(&tr->ex, t->params[i].offset), &tr->step_sumsq));
-    hyla_model_refresh_bf16(tr->model, 0, tr->ex.layer_lo[0]);
-    hyla_model_refresh_bf16(tr->model, tr->ex.layer_hi[t->cfg.n_layers - 1], t->total_floats);
     return HYLA_OK;
 }
 
@@ -87,6 +84,8 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     hyla_model_refresh_bf16(model, 0, model->table.total_floats); /* bf16 compute: the copy of the current weights */
     size_t n = trained_table(tr)->total_floats;
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
+    if (!model->lora) /* bf16 compute: every update rewrites the copy of what it changed (a frozen base: never) */
+        tr->opt.bf16_copy = model->w16;
     if (st == HYLA_OK)
         st = hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
     if (st == HYLA_OK)
@@ -224,8 +223,6 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         stats->grad_norm = sqrt(tr->step_sumsq);
     } else {
         HYLA_TRY(hyla_adamw_step(&tr->opt, trained_table(tr), trained_weights(tr), tr->grads, &stats->grad_norm));
-        if (!tr->model->lora) /* bf16 compute: the copy follows the fp32 master weights (once per step) */
-            hyla_model_refresh_bf16(tr->model, 0, tr->model->table.total_floats);
     }
     stats->tokens = A * per;
     stats->seconds = hyla_now() - t0;
