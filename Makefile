@@ -19,8 +19,14 @@ ifeq ($(HYLA_GEMM),openblas)
   LDLIBS += -lopenblas
 endif
 
-LIB_SRC  := $(sort $(wildcard src/core/*.c src/io/*.c src/ops/*.c src/model/*.c src/engine/*.c src/train/*.c src/infer/*.c src/api/*.c))
-CLI_SRC  := $(sort $(wildcard src/cli/*.c src/serve/*.c))   # the server is part of the binary, not the library
+# MPI (OpenMPI) is linked into the binary only: its communicator (src/dist/comm_mpi.c) is the one
+# library-folder file built into the binary, so libhyla and its users need no MPI.
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -lmpi)
+MPI_SRC  := src/dist/comm_mpi.c
+LIB_SRC  := $(filter-out $(MPI_SRC),$(sort $(wildcard src/core/*.c src/io/*.c src/dist/*.c src/ops/*.c src/model/*.c \
+              src/engine/*.c src/train/*.c src/infer/*.c src/api/*.c)))
+CLI_SRC  := $(sort $(wildcard src/cli/*.c src/serve/*.c)) $(MPI_SRC)   # the server is part of the binary, not the library
 TEST_SRC := $(sort $(wildcard tests/*.c))
 BENCH_SRC := $(sort $(wildcard bench/*.c))
 
@@ -31,7 +37,7 @@ BENCHES  := $(BENCH_SRC:bench/%.c=$(BUILD)/bench/%)
 
 .PHONY: all asan test run clean tests benches install
 all: $(BUILD)/hyla $(BUILD)/libhyla.a $(BUILD)/libhyla.so tests benches
-tests: $(TESTS)
+tests: $(TESTS) $(BUILD)/mpi/test_train_mpi
 benches: $(BENCHES)
 
 $(BUILD)/libhyla.a: $(LIB_OBJ)
@@ -56,11 +62,18 @@ install: $(BUILD)/hyla $(BUILD)/libhyla.a $(BUILD)/libhyla.so
 	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' hyla.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/hyla.pc
 
 $(BUILD)/hyla: $(CLI_OBJ) $(BUILD)/libhyla.a
-	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhyla.a $(LDLIBS) -lmicrohttpd
+	$(CC) $(CFLAGS) -o $@ $(CLI_OBJ) $(BUILD)/libhyla.a $(LDLIBS) -lmicrohttpd $(MPI_LIBS)
+
+$(BUILD)/obj/$(MPI_SRC:.c=.o): CFLAGS += $(MPI_CFLAGS)
 
 $(BUILD)/tests/%: tests/%.c $(BUILD)/libhyla.a
 	@mkdir -p $(@D)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libhyla.a $(LDLIBS)
+
+# test_train's oracle run, data parallel under mpirun (tests/mpi/mpi_cli_test.sh)
+$(BUILD)/mpi/test_train_mpi: tests/test_train.c $(BUILD)/obj/$(MPI_SRC:.c=.o) $(BUILD)/libhyla.a
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(MPI_CFLAGS) -DHYLA_TEST_MPI -o $@ $< $(BUILD)/obj/$(MPI_SRC:.c=.o) $(BUILD)/libhyla.a $(LDLIBS) $(MPI_LIBS)
 
 $(BUILD)/bench/%: bench/%.c $(BUILD)/libhyla.a
 	@mkdir -p $(@D)

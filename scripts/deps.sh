@@ -5,7 +5,8 @@ set -euo pipefail
 pkgs=(build-essential libcjson-dev libpcre2-dev libutf8proc-dev libdnnl-dev libopenblas-dev python3 python3-torch python3-numpy
       clang libclang-rt-14-dev libomp-14-dev  # clang, libFuzzer and libomp: make fuzz (tests/fuzz)
       pkg-config                              # tests/install_test.sh builds examples/ through hyla.pc
-      cmake python3-venv libmicrohttpd-dev curl)   # llama-cpp-python's build (scripts/pydeps.sh); hyla serve
+      cmake python3-venv libmicrohttpd-dev curl   # llama-cpp-python's build (scripts/pydeps.sh); hyla serve
+      libopenmpi-dev openmpi-bin)             # hyla train across processes (mpirun)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

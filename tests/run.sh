@@ -66,6 +66,10 @@ for build in build build-asan; do
     if tests/bf16/bf16_cli_test.sh "$build/hyla" "$CASES"; then echo "  ok    bf16_cli_test.sh"; else echo "  FAIL  bf16_cli_test.sh"; fail=1; fi
     echo "== JSONL and chat data: tokenizers library, masked-loss oracle, shuffling ($build)"
     if tests/jsonl/jsonl_test.sh "$build/hyla"; then echo "  ok    jsonl_test.sh"; else echo "  FAIL  jsonl_test.sh"; fail=1; fi
+    echo "== training across processes: mpirun data parallel == one process, bit for bit ($build)"
+    # ASan: OpenMPI's own start-up allocations are reported as leaks; the address checks stay on
+    if ASAN_OPTIONS=${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0} tests/mpi/mpi_cli_test.sh "$build/hyla" "$CASES"; then
+        echo "  ok    mpi_cli_test.sh"; else echo "  FAIL  mpi_cli_test.sh"; fail=1; fi
     echo "== hyla serve with the openai client and curl ($build)"
     if tests/serve/serve_test.sh "$build/hyla" "build/serve_load.$build.json"; then echo "  ok    serve_test.sh"; else echo "  FAIL  serve_test.sh"; fail=1; fi
 done

@@ -17,7 +17,13 @@
  * runs. The float64 reference differs from hyla by an accumulation of such rounding-sized
  * perturbations, amplified alike, so we allow 4x the measured spread (or 4x the reference's own
  * float32-emulation deviation, train_expected.json "fp32_emulation", if larger). Every step's
- * lr is checked exactly, and AdamW's arithmetic on its own by test_optimizer below. */
+ * lr is checked exactly, and AdamW's arithmetic on its own by test_optimizer below.
+ *
+ * Built with -DHYLA_TEST_MPI (build/mpi/test_train_mpi, run by tests/mpi/mpi_cli_test.sh under
+ * mpirun -np 2) it runs check 1 data parallel: the reference's batch rows split over the ranks
+ * (rank r runs row r as its micro-batch), the gradient summed over ranks (dist/grad_reduce.h).
+ * The split changes only the order of fp32 sums, and the perturbed second run is split alike,
+ * so the same measured tolerances apply. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +42,11 @@
 #include "train/trainer.h"
 
 #include "check.h"
+
+#ifdef HYLA_TEST_MPI
+#include "dist/comm_mpi.h"
+static hyla_comm *test_comm;
+#endif
 
 
 static double num(const cJSON *o, const char *k)
@@ -78,11 +89,17 @@ static void run_reference_steps(const char *dir, const cJSON *hp, const cJSON *b
         for (size_t i = 0; i < m->table.total_floats; i++)
             m->w[i] = nextafterf(m->w[i], INFINITY);
     hyla_train_config tc = train_config(hp, "full");
+#ifdef HYLA_TEST_MPI
+    HYLA_ASSERT(tc.batch % test_comm->size == 0);
+    tc.batch /= test_comm->size; /* the step's [batch, seq] tokens are [ranks, batch / ranks, seq]: row r on rank r */
+    tc.comm = test_comm;
+#endif
     hyla_trainer tr;
     CHECK(hyla_trainer_init(&tr, m, &tc) == HYLA_OK, "%s: %s", dir, hyla_error_message());
-    int32_t *tokens = malloc((size_t)(tc.batch * tc.seq) * sizeof *tokens);
+    int64_t rows = (int64_t)num(hp, "batch_size"); /* the step's rows (over every rank) */
+    int32_t *tokens = malloc((size_t)(rows * tc.seq) * sizeof *tokens);
     for (int s = 0; s < cJSON_GetArraySize(batches); s++) {
-        batch_tokens(batches, s, tokens, tc.batch, tc.seq);
+        batch_tokens(batches, s, tokens, rows, tc.seq);
         CHECK(hyla_trainer_step(&tr, tokens, NULL, &stats[s]) == HYLA_OK, "%s step %d: %s", dir, s, hyla_error_message());
     }
     free(tokens);
@@ -490,6 +507,15 @@ static void check_labels(const char *cases)
 int main(int argc, char **argv)
 {
     const char *cases = argc > 1 ? argv[1] : "build/cases";
+#ifdef HYLA_TEST_MPI
+    test_comm = hyla_comm_mpi_open(&argc, &argv);
+    HYLA_ASSERT(test_comm && test_comm->size > 1);
+    check_reference_run(cases, "q35_dense");
+    check_reference_run(cases, "next_moe_8l");
+    printf("rank %d of %d: %s: %d failures\n", test_comm->rank, test_comm->size, failures ? "FAIL" : "ok", failures);
+    hyla_comm_mpi_close(test_comm);
+    return failures ? 1 : 0;
+#endif
     test_optimizer();
     check_reference_run(cases, "q35_dense");
     check_reference_run(cases, "next_moe_8l");

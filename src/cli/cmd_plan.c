@@ -37,9 +37,10 @@ static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
            (long long)p->trained_params, p->adapter_bytes, p->compute_copy_bytes, pc->act_bytes == 2 ? "bf16" : "f32");
     printf(" \"temp_bytes\": %.0f, \"checkpoint_bytes\": %.0f, \"work_bytes\": %.0f, \"offload_staging_bytes\": %.0f, "
            "\"carry_bytes\": %.0f, \"gradient_bytes\": %.0f, \"gathered_weight_bytes\": %.0f, \"total_bytes\": %.0f, "
-           "\"host_bytes\": %.0f, \"head_bytes\": %.0f,\n",
+           "\"host_bytes\": %.0f, \"head_bytes\": %.0f, \"reduce_bytes\": %.0f, \"accum\": %lld, \"comm_bytes\": %.0f, \"expert_groups\": %lld,\n",
            p->temp_bytes, p->checkpoint_bytes, p->work_bytes, p->staging_bytes, p->carry_bytes, p->grad_bytes,
-           p->gathered_bytes, p->peak_bytes, p->host_bytes, p->head_bytes);
+           p->gathered_bytes, p->peak_bytes, p->host_bytes, p->head_bytes, p->reduce_bytes,
+           (long long)(pc->accum > 1 ? pc->accum : 1), p->comm_bytes, (long long)(pc->expert_groups > 1 ? pc->expert_groups : 1));
     printf(" \"checkpoints_by_name\": {");
     for (int c = 0; c <= HYLA_CK__COUNT; c++)
         printf("%s\"%s\": %.0f", c ? ", " : "", hyla_ckpt_name_str((hyla_ckpt_name)c), p->by_name[c]);
@@ -65,6 +66,9 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
     printf("plan: %s, batch %lld x seq %lld, remat %s / %s, %lld device%s%s\n", path, (long long)pc->batch,
            (long long)pc->seq, pc->policy.name, hyla_remat_unit_name(pc->unit), (long long)pc->devices,
            pc->devices > 1 ? "s" : "", pc->fsdp && pc->devices > 1 ? " (FSDP: parameters, gradients, moments sharded)" : "");
+    if (pc->expert_groups > 1)
+        printf("expert groups: %lld (an MoE layer's routed experts gathered and reduce-scattered %lld at a time)\n",
+               (long long)pc->expert_groups, (long long)p->experts_per_group);
     printf("parameters %.3f B", p->params / 1e9);
     if (p->adapter_bytes > 0)
         printf(" frozen + a LoRA adapter of %.3f M trained (fp32 weights, gradients and moments: the adapter's only)",
@@ -78,10 +82,15 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
     printf("  temp     %9.3f GB (%8.3f GiB) = checkpoints %.3f + working set %.3f + carries %.3f + gradients %.3f"
            " + gathered weights %.3f%s",
            p->temp_bytes / G, p->temp_bytes / Gi, p->checkpoint_bytes / G, p->work_bytes / G, p->carry_bytes / G,
-           p->grad_bytes / G, p->gathered_bytes / G, p->host_bytes > 0 ? "" : "\n");
+           p->grad_bytes / G, p->gathered_bytes / G, p->host_bytes > 0 || p->reduce_bytes > 0 ? "" : "\n");
+    if (p->reduce_bytes > 0)
+        printf(" + gradient reduction %.3f%s", p->reduce_bytes / G, p->host_bytes > 0 ? "" : "\n");
     if (p->host_bytes > 0)
         printf(" + offload staging %.3f\n", p->staging_bytes / G);
     printf("  total    %9.3f GB (%8.3f GiB)\n", p->peak_bytes / G, p->peak_bytes / Gi);
+    if (p->comm_bytes > 0)
+        printf("  sent     %9.3f GB per step by each device (shard none: %lld micro-batch gradient(s) to their owners "
+               "and the sum back)\n", p->comm_bytes / G, (long long)(pc->accum > 1 ? pc->accum : 1));
     printf("  head     %9.3f GB of the working set: final norm, one %d-row logits chunk, per-row losses\n",
            p->head_bytes / G, HYLA_HEAD_ROWS);
     if (p->host_bytes > 0)
@@ -109,7 +118,7 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
 int hyla_cmd_plan(int argc, char **argv)
 {
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
-    int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0;
+    int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1;
     int json = 0, per_layer = 0, act_bf16 = 0;
     const char *svg = NULL, *budget_s = NULL, *host_s = NULL, *lora_targets = NULL;
     const hyla_opt opts[] = {
@@ -118,7 +127,11 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--remat", OPT_STRING, &remat, "POLICY", "remat policy (default full)", 0, 0},
         {"--remat-unit", OPT_STRING, &unit_s, "UNIT", "layer (default), block or part", 0, 0},
         {"--devices", OPT_INT, &devices, "N", "devices the state is sharded over (default 1)", 1, 1 << 20},
+        {"--accum", OPT_INT, &accum, "N", "micro-batches per device per step (default 1; with --shard none or one "
+         "device, more than one adds the gradient reduction's buffers)", 1, 1 << 20},
         {"--shard", OPT_STRING, &shard, "fsdp|none", "how parameters, gradients and moments are split (default fsdp)", 0, 0},
+        {"--expert-groups", OPT_INT, &expert_groups, "G", "FSDP: gather and reduce-scatter an MoE layer's routed experts "
+         "in G groups (must divide the experts), so no device holds a whole MoE layer (default 1)", 1, 1 << 20},
         {"--param-dtype", OPT_STRING, &pd, "f32|bf16", "parameter storage (default f32)", 0, 0},
         {"--grad-dtype", OPT_STRING, &gd, "f32|bf16", "gradient storage (default f32)", 0, 0},
         {"--opt-dtype", OPT_STRING, &od, "f32|bf16", "AdamW moment storage (default f32)", 0, 0},
@@ -145,7 +158,7 @@ int hyla_cmd_plan(int argc, char **argv)
         return r < 0 ? 2 : 0;
     hyla_plan_config pc;
     memset(&pc, 0, sizeof pc);
-    pc.batch = batch, pc.seq = seq, pc.devices = devices;
+    pc.batch = batch, pc.seq = seq, pc.devices = devices, pc.accum = accum, pc.expert_groups = expert_groups;
     if (strcmp(shard, "fsdp") && strcmp(shard, "none")) {
         fprintf(stderr, "hyla plan: --shard must be fsdp or none, got '%s'\n", shard);
         return 2;

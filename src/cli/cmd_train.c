@@ -9,6 +9,8 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "dist/agree.h"
+#include "dist/comm_mpi.h"
 #include "io/fileio.h"
 #include "io/outdir.h"
 #include "io/tokenizer.h"
@@ -176,7 +178,8 @@ static int sample_greedy(const hyla_model *m, const char *prompt, int64_t n_new)
 }
 
 /* One record per step, flushed; a failed write (a full disk) is an error that stops the run. */
-static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_stats *s, size_t act_bytes)
+static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_stats *s, size_t act_bytes,
+                    size_t grad_bytes)
 {
     fprintf(f, "{\"step\": %lld, \"loss\": %.9g, \"ce\": %.9g, ", (long long)step, s->loss, s->ce);
     if (isnan(s->aux))
@@ -184,10 +187,11 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
     else
         fprintf(f, "\"aux\": %.9g, ", s->aux);
     fprintf(f, "\"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
-               "\"activation_bytes\": %zu, \"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
-               "\"copy_hidden_fraction\": %.4f}\n",
-            s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes,
-            (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, train_hidden_fraction(s));
+               "\"activation_bytes\": %zu, \"gradient_bytes\": %zu, \"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
+               "\"copy_hidden_fraction\": %.4f, \"comm_bytes\": %llu, \"comm_seconds\": %.6f}\n",
+            s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes, grad_bytes,
+            (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, train_hidden_fraction(s),
+            (unsigned long long)s->comm_bytes, s->comm_seconds);
     if (fflush(f) != 0 || ferror(f))
         return hyla_error_set(HYLA_ERR_IO, "%s: write failed at step %lld: %s", path, (long long)step, strerror(errno));
     return HYLA_OK;
@@ -256,8 +260,23 @@ static int open_adapter(const train_args *a, hyla_model *m, hyla_lora *L, int *o
     return HYLA_OK;
 }
 
-static int run(const train_args *a)
+/* Data parallel: before step 1 every rank checks that all run the same job. */
+static int ranks_agree(hyla_comm *comm, const train_args *a, const hyla_model *m, const hyla_data *d,
+                       const hyla_train_state *state)
 {
+    uint64_t model = hyla_content_hash(m->w, m->table.total_floats * sizeof(float), 1);
+    if (m->lora)
+        model ^= hyla_content_hash(m->lora->w, m->lora->table.total_floats * sizeof(float), 2);
+    uint64_t data = d->hash ^ hyla_content_hash(&d->pos, sizeof d->pos, 3) ^ hyla_content_hash(&d->n_tokens, 8, 4);
+    uint64_t resume = hyla_content_hash(&state->step, sizeof state->step, 5);
+    const char *what[] = {"flags", "model weights", "data", "resumed step"};
+    uint64_t hash[] = {a->flags_hash, model, data, resume};
+    return hyla_ranks_agree(comm, what, hash, 4);
+}
+
+static int run(const train_args *a, hyla_comm *comm)
+{
+    int lead = comm->rank == 0; /* rank 0 writes the log, the checkpoints, evaluates and samples */
     if (a->save)
         HYLA_TRY(hyla_outdir_check(a->save, HYLA_OUTDIR_CHECKPOINT));
     hyla_model m;
@@ -307,7 +326,14 @@ static int run(const train_args *a)
     tc.adamw = (hyla_adamw_config){a->lr, a->beta1, a->beta2, a->eps, a->wd, a->clip};
     tc.schedule.peak = a->lr, tc.schedule.min_lr = a->min_lr, tc.schedule.warmup = a->warmup;
     tc.schedule.total = a->steps, tc.schedule.decay_fraction = a->decay_fraction;
-    tc.offload_store = a->offload_store;
+    char store_path[4200];
+    if (a->offload_store && comm->size > 1) { /* every rank its own store */
+        snprintf(store_path, sizeof store_path, "%s.rank%d", a->offload_store, comm->rank);
+        tc.offload_store = store_path;
+    } else {
+        tc.offload_store = a->offload_store;
+    }
+    tc.comm = comm;
     tc.offload_limit = (size_t)limit;
     tc.update_per_layer = a->update_per_layer;
     hyla_data data;
@@ -335,15 +361,23 @@ static int run(const train_args *a)
     }
     hyla_data eval_set;
     memset(&eval_set, 0, sizeof eval_set);
-    if (rc == HYLA_OK && a->eval_data)
+    if (rc == HYLA_OK && a->eval_data && lead)
         rc = open_eval_data(a, &m, &eval_set);
+    if (rc == HYLA_OK && (rc = ranks_agree(comm, a, &m, &data, &state)) != HYLA_OK) {
+        /* every rank found the same disagreement: each says so before the job stops */
+        fprintf(stderr, "hyla train: rank %d: error: %s\n", comm->rank, hyla_error_message());
+        fflush(stderr);
+        comm->barrier(comm);
+        comm->abort(comm, 1);
+    }
     FILE *log = NULL;
-    if (rc == HYLA_OK && a->log_json && !(log = fopen(a->log_json, state.step ? "a" : "w")))
+    if (rc == HYLA_OK && a->log_json && lead && !(log = fopen(a->log_json, state.step ? "a" : "w")))
         rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", a->log_json, strerror(errno));
     int32_t *tokens = NULL, *labels = NULL;
+    int64_t step_rows = comm->size * a->accum * a->batch; /* every rank reads the whole step (trainer.h) */
     if (rc == HYLA_OK) {
-        tokens = malloc((size_t)(a->accum * a->batch * a->seq) * sizeof *tokens);
-        labels = hyla_data_labelled(&data) ? malloc((size_t)(a->accum * a->batch * a->seq) * sizeof *labels) : NULL;
+        tokens = malloc((size_t)(step_rows * a->seq) * sizeof *tokens);
+        labels = hyla_data_labelled(&data) ? malloc((size_t)(step_rows * a->seq) * sizeof *labels) : NULL;
         if (!tokens || (hyla_data_labelled(&data) && !labels))
             rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     }
@@ -359,16 +393,20 @@ static int run(const train_args *a)
                    (long long)hyla_data_rows_per_epoch(&data, a->seq), data.pack ? "documents (or pieces) packed into rows"
                    : "rows", (long long)a->seq, data.shuffle ? "shuffled per epoch (--seed)" : "in file order");
         print_memory(&tr, &m);
+        if (comm->size > 1)
+            printf("data parallel: %d ranks x %lld micro-batch(es) of %lld x %lld tokens per step, shard none "
+                   "(replicated weights and AdamW moments; gradients summed in micro-batch order, dist/grad_reduce.h)\n",
+                   comm->size, (long long)a->accum, (long long)a->batch, (long long)a->seq);
     }
     int64_t epoch = rc == HYLA_OK ? hyla_data_epoch(&data, a->seq) : 0;
     train_progress progress;
     train_progress_start(&progress, state.step);
     for (int64_t step = state.step; rc == HYLA_OK && step < a->steps; step++) {
-        if ((rc = hyla_data_next(&data, tokens, labels, a->accum * a->batch, a->seq)) != HYLA_OK)
+        if ((rc = hyla_data_next(&data, tokens, labels, step_rows, a->seq)) != HYLA_OK)
             break;
         hyla_step_stats s;
         int last = step + 1 == a->steps;
-        if (a->svg && last && (rc = hyla_executor_measure(&tr.ex)) != HYLA_OK)
+        if (a->svg && last && lead && (rc = hyla_executor_measure(&tr.ex)) != HYLA_OK)
             break;
         if (data.pack)
             hyla_trainer_set_segments(&tr, data.seg_len, data.n_seg);
@@ -388,17 +426,22 @@ static int run(const train_args *a)
                                 strerror(errno));
             break;
         }
-        if (log && (rc = log_json(log, a->log_json, step + 1, &s, hyla_trainer_activation_bytes(&tr))) != HYLA_OK)
+        if (log && (rc = log_json(log, a->log_json, step + 1, &s, hyla_trainer_activation_bytes(&tr),
+                                hyla_trainer_gradient_bytes(&tr))) != HYLA_OK)
             break;
         state.step = step + 1;
         state.data_pos = data.pos;
         snprintf(state.data_source, sizeof state.data_source, "%s", data.source);
         if ((rc = train_settings_record(a, &data, &state)) != HYLA_OK)
             break;
-        if (a->save && ((a->save_every > 0 && state.step % a->save_every == 0) || last))
-            rc = use_lora ? hyla_checkpoint_save_adapter(a->save, &lora, &m.table, &tr.opt, &state, a->model)
-                          : hyla_checkpoint_save(a->save, &m, &tr.opt, &state);
-        if (rc == HYLA_OK && a->svg && last)
+        if (a->save && ((a->save_every > 0 && state.step % a->save_every == 0) || last)) {
+            if (lead) /* replicated state: rank 0's is every rank's */
+                rc = use_lora ? hyla_checkpoint_save_adapter(a->save, &lora, &m.table, &tr.opt, &state, a->model)
+                              : hyla_checkpoint_save(a->save, &m, &tr.opt, &state);
+            if (rc == HYLA_OK) /* no rank runs ahead of a checkpoint not yet complete */
+                rc = comm->barrier(comm);
+        }
+        if (rc == HYLA_OK && a->svg && last && lead)
             rc = write_measured_svg(a, &tr, &m);
         if (rc == HYLA_OK && eval_set.n_tokens && ((a->eval_every > 0 && state.step % a->eval_every == 0) || last)) {
             train_progress_note(&progress);
@@ -407,7 +450,7 @@ static int run(const train_args *a)
     }
     if (rc == HYLA_OK)
         train_progress_end(&progress, a, state.step);
-    if (rc == HYLA_OK && a->sample_tokens > 0)
+    if (rc == HYLA_OK && a->sample_tokens > 0 && lead)
         rc = sample_greedy(&m, a->sample_prompt, a->sample_tokens);
     if (log && fclose(log) != 0 && rc == HYLA_OK)
         rc = hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", a->log_json, strerror(errno));
@@ -424,6 +467,8 @@ static int run(const train_args *a)
     hyla_model_free(&m);
     return rc;
 }
+
+static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm *comm);
 
 int hyla_cmd_train(int argc, char **argv)
 {
@@ -476,7 +521,10 @@ int hyla_cmd_train(int argc, char **argv)
         {"--update-per-layer", OPT_FLAG, &a.update_per_layer, NULL, "apply AdamW to each layer as soon as its "
          "gradients are complete (needs --accum 1 --clip 0; gradients of one remat unit at a time)", 0, 0},
         {"--offload-limit", OPT_STRING, &a.offload_limit, "SIZE", "host store size limit (default: none)", 0, 0},
-        {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
+        {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores; 1 per rank under mpirun)", 0, 4096},
+        {"--shard", OPT_STRING, &a.shard, "none", "under mpirun: none (default) = data parallel, weights and AdamW "
+         "moments replicated, gradients summed over ranks in a fixed order; fsdp is planned (hyla plan) but not yet "
+         "executed", 0, 0},
         HYLA_OPT_ACT_DTYPE(a.dtypes),
         {"--param-dtype", OPT_STRING, &a.dtypes.param, "f32", "master weights (f32 only: bf16 compute is --act-dtype)", 0, 0},
         HYLA_OPT_GRAD_DTYPE(a.dtypes),
@@ -507,6 +555,32 @@ int hyla_cmd_train(int argc, char **argv)
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)
         return r < 0 ? 2 : 0;
+    uint64_t fh = 0;
+    for (int i = 0; i < argc; i++)
+        fh = hyla_content_hash(argv[i], strlen(argv[i]) + 1, fh);
+    a.flags_hash = fh;
+    hyla_comm *comm = hyla_comm_mpi_open(NULL, NULL); /* one process unless mpirun launched this one */
+    if (!comm) {
+        fprintf(stderr, "hyla train: error: MPI_Init failed\n");
+        return 1;
+    }
+    a.ranks = comm->size;
+    if (comm->rank != 0 && !freopen("/dev/null", "w", stdout)) /* rank 0 prints */
+        return 1;
+    r = train_main(&a, &spec, comm);
+    if (r && comm->size > 1) { /* the other ranks are blocked in a collective: stop the job */
+        fflush(stdout);
+        fflush(stderr);
+        comm->abort(comm, r);
+    }
+    hyla_comm_mpi_close(comm);
+    return r;
+}
+
+static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm *comm)
+{
+    train_args a = *ap;
+    const hyla_command_spec spec = *specp;
     a.adapter_resume = a.resume && hyla_checkpoint_is_adapter(a.resume);
     int sources = !!a.model + !!a.config + !!a.preset + !!a.resume - (a.adapter_resume && a.model);
     if (sources != 1) {
@@ -575,6 +649,21 @@ int hyla_cmd_train(int argc, char **argv)
     }
     if (a.min_lr < 0)
         a.min_lr = a.lr / 10;
-    hyla_cli_set_threads(a.threads);
-    return run(&a) ? hyla_cli_fail("train") : 0;
+    if (a.shard && strcmp(a.shard, "none") && strcmp(a.shard, "fsdp")) {
+        fprintf(stderr, "hyla train: --shard '%s': none or fsdp\n", a.shard);
+        return 2;
+    }
+    if (a.shard && !strcmp(a.shard, "fsdp")) {
+        fprintf(stderr, "hyla train: --shard fsdp: %s\n", comm->size == 1 ? "sharding needs more than one process "
+                        "(launch with mpirun -np N)" : "not built yet: hyla plan --devices N --shard fsdp predicts it, "
+                        "but training runs --shard none (replicated) only");
+        return 2;
+    }
+    hyla_cli_set_threads(a.threads ? a.threads : comm->size > 1 ? 1 : 0);
+    if (run(&a, comm) == HYLA_OK)
+        return 0;
+    if (comm->size == 1)
+        return hyla_cli_fail("train");
+    fprintf(stderr, "hyla train: rank %d: error: %s\n", comm->rank, hyla_error_message());
+    return 1;
 }

@@ -20,13 +20,17 @@ typedef struct {
     int adapter_resume;       /* --resume names an adapter checkpoint: the base comes from --model */
     int synthetic, update_per_layer, shuffle, no_shuffle, pack;
     int64_t steps, batch, seq, accum, warmup, seed, threads, save_every, sample_tokens, eval_every;
+    int64_t ranks;            /* processes of the run (mpirun -np; 1 without) */
+    const char *shard;        /* --shard none|fsdp */
+    uint64_t flags_hash;      /* of the command line, for the ranks' agreement check */
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
     char restored[10][512];    /* storage for string settings restored from a checkpoint */
 } train_args;
 
 /* --resume: every setting not given on the command line takes the checkpoint's value; a
  * different value given again is applied with a notice (steps, learning-rate schedule,
- * optimizer, remat) or refused (batch, seq, accum, seed, shuffling, data). Prints the notices. */
+ * optimizer, remat) or refused (batch, seq, seed, shuffling, data). The step's micro-batch count
+ * (ranks x accum) is kept: --accum defaults to it over the ranks of this run. Prints the notices. */
 int train_settings_restore(train_args *a, const hyla_command_spec *spec, const hyla_train_state *st);
 /* After the data is open: its content must be what the checkpoint was trained on. */
 int train_settings_check_data(const train_args *a, const hyla_data *d, const hyla_train_state *st);

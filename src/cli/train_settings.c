@@ -29,7 +29,7 @@ static const setting settings[] = {
     {"--eps", S_DOUBLE, AT(eps), APPLY},           {"--remat", S_STRING, AT(remat), APPLY},
     {"--remat-unit", S_STRING, AT(unit), APPLY},
     {"--batch", S_INT, AT(batch), REFUSE},         {"--seq", S_INT, AT(seq), REFUSE},
-    {"--accum", S_INT, AT(accum), REFUSE},         {"--seed", S_INT, AT(seed), REFUSE},
+    {"--seed", S_INT, AT(seed), REFUSE}, /* --accum: with the rank count (restore_accum) */
     {"--no-shuffle", S_FLAG, AT(no_shuffle), REFUSE}, {"--shuffle", S_FLAG, AT(shuffle), REFUSE},
     {"--pack", S_FLAG, AT(pack), REFUSE},
     {"--lora-rank", S_INT, AT(lora_rank), REFUSE}, {"--lora-alpha", S_DOUBLE, AT(lora_alpha), REFUSE},
@@ -75,6 +75,8 @@ int train_settings_record(const train_args *a, const hyla_data *d, hyla_train_st
         else if (*(const char *const *)p)
             cJSON_AddStringToObject(o, key, *(const char *const *)p);
     }
+    cJSON_AddNumberToObject(o, "accum", (double)a->accum); /* per rank */
+    cJSON_AddNumberToObject(o, "ranks", (double)a->ranks);
     cJSON *data = cJSON_AddObjectToObject(o, "data");
     char hash[24];
     snprintf(hash, sizeof hash, "%016" PRIx64, d->hash);
@@ -128,6 +130,33 @@ static int restore_one(train_args *a, const setting *s, const cJSON *v, int comp
     return 0;
 }
 
+/* A resumed run keeps its step's micro-batch count (ranks x --accum), on any number of ranks. */
+static int restore_accum(train_args *a, const hyla_command_spec *spec, const cJSON *o)
+{
+    const cJSON *acc = cJSON_GetObjectItemCaseSensitive(o, "accum"), *rk = cJSON_GetObjectItemCaseSensitive(o, "ranks");
+    if (!cJSON_IsNumber(acc))
+        return HYLA_OK;
+    int64_t ranks = cJSON_IsNumber(rk) && rk->valuedouble >= 1 ? (int64_t)rk->valuedouble : 1;
+    int64_t was = (int64_t)acc->valuedouble * ranks;
+    if (hyla_opt_given(spec, "--accum")) {
+        if (a->accum * a->ranks != was)
+            return hyla_error_set(HYLA_ERR_ARG, "--resume %s: %lld rank(s) x --accum %lld = %lld micro-batches per step "
+                                  "differs from the checkpoint's %lld (%lld rank(s) x %lld); a resumed run keeps its "
+                                  "step (start a new run to change it)", a->resume, (long long)a->ranks,
+                                  (long long)a->accum, (long long)(a->accum * a->ranks), (long long)was, (long long)ranks,
+                                  (long long)(was / ranks));
+        return HYLA_OK;
+    }
+    if (was % a->ranks)
+        return hyla_error_set(HYLA_ERR_ARG, "--resume %s: the checkpoint's step of %lld micro-batches does not split "
+                              "over %lld ranks", a->resume, (long long)was, (long long)a->ranks);
+    a->accum = was / a->ranks;
+    if (ranks != a->ranks)
+        printf("resume: %lld rank(s) x --accum %lld (the checkpoint ran on %lld rank(s) x %lld)\n", (long long)a->ranks,
+               (long long)a->accum, (long long)ranks, (long long)(was / ranks));
+    return HYLA_OK;
+}
+
 int train_settings_restore(train_args *a, const hyla_command_spec *spec, const hyla_train_state *st)
 {
     if (!st->run[0]) /* a checkpoint from before settings were recorded: flags as given */
@@ -158,6 +187,8 @@ int train_settings_restore(train_args *a, const hyla_command_spec *spec, const h
             printf("resume: %s %s (the checkpoint ran with %s)\n", s->flag, now, was ? was : "?");
         free(was);
     }
+    if (rc == HYLA_OK)
+        rc = restore_accum(a, spec, o);
     const cJSON *data = cJSON_GetObjectItemCaseSensitive(o, "data");
     const cJSON *kind = cJSON_GetObjectItemCaseSensitive(data, "kind"), *path = cJSON_GetObjectItemCaseSensitive(data, "path");
     int data_given = a->data || a->text || a->jsonl || a->synthetic;

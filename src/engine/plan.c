@@ -4,21 +4,29 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "dist/grad_reduce.h"
 #include "model/lora.h"
 
 /* Largest parameter count of one decoder layer (what FSDP gathers at once). */
-static int64_t largest_layer_params(const hyla_param_table *t)
+/* The most parameters of one layer that FSDP holds whole at once: the layer, or with expert
+ * groups (groups > 1) its parameters but the routed experts plus one group of those. */
+static int64_t largest_layer_transient(const hyla_param_table *t, int64_t groups)
 {
     int64_t best = 0;
     for (int l = 0; l < t->cfg.n_layers; l++) {
         int64_t sum = 0;
-        for (int i = 0; i < t->n_params; i++)
-            if (t->params[i].layer == l)
-                sum += t->params[i].numel;
+        for (int i = 0; i < t->n_params; i++) {
+            const hyla_param *p = &t->params[i];
+            if (p->layer == l)
+                sum += p->role == HYLA_P_MOE_GATE_UP || p->role == HYLA_P_MOE_DOWN ? p->numel / groups : p->numel;
+        }
         best = sum > best ? sum : best;
     }
     return best;
 }
+
+/* The largest layer's parameter count (its shard of a summed gradient lives until its update). */
+static int64_t largest_layer_params(const hyla_param_table *t) { return largest_layer_transient(t, 1); }
 
 int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan *out)
 {
@@ -34,6 +42,17 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     out->trained_params = m->lora ? adapter : counts.total;
     if (m->lora && (pc->update_per_layer || (pc->fsdp && pc->devices > 1)))
         return hyla_error_set(HYLA_ERR_ARG, "plan: LoRA is planned for one device without per-layer updates");
+    int64_t groups = pc->expert_groups > 1 ? pc->expert_groups : 1;
+    int sharded = pc->fsdp && pc->devices > 1;
+    if (groups > 1 && !sharded)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups %lld: expert groups are how FSDP gathers an MoE "
+                              "layer; they need --shard fsdp over more than one device", (long long)groups);
+    if (groups > 1 && m->cfg.n_experts < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups %lld: the model has no routed experts",
+                              (long long)groups);
+    if (groups > 1 && m->cfg.n_experts % groups)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups %lld does not divide the model's %lld routed "
+                              "experts", (long long)groups, (long long)m->cfg.n_experts);
     double shard = pc->fsdp ? (double)pc->devices : 1.0;
     out->adapter_bytes = 4.0 * (double)adapter; /* fp32 adapter weights */
     out->param_bytes = (double)counts.total * pc->param_bytes / shard + out->adapter_bytes;
@@ -86,19 +105,34 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         hyla_plan_free(out);
         return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
     }
-    int64_t layer = largest_layer_params(&m->table);
-    /* gradients live for the whole backward (sharded), plus one layer's full gradient before
-     * it is reduce-scattered; FSDP gathers one layer's weights whole as a transient. With
-     * per-layer updates only the non-layer parameters' gradients (sharded) and one remat unit's
-     * layer gradients (whole, as the trainer allocates them) exist. */
-    if (pc->update_per_layer)
+    int64_t layer = largest_layer_transient(&m->table, groups);
+    out->experts_per_group = m->cfg.n_experts / groups;
+    /* gradients (the trained table's floats, as the trainer allocates them) live for the whole
+     * backward (sharded), plus, sharded, one layer's full gradient before it is reduce-scattered
+     * (with expert groups: the layer but its routed experts, plus one group of those); FSDP
+     * gathers the same parameters whole as a transient. With per-layer updates: the non-layer
+     * parameters' gradients (sharded) and, on one device, one remat unit's layer gradients
+     * (whole, as the trainer allocates them); sharded, the layer's transient and its shard of the
+     * summed gradient, which its update consumes. */
+    if (pc->update_per_layer && sharded)
+        out->grad_bytes = (double)hyla_grad_head_floats(&m->table) * pc->grad_bytes / shard +
+                          ((double)layer + (double)largest_layer_params(&m->table) / shard) * pc->grad_bytes;
+    else if (pc->update_per_layer)
         out->grad_bytes = (double)hyla_grad_head_floats(&m->table) * pc->grad_bytes / shard + (double)window * pc->grad_bytes;
     else
-        out->grad_bytes = (double)out->trained_params * pc->grad_bytes / shard +
-                          (pc->fsdp && pc->devices > 1 ? (double)layer * pc->grad_bytes : 0);
-    out->gathered_bytes = pc->fsdp && pc->devices > 1 ? (double)layer * pc->param_bytes : 0;
+        out->grad_bytes = (double)(m->lora ? m->lora->table.total_floats : m->table.total_floats) * pc->grad_bytes / shard +
+                          (sharded ? (double)layer * pc->grad_bytes : 0);
+    out->gathered_bytes = sharded ? (double)layer * pc->param_bytes : 0;
+    int64_t accum = pc->accum > 1 ? pc->accum : 1;
+    int replicated = !pc->fsdp || pc->devices == 1;
+    if (replicated && !pc->update_per_layer && (pc->devices > 1 || accum > 1)) { /* the trainer's reducer */
+        size_t n = m->lora ? m->lora->table.total_floats : m->table.total_floats; /* the trained table */
+        out->reduce_bytes = (double)hyla_grad_reduce_bytes(n, (int)pc->devices);
+        if (pc->devices > 1)
+            out->comm_bytes = (double)hyla_dp_step_comm_bytes(n, (int)pc->devices, accum);
+    }
     out->temp_bytes = out->checkpoint_bytes + out->work_bytes + out->staging_bytes + out->carry_bytes + out->grad_bytes +
-                      out->gathered_bytes;
+                      out->gathered_bytes + out->reduce_bytes;
     out->peak_bytes = out->argument_bytes + out->temp_bytes;
     return HYLA_OK;
 }

@@ -21,6 +21,8 @@ typedef struct {
     hyla_policy policy;
     hyla_remat_unit unit;
     int fsdp;                       /* shard parameters / gradients / moments over devices */
+    int64_t accum;                  /* micro-batches per device per step (0 or 1: one) */
+    int64_t expert_groups;          /* FSDP: routed experts gathered / reduce-scattered in this many groups (0, 1: whole layer) */
     int update_per_layer;           /* optimizer applied per layer in backward: gradients of one unit live at once */
     double param_bytes, grad_bytes, opt_bytes; /* per element (what-if storage for the sharded settings) */
     double act_bytes;               /* 4: fp32, 2: bf16 compute (what hyla executes) */
@@ -35,6 +37,10 @@ typedef struct {
                                      * gathered layer is the copy */
     double param_bytes, opt_bytes, batch_bytes, argument_bytes;           /* per device */
     double checkpoint_bytes, work_bytes, staging_bytes, carry_bytes, grad_bytes, gathered_bytes, temp_bytes;
+    double reduce_bytes;            /* shard none with devices > 1 or accum > 1: the ordered gradient sum's
+                                     * shard and exchange windows (dist/grad_reduce.h; part of temp) */
+    int64_t experts_per_group;      /* routed experts FSDP holds whole at once (all of a layer's without groups) */
+    double comm_bytes;              /* bytes one device sends per step (shard none; FSDP: not yet planned) */
     double host_bytes;              /* offloaded checkpoints in the host tier */
     double head_bytes;              /* the loss head's working set (part of work_bytes): O(HYLA_HEAD_ROWS x vocab) */
     double by_name[HYLA_CK__COUNT + 1]; /* kept (device) checkpoint bytes per name (last: internal) */

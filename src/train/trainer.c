@@ -66,12 +66,19 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     memset(tr, 0, sizeof *tr);
     tr->model = model;
     tr->cfg = *cfg;
-    int64_t step_tokens;
+    if (!tr->cfg.comm)
+        tr->cfg.comm = hyla_comm_self();
+    int64_t step_tokens, ranks = tr->cfg.comm->size;
     if (cfg->batch < 1 || cfg->seq < 2 || cfg->accum < 1)
         return hyla_error_set(HYLA_ERR_ARG, "train: need batch >= 1, seq >= 2, accum >= 1");
-    if (__builtin_mul_overflow(cfg->batch * cfg->seq, cfg->accum, &step_tokens) || step_tokens > ((int64_t)1 << 40))
-        return hyla_error_set(HYLA_ERR_ARG, "train: accum %lld x batch %lld x seq %lld: more than 2^40 tokens per step",
-                              (long long)cfg->accum, (long long)cfg->batch, (long long)cfg->seq);
+    if (__builtin_mul_overflow(cfg->batch * cfg->seq, cfg->accum * ranks, &step_tokens) || step_tokens > ((int64_t)1 << 40))
+        return hyla_error_set(HYLA_ERR_ARG, "train: %lld ranks x accum %lld x batch %lld x seq %lld: more than 2^40 "
+                              "tokens per step", (long long)ranks, (long long)cfg->accum, (long long)cfg->batch,
+                              (long long)cfg->seq);
+    if (cfg->update_per_layer && ranks > 1)
+        return hyla_error_set(HYLA_ERR_ARG, "per-layer updates across %lld ranks: not built yet (each layer's "
+                              "gradients would have to be reduced inside backward); use one process or leave "
+                              "--update-per-layer out", (long long)ranks);
     if (cfg->update_per_layer && (cfg->accum != 1 || cfg->adamw.clip > 0))
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates need --accum 1 and --clip 0 (accumulation and global-norm "
                               "clipping need every gradient before the first update)");
@@ -90,6 +97,11 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         st = hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
     if (st == HYLA_OK)
         st = alloc_gradients(tr);
+    tr->reducing = ranks > 1 || cfg->accum > 1; /* else the one micro-batch's gradient is the step's */
+    if (st == HYLA_OK && tr->reducing)
+        st = hyla_grad_reducer_init(&tr->reducer, tr->cfg.comm, tr->head_floats);
+    if (st == HYLA_OK && !(tr->loss_parts = calloc((size_t)(2 * ranks * cfg->accum), sizeof(double))))
+        st = hyla_error_set(HYLA_ERR_NOMEM, "train: out of memory");
     if (st == HYLA_OK && tr->ex.host_bytes) {
         st = hyla_host_store_open(&tr->store, cfg->offload_store, cfg->offload_limit);
         if (st == HYLA_OK)
@@ -109,10 +121,16 @@ void hyla_trainer_free(hyla_trainer *tr)
     free(tr->grads);
     free(tr->grad_window);
     free(tr->replay_buf);
+    free(tr->loss_parts);
+    if (tr->reducing)
+        hyla_grad_reducer_free(&tr->reducer);
     memset(tr, 0, sizeof *tr);
 }
 
-size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr) { return tr->grad_floats * sizeof(float); }
+size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr)
+{
+    return tr->grad_floats * sizeof(float) + (tr->reducing ? hyla_grad_reducer_bytes(&tr->reducer) : 0);
+}
 
 size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
 {
@@ -141,26 +159,51 @@ static int micro_batch_segments(hyla_trainer *tr, int64_t per, int64_t *at)
     return hyla_executor_set_segments(&tr->ex, tr->seg_len + first, *at - first);
 }
 
+/* Every rank's (ce sum, aux loss) of its micro-batches, summed in global micro-batch order. */
+static int step_losses(hyla_trainer *tr, double *ce_sum, double *aux_sum, int *have_aux)
+{
+    int64_t A = tr->cfg.accum, N = tr->cfg.comm->size;
+    double *mine = tr->loss_parts + 2 * A * tr->cfg.comm->rank;
+    if (N > 1) {
+        double own[2 * A];
+        memcpy(own, mine, sizeof own);
+        HYLA_TRY(tr->cfg.comm->allgather(tr->cfg.comm, own, tr->loss_parts, sizeof own));
+    }
+    *ce_sum = *aux_sum = 0.0;
+    *have_aux = 0;
+    for (int64_t g = 0; g < N * A; g++) {
+        const double *p = tr->loss_parts + 2 * (A * (g % N) + g / N);
+        *ce_sum += p[0];
+        if (!isnan(p[1])) {
+            *aux_sum += p[1];
+            *have_aux = 1;
+        }
+    }
+    return HYLA_OK;
+}
+
 int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *labels, hyla_step_stats *stats)
 {
     const hyla_config *cfg = &tr->model->cfg;
-    int64_t B = tr->cfg.batch, T = tr->cfg.seq, A = tr->cfg.accum, per = B * T;
-    for (int64_t i = 0; i < A * per; i++)
+    hyla_comm *comm = tr->cfg.comm;
+    int64_t B = tr->cfg.batch, T = tr->cfg.seq, N = comm->size, A = tr->cfg.accum, G = N * A, per = B * T;
+    for (int64_t i = 0; i < G * per; i++)
         if (tokens[i] < 0 || tokens[i] >= cfg->vocab)
             return hyla_error_set(HYLA_ERR_ARG, "token id %d at batch position %lld is out of range [0, %lld)", tokens[i],
                                   (long long)i, (long long)cfg->vocab);
     double t0 = hyla_now();
     if (tr->store)
         hyla_host_store_stats_reset(tr->store);
+    hyla_comm_stats_reset(comm);
     memset(tr->grads, 0, tr->head_floats * sizeof(float));
     tr->opt.cfg.lr = hyla_lr_at(&tr->cfg.schedule, tr->opt.step);
     tr->step_sumsq = 0.0;
     if (tr->cfg.update_per_layer)
         hyla_adamw_begin(&tr->opt);
-    int64_t labelled = A * B * (T - 1); /* next-token labels inside each sequence */
+    int64_t labelled = G * B * (T - 1); /* next-token labels inside each sequence */
     if (labels) { /* given labels: those >= 0 are targets (and must be token ids) */
         labelled = 0;
-        for (int64_t i = 0; i < A * per; i++) {
+        for (int64_t i = 0; i < G * per; i++) {
             if (labels[i] >= cfg->vocab)
                 return hyla_error_set(HYLA_ERR_ARG, "label %d at batch position %lld is out of range [0, %lld)", labels[i],
                                       (long long)i, (long long)cfg->vocab);
@@ -169,14 +212,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     }
     /* a step whose rows hold no target (e.g. only the prompt part of long chats) trains the aux loss only */
     float ce_scale = labelled ? (float)(1.0 / (double)labelled) : 0.0f;
-    float aux_scale = (float)(cfg->router_aux_loss_coef / (double)A);
-    double ce_sum = 0.0, aux_sum = 0.0;
-    int have_aux = 0;
-    if (tr->model->lora) { /* adapter dropout on in this step's forward and recompute, masks keyed by the step */
-        tr->model->lora->training = 1;
-    }
+    float aux_scale = (float)(cfg->router_aux_loss_coef / (double)G);
     int64_t seg_at = 0;
-    for (int64_t a = 0; a < A; a++) {
+    for (int64_t g = 0; g < G; g++) { /* every rank walks every micro-batch's documents and routing rows */
         int sst = micro_batch_segments(tr, per, &seg_at);
         if (sst != HYLA_OK) {
             tr->seg_len = NULL;
@@ -191,27 +229,38 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
             tr->replay_row += per;
             tr->ex.replay = tr->replay_buf;
         }
+        if (g % N != comm->rank)
+            continue;
+        int64_t round = g / N;
         hyla_step_loss l;
-        if (tr->model->lora) /* micro-batches draw their own masks */
-            tr->model->lora->dropout_step = tr->opt.step * A + a;
-        int st = hyla_executor_step(&tr->ex, tokens + a * per, labels ? labels + a * per : NULL, tr->grads, ce_scale,
+        if (tr->model->lora) { /* adapter dropout on in this step's forward and recompute; micro-batches draw their own masks */
+            tr->model->lora->training = 1;
+            tr->model->lora->dropout_step = tr->opt.step * G + g;
+        }
+        if (tr->reducing && round > 0)
+            memset(tr->grads, 0, tr->head_floats * sizeof(float));
+        int st = hyla_executor_step(&tr->ex, tokens + g * per, labels ? labels + g * per : NULL, tr->grads, ce_scale,
                                     aux_scale, &l);
         if (tr->model->lora)
-            tr->model->lora->training = a + 1 < A && st == HYLA_OK;
-        if (st != HYLA_OK || a + 1 == A) { /* segments apply to this step only */
+            tr->model->lora->training = 0;
+        if (st != HYLA_OK || g + N >= G) { /* segments apply to this step only */
             tr->seg_len = NULL;
             hyla_executor_set_segments(&tr->ex, NULL, 0);
         }
         HYLA_TRY(st);
-        ce_sum += l.ce_sum;
-        if (!isnan(l.aux_loss)) {
-            aux_sum += l.aux_loss;
-            have_aux = 1;
-        }
+        tr->loss_parts[2 * (A * comm->rank + round)] = l.ce_sum;
+        tr->loss_parts[2 * (A * comm->rank + round) + 1] = l.aux_loss;
+        if (tr->reducing)
+            HYLA_TRY(hyla_grad_reducer_add(&tr->reducer, tr->grads, round == 0));
     }
+    if (tr->reducing)
+        HYLA_TRY(hyla_grad_reducer_gather(&tr->reducer, tr->grads));
+    double ce_sum, aux_sum;
+    int have_aux;
+    HYLA_TRY(step_losses(tr, &ce_sum, &aux_sum, &have_aux));
     stats->ce = labelled ? ce_sum / (double)labelled : 0.0;
     stats->targets = labelled;
-    stats->aux = have_aux ? aux_sum / (double)A : NAN;
+    stats->aux = have_aux ? aux_sum / (double)G : NAN;
     stats->loss = stats->ce + (have_aux ? cfg->router_aux_loss_coef * stats->aux : 0.0);
     stats->lr = tr->opt.cfg.lr;
     int64_t step_no = tr->cfg.update_per_layer ? tr->opt.step : tr->opt.step + 1; /* per-layer: begun already */
@@ -224,8 +273,10 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     } else {
         HYLA_TRY(hyla_adamw_step(&tr->opt, trained_table(tr), trained_weights(tr), tr->grads, &stats->grad_norm));
     }
-    stats->tokens = A * per;
+    stats->tokens = G * per;
     stats->seconds = hyla_now() - t0;
+    stats->comm_bytes = comm->bytes_sent;
+    stats->comm_seconds = comm->seconds;
     stats->offload_bytes = 0;
     stats->copy_seconds = stats->copy_wait_seconds = 0;
     if (tr->store) {
@@ -240,13 +291,13 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
 
 int hyla_trainer_set_replay(hyla_trainer *tr, const hyla_routing *r, int64_t steps)
 {
-    int64_t per = tr->cfg.batch * tr->cfg.seq, need; /* steps comes from a flag: any size */
-    if (__builtin_mul_overflow(steps, tr->cfg.accum, &need) || __builtin_mul_overflow(need, per, &need))
+    int64_t per = tr->cfg.batch * tr->cfg.seq, need, G = tr->cfg.accum * tr->cfg.comm->size; /* steps: a flag, any size */
+    if (__builtin_mul_overflow(steps, G, &need) || __builtin_mul_overflow(need, per, &need))
         return hyla_error_set(HYLA_ERR_ARG, "replay routing: %lld steps of %lld micro-batches x %lld tokens need more "
-                              "than 2^63 rows", (long long)steps, (long long)tr->cfg.accum, (long long)per);
+                              "than 2^63 rows", (long long)steps, (long long)G, (long long)per);
     if (r->rows < need)
         return hyla_error_set(HYLA_ERR_ARG, "replay routing has %lld rows but %lld steps of %lld micro-batches x %lld "
-                              "tokens need %lld", (long long)r->rows, (long long)steps, (long long)tr->cfg.accum,
+                              "tokens need %lld", (long long)r->rows, (long long)steps, (long long)G,
                               (long long)per, (long long)need);
     free(tr->replay_buf);
     tr->replay_buf = malloc((size_t)(r->n_layers * per * r->k) * sizeof(int32_t));

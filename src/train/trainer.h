@@ -1,5 +1,12 @@
 /* One optimizer step = `accum` micro-batches through the executor, gradient clipping, AdamW.
  *
+ * Data parallel (cfg.comm of N > 1 ranks): a step is N x accum micro-batches; every rank is
+ * handed all of them (tokens [N * accum, batch, seq]) and runs global micro-batch g when
+ * g mod N == its rank. The step's gradient is the sum of the micro-batch gradients in g order
+ * (dist/grad_reduce.h), so N ranks with --accum A give bit for bit what one process with
+ * --accum N*A gives; every rank then holds the whole gradient and applies the same update
+ * (replicated weights and moments: shard "none").
+ *
  * Loss of a step (spec §3.8 with gradient accumulation): ce = sum of -log p over every labelled
  * position of all micro-batches / their count; aux = mean over micro-batches of each
  * micro-batch's router aux loss; loss = ce + router_aux_loss_coef * aux. */
@@ -9,6 +16,8 @@
 #include <stdint.h>
 
 #include "model/model.h"
+#include "dist/comm.h"
+#include "dist/grad_reduce.h"
 #include "engine/executor.h"
 #include "train/optimizer.h"
 
@@ -23,6 +32,7 @@ typedef struct {
     /* update each layer as soon as its gradients are complete (during backward), so only one
      * remat unit's layer gradients exist at a time; needs accum == 1 and no clipping */
     int update_per_layer;
+    hyla_comm *comm;           /* the ranks of a data-parallel run (NULL: one process) */
 } hyla_train_config;
 
 typedef struct {
@@ -35,6 +45,9 @@ typedef struct {
      * time, and how long compute waited for copies; hidden = 1 - waited / copy time */
     uint64_t offload_bytes;
     double copy_seconds, copy_wait_seconds;
+    /* data parallel: bytes this rank sent to others and seconds in collectives this step */
+    uint64_t comm_bytes;
+    double comm_seconds;
 } hyla_step_stats;
 
 typedef struct {
@@ -42,7 +55,11 @@ typedef struct {
     hyla_train_config cfg;
     hyla_executor ex;
     hyla_adamw opt;
-    float *grads;           /* [table.total_floats]; with update_per_layer: the compact head instead */
+    float *grads;           /* [table.total_floats]; with update_per_layer: the compact head instead. With
+                             * a reducer: one micro-batch's gradient, then the step's sum */
+    hyla_grad_reducer reducer; /* N > 1 ranks or accum > 1: the ordered sum of micro-batch gradients */
+    int reducing;
+    double *loss_parts;     /* [N][accum][2] every rank's micro-batch ce sums and aux losses */
     float *grad_window;     /* update_per_layer: one unit's layer gradients */
     size_t grad_floats;     /* floats of gradient storage (grads + grad_window) */
     size_t head_floats;     /* floats of grads (the whole table, or the compact head) */
@@ -69,7 +86,7 @@ int hyla_trainer_set_replay(hyla_trainer *tr, const struct hyla_routing_s *r, in
 
 int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_config *cfg);
 void hyla_trainer_free(hyla_trainer *tr);
-/* tokens: [accum, batch, seq]; token ids must be in range (checked). labels: the same shape
+/* tokens: [N * accum, batch, seq] (N = ranks, 1 without comm); token ids must be in range (checked). labels: the same shape
  * (-100 = not a target), or NULL for next-token labels within each sequence; ce is the mean over
  * the step's targets. */
 int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *labels, hyla_step_stats *stats);

@@ -1,0 +1,43 @@
+/* The seam between training and whatever moves bytes between processes: a communicator of
+ * `size` ranks with the four collectives hyla uses. Only data movement crosses it; every sum
+ * over ranks is done by hyla itself in a fixed order (dist/grad_reduce.h), because MPI's own
+ * reductions do not promise one.
+ *
+ * Backends: hyla_comm_self() (one process, in this library) and the MPI one (dist/comm_mpi.c,
+ * linked into the hyla binary only, so the library and its users need no MPI). A backend for
+ * another transport (NCCL between GPUs, say) fills the same table.
+ *
+ * Every call is collective: all ranks make it, in the same order, with the same sizes. A failing
+ * call returns a hyla error code with the message set; the caller then stops the whole job
+ * (hyla_comm.abort), since the other ranks are blocked in the same collective. */
+#ifndef HYLA_DIST_COMM_H
+#define HYLA_DIST_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct hyla_comm hyla_comm;
+
+struct hyla_comm {
+    int rank, size;
+    void *impl;
+    /* send[r * bytes .. (r + 1) * bytes) goes to rank r; recv[r * bytes ..) comes from rank r */
+    int (*alltoall)(hyla_comm *c, const void *send, void *recv, size_t bytes);
+    /* recv[r * bytes ..) = rank r's send[0 .. bytes) */
+    int (*allgather)(hyla_comm *c, const void *send, void *recv, size_t bytes);
+    /* buf[0 .. bytes) of rank `root` on every rank */
+    int (*bcast)(hyla_comm *c, void *buf, size_t bytes, int root);
+    int (*barrier)(hyla_comm *c);
+    /* stop every rank of the job with this exit code (does not return) */
+    void (*abort)(hyla_comm *c, int code);
+    /* bytes this rank sent to other ranks, and seconds spent inside collectives (since reset) */
+    uint64_t bytes_sent;
+    double seconds;
+};
+
+/* The one-process communicator (size 1, rank 0): collectives are copies. */
+hyla_comm *hyla_comm_self(void);
+
+void hyla_comm_stats_reset(hyla_comm *c);
+
+#endif

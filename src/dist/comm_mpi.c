@@ -1,0 +1,102 @@
+/* The MPI communicator: hyla's four collectives on MPI_COMM_WORLD, bytes only (MPI_BYTE), so no
+ * MPI reduction and no MPI datatype conversion touches the data. Errors return (MPI_ERRORS_RETURN)
+ * as hyla errors naming the collective; the caller aborts the job. */
+#include "dist/comm_mpi.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "core/profile.h"
+
+static int mpi_fail(int rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return hyla_error_set(HYLA_ERR_IO, "MPI %s failed: %.*s", what, len, msg);
+}
+
+static int count_of(size_t bytes, const char *what, int *count)
+{
+    if (bytes > (size_t)INT_MAX)
+        return hyla_error_set(HYLA_ERR_ARG, "MPI %s: %zu bytes per rank is more than one call carries (%d)", what,
+                              bytes, INT_MAX);
+    *count = (int)bytes;
+    return HYLA_OK;
+}
+
+static int mpi_alltoall(hyla_comm *c, const void *send, void *recv, size_t bytes)
+{
+    int n = 0;
+    HYLA_TRY(count_of(bytes, "alltoall", &n));
+    double t0 = hyla_now();
+    int rc = MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD);
+    c->seconds += hyla_now() - t0;
+    c->bytes_sent += (uint64_t)bytes * (uint64_t)(c->size - 1);
+    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "alltoall");
+}
+
+static int mpi_allgather(hyla_comm *c, const void *send, void *recv, size_t bytes)
+{
+    int n = 0;
+    HYLA_TRY(count_of(bytes, "allgather", &n));
+    double t0 = hyla_now();
+    int rc = MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD);
+    c->seconds += hyla_now() - t0;
+    c->bytes_sent += (uint64_t)bytes * (uint64_t)(c->size - 1);
+    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "allgather");
+}
+
+static int mpi_bcast(hyla_comm *c, void *buf, size_t bytes, int root)
+{
+    int n = 0;
+    HYLA_TRY(count_of(bytes, "bcast", &n));
+    double t0 = hyla_now();
+    int rc = MPI_Bcast(buf, n, MPI_BYTE, root, MPI_COMM_WORLD);
+    c->seconds += hyla_now() - t0;
+    if (c->rank == root)
+        c->bytes_sent += (uint64_t)bytes * (uint64_t)(c->size - 1);
+    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "bcast");
+}
+
+static int mpi_barrier(hyla_comm *c)
+{
+    double t0 = hyla_now();
+    int rc = MPI_Barrier(MPI_COMM_WORLD);
+    c->seconds += hyla_now() - t0;
+    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "barrier");
+}
+
+static void mpi_abort(hyla_comm *c, int code)
+{
+    MPI_Abort(MPI_COMM_WORLD, code);
+    exit(code); /* not reached */
+}
+
+static int launched_by_mpirun(void)
+{
+    return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+}
+
+hyla_comm *hyla_comm_mpi_open(int *argc, char ***argv)
+{
+    if (!launched_by_mpirun())
+        return hyla_comm_self();
+    static hyla_comm world;
+    if (MPI_Init(argc, argv) != MPI_SUCCESS)
+        return NULL;
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    world = (hyla_comm){0, 1, NULL, mpi_alltoall, mpi_allgather, mpi_bcast, mpi_barrier, mpi_abort, 0, 0.0};
+    MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+    world.impl = &world;
+    return &world;
+}
+
+void hyla_comm_mpi_close(hyla_comm *c)
+{
+    if (c && c->impl)
+        MPI_Finalize();
+}

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# Data-parallel training across processes (mpirun), shard none:
+#   - bit-identical to one process: `mpirun -np N train --accum A` gives the same losses, grad norms,
+#     weights and AdamW moments, bit for bit, as one process with --accum N*A (the step's gradient is
+#     summed in micro-batch order whatever the rank count: src/dist/grad_reduce.h), for N = 2 and 4,
+#     remat none / full / block units / offload, bf16 compute, LoRA, packed documents. Every run is
+#     --threads 1 (the default under mpirun): oneDNN's sgemm results depend on its thread count.
+#   - resume across rank counts: 10 steps on 2 ranks == 5 on 2 + resume on 1 + 5 == 5 on 2 + resume
+#     on 4 + 5, bit for bit (the step's micro-batch count is kept: --accum follows the ranks);
+#   - failure: ranks given other flags, another model or other data stop with a clear error on every
+#     rank; a rank that fails stops the job; kill -9 of a rank mid-run stops every rank within
+#     seconds and leaves the last complete checkpoint in place; bad --shard values.
+#   - the 10-step training test against the PyTorch oracle passes under mpirun -np 2.
+# usage: tests/mpi/mpi_cli_test.sh [HYLA [CASES]]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+. tests/cli_lib.sh "${1:-build/hyla}" "${2:-build/cases}"
+command -v mpirun >/dev/null || { echo "  FAIL: no mpirun (scripts/deps.sh installs openmpi-bin)"; exit 1; }
+MPI=(mpirun --allow-run-as-root --oversubscribe --mca btl self,vader)
+export OMPI_MCA_rmaps_base_oversubscribe=1
+"$HYLA" init --preset tiny-hybrid --seed 4 --out "$T/m" >/dev/null && $PY tests/data/make_qwen_tokenizer.py "$T/m" >/dev/null ||
+    { echo "  FAIL: cannot make the model"; exit 1; }
+DATA=(--text data/kjv.txt)
+BASE=(--batch 2 --seq 32 --steps 3 --warmup 1 --lr 3e-3 --seed 5 --threads 1)
+
+# the step records without timing and per-rank figures: every field but seconds, tokens/s, copy and
+# comm times and bytes, offload bytes (each rank offloads its own micro-batches) and gradient bytes
+# (a rank holds a shard of the sum; checked against the plan below)
+records() { sed -E 's/"(seconds|tokens_per_s|gradient_bytes|offload_bytes|copy_seconds|copy_wait_seconds|copy_hidden_fraction|comm_bytes|comm_seconds)": [^,}]*[,]? ?//g' "$1"; }
+# same_run NAME DIR_A DIR_B: identical step records and checkpoint tensors (model, optimizer)
+same_run() {
+    local name=$1 a=$2 b=$3 f ok=1
+    cmp -s <(records "$a/log.jsonl") <(records "$b/log.jsonl") || { ok=0; echo "      step records differ:"; diff <(records "$a/log.jsonl") <(records "$b/log.jsonl") | head -4; }
+    for f in $(cd "$a/ckpt" && find . -name '*.safetensors' | sort); do
+        cmp -s "$a/ckpt/$f" "$b/ckpt/$f" || { ok=0; echo "      $f differs"; }
+    done
+    [ -n "$(cd "$a/ckpt" && find . -name '*.safetensors')" ] || ok=0
+    [ $ok -eq 1 ] && echo "  ok  $name" || fail "$name"
+}
+# train DIR NP ARGS...: a run (NP = 0: one process without mpirun) writing DIR/log.jsonl, DIR/ckpt
+train() {
+    local dir=$1 np=$2; shift 2
+    mkdir -p "$dir"
+    if [ "$np" -eq 0 ]; then
+        "$HYLA" train "$@" --log-json "$dir/log.jsonl" --save "$dir/ckpt" >"$dir/out" 2>&1
+    else
+        "${MPI[@]}" -np "$np" "$HYLA" train "$@" --log-json "$dir/log.jsonl" --save "$dir/ckpt" >"$dir/out" 2>&1
+    fi || { echo "      run failed ($dir):"; tail -5 "$dir/out"; return 1; }
+}
+# equal NAME NP ACCUM_PER_RANK ARGS...: mpirun -np NP --accum A == one process --accum NP*A
+equal() {
+    local name=$1 np=$2 acc=$3; shift 3
+    local d="$T/$(printf %s "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' _)"
+    train "$d.one" 0 --model "$T/m" "${DATA[@]}" "${BASE[@]}" --accum $((np * acc)) "$@" &&
+        train "$d.mpi" "$np" --model "$T/m" "${DATA[@]}" "${BASE[@]}" --accum "$acc" "$@" &&
+        same_run "$name: mpirun -np $np --accum $acc == one process --accum $((np * acc)), bit for bit" "$d.one" "$d.mpi" ||
+        fail "$name"
+}
+# measured == planned on every rank: gradient storage (with the reducer's shard and windows) and
+# the bytes each rank sends per step, against hyla plan --devices N --shard none --accum A
+planned() { # NAME RUN_DIR NP ACCUM PLAN_ARGS...
+    local name=$1 dir=$2 np=$3 acc=$4; shift 4
+    "$HYLA" plan "$T/m" --batch 2 --seq 32 --devices "$np" --shard none --accum "$acc" --json "$@" > "$dir/plan.json" &&
+    $PY - "$dir/plan.json" "$dir/log.jsonl" <<'PYEOF' && echo "  ok  $name" || fail "$name"
+import json, sys
+p = json.load(open(sys.argv[1]))
+rec = [json.loads(l) for l in open(sys.argv[2])]
+want_g, want_c = p["gradient_bytes"] + p["reduce_bytes"], p["comm_bytes"]
+ok = all(r["gradient_bytes"] == want_g and r["comm_bytes"] == want_c for r in rec)
+print(f"      gradients + reduction {rec[-1]['gradient_bytes']} B (planned {want_g:.0f}), sent {rec[-1]['comm_bytes']} B per step (planned {want_c:.0f})")
+sys.exit(0 if ok else 1)
+PYEOF
+}
+equal "remat full" 2 1
+planned "measured == planned: 2 ranks, gradient and reduction bytes, bytes sent per step" "$T/remat_full.mpi" 2 1
+planned "measured == planned: one process --accum 2 (the reducer's shard)" "$T/remat_full.one" 1 2
+equal "remat full" 4 1
+planned "measured == planned: 4 ranks" "$T/remat_full.mpi" 4 1
+equal "remat none" 2 2 --remat none
+equal "remat full, block units, clipping off" 2 1 --remat-unit block --clip 0
+equal "offload (minimal_offloaded)" 2 1 --remat minimal_offloaded
+equal "bf16 compute" 2 1 --act-dtype bf16
+equal "LoRA" 2 1 --lora-rank 4
+planned "measured == planned: LoRA on 2 ranks (the adapter's gradients)" "$T/lora.mpi" 2 1 --lora-rank 4
+planned "measured == planned: 2 ranks x --accum 2" "$T/remat_none.mpi" 2 2 --remat none
+# packed chat documents (the data walk, document tiling and labels are the step's, on every rank)
+PACK=(--data-jsonl data/chat_kjv.jsonl --seq 256 --pack)
+d="$T/pack"
+train "$d.one" 0 --model "$T/m" "${BASE[@]}" "${PACK[@]}" --accum 2 && train "$d.mpi" 2 --model "$T/m" "${BASE[@]}" "${PACK[@]}" &&
+    same_run "packed JSONL documents: mpirun -np 2 == --accum 2, bit for bit" "$d.one" "$d.mpi" || fail "packed documents"
+grep -q "data parallel: 4 ranks" "$T/remat_full.mpi/out" && [ "$(grep -c '^done:' "$T/remat_full.mpi/out")" -eq 1 ] &&
+    echo "  ok  rank 0 alone prints (one summary line for 4 ranks)" || fail "output of ranks other than 0"
+
+# the 10-step training test against the PyTorch oracle (tests/test_train.c), data parallel
+if [ -n "$CASES" ] && [ -x "$(dirname "$HYLA")/mpi/test_train_mpi" ]; then
+    "${MPI[@]}" -np 2 "$(dirname "$HYLA")/mpi/test_train_mpi" "$CASES" >"$T/oracle" 2>&1 &&
+        echo "  ok  test_train's 10 steps vs the PyTorch oracle under mpirun -np 2 ($(grep -c 'failures' "$T/oracle") ranks: $(grep -m1 -o 'ok: 0 failures' "$T/oracle"))" ||
+        { fail "test_train under mpirun -np 2"; tail -5 "$T/oracle"; }
+else
+    fail "no cases directory or $(dirname "$HYLA")/mpi/test_train_mpi"
+fi
+
+# resume across rank counts (a constant schedule: the first run's --steps 5 does not change its lr)
+R=(--model "$T/m" "${DATA[@]}" "${BASE[@]}" --steps 10 --save-every 5 --schedule constant)
+train "$T/r10" 2 "${R[@]}" --accum 2 || fail "10 steps on 2 ranks"
+train "$T/r5" 2 "${R[@]}" --accum 2 --steps 5 || fail "5 steps on 2 ranks"
+for np in 0 4; do
+    cp -r "$T/r5" "$T/r5.$np"
+    if [ $np -eq 0 ]; then
+        "$HYLA" train --resume "$T/r5.$np/ckpt" --steps 10 --threads 1 --log-json "$T/r5.$np/log.jsonl" --save "$T/r5.$np/ckpt" >"$T/r5.$np/out" 2>&1
+    else
+        "${MPI[@]}" -np 4 "$HYLA" train --resume "$T/r5.$np/ckpt" --steps 10 --log-json "$T/r5.$np/log.jsonl" --save "$T/r5.$np/ckpt" >"$T/r5.$np/out" 2>&1
+    fi || { tail -3 "$T/r5.$np/out"; fail "resume on ${np/0/1} rank(s)"; continue; }
+    same_run "10 steps on 2 ranks == 5 on 2 + resume on $([ $np -eq 0 ] && echo '1 process (--accum 4)' || echo '4 ranks (--accum 1)') + 5" "$T/r10" "$T/r5.$np"
+done
+grep -q "resume: 4 rank(s) x --accum 1 (the checkpoint ran on 2 rank(s) x 2)" "$T/r5.4/out" &&
+    echo "  ok  resume says how the step is split over the new ranks" || fail "resume notice"
+expect_error "resume with a step of another size" "4 micro-batches per step differs from the checkpoint's 4|differs from the checkpoint's" \
+    "$HYLA" train --resume "$T/r10/ckpt" --steps 12 --accum 3 --threads 1
+
+# ranks that disagree: every rank says so, the job exits non-zero
+agree_error() { # NAME PATTERN MPMD-ARGS...
+    local name=$1 pattern=$2; shift 2
+    timeout 60 "${MPI[@]}" "$@" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ $rc -eq 0 ] || [ $rc -eq 124 ]; then fail "$name: rc $rc"; tail -3 "$T/err"; return; fi
+    if [ "$(grep -c -- "$pattern" "$T/err")" -lt 2 ]; then fail "$name: not every rank reported '$pattern'"; cat "$T/err" | head -8; return; fi
+    echo "  ok  $name: $(grep -m1 -- "$pattern" "$T/err")"
+}
+S=(--text data/kjv.txt --batch 2 --seq 32 --steps 2 --seed 5)
+agree_error "ranks launched with other flags" "rank 1's flags differ from rank 0's" \
+    -np 1 "$HYLA" train --model "$T/m" "${S[@]}" --lr 1e-3 : -np 1 "$HYLA" train --model "$T/m" "${S[@]}" --lr 2e-3
+# the same flags naming other files: relative paths from two working directories
+mkdir -p "$T/w0" "$T/w1"
+cp -r "$T/m" "$T/w0/model" && "$HYLA" init --preset tiny-hybrid --seed 9 --out "$T/w1/model" >/dev/null
+head -c 300000 data/kjv.txt > "$T/w0/train.txt" && head -c 200000 data/kjv.txt > "$T/w1/train.txt"
+W=(train --model model --text train.txt --batch 2 --seq 32 --steps 2 --seed 5)
+agree_error "ranks launched with other models (same flags)" "rank 1's model weights differ from rank 0's" \
+    -np 1 -wdir "$T/w0" "$PWD/$HYLA" "${W[@]}" : -np 1 -wdir "$T/w1" "$PWD/$HYLA" "${W[@]}"
+cp -r "$T/m" "$T/w1/same" && cp -r "$T/m" "$T/w0/same"
+W=(train --model same --text train.txt --batch 2 --seq 32 --steps 2 --seed 5)
+agree_error "ranks launched with other data (same flags)" "rank 1's data differs from rank 0's" \
+    -np 1 -wdir "$T/w0" "$PWD/$HYLA" "${W[@]}" : -np 1 -wdir "$T/w1" "$PWD/$HYLA" "${W[@]}"
+timeout 60 "${MPI[@]}" -np 1 "$HYLA" train --model "$T/m" "${S[@]}" : -np 1 "$HYLA" train --model "$T/m" "${S[@]/data\/kjv.txt/$T/missing.txt}" >"$T/out" 2>"$T/err"
+rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "missing.txt" "$T/err" && echo "  ok  a rank that fails stops the job (rc $rc): $(grep -m1 missing.txt "$T/err")" ||
+    fail "a failing rank: rc $rc"
+expect_error "--shard fsdp with one process" "sharding needs more than one process" "$HYLA" train --model "$T/m" "${S[@]}" --shard fsdp
+expect_error "--shard with an unknown value" "--shard 'zero3': none or fsdp" "$HYLA" train --model "$T/m" "${S[@]}" --shard zero3
+timeout 60 "${MPI[@]}" -np 2 "$HYLA" train --model "$T/m" "${S[@]}" --shard fsdp >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "fsdp: not built yet" "$T/err" && echo "  ok  --shard fsdp under mpirun is refused (not built yet)" || fail "--shard fsdp under mpirun: rc $rc"
+timeout 60 "${MPI[@]}" -np 2 "$HYLA" train --model "$T/m" "${S[@]}" --update-per-layer --clip 0 >"$T/out" 2>"$T/err"; rc=$?
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "per-layer updates across 2 ranks" "$T/err" && echo "  ok  --update-per-layer under mpirun is refused" || fail "--update-per-layer under mpirun: rc $rc"
+
+# the plan of sharded runs: --expert-groups, and the goal it exists for (seed 002's setting:
+# Qwen3.5-397B-A17B, 1 x 1024 tokens per device, 64 devices, fp32 weights and moments, bf16
+# activations) under 95 GB per device
+P397=(plan configs/qwen3.5-397b-a17b.json --seq 1024 --devices 64 --act-dtype bf16 --json)
+"$HYLA" "${P397[@]}" > "$T/g1.json" && "$HYLA" "${P397[@]}" --expert-groups 8 > "$T/g8.json" &&
+    "$HYLA" "${P397[@]}" --expert-groups 8 --update-per-layer > "$T/g8u.json" &&
+    $PY - "$T/g1.json" "$T/g8.json" "$T/g8u.json" <<'PYEOF' && echo "  ok  plan --expert-groups: 397B-A17B on 64 devices" || fail "plan --expert-groups"
+import json, sys
+g1, g8, g8u = (json.load(open(p)) for p in sys.argv[1:4])
+# 8 groups hold the layer's other parameters plus 64 of its 512 experts: the gathered weights and
+# the layer's transient gradient shrink alike, by the same byte count
+d_gather = g1["gathered_weight_bytes"] - g8["gathered_weight_bytes"]
+d_grad = g1["gradient_bytes"] - g8["gradient_bytes"]
+ok = d_gather > 0 and d_gather == d_grad and g8["expert_groups"] == 8
+ok = ok and g1["total_bytes"] > 95e9 and g8u["total_bytes"] < 95e9
+print(f"      total per device: {g1['total_bytes']/1e9:.1f} GB whole layers, {g8['total_bytes']/1e9:.1f} GB with 8 expert groups, "
+      f"{g8u['total_bytes']/1e9:.1f} GB with 8 groups + per-layer updates (95 GB budget)")
+sys.exit(0 if ok else 1)
+PYEOF
+expect_error "plan --expert-groups that does not divide the experts" "does not divide the model's 512 routed experts" \
+    "$HYLA" plan configs/qwen3.5-397b-a17b.json --devices 64 --expert-groups 7
+expect_error "plan --expert-groups on a dense model" "the model has no routed experts" \
+    "$HYLA" plan configs/qwen3.5-0.8b.json --devices 4 --expert-groups 2
+expect_error "plan --expert-groups without FSDP" "need --shard fsdp over more than one device" \
+    "$HYLA" plan configs/qwen3.5-397b-a17b.json --devices 64 --shard none --expert-groups 8
+
+# kill -9 of one rank mid-run: the others stop within seconds; the checkpoint is the last complete one
+K=(--model "$T/m" --text data/kjv.txt --batch 2 --seq 64 --steps 100000 --save-every 2 --seed 5)
+"${MPI[@]}" -np 2 "$HYLA" train "${K[@]}" --save "$T/k" >"$T/kout" 2>"$T/kerr" &
+job=$!
+for _ in $(seq 100); do [ -f "$T/k/trainer_state.json" ] && break; sleep 0.2; done
+sleep 1
+victim=$(pgrep -f "hyla train --model $T/m --text data/kjv.txt --batch 2 --seq 64" | tail -1)
+[ -n "$victim" ] && kill -9 "$victim"
+t0=$(date +%s.%N)
+for _ in $(seq 150); do kill -0 $job 2>/dev/null || break; sleep 0.2; done
+if kill -0 $job 2>/dev/null; then
+    fail "kill -9 of a rank: the job still runs after 30 s"; kill -9 $job; pkill -9 -f "hyla train --model $T/m" 
+else
+    wait $job; rc=$?
+    secs=$(echo "$(date +%s.%N) - $t0" | bc)
+    sleep 0.5
+    left=$(pgrep -fc "hyla train --model $T/m --text" || true)
+    [ $rc -ne 0 ] && [ "$left" = 0 ] && "$HYLA" inspect "$T/k" >/dev/null 2>&1 &&
+        "$HYLA" train --resume "$T/k" --steps "$(( $(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$T/k/trainer_state.json" | head -1) + 1 ))" --threads 1 >/dev/null 2>&1 &&
+        echo "  ok  kill -9 of rank $victim: every rank stopped in ${secs%.*} s (rc $rc); the checkpoint left is complete (it resumes)" ||
+        fail "kill -9 of a rank: rc $rc, $left processes left, or the checkpoint does not resume"
+fi
+[ $fails -eq 0 ]
