@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Data-parallel training across processes (issue: MPI data parallel): bench-100m, the same global
 # batch (2 micro-batches of BATCH x SEQ per step) as 2 ranks x 1 thread (mpirun -np 2, --accum 1)
-# and as 1 process x 2 threads (--accum 2). Paired runs (ABAB...) so drift hits both alike; the
+# in both shardings (fsdp, none) and as 1 process x 2 threads (--accum 2). Paired runs (ABC ABC ...)
+# so drift hits all alike; the
 # step time is the mean over steps 2..STEPS of each run, the best run of REPEATS kept.
 # Reports tokens/s and their ratio, bytes each rank sends per step (measured, and planned by
-# hyla plan --devices 2 --shard none), seconds in collectives and the share of communication
-# hidden behind compute (0 today: the reduction runs after each micro-batch's backward, blocking).
+# hyla plan --devices 2 --shard ...), per-rank weight / gradient / moment bytes, seconds in
+# collectives and the share of communication hidden behind compute (0 today: every collective
+# blocks; FSDP's gathers are not prefetched).
 # usage: bench/dist_train.sh [BATCH=1] [SEQ=512] [STEPS=4] [REPEATS=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,10 +20,14 @@ trap 'rm -rf "$out"' EXIT
 TRAIN=(train --model "$MODEL" --synthetic --steps "$STEPS" --batch "$B" --seq "$SEQ" --warmup 1 --seed 3)
 for i in $(seq "$REPEATS"); do
     ./build/hyla "${TRAIN[@]}" --accum 2 --threads 2 --log-json "$out/one.$i.jsonl" >/dev/null
-    mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core ./build/hyla "${TRAIN[@]}" --accum 1 --threads 1 \
-        --log-json "$out/two.$i.jsonl" >/dev/null
+    for sh in none fsdp; do
+        mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core ./build/hyla "${TRAIN[@]}" --accum 1 --threads 1 \
+            --shard $sh --log-json "$out/$sh.$i.jsonl" >/dev/null
+    done
 done
-./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard none --json > "$out/plan.json"
+for sh in none fsdp; do
+    ./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard $sh --threads 1 --json > "$out/plan.$sh.json"
+done
 /usr/bin/python3 - "$out" "$REPEATS" <<'PY'
 import json, sys
 out, reps = sys.argv[1], int(sys.argv[2])
@@ -29,16 +35,23 @@ def run(path):
     rec = [json.loads(l) for l in open(path)][1:]  # step 1 pays for first touches
     secs = sum(r["seconds"] for r in rec) / len(rec)
     comm = sum(r["comm_seconds"] for r in rec) / len(rec)
+    keys = ("comm_bytes", "weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes")
     return {"tokens_per_s": rec[0]["tokens"] / secs, "step_seconds": secs, "comm_seconds": comm,
-            "comm_bytes": rec[-1]["comm_bytes"], "gradient_bytes": rec[-1]["gradient_bytes"]}
-one = max((run(f"{out}/one.{i}.jsonl") for i in range(1, reps + 1)), key=lambda r: r["tokens_per_s"])
-two = max((run(f"{out}/two.{i}.jsonl") for i in range(1, reps + 1)), key=lambda r: r["tokens_per_s"])
-plan = json.load(open(f"{out}/plan.json"))
-two["comm_share_of_step"] = two["comm_seconds"] / two["step_seconds"]
-two["comm_hidden_fraction"] = 0.0  # blocking collectives after each micro-batch's backward
-two["comm_bytes_planned"] = plan["comm_bytes"]
-two["comm_gbytes_per_s"] = two["comm_bytes"] / two["comm_seconds"] / 1e9 if two["comm_seconds"] else None
-print(json.dumps({"benchmark": "dist_train", "model": "bench-100m", "global_batch": "2 x %s x %s" % (
-    json.load(open(f"{out}/plan.json"))["batch"], plan["seq"]), "one_process_2_threads": one,
-    "two_ranks_1_thread": two, "ratio_two_ranks_vs_one_process": two["tokens_per_s"] / one["tokens_per_s"]}, indent=1))
+            **{k: rec[-1][k] for k in keys}}
+def best(name):
+    return max((run(f"{out}/{name}.{i}.jsonl") for i in range(1, reps + 1)), key=lambda r: r["tokens_per_s"])
+one = best("one")
+res = {"benchmark": "dist_train", "model": "bench-100m", "one_process_2_threads": one}
+for sh in ("none", "fsdp"):
+    two, plan = best(sh), json.load(open(f"{out}/plan.{sh}.json"))
+    res["global_batch"] = "2 x %s x %s" % (plan["batch"], plan["seq"])
+    two["comm_share_of_step"] = two["comm_seconds"] / two["step_seconds"]
+    two["comm_hidden_fraction"] = 0.0  # blocking collectives
+    two["comm_bytes_planned"] = plan["comm_bytes"]
+    two["comm_gbytes_per_s"] = two["comm_bytes"] / two["comm_seconds"] / 1e9 if two["comm_seconds"] else None
+    two["tokens_per_s_vs_one_process"] = two["tokens_per_s"] / one["tokens_per_s"]
+    two["state_bytes_vs_one_process"] = (two["weight_bytes"] + two["gradient_bytes"] + two["optimizer_bytes"]) / (
+        one["weight_bytes"] + one["gradient_bytes"] + one["optimizer_bytes"])
+    res[f"two_ranks_1_thread_shard_{sh}"] = two
+print(json.dumps(res, indent=1))
 PY

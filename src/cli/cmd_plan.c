@@ -89,8 +89,10 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
         printf(" + offload staging %.3f\n", p->staging_bytes / G);
     printf("  total    %9.3f GB (%8.3f GiB)\n", p->peak_bytes / G, p->peak_bytes / Gi);
     if (p->comm_bytes > 0)
-        printf("  sent     %9.3f GB per step by each device (shard none: %lld micro-batch gradient(s) to their owners "
-               "and the sum back)\n", p->comm_bytes / G, (long long)(pc->accum > 1 ? pc->accum : 1));
+        printf("  sent     %9.3f GB per step by %s (%lld micro-batch(es) per device: %s)\n", p->comm_bytes / G,
+               pc->fsdp ? "device 0" : "each device", (long long)(pc->accum > 1 ? pc->accum : 1),
+               pc->fsdp ? "every layer gathered for its forward and its backward, its gradient reduce-scattered"
+                        : "each gradient to its owners, the sum back");
     printf("  head     %9.3f GB of the working set: final norm, one %d-row logits chunk, per-row losses\n",
            p->head_bytes / G, HYLA_HEAD_ROWS);
     if (p->host_bytes > 0)
@@ -118,7 +120,7 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
 int hyla_cmd_plan(int argc, char **argv)
 {
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
-    int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1;
+    int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1, threads = 0;
     int json = 0, per_layer = 0, act_bf16 = 0;
     const char *svg = NULL, *budget_s = NULL, *host_s = NULL, *lora_targets = NULL;
     const hyla_opt opts[] = {
@@ -138,6 +140,8 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activations, checkpoints and matmul inputs (default f32): the "
          "executor's own plan in that dtype", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
+        {"--threads", OPT_INT, &threads, "N", "threads each device's step runs with (default: all cores; per-thread "
+         "kernel scratch is part of the working set; under mpirun hyla train runs 1 per rank)", 0, 4096},
         {"--lora-rank", OPT_INT, &lora_rank, "R", "plan LoRA training of rank R (base frozen: no gradients or moments)", 1,
          65536},
         {"--lora-targets", OPT_STRING, &lora_targets, "LIST", "with --lora-rank: all-linear (default) or module names", 0, 0},
@@ -159,6 +163,7 @@ int hyla_cmd_plan(int argc, char **argv)
     hyla_plan_config pc;
     memset(&pc, 0, sizeof pc);
     pc.batch = batch, pc.seq = seq, pc.devices = devices, pc.accum = accum, pc.expert_groups = expert_groups;
+    hyla_cli_set_threads(threads);
     if (strcmp(shard, "fsdp") && strcmp(shard, "none")) {
         fprintf(stderr, "hyla plan: --shard must be fsdp or none, got '%s'\n", shard);
         return 2;

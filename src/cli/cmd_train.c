@@ -121,14 +121,15 @@ static int run_eval(const train_args *a, const hyla_model *m, const hyla_data *d
 
 static void print_memory(const hyla_trainer *tr, const hyla_model *m)
 {
-    double mib = 1024.0 * 1024.0, params = (double)m->table.total_floats * 4;
+    double mib = 1024.0 * 1024.0, params = (double)hyla_trainer_weight_bytes(tr); /* FSDP: this rank's pieces */
     double trained = 4.0 * (double)tr->opt.n_floats; /* the moments cover what is trained (LoRA: the adapter) */
     if (m->lora)
         params += trained;
     size_t staging = tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1];
     printf("memory: parameters %.1f MiB%s, gradients %.1f MiB, AdamW moments %.1f MiB; activations (policy %s, unit %s): "
            "checkpoints %.2f MiB + working set %.2f MiB + carries %.2f MiB",
-           params / mib, m->lora ? " (frozen base + adapter)" : "", hyla_trainer_gradient_bytes(tr) / mib, 2 * trained / mib,
+           params / mib, m->lora ? " (frozen base + adapter)" : tr->sharded ? " (this rank's pieces; + gathered layers)" : "",
+           hyla_trainer_gradient_bytes(tr) / mib, 2 * trained / mib,
            tr->cfg.policy.name, hyla_remat_unit_name(tr->cfg.unit),
            tr->ex.ckpt_bytes / mib, tr->ex.work_bytes / mib,
            (hyla_trainer_activation_bytes(tr) - tr->ex.ckpt_bytes - tr->ex.work_bytes - staging) / mib);
@@ -179,7 +180,7 @@ static int sample_greedy(const hyla_model *m, const char *prompt, int64_t n_new)
 
 /* One record per step, flushed; a failed write (a full disk) is an error that stops the run. */
 static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_stats *s, size_t act_bytes,
-                    size_t grad_bytes)
+                    const hyla_trainer *tr)
 {
     fprintf(f, "{\"step\": %lld, \"loss\": %.9g, \"ce\": %.9g, ", (long long)step, s->loss, s->ce);
     if (isnan(s->aux))
@@ -187,9 +188,11 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
     else
         fprintf(f, "\"aux\": %.9g, ", s->aux);
     fprintf(f, "\"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
-               "\"activation_bytes\": %zu, \"gradient_bytes\": %zu, \"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
+               "\"activation_bytes\": %zu, \"gradient_bytes\": %zu, \"weight_bytes\": %zu, \"optimizer_bytes\": %zu, "
+               "\"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
                "\"copy_hidden_fraction\": %.4f, \"comm_bytes\": %llu, \"comm_seconds\": %.6f}\n",
-            s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes, grad_bytes,
+            s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes, hyla_trainer_gradient_bytes(tr),
+            hyla_trainer_weight_bytes(tr), 2 * tr->opt.n_floats * sizeof(float),
             (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, train_hidden_fraction(s),
             (unsigned long long)s->comm_bytes, s->comm_seconds);
     if (fflush(f) != 0 || ferror(f))
@@ -261,17 +264,70 @@ static int open_adapter(const train_args *a, hyla_model *m, hyla_lora *L, int *o
 }
 
 /* Data parallel: before step 1 every rank checks that all run the same job. */
-static int ranks_agree(hyla_comm *comm, const train_args *a, const hyla_model *m, const hyla_data *d,
+static uint64_t model_hash(const hyla_model *m)
+{
+    uint64_t h = hyla_content_hash(m->w, m->table.total_floats * sizeof(float), 1);
+    if (m->lora)
+        h ^= hyla_content_hash(m->lora->w, m->lora->table.total_floats * sizeof(float), 2);
+    return h;
+}
+
+/* model: model_hash before the trainer took it (FSDP keeps pieces only) */
+static int ranks_agree(hyla_comm *comm, const train_args *a, uint64_t model, const hyla_data *d,
                        const hyla_train_state *state)
 {
-    uint64_t model = hyla_content_hash(m->w, m->table.total_floats * sizeof(float), 1);
-    if (m->lora)
-        model ^= hyla_content_hash(m->lora->w, m->lora->table.total_floats * sizeof(float), 2);
     uint64_t data = d->hash ^ hyla_content_hash(&d->pos, sizeof d->pos, 3) ^ hyla_content_hash(&d->n_tokens, 8, 4);
     uint64_t resume = hyla_content_hash(&state->step, sizeof state->step, 5);
     const char *what[] = {"flags", "model weights", "data", "resumed step"};
     uint64_t hash[] = {a->flags_hash, model, data, resume};
     return hyla_ranks_agree(comm, what, hash, 4);
+}
+
+/* FSDP: the whole model in the arena for rank 0's evaluation or sampling (collective), and back. */
+static int whole_weights(hyla_trainer *tr, int on)
+{
+    if (!tr->sharded)
+        return HYLA_OK;
+    if (!on) {
+        hyla_trainer_fsdp_release(tr);
+        return HYLA_OK;
+    }
+    return hyla_fsdp_gather_all(&tr->fsdp);
+}
+
+/* A checkpoint: replicated, rank 0's state is every rank's; FSDP, the pieces are gathered whole
+ * first (on every rank, for now: see the README). */
+static int save_checkpoint(const train_args *a, hyla_comm *comm, hyla_trainer *tr, hyla_model *m, hyla_lora *lora,
+                           int use_lora, const hyla_train_state *state)
+{
+    if (!tr->sharded)
+        return comm->rank ? HYLA_OK : use_lora ? hyla_checkpoint_save_adapter(a->save, lora, &m->table, &tr->opt, state, a->model)
+                                               : hyla_checkpoint_save(a->save, m, &tr->opt, state);
+    hyla_adamw full;
+    HYLA_TRY(hyla_adamw_init(&full, &tr->opt.cfg, m->table.total_floats));
+    int rc = hyla_trainer_fsdp_gather(tr, &full);
+    if (rc == HYLA_OK && comm->rank == 0)
+        rc = hyla_checkpoint_save(a->save, m, &full, state);
+    hyla_trainer_fsdp_release(tr);
+    hyla_adamw_free(&full);
+    return rc;
+}
+
+/* --resume: the optimizer state (FSDP: read whole, kept as pieces) */
+static int resume_state(const train_args *a, hyla_trainer *tr, hyla_model *m, hyla_lora *lora, int use_lora,
+                        hyla_train_state *state)
+{
+    if (use_lora)
+        return hyla_checkpoint_load_adapter_state(a->resume, lora, &tr->opt, state);
+    if (!tr->sharded)
+        return hyla_checkpoint_load_state(a->resume, m, &tr->opt, state);
+    hyla_adamw full;
+    HYLA_TRY(hyla_adamw_init(&full, &tr->opt.cfg, m->table.total_floats));
+    int rc = hyla_checkpoint_load_state(a->resume, m, &full, state);
+    if (rc == HYLA_OK)
+        hyla_trainer_fsdp_adopt(tr, &full);
+    hyla_adamw_free(&full);
+    return rc;
 }
 
 static int run(const train_args *a, hyla_comm *comm)
@@ -334,6 +390,8 @@ static int run(const train_args *a, hyla_comm *comm)
         tc.offload_store = a->offload_store;
     }
     tc.comm = comm;
+    tc.fsdp = a->fsdp;
+    uint64_t weights_hash = comm->size > 1 ? model_hash(&m) : 0; /* before FSDP keeps only pieces */
     tc.offload_limit = (size_t)limit;
     tc.update_per_layer = a->update_per_layer;
     hyla_data data;
@@ -353,8 +411,7 @@ static int run(const train_args *a, hyla_comm *comm)
     }
     hyla_train_state state = {0, 0, (uint64_t)a->seed, "", ""};
     if (rc == HYLA_OK && a->resume) {
-        rc = use_lora ? hyla_checkpoint_load_adapter_state(a->resume, &lora, &tr.opt, &state)
-                      : hyla_checkpoint_load_state(a->resume, &m, &tr.opt, &state);
+        rc = resume_state(a, &tr, &m, &lora, use_lora, &state);
         if (rc == HYLA_OK)
             rc = train_settings_check_data(a, &data, &state);
         data.pos = state.data_pos;
@@ -363,7 +420,7 @@ static int run(const train_args *a, hyla_comm *comm)
     memset(&eval_set, 0, sizeof eval_set);
     if (rc == HYLA_OK && a->eval_data && lead)
         rc = open_eval_data(a, &m, &eval_set);
-    if (rc == HYLA_OK && (rc = ranks_agree(comm, a, &m, &data, &state)) != HYLA_OK) {
+    if (rc == HYLA_OK && (rc = ranks_agree(comm, a, weights_hash, &data, &state)) != HYLA_OK) {
         /* every rank found the same disagreement: each says so before the job stops */
         fprintf(stderr, "hyla train: rank %d: error: %s\n", comm->rank, hyla_error_message());
         fflush(stderr);
@@ -394,9 +451,10 @@ static int run(const train_args *a, hyla_comm *comm)
                    : "rows", (long long)a->seq, data.shuffle ? "shuffled per epoch (--seed)" : "in file order");
         print_memory(&tr, &m);
         if (comm->size > 1)
-            printf("data parallel: %d ranks x %lld micro-batch(es) of %lld x %lld tokens per step, shard none "
-                   "(replicated weights and AdamW moments; gradients summed in micro-batch order, dist/grad_reduce.h)\n",
-                   comm->size, (long long)a->accum, (long long)a->batch, (long long)a->seq);
+            printf("data parallel: %d ranks x %lld micro-batch(es) of %lld x %lld tokens per step, shard %s "
+                   "(gradients summed in micro-batch order)\n", comm->size, (long long)a->accum, (long long)a->batch,
+                   (long long)a->seq, a->fsdp ? "fsdp (each rank keeps its pieces of the weights, gradient and AdamW "
+                   "moments; layers gathered for use)" : "none (replicated weights and AdamW moments)");
     }
     int64_t epoch = rc == HYLA_OK ? hyla_data_epoch(&data, a->seq) : 0;
     train_progress progress;
@@ -426,8 +484,7 @@ static int run(const train_args *a, hyla_comm *comm)
                                 strerror(errno));
             break;
         }
-        if (log && (rc = log_json(log, a->log_json, step + 1, &s, hyla_trainer_activation_bytes(&tr),
-                                hyla_trainer_gradient_bytes(&tr))) != HYLA_OK)
+        if (log && (rc = log_json(log, a->log_json, step + 1, &s, hyla_trainer_activation_bytes(&tr), &tr)) != HYLA_OK)
             break;
         state.step = step + 1;
         state.data_pos = data.pos;
@@ -435,22 +492,23 @@ static int run(const train_args *a, hyla_comm *comm)
         if ((rc = train_settings_record(a, &data, &state)) != HYLA_OK)
             break;
         if (a->save && ((a->save_every > 0 && state.step % a->save_every == 0) || last)) {
-            if (lead) /* replicated state: rank 0's is every rank's */
-                rc = use_lora ? hyla_checkpoint_save_adapter(a->save, &lora, &m.table, &tr.opt, &state, a->model)
-                              : hyla_checkpoint_save(a->save, &m, &tr.opt, &state);
+            rc = save_checkpoint(a, comm, &tr, &m, &lora, use_lora, &state);
             if (rc == HYLA_OK) /* no rank runs ahead of a checkpoint not yet complete */
                 rc = comm->barrier(comm);
         }
         if (rc == HYLA_OK && a->svg && last && lead)
             rc = write_measured_svg(a, &tr, &m);
-        if (rc == HYLA_OK && eval_set.n_tokens && ((a->eval_every > 0 && state.step % a->eval_every == 0) || last)) {
+        /* every rank alike (FSDP gathers the weights for rank 0's evaluation): --eval-data, not rank 0's set */
+        if (rc == HYLA_OK && a->eval_data && ((a->eval_every > 0 && state.step % a->eval_every == 0) || last)) {
             train_progress_note(&progress);
-            rc = run_eval(a, &m, &eval_set, state.step, log);
+            if ((rc = whole_weights(&tr, 1)) == HYLA_OK && lead)
+                rc = run_eval(a, &m, &eval_set, state.step, log);
+            whole_weights(&tr, 0);
         }
     }
     if (rc == HYLA_OK)
         train_progress_end(&progress, a, state.step);
-    if (rc == HYLA_OK && a->sample_tokens > 0 && lead)
+    if (rc == HYLA_OK && a->sample_tokens > 0 && (rc = whole_weights(&tr, 1)) == HYLA_OK && lead)
         rc = sample_greedy(&m, a->sample_prompt, a->sample_tokens);
     if (log && fclose(log) != 0 && rc == HYLA_OK)
         rc = hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", a->log_json, strerror(errno));
@@ -522,9 +580,9 @@ int hyla_cmd_train(int argc, char **argv)
          "gradients are complete (needs --accum 1 --clip 0; gradients of one remat unit at a time)", 0, 0},
         {"--offload-limit", OPT_STRING, &a.offload_limit, "SIZE", "host store size limit (default: none)", 0, 0},
         {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores; 1 per rank under mpirun)", 0, 4096},
-        {"--shard", OPT_STRING, &a.shard, "none", "under mpirun: none (default) = data parallel, weights and AdamW "
-         "moments replicated, gradients summed over ranks in a fixed order; fsdp is planned (hyla plan) but not yet "
-         "executed", 0, 0},
+        {"--shard", OPT_STRING, &a.shard, "fsdp|none", "under mpirun: fsdp (default) = each rank keeps its pieces of "
+         "the weights, gradients and AdamW moments, layers gathered just before use; none = replicated. Either way "
+         "gradients are summed over ranks in a fixed order (bit-identical to one process)", 0, 0},
         HYLA_OPT_ACT_DTYPE(a.dtypes),
         {"--param-dtype", OPT_STRING, &a.dtypes.param, "f32", "master weights (f32 only: bf16 compute is --act-dtype)", 0, 0},
         HYLA_OPT_GRAD_DTYPE(a.dtypes),
@@ -653,10 +711,9 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
         fprintf(stderr, "hyla train: --shard '%s': none or fsdp\n", a.shard);
         return 2;
     }
-    if (a.shard && !strcmp(a.shard, "fsdp")) {
-        fprintf(stderr, "hyla train: --shard fsdp: %s\n", comm->size == 1 ? "sharding needs more than one process "
-                        "(launch with mpirun -np N)" : "not built yet: hyla plan --devices N --shard fsdp predicts it, "
-                        "but training runs --shard none (replicated) only");
+    a.fsdp = a.shard ? !strcmp(a.shard, "fsdp") : comm->size > 1; /* the default over several ranks: fsdp */
+    if (a.fsdp && comm->size == 1) {
+        fprintf(stderr, "hyla train: --shard fsdp: sharding needs more than one process (launch with mpirun -np N)\n");
         return 2;
     }
     hyla_cli_set_threads(a.threads ? a.threads : comm->size > 1 ? 1 : 0);

@@ -1,5 +1,5 @@
 /* The seam between training and whatever moves bytes between processes: a communicator of
- * `size` ranks with the four collectives hyla uses. Only data movement crosses it; every sum
+ * `size` ranks with the collectives hyla uses. Only data movement crosses it; every sum
  * over ranks is done by hyla itself in a fixed order (dist/grad_reduce.h), because MPI's own
  * reductions do not promise one.
  *
@@ -27,6 +27,11 @@ struct hyla_comm {
     int (*allgather)(hyla_comm *c, const void *send, void *recv, size_t bytes);
     /* buf[0 .. bytes) of rank `root` on every rank */
     int (*bcast)(hyla_comm *c, void *buf, size_t bytes, int root);
+    /* to rank r: send[sdispl[r] .. + scount[r]); from rank r: recv[rdispl[r] .. + rcount[r]) (bytes) */
+    int (*alltoallv)(hyla_comm *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
+                     const size_t *rcount, const size_t *rdispl);
+    /* recv[displ[r] .. + count[r]) = rank r's send[0 .. count[r]) (bytes) */
+    int (*allgatherv)(hyla_comm *c, const void *send, void *recv, const size_t *count, const size_t *displ);
     int (*barrier)(hyla_comm *c);
     /* stop every rank of the job with this exit code (does not return) */
     void (*abort)(hyla_comm *c, int code);

@@ -61,6 +61,64 @@ static int mpi_bcast(hyla_comm *c, void *buf, size_t bytes, int root)
     return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "bcast");
 }
 
+/* byte counts and displacements as MPI's ints (HYLA_ERR_ARG past INT_MAX: callers chunk) */
+static int int_array(const size_t *in, int n, int *out, const char *what)
+{
+    for (int r = 0; r < n; r++) {
+        if (in[r] > (size_t)INT_MAX)
+            return hyla_error_set(HYLA_ERR_ARG, "MPI %s: %zu bytes is more than one call carries", what, in[r]);
+        out[r] = (int)in[r];
+    }
+    return HYLA_OK;
+}
+
+static int mpi_alltoallv(hyla_comm *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
+                         const size_t *rcount, const size_t *rdispl)
+{
+    int n = c->size, *v = malloc((size_t)(4 * n) * sizeof *v);
+    if (!v)
+        return hyla_error_set(HYLA_ERR_NOMEM, "MPI alltoallv: out of memory");
+    int st = int_array(scount, n, v, "alltoallv");
+    if (st == HYLA_OK)
+        st = int_array(sdispl, n, v + n, "alltoallv");
+    if (st == HYLA_OK)
+        st = int_array(rcount, n, v + 2 * n, "alltoallv");
+    if (st == HYLA_OK)
+        st = int_array(rdispl, n, v + 3 * n, "alltoallv");
+    if (st == HYLA_OK) {
+        double t0 = hyla_now();
+        int rc = MPI_Alltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, MPI_COMM_WORLD);
+        c->seconds += hyla_now() - t0;
+        for (int r = 0; r < n; r++)
+            if (r != c->rank)
+                c->bytes_sent += scount[r];
+        st = rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "alltoallv");
+    }
+    free(v);
+    return st;
+}
+
+static int mpi_allgatherv(hyla_comm *c, const void *send, void *recv, const size_t *count, const size_t *displ)
+{
+    int n = c->size, *v = malloc((size_t)(2 * n) * sizeof *v);
+    if (!v)
+        return hyla_error_set(HYLA_ERR_NOMEM, "MPI allgatherv: out of memory");
+    int st = int_array(count, n, v, "allgatherv");
+    if (st == HYLA_OK)
+        st = int_array(displ, n, v + n, "allgatherv");
+    if (st == HYLA_OK) {
+        double t0 = hyla_now();
+        int in_place = (const char *)recv + displ[c->rank] == (const char *)send; /* MPI wants it said */
+        int rc = MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, v[c->rank], MPI_BYTE, recv, v, v + n, MPI_BYTE,
+                                MPI_COMM_WORLD);
+        c->seconds += hyla_now() - t0;
+        c->bytes_sent += count[c->rank] * (uint64_t)(n - 1);
+        st = rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "allgatherv");
+    }
+    free(v);
+    return st;
+}
+
 static int mpi_barrier(hyla_comm *c)
 {
     double t0 = hyla_now();
@@ -88,7 +146,8 @@ hyla_comm *hyla_comm_mpi_open(int *argc, char ***argv)
     if (MPI_Init(argc, argv) != MPI_SUCCESS)
         return NULL;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    world = (hyla_comm){0, 1, NULL, mpi_alltoall, mpi_allgather, mpi_bcast, mpi_barrier, mpi_abort, 0, 0.0};
+    world = (hyla_comm){0,          1,          NULL,       mpi_alltoall, mpi_allgather, mpi_bcast, mpi_alltoallv,
+                        mpi_allgatherv, mpi_barrier, mpi_abort, 0, 0.0};
     MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world.size);
     world.impl = &world;

@@ -355,6 +355,21 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     hyla_offload_write(ex, -1, HYLA_S_Y); /* X_0, "layer -1"'s output */
 }
 
+/* FSDP: layers [l0, l1] (or HYLA_WEIGHTS_*) in the arena for the ops that follow */
+static void acquire_weights(hyla_executor *ex, int l0, int l1)
+{
+    if (!ex->weights || ex->dry)
+        return;
+    int st = ex->weights->acquire(ex->weights->ctx, l0, l1);
+    if (st != HYLA_OK && ex->weights_status == HYLA_OK)
+        ex->weights_status = st;
+}
+static void release_weights(hyla_executor *ex, int l0, int l1)
+{
+    if (ex->weights && !ex->dry)
+        ex->weights->release(ex->weights->ctx, l0, l1);
+}
+
 static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_marks, int64_t *aux_rows)
 {
     for (int u = 0; u < ex->n_units; u++) {
@@ -366,6 +381,7 @@ static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_ma
             int i0 = l == un->layer0 ? un->op0 : 0, i1 = l == un->layer1 ? un->op1 : ex->n_ops[l];
             if (i0 == 0 && !ex->forward_only) /* layer l stages into half l & 1, last used by layer l - 2 */
                 hyla_offload_reuse_half(ex, l & 1, ex->write_ticket[l & 1]);
+            acquire_weights(ex, l, l);
             for (int i = i0; i < i1; i++) {
                 const hyla_layer_op *op = ex->ops[l][i];
                 for (int k = 0; k < op->n_in; k++) /* a packed input from the layer's previous segment */
@@ -374,6 +390,7 @@ static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_ma
                 alloc_outputs(ex, l, op, 0);
                 run_fwd(ex, l, op, 0, aux_rows);
             }
+            release_weights(ex, l, l);
             hyla_arena_reset_to(&ex->work, wmark);
             if (i1 == ex->n_ops[l])
                 drop_transients(ex, l);
@@ -678,7 +695,10 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
     reset_state(ex);
     ex->n_measured = 0;
     ex->measure_t0 = hyla_now();
+    ex->weights_status = HYLA_OK;
+    acquire_weights(ex, HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
     embed_rows(ex, tokens);
+    release_weights(ex, HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
     forward_units(ex, unit_marks, host_marks, &aux_rows);
     int64_t E = cfg->n_experts;
     loss->aux_loss = (!ex->dry && aux_rows > 0) ? hyla_aux_loss_finish(ex->aux_counts, ex->aux_psum, aux_rows, E) : NAN;
@@ -688,12 +708,14 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
     if (grads)
         hyla_offload_begin_backward(ex);
     size_t head_mark = hyla_arena_mark(&ex->work);
+    acquire_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
     loss_head(ex, grads, logits, ce_scale, loss);
+    release_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
     hyla_arena_reset_to(&ex->work, head_mark);
     if (ex->dry)
         ex->timeline_forward = ex->n_timeline;
     if (!grads)
-        return HYLA_OK;
+        return ex->weights_status;
     int cur = 0;
     for (int u = ex->n_units - 1; u >= 0 && ex->io_status == HYLA_OK; u--) {
         if (hyla_offload_activate_unit(ex, u) != HYLA_OK)
@@ -704,7 +726,9 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
             memset(ex->updates->window, 0, (ex->layer_hi[un->layer1] - ex->window_lo) * sizeof(float));
         }
         size_t wmark = hyla_arena_mark(&ex->work);
+        acquire_weights(ex, un->layer0, un->layer1); /* its recompute and backward */
         backward_unit(ex, u, grads, cur);
+        release_weights(ex, un->layer0, un->layer1);
         hyla_arena_reset_to(&ex->work, wmark);
         hyla_arena_reset_to(&ex->ckpt, unit_marks[u]);
         hyla_arena_reset_to(&ex->host, host_marks[u]);
@@ -726,7 +750,7 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
         return ex->io_status; /* its message was set by the failed wait */
     if (!ex->dry && !ex->m->lora) /* the embedding is frozen under an adapter */
         embed_backward(ex, tokens, grads, ex->dcarry[cur]);
-    return HYLA_OK;
+    return ex->weights_status;
 }
 
 int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *grads, float ce_scale,

@@ -74,6 +74,8 @@ typedef struct {
     hyla_xfer_ticket write_ticket[2], read_ticket[2];
     int io_status;         /* first host store error of the step */
     const struct hyla_layer_updates_s *updates; /* per-layer updates, or NULL */
+    const struct hyla_weight_source_s *weights; /* where weights come from (FSDP), or NULL: the model's arena */
+    int weights_status;    /* first failed acquire of the step */
     size_t *layer_lo, *layer_hi;       /* [n_layers] table ranges (per-layer updates) */
     size_t window_lo;                  /* table offset of updates->window[0] in the current unit */
     hyla_tape *tapes;      /* [n_layers] forward slots */
@@ -146,6 +148,20 @@ typedef struct hyla_layer_updates_s {
     int (*apply)(void *ctx, int layer0, int layer1, const float *window, size_t lo);
     void *ctx;
 } hyla_layer_updates;
+
+/* Where a training step's weights come from. NULL (the default): the model's arena holds every
+ * weight. FSDP (train/fsdp.h): a layer's weights are gathered into the arena just before its
+ * forward, and again before its unit's recompute + backward, and released after; the embedding
+ * (HYLA_WEIGHTS_EMBED) around the embedding lookup, the final norm + lm_head (HYLA_WEIGHTS_HEAD)
+ * around the loss head. A failed acquire stops the step with its status (the gradients are then
+ * partial and must not be applied). */
+#define HYLA_WEIGHTS_EMBED (-1)
+#define HYLA_WEIGHTS_HEAD (-2)
+typedef struct hyla_weight_source_s {
+    int (*acquire)(void *ctx, int layer0, int layer1);
+    void (*release)(void *ctx, int layer0, int layer1);
+    void *ctx;
+} hyla_weight_source;
 
 /* Table offsets of the decoder layers' parameters: layer l owns [lo[l], hi[l]) (contiguous,
  * layers in order); HYLA_ERR_MODEL if the table is not laid out that way. */

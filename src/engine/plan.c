@@ -4,7 +4,10 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/exact_sum.h"
 #include "dist/grad_reduce.h"
+#include "dist/shard.h"
+#include "dist/shard_comm.h"
 #include "model/lora.h"
 
 /* Largest parameter count of one decoder layer (what FSDP gathers at once). */
@@ -27,6 +30,58 @@ static int64_t largest_layer_transient(const hyla_param_table *t, int64_t groups
 
 /* The largest layer's parameter count (its shard of a summed gradient lives until its update). */
 static int64_t largest_layer_params(const hyla_param_table *t) { return largest_layer_transient(t, 1); }
+
+/* Floats of rank 0's piece of parameter i (the largest piece: rank 0's chunk is always full). */
+static int64_t piece0(const hyla_param_table *t, int i, int ranks)
+{
+    int64_t lo, len;
+    hyla_shard_piece(t->params[i].numel, ranks, 0, &lo, &len);
+    return len;
+}
+
+/* The FSDP step as the trainer executes it (train/fsdp.h), for rank 0 (its pieces are the
+ * largest): weight, gradient and moment pieces; the compact head and one unit's window of
+ * gradients; the reduce-scatter staging and the norm's partial sums; the gathered high-water (one
+ * unit's layers, the embedding, or the final norm + lm_head); and the bytes rank 0 sends per
+ * step: each gather sends its piece to the N - 1 others (the embedding and the head once per
+ * micro-batch, every layer once per forward segment and once per backward unit), each
+ * reduce-scatter sends the others their pieces, plus the norm's partial sum and the loss parts. */
+static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyla_executor *ex, hyla_plan *out)
+{
+    const hyla_param_table *t = &m->table;
+    int N = (int)pc->devices;
+    int64_t A = pc->accum > 1 ? pc->accum : 1;
+    double pieces = (double)hyla_params_shard_floats(t, N, 0), window = (double)hyla_executor_window_floats(ex);
+    double embed = 0, head = 0, gather_floats = 0, scatter_floats = 0;
+    int acquired[HYLA_MAX_LAYERS] = {0}; /* times each layer is gathered per micro-batch */
+    for (int u = 0; u < ex->n_units; u++)
+        for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
+            acquired[l] += 2; /* its forward segment, its unit's backward */
+    for (int i = 0; i < t->n_params; i++) {
+        const hyla_param *p = &t->params[i];
+        int times = p->layer >= 0 ? acquired[p->layer] : 0;
+        if (p->role == HYLA_P_EMBED) {
+            embed = (double)hyla_param_span(p);
+            times = 1 + m->cfg.tie_word_embeddings;
+        }
+        if (p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD || (p->role == HYLA_P_EMBED && m->cfg.tie_word_embeddings))
+            head += (double)hyla_param_span(p);
+        if (p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD)
+            times = 1;
+        gather_floats += (double)times * (double)piece0(t, i, N);
+        scatter_floats += (double)(p->numel - piece0(t, i, N));
+    }
+    out->param_bytes = pieces * pc->param_bytes;
+    out->opt_bytes = 2.0 * pieces * pc->opt_bytes;
+    out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
+    out->grad_bytes = ((double)hyla_grad_head_floats(t) + window + pieces) * pc->grad_bytes;
+    out->reduce_bytes = (double)hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)) +
+                        (double)N * (double)sizeof(hyla_exact_sum); /* staging; every rank's norm partial sum */
+    double most = window > embed ? window : embed;
+    out->gathered_bytes = (most > head ? most : head) * pc->param_bytes;
+    out->comm_bytes = (double)(N - 1) * (4.0 * (double)A * gather_floats + (double)sizeof(hyla_exact_sum) + 16.0 * (double)A) +
+                      4.0 * (double)A * scatter_floats; /* a reduce-scatter sends each other rank its own piece */
+}
 
 int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan *out)
 {
@@ -55,8 +110,10 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
                               "experts", (long long)groups, (long long)m->cfg.n_experts);
     double shard = pc->fsdp ? (double)pc->devices : 1.0;
     out->adapter_bytes = 4.0 * (double)adapter; /* fp32 adapter weights */
-    out->param_bytes = (double)counts.total * pc->param_bytes / shard + out->adapter_bytes;
-    out->opt_bytes = 2.0 * (double)out->trained_params * pc->opt_bytes / shard;
+    /* the arenas as allocated: the table's floats (each parameter padded to 16) */
+    double trained_floats = (double)(m->lora ? m->lora->table.total_floats : m->table.total_floats);
+    out->param_bytes = (double)m->table.total_floats * pc->param_bytes / shard + out->adapter_bytes;
+    out->opt_bytes = 2.0 * trained_floats * pc->opt_bytes / shard;
     out->batch_bytes = 2.0 * (double)(pc->batch * pc->seq) * 4.0; /* token ids + labels, int32 */
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
 
@@ -74,6 +131,8 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     out->argument_bytes += out->compute_copy_bytes;
     hyla_executor ex;
     HYLA_TRY(hyla_executor_plan(&ex, &in_dtype, &pc->policy, pc->unit, pc->batch, pc->seq));
+    /* executed FSDP (fp32; whole layers; updates after the step): the trainer's own layout */
+    int fsdp_as_run = sharded && groups == 1 && !pc->update_per_layer && pc->act_bytes == 4;
     size_t window = hyla_executor_window_floats(&ex);
     double scale = 1.0; /* the executor's bytes are the dtype's */
     out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;
@@ -100,6 +159,9 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         out->host_timeline[i] = (double)ex.host_timeline[i] * scale;
         out->staging_timeline[i] = (double)ex.staging_timeline[i] * scale;
     }
+    hyla_plan fsdp = *out;
+    if (fsdp_as_run)
+        plan_fsdp(m, pc, &ex, &fsdp);
     hyla_executor_free(&ex);
     if (!out->timeline || !out->host_timeline || !out->staging_timeline) {
         hyla_plan_free(out);
@@ -131,6 +193,12 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         if (pc->devices > 1)
             out->comm_bytes = (double)hyla_dp_step_comm_bytes(n, (int)pc->devices, accum);
     }
+    if (fsdp_as_run) {
+        out->param_bytes = fsdp.param_bytes, out->opt_bytes = fsdp.opt_bytes, out->argument_bytes = fsdp.argument_bytes;
+        out->grad_bytes = fsdp.grad_bytes, out->reduce_bytes = fsdp.reduce_bytes;
+        out->gathered_bytes = fsdp.gathered_bytes, out->comm_bytes = fsdp.comm_bytes;
+    }
+    out->fsdp_executed = fsdp_as_run;
     out->temp_bytes = out->checkpoint_bytes + out->work_bytes + out->staging_bytes + out->carry_bytes + out->grad_bytes +
                       out->gathered_bytes + out->reduce_bytes;
     out->peak_bytes = out->argument_bytes + out->temp_bytes;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "dist/shard.h"
 
 static const char *const role_names[HYLA_P__COUNT] = {
     "embed", "final_norm", "lm_head", "input_norm", "post_norm",
@@ -306,4 +307,15 @@ void hyla_params_count(const hyla_param_table *t, hyla_param_counts *out)
             out->per_kind[c->layer_kind[p->layer] == HYLA_LAYER_FULL ? 1 : 0] += n;
         }
     }
+}
+
+size_t hyla_params_shard_floats(const hyla_param_table *t, int ranks, int rank)
+{
+    size_t sum = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        int64_t lo, len;
+        hyla_shard_piece(t->params[i].numel, ranks, rank, &lo, &len);
+        sum += hyla_span_floats(len);
+    }
+    return sum;
 }

@@ -60,8 +60,10 @@ typedef struct {
     int no_decay;       /* norms, biases, gate scalars: excluded from weight decay */
 } hyla_param;
 
-/* Floats a parameter occupies in the table: numel padded to 16 (64-byte aligned offsets). */
-static inline size_t hyla_param_span(const hyla_param *p) { return (size_t)((p->numel + 15) & ~(int64_t)15); }
+/* Floats n elements occupy in a table: padded to 16 (64-byte aligned offsets). */
+static inline size_t hyla_span_floats(int64_t n) { return (size_t)((n + 15) & ~(int64_t)15); }
+/* Floats a parameter occupies in the table. */
+static inline size_t hyla_param_span(const hyla_param *p) { return hyla_span_floats(p->numel); }
 
 typedef struct {
     char name[112];     /* HF tensor name */
@@ -86,6 +88,10 @@ typedef struct {
 } hyla_param_table;
 
 int hyla_params_build(hyla_param_table *t, const hyla_config *cfg, const hyla_layout *layout);
+/* FSDP: floats of rank `rank`'s pieces (dist/shard.h) of every parameter, each padded like the
+ * table's; what the trainer allocates for the weights, the gradient and each moment (train/fsdp.h)
+ * and what hyla plan sizes them by. */
+size_t hyla_params_shard_floats(const hyla_param_table *t, int ranks, int rank);
 void hyla_params_free(hyla_param_table *t);
 /* Index of (role, layer) or -1; layer -1 for globals. */
 int hyla_param_find(const hyla_param_table *t, hyla_role role, int layer);

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/finite.h"
 #include "core/parallel.h"
+#include "dist/shard.h"
 #include "model/model.h"
 
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats)
@@ -35,15 +36,33 @@ void hyla_adamw_free(hyla_adamw *opt)
     memset(opt, 0, sizeof *opt);
 }
 
+void hyla_grad_block_sums(const float *g, int64_t len, double *out)
+{
+    for (int64_t b = 0; b * HYLA_SHARD_ALIGN < len; b++) {
+        int64_t j1 = (b + 1) * HYLA_SHARD_ALIGN < len ? (b + 1) * HYLA_SHARD_ALIGN : len;
+        double bs = 0.0;
+        for (int64_t j = b * HYLA_SHARD_ALIGN; j < j1; j++)
+            bs += (double)g[j] * (double)g[j];
+        out[b] = bs;
+    }
+}
+
+void hyla_grad_sumsq_add(hyla_exact_sum *acc, const float *g, int64_t len)
+{
+    for (int64_t lo = 0; lo < len; lo += HYLA_SHARD_ALIGN) {
+        double bs;
+        hyla_grad_block_sums(g + lo, len - lo < HYLA_SHARD_ALIGN ? len - lo : HYLA_SHARD_ALIGN, &bs);
+        hyla_exact_sum_add(acc, bs);
+    }
+}
+
 double hyla_grad_norm(const hyla_param_table *t, const float *grads)
 {
-    double ss = 0.0;
-    for (int i = 0; i < t->n_params; i++) { /* fixed order: deterministic */
-        const float *g = grads + t->params[i].offset;
-        for (int64_t j = 0; j < t->params[i].numel; j++)
-            ss += (double)g[j] * (double)g[j];
-    }
-    return sqrt(ss);
+    hyla_exact_sum acc;
+    hyla_exact_sum_init(&acc);
+    for (int i = 0; i < t->n_params; i++)
+        hyla_grad_sumsq_add(&acc, grads + t->params[i].offset, t->params[i].numel);
+    return sqrt(hyla_exact_sum_value(&acc));
 }
 
 void hyla_adamw_begin(hyla_adamw *opt)
@@ -121,20 +140,35 @@ int hyla_adamw_step(hyla_adamw *opt, const hyla_param_table *t, float *weights, 
     double norm = hyla_grad_norm(t, grads);
     *norm_out = norm;
     if (!isfinite(norm)) { /* nothing is updated: name the first tensor that went non-finite */
-        for (int i = 0; i < t->n_params; i++)
-            if (hyla_first_nonfinite(grads + t->params[i].offset, (size_t)t->params[i].numel) < (size_t)t->params[i].numel)
-                return nonfinite_gradient(opt->step + 1, &t->params[i]);
+        HYLA_TRY(hyla_grad_check_finite(opt, t, grads));
         /* none is: the squares overflowed double (finite but astronomically large gradients) */
         return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: gradient norm overflows; the update was not applied",
                               (long long)opt->step + 1);
     }
-    double scale = (c->clip > 0 && norm > c->clip) ? c->clip / (norm + 1e-6) : 1.0;
+    return hyla_adamw_apply(opt, t, weights, grads, hyla_clip_scale(c, norm));
+}
+
+double hyla_clip_scale(const hyla_adamw_config *c, double norm)
+{
+    return (c->clip > 0 && norm > c->clip) ? c->clip / (norm + 1e-6) : 1.0;
+}
+
+int hyla_adamw_apply(hyla_adamw *opt, const hyla_param_table *t, float *weights, const float *grads, double scale)
+{
     hyla_adamw_begin(opt);
     for (int i = 0; i < t->n_params; i++) {
         int64_t bad = update_param(opt, &t->params[i], weights, grads + t->params[i].offset, scale);
         if (bad)
             return nonfinite_weights(opt, &t->params[i], bad);
     }
+    return HYLA_OK;
+}
+
+int hyla_grad_check_finite(const hyla_adamw *opt, const hyla_param_table *t, const float *grads)
+{
+    for (int i = 0; i < t->n_params; i++)
+        if (hyla_first_nonfinite(grads + t->params[i].offset, (size_t)t->params[i].numel) < (size_t)t->params[i].numel)
+            return nonfinite_gradient(opt->step + 1, &t->params[i]);
     return HYLA_OK;
 }
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/exact_sum.h"
 #include "model/params.h"
 
 typedef struct {
@@ -30,8 +31,24 @@ typedef struct {
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats);
 void hyla_adamw_free(hyla_adamw *opt);
 
-/* Global L2 norm of the gradients over every parameter of the table (each parameter once). */
+/* Global L2 norm of the gradients over every parameter of the table (each parameter once), in a
+ * form sharding reproduces bit for bit: each parameter is cut into blocks of HYLA_SHARD_ALIGN
+ * elements (dist/shard.h; a shard piece holds whole blocks), a block's squares are summed in
+ * element order in double, and the block sums are added exactly (core/exact_sum.h), so pieces
+ * summed on their owners and merged give the same value. */
 double hyla_grad_norm(const hyla_param_table *t, const float *grads);
+/* out[b] = sum of squares of block b of g[0..len) (len from a block boundary). */
+void hyla_grad_block_sums(const float *g, int64_t len, double *out);
+/* acc += the block sums of g[0..len) (g at a block boundary of its parameter). */
+void hyla_grad_sumsq_add(hyla_exact_sum *acc, const float *g, int64_t len);
+/* The clipping factor for a pre-clip norm (1 when off or below the clip). */
+double hyla_clip_scale(const hyla_adamw_config *c, double norm);
+/* One AdamW update of every parameter of t with its gradient scaled by `scale` (what
+ * hyla_adamw_step does after the norm; t may be a shard's table: offsets into weights, grads
+ * and the moments). */
+int hyla_adamw_apply(hyla_adamw *opt, const hyla_param_table *t, float *weights, const float *grads, double scale);
+/* HYLA_ERR_NUMERIC naming the first parameter of t with a non-finite gradient, else HYLA_OK. */
+int hyla_grad_check_finite(const hyla_adamw *opt, const hyla_param_table *t, const float *grads);
 
 /* Clip (if cfg.clip > 0 and norm > clip: scale by clip / (norm + 1e-6)) and apply one AdamW
  * update with learning rate opt->cfg.lr; *norm_out = the pre-clip norm. A non-finite gradient

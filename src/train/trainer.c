@@ -39,15 +39,22 @@ static int apply_head(hyla_trainer *tr)
     return HYLA_OK;
 }
 
+/* FSDP: a unit's layer gradients are complete: reduce-scatter them into the pieces. */
+static int reduce_layers(void *ctx, int layer0, int layer1, const float *window, size_t lo)
+{
+    hyla_trainer *tr = ctx;
+    return hyla_fsdp_reduce_layers(&tr->fsdp, layer0, layer1, window, lo, tr->round_first);
+}
+
 static int alloc_gradients(hyla_trainer *tr)
 {
     const hyla_param_table *t = trained_table(tr);
     size_t head = t->total_floats, window = 0;
-    if (tr->cfg.update_per_layer) {
+    if (tr->cfg.update_per_layer || tr->sharded) { /* the head + one unit's window */
         head = hyla_grad_head_floats(t);
         window = hyla_executor_window_floats(&tr->ex);
         tr->grad_window = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
-        tr->updates = (hyla_layer_updates){NULL, tr->grad_window, apply_layers, tr};
+        tr->updates = (hyla_layer_updates){NULL, tr->grad_window, tr->sharded ? reduce_layers : apply_layers, tr};
     }
     tr->grads = aligned_alloc(64, hyla_align_up((head ? head : 1) * sizeof(float)));
     tr->updates.head = tr->grads;
@@ -58,7 +65,7 @@ static int alloc_gradients(hyla_trainer *tr)
     memset(tr->grads, 0, (head ? head : 1) * sizeof(float)); /* fault the pages in at setup, not in step 1 */
     if (window)
         memset(tr->grad_window, 0, window * sizeof(float));
-    return tr->cfg.update_per_layer ? hyla_executor_update_per_layer(&tr->ex, &tr->updates) : HYLA_OK;
+    return tr->cfg.update_per_layer || tr->sharded ? hyla_executor_update_per_layer(&tr->ex, &tr->updates) : HYLA_OK;
 }
 
 int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_config *cfg)
@@ -85,19 +92,31 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (model->lora && cfg->update_per_layer)
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates do not apply to LoRA training (the adapter's gradients "
                               "are a small fraction of the model; they are updated once per step)");
+    if (cfg->fsdp && (ranks < 2 || model->lora || cfg->update_per_layer || model->compute_dtype == HYLA_DT_BF16))
+        return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: %s", ranks < 2 ? "needs more than one rank (mpirun -np N)"
+                              : model->lora ? "LoRA trains a small adapter: use shard none"
+                              : cfg->update_per_layer ? "per-layer updates with fsdp are not built yet"
+                              : "bf16 compute with fsdp is not built yet (use --act-dtype f32 or shard none)");
+    tr->sharded = cfg->fsdp;
     if (!model->matrices_in_w)
         return hyla_error_set(HYLA_ERR_ARG, "train: the model holds bf16 weights only (--param-dtype bf16); training "
                               "keeps fp32 master weights: use --act-dtype bf16 alone");
     hyla_model_refresh_bf16(model, 0, model->table.total_floats); /* bf16 compute: the copy of the current weights */
-    size_t n = trained_table(tr)->total_floats;
+    size_t n = tr->sharded ? hyla_params_shard_floats(&model->table, (int)ranks, tr->cfg.comm->rank)
+                           : trained_table(tr)->total_floats; /* the moments: whole, or this rank's pieces */
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
-    if (!model->lora) /* bf16 compute: every update rewrites the copy of what it changed (a frozen base: never) */
+    if (!model->lora && !tr->sharded) /* bf16 compute: every update rewrites the copy of what it changed (a frozen base: never) */
         tr->opt.bf16_copy = model->w16;
     if (st == HYLA_OK)
         st = hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
     if (st == HYLA_OK)
         st = alloc_gradients(tr);
-    tr->reducing = ranks > 1 || cfg->accum > 1; /* else the one micro-batch's gradient is the step's */
+    if (st == HYLA_OK && tr->sharded && (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model)) == HYLA_OK) {
+        tr->fsdp.ex = &tr->ex;
+        tr->ex.weights = &tr->fsdp.source;
+    }
+    /* replicated: the ordered sum, unless the one micro-batch's gradient is the step's */
+    tr->reducing = !tr->sharded && (ranks > 1 || cfg->accum > 1);
     if (st == HYLA_OK && tr->reducing)
         st = hyla_grad_reducer_init(&tr->reducer, tr->cfg.comm, tr->head_floats);
     if (st == HYLA_OK && !(tr->loss_parts = calloc((size_t)(2 * ranks * cfg->accum), sizeof(double))))
@@ -124,12 +143,39 @@ void hyla_trainer_free(hyla_trainer *tr)
     free(tr->loss_parts);
     if (tr->reducing)
         hyla_grad_reducer_free(&tr->reducer);
+    if (tr->sharded)
+        hyla_fsdp_free(&tr->fsdp);
     memset(tr, 0, sizeof *tr);
 }
 
 size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr)
 {
-    return tr->grad_floats * sizeof(float) + (tr->reducing ? hyla_grad_reducer_bytes(&tr->reducer) : 0);
+    size_t pieces = tr->sharded ? hyla_fsdp_bytes(&tr->fsdp) - hyla_align_up(tr->fsdp.shard.total_floats * sizeof(float)) : 0;
+    return tr->grad_floats * sizeof(float) + (tr->reducing ? hyla_grad_reducer_bytes(&tr->reducer) : 0) + pieces;
+}
+
+size_t hyla_trainer_weight_bytes(const hyla_trainer *tr)
+{
+    if (!tr->sharded)
+        return tr->model->table.total_floats * sizeof(float);
+    return hyla_align_up(tr->fsdp.shard.total_floats * sizeof(float)) + tr->fsdp.gathered_peak * sizeof(float);
+}
+
+int hyla_trainer_fsdp_gather(hyla_trainer *tr, hyla_adamw *full)
+{
+    full->step = tr->opt.step;
+    HYLA_TRY(hyla_fsdp_gather_vector(&tr->fsdp, tr->opt.m, full->m));
+    HYLA_TRY(hyla_fsdp_gather_vector(&tr->fsdp, tr->opt.v, full->v));
+    return hyla_fsdp_gather_all(&tr->fsdp);
+}
+
+void hyla_trainer_fsdp_release(hyla_trainer *tr) { hyla_fsdp_release_all(&tr->fsdp); }
+
+void hyla_trainer_fsdp_adopt(hyla_trainer *tr, const hyla_adamw *full)
+{
+    tr->opt.step = full->step;
+    hyla_fsdp_take_pieces(&tr->fsdp, full->m, tr->opt.m);
+    hyla_fsdp_take_pieces(&tr->fsdp, full->v, tr->opt.v);
 }
 
 size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
@@ -237,8 +283,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
             tr->model->lora->training = 1;
             tr->model->lora->dropout_step = tr->opt.step * G + g;
         }
-        if (tr->reducing && round > 0)
+        if ((tr->reducing || tr->sharded) && round > 0)
             memset(tr->grads, 0, tr->head_floats * sizeof(float));
+        tr->round_first = round == 0;
         int st = hyla_executor_step(&tr->ex, tokens + g * per, labels ? labels + g * per : NULL, tr->grads, ce_scale,
                                     aux_scale, &l);
         if (tr->model->lora)
@@ -252,6 +299,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         tr->loss_parts[2 * (A * comm->rank + round) + 1] = l.aux_loss;
         if (tr->reducing)
             HYLA_TRY(hyla_grad_reducer_add(&tr->reducer, tr->grads, round == 0));
+        if (tr->sharded) /* the layers' went during backward */
+            HYLA_TRY(hyla_fsdp_reduce_head(&tr->fsdp, tr->grads, round == 0));
     }
     if (tr->reducing)
         HYLA_TRY(hyla_grad_reducer_gather(&tr->reducer, tr->grads));
@@ -270,6 +319,15 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     if (tr->cfg.update_per_layer) { /* the layers were updated during backward */
         HYLA_TRY(apply_head(tr));
         stats->grad_norm = sqrt(tr->step_sumsq);
+    } else if (tr->sharded) { /* the pieces: hyla_adamw_step's arithmetic on each rank's part */
+        HYLA_TRY(hyla_fsdp_grad_norm(&tr->fsdp, &stats->grad_norm));
+        if (!isfinite(stats->grad_norm)) {
+            HYLA_TRY(hyla_grad_check_finite(&tr->opt, &tr->fsdp.shard, tr->fsdp.grad));
+            return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: gradient norm overflows; the update was not applied",
+                                  (long long)tr->opt.step + 1);
+        }
+        HYLA_TRY(hyla_adamw_apply(&tr->opt, &tr->fsdp.shard, tr->fsdp.w, tr->fsdp.grad,
+                                  hyla_clip_scale(&tr->opt.cfg, stats->grad_norm)));
     } else {
         HYLA_TRY(hyla_adamw_step(&tr->opt, trained_table(tr), trained_weights(tr), tr->grads, &stats->grad_norm));
     }

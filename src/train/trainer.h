@@ -5,7 +5,9 @@
  * g mod N == its rank. The step's gradient is the sum of the micro-batch gradients in g order
  * (dist/grad_reduce.h), so N ranks with --accum A give bit for bit what one process with
  * --accum N*A gives; every rank then holds the whole gradient and applies the same update
- * (replicated weights and moments: shard "none").
+ * (replicated weights and moments: shard "none"). With cfg.fsdp every rank keeps only its
+ * pieces of the weights, the summed gradient and the moments (train/fsdp.h); the result is the
+ * same, bit for bit.
  *
  * Loss of a step (spec §3.8 with gradient accumulation): ce = sum of -log p over every labelled
  * position of all micro-batches / their count; aux = mean over micro-batches of each
@@ -19,6 +21,7 @@
 #include "dist/comm.h"
 #include "dist/grad_reduce.h"
 #include "engine/executor.h"
+#include "train/fsdp.h"
 #include "train/optimizer.h"
 
 typedef struct {
@@ -33,6 +36,7 @@ typedef struct {
      * remat unit's layer gradients exist at a time; needs accum == 1 and no clipping */
     int update_per_layer;
     hyla_comm *comm;           /* the ranks of a data-parallel run (NULL: one process) */
+    int fsdp;                  /* shard fsdp over comm's ranks (train/fsdp.h); else replicated ("none") */
 } hyla_train_config;
 
 typedef struct {
@@ -59,6 +63,8 @@ typedef struct {
                              * a reducer: one micro-batch's gradient, then the step's sum */
     hyla_grad_reducer reducer; /* N > 1 ranks or accum > 1: the ordered sum of micro-batch gradients */
     int reducing;
+    hyla_fsdp fsdp;         /* cfg.fsdp: the pieces; the optimizer's moments are pieces too */
+    int sharded, round_first;
     double *loss_parts;     /* [N][accum][2] every rank's micro-batch ce sums and aux losses */
     float *grad_window;     /* update_per_layer: one unit's layer gradients */
     size_t grad_floats;     /* floats of gradient storage (grads + grad_window) */
@@ -91,8 +97,21 @@ void hyla_trainer_free(hyla_trainer *tr);
  * the step's targets. */
 int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *labels, hyla_step_stats *stats);
 
-/* Bytes of gradient storage (the whole table, or the head + one unit's window). */
+/* Bytes of gradient storage (the whole table, or the head + one unit's window; with a reducer
+ * its shard and windows; FSDP: the head, one unit's window, the summed pieces, the reduce-scatter
+ * staging and the norm's blocks). */
 size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr);
+/* Bytes of fp32 weights this rank holds for the step: the whole table, or (FSDP) its pieces plus
+ * the high-water of gathered weights so far. */
+size_t hyla_trainer_weight_bytes(const hyla_trainer *tr);
+
+/* FSDP checkpoints: every rank's pieces gathered whole (the weights into the model's arena, the
+ * moments into full, a whole-table optimizer: hyla_adamw_init'ed by the caller) for a save, and
+ * released again; and a whole-table optimizer state (a resumed checkpoint's) taken as pieces.
+ * Collective. */
+int hyla_trainer_fsdp_gather(hyla_trainer *tr, hyla_adamw *full);
+void hyla_trainer_fsdp_release(hyla_trainer *tr);
+void hyla_trainer_fsdp_adopt(hyla_trainer *tr, const hyla_adamw *full);
 
 /* Bytes of the step's device activation arenas (checkpoint + work + offload staging) and fixed
  * step buffers. */

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Data-parallel training across processes (mpirun), shard none:
+# Training across processes (mpirun), shard none (replicated) and fsdp (pieces):
 #   - bit-identical to one process: `mpirun -np N train --accum A` gives the same losses, grad norms,
 #     weights and AdamW moments, bit for bit, as one process with --accum N*A (the step's gradient is
-#     summed in micro-batch order whatever the rank count: src/dist/grad_reduce.h), for N = 2 and 4,
-#     remat none / full / block units / offload, bf16 compute, LoRA, packed documents. Every run is
-#     --threads 1 (the default under mpirun): oneDNN's sgemm results depend on its thread count.
+#     summed in micro-batch order whatever the rank count: src/dist/grad_reduce.h,
+#     src/dist/shard_comm.h; the norm adds fixed blocks in table order), for N = 2 and 4, both
+#     shardings, remat none / full / minimal_offloaded (offload), layer / block / part units, packed
+#     documents, and (shard none) bf16 compute and LoRA. Every run is --threads 1 (the default under
+#     mpirun): oneDNN's sgemm results depend on its thread count.
+#   - measured == planned on rank 0, exactly: weights (pieces + gathered high-water), gradients
+#     (with the reduction's buffers), moments, activations, and bytes sent per step, against
+#     hyla plan --devices N --shard none|fsdp --accum A;
 #   - resume across rank counts: 10 steps on 2 ranks == 5 on 2 + resume on 1 + 5 == 5 on 2 + resume
 #     on 4 + 5, bit for bit (the step's micro-batch count is kept: --accum follows the ranks);
 #   - failure: ranks given other flags, another model or other data stop with a clear error on every
@@ -24,9 +29,9 @@ DATA=(--text data/kjv.txt)
 BASE=(--batch 2 --seq 32 --steps 3 --warmup 1 --lr 3e-3 --seed 5 --threads 1)
 
 # the step records without timing and per-rank figures: every field but seconds, tokens/s, copy and
-# comm times and bytes, offload bytes (each rank offloads its own micro-batches) and gradient bytes
-# (a rank holds a shard of the sum; checked against the plan below)
-records() { sed -E 's/"(seconds|tokens_per_s|gradient_bytes|offload_bytes|copy_seconds|copy_wait_seconds|copy_hidden_fraction|comm_bytes|comm_seconds)": [^,}]*[,]? ?//g' "$1"; }
+# comm times and bytes, offload bytes (each rank offloads its own micro-batches) and the bytes of
+# weights, gradients and moments (a rank holds its share; checked against the plan below)
+records() { sed -E 's/"(seconds|tokens_per_s|gradient_bytes|weight_bytes|optimizer_bytes|offload_bytes|copy_seconds|copy_wait_seconds|copy_hidden_fraction|comm_bytes|comm_seconds)": [^,}]*[,]? ?//g' "$1"; }
 # same_run NAME DIR_A DIR_B: identical step records and checkpoint tensors (model, optimizer)
 same_run() {
     local name=$1 a=$2 b=$3 f ok=1
@@ -47,48 +52,59 @@ train() {
         "${MPI[@]}" -np "$np" "$HYLA" train "$@" --log-json "$dir/log.jsonl" --save "$dir/ckpt" >"$dir/out" 2>&1
     fi || { echo "      run failed ($dir):"; tail -5 "$dir/out"; return 1; }
 }
-# equal NAME NP ACCUM_PER_RANK ARGS...: mpirun -np NP --accum A == one process --accum NP*A
+# equal NAME NP ACCUM_PER_RANK SHARDS ARGS...: mpirun -np NP --accum A --shard S == one process
+# --accum NP*A, for each S in SHARDS ("none fsdp" or one); runs in $T/NAME.one, $T/NAME.S
 equal() {
-    local name=$1 np=$2 acc=$3; shift 3
+    local name=$1 np=$2 acc=$3 shards=$4 sh; shift 4
     local d="$T/$(printf %s "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' _)"
-    train "$d.one" 0 --model "$T/m" "${DATA[@]}" "${BASE[@]}" --accum $((np * acc)) "$@" &&
-        train "$d.mpi" "$np" --model "$T/m" "${DATA[@]}" "${BASE[@]}" --accum "$acc" "$@" &&
-        same_run "$name: mpirun -np $np --accum $acc == one process --accum $((np * acc)), bit for bit" "$d.one" "$d.mpi" ||
-        fail "$name"
+    train "$d.one" 0 --model "$T/m" "${DATA[@]}" "${BASE[@]}" --accum $((np * acc)) "$@" || { fail "$name: one process"; return; }
+    for sh in $shards; do
+        train "$d.$sh" "$np" --model "$T/m" "${DATA[@]}" "${BASE[@]}" --accum "$acc" --shard "$sh" "$@" &&
+            same_run "$name: mpirun -np $np --accum $acc --shard $sh == one process --accum $((np * acc)), bit for bit" "$d.one" "$d.$sh" ||
+            fail "$name, shard $sh"
+    done
 }
-# measured == planned on every rank: gradient storage (with the reducer's shard and windows) and
-# the bytes each rank sends per step, against hyla plan --devices N --shard none --accum A
-planned() { # NAME RUN_DIR NP ACCUM PLAN_ARGS...
-    local name=$1 dir=$2 np=$3 acc=$4; shift 4
-    "$HYLA" plan "$T/m" --batch 2 --seq 32 --devices "$np" --shard none --accum "$acc" --json "$@" > "$dir/plan.json" &&
+# measured == planned on rank 0 (it logs), every step: weights, gradients (with the reduction's
+# buffers), moments, activations and the bytes it sends per step, against hyla plan
+planned() { # NAME RUN_DIR NP ACCUM SHARD PLAN_ARGS...
+    local name=$1 dir=$2 np=$3 acc=$4 sh=$5; shift 5
+    "$HYLA" plan "$T/m" --batch 2 --seq 32 --devices "$np" --shard "$sh" --accum "$acc" --threads 1 --json "$@" > "$dir/plan.json" &&
     $PY - "$dir/plan.json" "$dir/log.jsonl" <<'PYEOF' && echo "  ok  $name" || fail "$name"
 import json, sys
 p = json.load(open(sys.argv[1]))
 rec = [json.loads(l) for l in open(sys.argv[2])]
-want_g, want_c = p["gradient_bytes"] + p["reduce_bytes"], p["comm_bytes"]
-ok = all(r["gradient_bytes"] == want_g and r["comm_bytes"] == want_c for r in rec)
-print(f"      gradients + reduction {rec[-1]['gradient_bytes']} B (planned {want_g:.0f}), sent {rec[-1]['comm_bytes']} B per step (planned {want_c:.0f})")
-sys.exit(0 if ok else 1)
+want = {"weight_bytes": p["param_bytes"] - p["adapter_bytes"] + p["gathered_weight_bytes"],
+        "gradient_bytes": p["gradient_bytes"] + p["reduce_bytes"], "optimizer_bytes": p["optimizer_bytes"],
+        "activation_bytes": p["checkpoint_bytes"] + p["work_bytes"] + p["offload_staging_bytes"] + p["carry_bytes"],
+        "comm_bytes": p["comm_bytes"]}
+bad = [(k, r["step"], r[k], v) for r in rec for k, v in want.items() if r[k] != v]
+last = rec[-1]
+print("      " + ", ".join(f"{k.replace('_bytes', '')} {last[k]} B" for k in want) + (" == planned" if not bad else f"; differ: {bad[:3]}"))
+sys.exit(0 if not bad else 1)
 PYEOF
 }
-equal "remat full" 2 1
-planned "measured == planned: 2 ranks, gradient and reduction bytes, bytes sent per step" "$T/remat_full.mpi" 2 1
-planned "measured == planned: one process --accum 2 (the reducer's shard)" "$T/remat_full.one" 1 2
-equal "remat full" 4 1
-planned "measured == planned: 4 ranks" "$T/remat_full.mpi" 4 1
-equal "remat none" 2 2 --remat none
-equal "remat full, block units, clipping off" 2 1 --remat-unit block --clip 0
-equal "offload (minimal_offloaded)" 2 1 --remat minimal_offloaded
-equal "bf16 compute" 2 1 --act-dtype bf16
-equal "LoRA" 2 1 --lora-rank 4
-planned "measured == planned: LoRA on 2 ranks (the adapter's gradients)" "$T/lora.mpi" 2 1 --lora-rank 4
-planned "measured == planned: 2 ranks x --accum 2" "$T/remat_none.mpi" 2 2 --remat none
+equal "remat full" 2 1 "none fsdp"
+planned "measured == planned: 2 ranks, shard none" "$T/remat_full.none" 2 1 none
+planned "measured == planned: 2 ranks, shard fsdp" "$T/remat_full.fsdp" 2 1 fsdp
+planned "measured == planned: one process --accum 2 (the reducer's shard)" "$T/remat_full.one" 1 2 none
+equal "remat full 4 ranks" 4 1 "none fsdp"
+planned "measured == planned: 4 ranks, shard none" "$T/remat_full_4_ranks.none" 4 1 none
+planned "measured == planned: 4 ranks, shard fsdp" "$T/remat_full_4_ranks.fsdp" 4 1 fsdp
+equal "remat none" 2 2 "none fsdp" --remat none
+planned "measured == planned: 2 ranks x --accum 2, shard fsdp, remat none" "$T/remat_none.fsdp" 2 2 fsdp --remat none
+equal "remat full, block units, clipping off" 2 1 "none fsdp" --remat-unit block --clip 0
+planned "measured == planned: shard fsdp, block units (a unit's layers gathered)" "$T/remat_full__block_units__clipping_off.fsdp" 2 1 fsdp --remat-unit block
+equal "offload (minimal_offloaded), part units" 2 2 "none fsdp" --remat minimal_offloaded --remat-unit part
+planned "measured == planned: shard fsdp, offload, part units" "$T/offload__minimal_offloaded___part_units.fsdp" 2 2 fsdp --remat minimal_offloaded --remat-unit part
+equal "bf16 compute" 2 1 none --act-dtype bf16
+equal "LoRA" 2 1 none --lora-rank 4
+planned "measured == planned: LoRA on 2 ranks (the adapter's gradients)" "$T/lora.none" 2 1 none --lora-rank 4
 # packed chat documents (the data walk, document tiling and labels are the step's, on every rank)
 PACK=(--data-jsonl data/chat_kjv.jsonl --seq 256 --pack)
 d="$T/pack"
 train "$d.one" 0 --model "$T/m" "${BASE[@]}" "${PACK[@]}" --accum 2 && train "$d.mpi" 2 --model "$T/m" "${BASE[@]}" "${PACK[@]}" &&
-    same_run "packed JSONL documents: mpirun -np 2 == --accum 2, bit for bit" "$d.one" "$d.mpi" || fail "packed documents"
-grep -q "data parallel: 4 ranks" "$T/remat_full.mpi/out" && [ "$(grep -c '^done:' "$T/remat_full.mpi/out")" -eq 1 ] &&
+    same_run "packed JSONL documents: mpirun -np 2 (fsdp, the default) == --accum 2, bit for bit" "$d.one" "$d.mpi" || fail "packed documents"
+grep -q "data parallel: 4 ranks" "$T/remat_full_4_ranks.fsdp/out" && [ "$(grep -c '^done:' "$T/remat_full_4_ranks.fsdp/out")" -eq 1 ] &&
     echo "  ok  rank 0 alone prints (one summary line for 4 ranks)" || fail "output of ranks other than 0"
 
 # the 10-step training test against the PyTorch oracle (tests/test_train.c), data parallel
@@ -147,10 +163,16 @@ rc=$?
     fail "a failing rank: rc $rc"
 expect_error "--shard fsdp with one process" "sharding needs more than one process" "$HYLA" train --model "$T/m" "${S[@]}" --shard fsdp
 expect_error "--shard with an unknown value" "--shard 'zero3': none or fsdp" "$HYLA" train --model "$T/m" "${S[@]}" --shard zero3
-timeout 60 "${MPI[@]}" -np 2 "$HYLA" train --model "$T/m" "${S[@]}" --shard fsdp >"$T/out" 2>"$T/err"; rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "fsdp: not built yet" "$T/err" && echo "  ok  --shard fsdp under mpirun is refused (not built yet)" || fail "--shard fsdp under mpirun: rc $rc"
-timeout 60 "${MPI[@]}" -np 2 "$HYLA" train --model "$T/m" "${S[@]}" --update-per-layer --clip 0 >"$T/out" 2>"$T/err"; rc=$?
-[ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "per-layer updates across 2 ranks" "$T/err" && echo "  ok  --update-per-layer under mpirun is refused" || fail "--update-per-layer under mpirun: rc $rc"
+refused() { # NAME PATTERN TRAIN-ARGS...: every rank of an mpirun -np 2 job says PATTERN, non-zero exit
+    local name=$1 pattern=$2; shift 2
+    timeout 60 "${MPI[@]}" -np 2 "$HYLA" train --model "$T/m" "${S[@]}" "$@" >"$T/out" 2>"$T/err"; local rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c -- "$pattern" "$T/err")" -ge 1 ] &&
+        echo "  ok  $name: $(grep -m1 -- "$pattern" "$T/err")" || { fail "$name: rc $rc"; head -3 "$T/err"; }
+}
+refused "--update-per-layer under mpirun (shard none)" "per-layer updates across 2 ranks" --update-per-layer --clip 0 --shard none
+refused "--update-per-layer under mpirun (shard fsdp)" "per-layer updates across 2 ranks" --update-per-layer --clip 0 --shard fsdp
+refused "bf16 compute with shard fsdp" "bf16 compute with fsdp is not built yet" --act-dtype bf16
+refused "LoRA with shard fsdp" "LoRA trains a small adapter: use shard none" --lora-rank 4
 
 # the plan of sharded runs: --expert-groups, and the goal it exists for (seed 002's setting:
 # Qwen3.5-397B-A17B, 1 x 1024 tokens per device, 64 devices, fp32 weights and moments, bf16

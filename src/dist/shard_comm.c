@@ -1,0 +1,77 @@
+/* FSDP's gather and ordered reduce-scatter of one tensor (see shard_comm.h). */
+#include "dist/shard_comm.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "dist/shard.h"
+
+int64_t hyla_shard_comm_floats(int ranks) { return HYLA_SHARD_STEP * (int64_t)ranks; }
+
+/* Piece s of every rank's part: rank r's elements [lo_r + s*STEP, ...) and their count. */
+static void step_of(int64_t n, int ranks, int r, int64_t s, int64_t *lo, int64_t *len)
+{
+    int64_t plo, plen;
+    hyla_shard_piece(n, ranks, r, &plo, &plen);
+    int64_t a = s * HYLA_SHARD_STEP;
+    *lo = plo + (a < plen ? a : plen);
+    *len = plen - a > HYLA_SHARD_STEP ? HYLA_SHARD_STEP : plen - a > 0 ? plen - a : 0;
+}
+
+static int64_t steps_of(int64_t n, int ranks)
+{
+    return (hyla_shard_chunk(n, ranks) + HYLA_SHARD_STEP - 1) / HYLA_SHARD_STEP;
+}
+
+int hyla_shard_gather(hyla_comm *c, int64_t n, float *full)
+{
+    int N = c->size;
+    if (N == 1)
+        return HYLA_OK;
+    size_t count[N], displ[N];
+    for (int64_t s = 0, S = steps_of(n, N); s < S; s++) {
+        for (int r = 0; r < N; r++) {
+            int64_t lo, len;
+            step_of(n, N, r, s, &lo, &len);
+            count[r] = (size_t)len * sizeof(float), displ[r] = (size_t)lo * sizeof(float);
+        }
+        HYLA_TRY(c->allgatherv(c, (const char *)full + displ[c->rank], full, count, displ));
+    }
+    return HYLA_OK;
+}
+
+int hyla_shard_reduce_scatter(hyla_comm *c, int64_t n, const float *g, float *acc, int first, float *stage)
+{
+    int N = c->size;
+    if (N == 1) {
+        if (first)
+            memcpy(acc, g, (size_t)n * sizeof(float));
+        else
+            for (int64_t i = 0; i < n; i++)
+                acc[i] += g[i];
+        return HYLA_OK;
+    }
+    size_t scount[N], sdispl[N], rcount[N], rdispl[N];
+    for (int64_t s = 0, S = steps_of(n, N); s < S; s++) {
+        int64_t mlo, mlen;
+        step_of(n, N, c->rank, s, &mlo, &mlen);
+        for (int r = 0; r < N; r++) {
+            int64_t lo, len;
+            step_of(n, N, r, s, &lo, &len);
+            scount[r] = (size_t)len * sizeof(float), sdispl[r] = (size_t)lo * sizeof(float);
+            rcount[r] = (size_t)mlen * sizeof(float), rdispl[r] = (size_t)(r * HYLA_SHARD_STEP) * sizeof(float);
+        }
+        HYLA_TRY(c->alltoallv(c, g, scount, sdispl, stage, rcount, rdispl));
+        float *a = acc + s * HYLA_SHARD_STEP;
+        for (int r = 0; r < N; r++) { /* rank order */
+            const float *p = stage + r * HYLA_SHARD_STEP;
+            if (first && r == 0)
+                memcpy(a, p, (size_t)mlen * sizeof(float));
+            else
+                for (int64_t i = 0; i < mlen; i++)
+                    a[i] += p[i];
+        }
+    }
+    return HYLA_OK;
+}

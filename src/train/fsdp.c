@@ -1,0 +1,204 @@
+/* FSDP: weight pieces, gathers on demand, ordered reduce-scatters, the sharded norm (fsdp.h). */
+#include "train/fsdp.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "core/arena.h"
+#include "core/error.h"
+#include "dist/shard.h"
+#include "dist/shard_comm.h"
+
+/* Is parameter p part of what acquire(l0, l1) names? */
+static int in_part(const hyla_fsdp *f, const hyla_param *p, int l0, int l1)
+{
+    if (l0 >= 0)
+        return p->layer >= l0 && p->layer <= l1;
+    if (p->layer >= 0)
+        return 0;
+    if (l0 == HYLA_WEIGHTS_EMBED)
+        return p->role == HYLA_P_EMBED;
+    /* the head: final norm and lm_head (tied: the embedding is the lm_head) */
+    return p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD ||
+           (p->role == HYLA_P_EMBED && f->m->cfg.tie_word_embeddings);
+}
+
+/* Give back the arena pages that lie wholly inside [a, a + n) floats. */
+static void drop_pages(float *a, size_t n)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)a + page - 1) & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)(a + n)) & ~(page - 1);
+    if (hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* step: a step's gather (counted in the gathered high-water); else a checkpoint's or an evaluation's */
+static int gather_param(hyla_fsdp *f, int i, int step)
+{
+    const hyla_param *p = &f->m->table.params[i];
+    const hyla_param *q = &f->shard.params[i];
+    memcpy(f->m->w + p->offset + f->piece_lo[i], f->w + q->offset, (size_t)q->numel * sizeof(float));
+    HYLA_TRY(hyla_shard_gather(f->comm, p->numel, f->m->w + p->offset));
+    f->gathered += hyla_param_span(p);
+    if (step)
+        f->gathered_peak = f->gathered > f->gathered_peak ? f->gathered : f->gathered_peak;
+    return HYLA_OK;
+}
+
+static int acquire(void *ctx, int l0, int l1)
+{
+    hyla_fsdp *f = ctx;
+    for (int i = 0; i < f->m->table.n_params; i++)
+        if (in_part(f, &f->m->table.params[i], l0, l1))
+            HYLA_TRY(gather_param(f, i, 1));
+    return HYLA_OK;
+}
+
+static void release(void *ctx, int l0, int l1)
+{
+    hyla_fsdp *f = ctx;
+    for (int i = 0; i < f->m->table.n_params; i++) {
+        const hyla_param *p = &f->m->table.params[i];
+        if (in_part(f, p, l0, l1)) {
+            drop_pages(f->m->w + p->offset, hyla_param_span(p));
+            f->gathered -= hyla_param_span(p);
+        }
+    }
+}
+
+int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m)
+{
+    memset(f, 0, sizeof *f);
+    f->comm = comm;
+    f->m = m;
+    const hyla_param_table *t = &m->table;
+    int n = t->n_params, N = comm->size;
+    f->shard = *t; /* borrowed: config, layout, index; owned: params */
+    f->shard.n_hf = 0, f->shard.hf = NULL;
+    f->shard.params = malloc((size_t)n * sizeof *f->shard.params);
+    f->piece_lo = malloc((size_t)n * sizeof *f->piece_lo);
+    f->layer_lo = malloc((size_t)t->cfg.n_layers * sizeof *f->layer_lo);
+    f->layer_hi = malloc((size_t)t->cfg.n_layers * sizeof *f->layer_hi);
+    if (!f->shard.params || !f->piece_lo || !f->layer_lo || !f->layer_hi) {
+        hyla_fsdp_free(f);
+        return hyla_error_set(HYLA_ERR_NOMEM, "fsdp: out of memory");
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        int64_t lo, len;
+        hyla_shard_piece(t->params[i].numel, N, comm->rank, &lo, &len);
+        f->shard.params[i] = t->params[i];
+        f->shard.params[i].offset = at;
+        f->shard.params[i].numel = len;
+        f->piece_lo[i] = lo;
+        at += hyla_span_floats(len);
+    }
+    f->shard.total_floats = at;
+    int st = hyla_layer_ranges(t, f->layer_lo, f->layer_hi);
+    f->w = aligned_alloc(64, hyla_align_up((at ? at : 1) * sizeof(float)));
+    f->grad = aligned_alloc(64, hyla_align_up((at ? at : 1) * sizeof(float)));
+    f->stage = aligned_alloc(64, hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)));
+    f->sums = calloc((size_t)N, sizeof *f->sums);
+    if (st == HYLA_OK && (!f->w || !f->grad || !f->stage || !f->sums))
+        st = hyla_error_set(HYLA_ERR_NOMEM, "fsdp: cannot allocate this rank's %zu-float pieces", at);
+    if (st != HYLA_OK) {
+        hyla_fsdp_free(f);
+        return st;
+    }
+    memset(f->grad, 0, at * sizeof(float));
+    memset(f->stage, 0, (size_t)hyla_shard_comm_floats(N) * sizeof(float));
+    hyla_fsdp_take_pieces(f, m->w, f->w);
+    hyla_fsdp_release_all(f);
+    f->source = (hyla_weight_source){acquire, release, f};
+    return HYLA_OK;
+}
+
+void hyla_fsdp_free(hyla_fsdp *f)
+{
+    free(f->shard.params);
+    free(f->piece_lo);
+    free(f->layer_lo);
+    free(f->layer_hi);
+    free(f->w);
+    free(f->grad);
+    free(f->stage);
+    free(f->sums);
+    memset(f, 0, sizeof *f);
+}
+
+size_t hyla_fsdp_bytes(const hyla_fsdp *f)
+{
+    size_t pieces = hyla_align_up((f->shard.total_floats ? f->shard.total_floats : 1) * sizeof(float));
+    return 2 * pieces + hyla_align_up((size_t)hyla_shard_comm_floats(f->comm->size) * sizeof(float)) +
+           (size_t)f->comm->size * sizeof(hyla_exact_sum);
+}
+
+int hyla_fsdp_reduce_layers(hyla_fsdp *f, int layer0, int layer1, const float *window, size_t lo, int first)
+{
+    for (int i = 0; i < f->m->table.n_params; i++) {
+        const hyla_param *p = &f->m->table.params[i];
+        if (p->layer >= layer0 && p->layer <= layer1)
+            HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, window + (p->offset - lo),
+                                               f->grad + f->shard.params[i].offset, first, f->stage));
+    }
+    return HYLA_OK;
+}
+
+int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first)
+{
+    for (int i = 0; i < f->m->table.n_params; i++) {
+        const hyla_param *p = &f->m->table.params[i];
+        if (p->layer < 0)
+            HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, head + hyla_grad_head_index(f->ex, p->offset),
+                                               f->grad + f->shard.params[i].offset, first, f->stage));
+    }
+    return HYLA_OK;
+}
+
+int hyla_fsdp_grad_norm(hyla_fsdp *f, double *norm)
+{
+    hyla_exact_sum mine, *all = f->sums;
+    hyla_exact_sum_init(&mine);
+    for (int i = 0; i < f->shard.n_params; i++) /* each piece starts at a block boundary */
+        hyla_grad_sumsq_add(&mine, f->grad + f->shard.params[i].offset, f->shard.params[i].numel);
+    hyla_exact_sum_normalize(&mine);
+    HYLA_TRY(f->comm->allgather(f->comm, &mine, all, sizeof mine));
+    for (int r = 1; r < f->comm->size; r++) /* exact: any order gives the same sum */
+        hyla_exact_sum_merge(&all[0], &all[r]);
+    *norm = sqrt(hyla_exact_sum_value(&all[0]));
+    return HYLA_OK;
+}
+
+int hyla_fsdp_gather_all(hyla_fsdp *f)
+{
+    for (int i = 0; i < f->m->table.n_params; i++)
+        HYLA_TRY(gather_param(f, i, 0));
+    return HYLA_OK;
+}
+
+void hyla_fsdp_release_all(hyla_fsdp *f)
+{
+    madvise(f->m->w, f->m->w_bytes, MADV_DONTNEED); /* the arena is its own page-aligned mapping */
+    f->gathered = 0;
+}
+
+void hyla_fsdp_take_pieces(const hyla_fsdp *f, const float *full, float *pieces)
+{
+    for (int i = 0; i < f->shard.n_params; i++)
+        memcpy(pieces + f->shard.params[i].offset, full + f->m->table.params[i].offset + f->piece_lo[i],
+               (size_t)f->shard.params[i].numel * sizeof(float));
+}
+
+int hyla_fsdp_gather_vector(hyla_fsdp *f, const float *pieces, float *full)
+{
+    for (int i = 0; i < f->shard.n_params; i++) {
+        const hyla_param *p = &f->m->table.params[i];
+        memcpy(full + p->offset + f->piece_lo[i], pieces + f->shard.params[i].offset,
+               (size_t)f->shard.params[i].numel * sizeof(float));
+        HYLA_TRY(hyla_shard_gather(f->comm, p->numel, full + p->offset));
+    }
+    return HYLA_OK;
+}

@@ -1,0 +1,73 @@
+/* FSDP across the ranks of a communicator (shard fsdp): every rank owns one piece of every
+ * parameter (dist/shard.h) and keeps only the pieces of the fp32 weights, of the step's summed
+ * gradient and (in the trainer's optimizer) of the AdamW moments.
+ *
+ * Weights. The model's weight arena is an anonymous mapping whose pages are resident only while
+ * a part of the model is gathered: the executor acquires a layer (or the embedding, or the final
+ * norm + lm_head) just before using it and releases it after (engine/executor.h,
+ * hyla_weight_source); a gather writes every rank's pieces into the arena, a release gives the
+ * pages back (madvise; a page shared with a neighbouring part is kept and re-written by the next
+ * gather). `gathered_peak` is the high-water of gathered floats in steps (a checkpoint's or an
+ * evaluation's whole-model gather, hyla_fsdp_gather_all, is outside the step and not counted).
+ *
+ * Gradients. The executor writes one remat unit's layer gradients into a window and the
+ * non-layer ones into a compact head (hyla_layer_updates); as soon as a unit's gradients are
+ * complete each rank reduce-scatters them: the owner of every piece adds the ranks' copies in
+ * rank order (dist/shard_comm.h), so the sum is in micro-batch order, as one process adds them.
+ * The head is reduce-scattered after the micro-batch.
+ *
+ * Update. The global norm sums fixed blocks of squares exactly (train/optimizer.h): each owner
+ * sums its pieces' blocks, the exact partial sums are gathered and merged. AdamW then updates the
+ * pieces: the weights, gradients and moments are bit-identical to one process's. */
+#ifndef HYLA_TRAIN_FSDP_H
+#define HYLA_TRAIN_FSDP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/exact_sum.h"
+#include "dist/comm.h"
+#include "engine/executor.h"
+#include "model/model.h"
+#include "train/optimizer.h"
+
+typedef struct {
+    hyla_comm *comm;
+    hyla_model *m;              /* not owned; its arena holds only what is gathered */
+    hyla_param_table shard;     /* the model's parameters as this rank's pieces: offset into the shard
+                                 * arrays, numel = the piece's length (params owned; the rest borrowed) */
+    int64_t *piece_lo;          /* [n_params] first element of this rank's piece */
+    float *w;                   /* [shard.total_floats] fp32 weights (master pieces) */
+    float *grad;                /* [shard.total_floats] the step's summed gradient pieces */
+    float *stage;               /* [hyla_shard_comm_floats] reduce-scatter staging */
+    hyla_exact_sum *sums;       /* [ranks] every rank's exact sum of its blocks of squares (the norm) */
+    size_t *layer_lo, *layer_hi;/* [n_layers] table ranges */
+    size_t gathered, gathered_peak; /* floats of the arena gathered now / at most */
+    size_t head_floats;         /* floats of the compact head gradient (executor layout) */
+    const hyla_executor *ex;    /* for the compact head's index */
+    hyla_weight_source source;
+} hyla_fsdp;
+
+/* Take this rank's pieces of m's weights (every rank must hold the same m), then release the
+ * arena's pages. */
+int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m);
+void hyla_fsdp_free(hyla_fsdp *f);
+/* Bytes the FSDP state owns: weight and gradient pieces, staging, the norm's partial sums (the moments are
+ * the optimizer's). */
+size_t hyla_fsdp_bytes(const hyla_fsdp *f);
+
+/* A unit's layer gradients (window, table offset lo) or the compact head, into the pieces;
+ * first: the step's first round. Collective. */
+int hyla_fsdp_reduce_layers(hyla_fsdp *f, int layer0, int layer1, const float *window, size_t lo, int first);
+int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first);
+/* The global gradient norm of the summed pieces (same value on every rank). Collective. */
+int hyla_fsdp_grad_norm(hyla_fsdp *f, double *norm);
+/* Every weight gathered whole into the model's arena (a checkpoint's save), or released again. */
+int hyla_fsdp_gather_all(hyla_fsdp *f);
+void hyla_fsdp_release_all(hyla_fsdp *f);
+/* A whole-table vector (e.g. a moment read from a checkpoint) -> this rank's pieces, and back
+ * (gathered on every rank). */
+void hyla_fsdp_take_pieces(const hyla_fsdp *f, const float *full, float *pieces);
+int hyla_fsdp_gather_vector(hyla_fsdp *f, const float *pieces, float *full);
+
+#endif
