@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "dist/shard.h"
 #include "engine/executor.h"
 
 int hyla_layer_ranges(const hyla_param_table *t, size_t *lo, size_t *hi)
@@ -69,4 +70,44 @@ int hyla_executor_update_per_layer(hyla_executor *ex, const hyla_layer_updates *
     HYLA_TRY(hyla_layer_ranges(&ex->m->table, ex->layer_lo, ex->layer_hi));
     ex->updates = u;
     return HYLA_OK;
+}
+
+/* ---- FSDP (train/fsdp.h): the gradient pieces, sized here for the trainer and hyla plan alike ---- */
+
+/* rank `rank`'s piece length of parameter i */
+static int64_t piece_len(const hyla_param_table *t, int i, int ranks, int rank)
+{
+    int64_t lo, len;
+    hyla_shard_piece(t->params[i].numel, ranks, rank, &lo, &len);
+    return len;
+}
+
+/* Shard floats of the non-layer parameters' pieces, and of the largest unit's. */
+void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, size_t *head,
+                       size_t *unit)
+{
+    size_t per_layer[HYLA_MAX_LAYERS] = {0};
+    *head = *unit = 0;
+    for (int i = 0; i < t->n_params; i++) {
+        size_t s = hyla_span_floats(piece_len(t, i, ranks, rank));
+        if (t->params[i].layer < 0)
+            *head += s;
+        else
+            per_layer[t->params[i].layer] += s;
+    }
+    for (int u = 0; u < ex->n_units; u++) {
+        size_t sum = 0;
+        for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
+            sum += per_layer[l];
+        *unit = sum > *unit ? sum : *unit;
+    }
+}
+
+size_t hyla_fsdp_grad_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, int per_layer)
+{
+    if (!per_layer)
+        return hyla_params_shard_floats(t, ranks, rank);
+    size_t head, unit;
+    hyla_fsdp_grad_sizes(t, ex, ranks, rank, &head, &unit);
+    return head + unit;
 }

@@ -74,7 +74,8 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
     out->param_bytes = pieces * pc->param_bytes;
     out->opt_bytes = 2.0 * pieces * pc->opt_bytes;
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
-    out->grad_bytes = ((double)hyla_grad_head_floats(t) + window + pieces) * pc->grad_bytes;
+    out->grad_bytes = ((double)hyla_grad_head_floats(t) + window +
+                       (double)hyla_fsdp_grad_floats(t, ex, N, 0, pc->update_per_layer)) * pc->grad_bytes;
     out->reduce_bytes = (double)hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)) +
                         (double)N * (double)sizeof(hyla_exact_sum); /* staging; every rank's norm partial sum */
     double most = window > embed ? window : embed;
@@ -131,8 +132,8 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     out->argument_bytes += out->compute_copy_bytes;
     hyla_executor ex;
     HYLA_TRY(hyla_executor_plan(&ex, &in_dtype, &pc->policy, pc->unit, pc->batch, pc->seq));
-    /* executed FSDP (fp32; whole layers; updates after the step): the trainer's own layout */
-    int fsdp_as_run = sharded && groups == 1 && !pc->update_per_layer && pc->act_bytes == 4;
+    /* executed FSDP (fp32, whole layers): the trainer's own layout */
+    int fsdp_as_run = sharded && groups == 1 && pc->act_bytes == 4;
     size_t window = hyla_executor_window_floats(&ex);
     double scale = 1.0; /* the executor's bytes are the dtype's */
     out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;

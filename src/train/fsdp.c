@@ -40,7 +40,7 @@ static int gather_param(hyla_fsdp *f, int i, int step)
 {
     const hyla_param *p = &f->m->table.params[i];
     const hyla_param *q = &f->shard.params[i];
-    memcpy(f->m->w + p->offset + f->piece_lo[i], f->w + q->offset, (size_t)q->numel * sizeof(float));
+    memcpy(f->m->w + p->offset + f->piece_elem0[i], f->w + q->offset, (size_t)q->numel * sizeof(float));
     HYLA_TRY(hyla_shard_gather(f->comm, p->numel, f->m->w + p->offset));
     f->gathered += hyla_param_span(p);
     if (step)
@@ -69,20 +69,34 @@ static void release(void *ctx, int l0, int l1)
     }
 }
 
-int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m)
+/* Where parameter i's summed gradient piece lives. */
+static float *piece_grad(const hyla_fsdp *f, int i)
+{
+    const hyla_param *p = &f->m->table.params[i];
+    size_t off = f->shard.params[i].offset;
+    if (!f->per_layer)
+        return f->grad + off;
+    if (p->layer >= 0) /* the current unit's window, after the head */
+        return f->grad + f->head_pieces + (off - f->unit_lo);
+    int L = f->m->cfg.n_layers; /* the head: compact, as the table's (before and after the layers) */
+    return f->grad + (off < f->layer_lo[0] ? off : off - (f->layer_hi[L - 1] - f->layer_lo[0]));
+}
+
+int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer)
 {
     memset(f, 0, sizeof *f);
     f->comm = comm;
     f->m = m;
+    f->per_layer = per_layer;
     const hyla_param_table *t = &m->table;
     int n = t->n_params, N = comm->size;
     f->shard = *t; /* borrowed: config, layout, index; owned: params */
     f->shard.n_hf = 0, f->shard.hf = NULL;
     f->shard.params = malloc((size_t)n * sizeof *f->shard.params);
-    f->piece_lo = malloc((size_t)n * sizeof *f->piece_lo);
+    f->piece_elem0 = malloc((size_t)n * sizeof *f->piece_elem0);
     f->layer_lo = malloc((size_t)t->cfg.n_layers * sizeof *f->layer_lo);
     f->layer_hi = malloc((size_t)t->cfg.n_layers * sizeof *f->layer_hi);
-    if (!f->shard.params || !f->piece_lo || !f->layer_lo || !f->layer_hi) {
+    if (!f->shard.params || !f->piece_elem0 || !f->layer_lo || !f->layer_hi) {
         hyla_fsdp_free(f);
         return hyla_error_set(HYLA_ERR_NOMEM, "fsdp: out of memory");
     }
@@ -93,13 +107,16 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m)
         f->shard.params[i] = t->params[i];
         f->shard.params[i].offset = at;
         f->shard.params[i].numel = len;
-        f->piece_lo[i] = lo;
+        f->piece_elem0[i] = lo;
         at += hyla_span_floats(len);
     }
     f->shard.total_floats = at;
-    int st = hyla_layer_ranges(t, f->layer_lo, f->layer_hi);
+    int st = hyla_layer_ranges(&f->shard, f->layer_lo, f->layer_hi); /* the pieces' ranges, layer by layer */
+    size_t unit_pieces;
+    hyla_fsdp_grad_sizes(t, ex, N, comm->rank, &f->head_pieces, &unit_pieces);
+    size_t grad_floats = f->grad_floats = hyla_fsdp_grad_floats(t, ex, N, comm->rank, per_layer);
     f->w = aligned_alloc(64, hyla_align_up((at ? at : 1) * sizeof(float)));
-    f->grad = aligned_alloc(64, hyla_align_up((at ? at : 1) * sizeof(float)));
+    f->grad = aligned_alloc(64, hyla_align_up((grad_floats ? grad_floats : 1) * sizeof(float)));
     f->stage = aligned_alloc(64, hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)));
     f->sums = calloc((size_t)N, sizeof *f->sums);
     if (st == HYLA_OK && (!f->w || !f->grad || !f->stage || !f->sums))
@@ -108,7 +125,8 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m)
         hyla_fsdp_free(f);
         return st;
     }
-    memset(f->grad, 0, at * sizeof(float));
+    memset(f->grad, 0, grad_floats * sizeof(float));
+    hyla_exact_sum_init(&f->sumsq);
     memset(f->stage, 0, (size_t)hyla_shard_comm_floats(N) * sizeof(float));
     hyla_fsdp_take_pieces(f, m->w, f->w);
     hyla_fsdp_release_all(f);
@@ -119,7 +137,7 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m)
 void hyla_fsdp_free(hyla_fsdp *f)
 {
     free(f->shard.params);
-    free(f->piece_lo);
+    free(f->piece_elem0);
     free(f->layer_lo);
     free(f->layer_hi);
     free(f->w);
@@ -132,17 +150,18 @@ void hyla_fsdp_free(hyla_fsdp *f)
 size_t hyla_fsdp_bytes(const hyla_fsdp *f)
 {
     size_t pieces = hyla_align_up((f->shard.total_floats ? f->shard.total_floats : 1) * sizeof(float));
-    return 2 * pieces + hyla_align_up((size_t)hyla_shard_comm_floats(f->comm->size) * sizeof(float)) +
+    return pieces + hyla_align_up((f->grad_floats ? f->grad_floats : 1) * sizeof(float)) + hyla_align_up((size_t)hyla_shard_comm_floats(f->comm->size) * sizeof(float)) +
            (size_t)f->comm->size * sizeof(hyla_exact_sum);
 }
 
 int hyla_fsdp_reduce_layers(hyla_fsdp *f, int layer0, int layer1, const float *window, size_t lo, int first)
 {
+    f->unit_lo = f->layer_lo[layer0];
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
         if (p->layer >= layer0 && p->layer <= layer1)
-            HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, window + (p->offset - lo),
-                                               f->grad + f->shard.params[i].offset, first, f->stage));
+            HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, window + (p->offset - lo), piece_grad(f, i), first,
+                                               f->stage));
     }
     return HYLA_OK;
 }
@@ -153,7 +172,21 @@ int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first)
         const hyla_param *p = &f->m->table.params[i];
         if (p->layer < 0)
             HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, head + hyla_grad_head_index(f->ex, p->offset),
-                                               f->grad + f->shard.params[i].offset, first, f->stage));
+                                               piece_grad(f, i), first, f->stage));
+    }
+    return HYLA_OK;
+}
+
+int hyla_fsdp_update(hyla_fsdp *f, hyla_adamw *opt, int layer0, int layer1)
+{
+    for (int i = 0; i < f->shard.n_params; i++) {
+        const hyla_param *p = &f->shard.params[i];
+        if (layer0 < 0 ? p->layer >= 0 : p->layer < layer0 || p->layer > layer1)
+            continue;
+        const float *g = piece_grad(f, i);
+        hyla_grad_sumsq_add(&f->sumsq, g, p->numel); /* the norm, as whole-step updates sum it */
+        double unused = 0.0;
+        HYLA_TRY(hyla_adamw_update_param(opt, p, f->w, g, &unused));
     }
     return HYLA_OK;
 }
@@ -162,8 +195,12 @@ int hyla_fsdp_grad_norm(hyla_fsdp *f, double *norm)
 {
     hyla_exact_sum mine, *all = f->sums;
     hyla_exact_sum_init(&mine);
-    for (int i = 0; i < f->shard.n_params; i++) /* each piece starts at a block boundary */
-        hyla_grad_sumsq_add(&mine, f->grad + f->shard.params[i].offset, f->shard.params[i].numel);
+    if (f->per_layer) { /* summed while the pieces were updated */
+        mine = f->sumsq;
+        hyla_exact_sum_init(&f->sumsq);
+    }
+    for (int i = 0; !f->per_layer && i < f->shard.n_params; i++) /* each piece starts at a block boundary */
+        hyla_grad_sumsq_add(&mine, piece_grad(f, i), f->shard.params[i].numel);
     hyla_exact_sum_normalize(&mine);
     HYLA_TRY(f->comm->allgather(f->comm, &mine, all, sizeof mine));
     for (int r = 1; r < f->comm->size; r++) /* exact: any order gives the same sum */
@@ -188,7 +225,7 @@ void hyla_fsdp_release_all(hyla_fsdp *f)
 void hyla_fsdp_take_pieces(const hyla_fsdp *f, const float *full, float *pieces)
 {
     for (int i = 0; i < f->shard.n_params; i++)
-        memcpy(pieces + f->shard.params[i].offset, full + f->m->table.params[i].offset + f->piece_lo[i],
+        memcpy(pieces + f->shard.params[i].offset, full + f->m->table.params[i].offset + f->piece_elem0[i],
                (size_t)f->shard.params[i].numel * sizeof(float));
 }
 
@@ -196,7 +233,7 @@ int hyla_fsdp_gather_vector(hyla_fsdp *f, const float *pieces, float *full)
 {
     for (int i = 0; i < f->shard.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
-        memcpy(full + p->offset + f->piece_lo[i], pieces + f->shard.params[i].offset,
+        memcpy(full + p->offset + f->piece_elem0[i], pieces + f->shard.params[i].offset,
                (size_t)f->shard.params[i].numel * sizeof(float));
         HYLA_TRY(hyla_shard_gather(f->comm, p->numel, full + p->offset));
     }

@@ -36,12 +36,18 @@ typedef struct {
     hyla_model *m;              /* not owned; its arena holds only what is gathered */
     hyla_param_table shard;     /* the model's parameters as this rank's pieces: offset into the shard
                                  * arrays, numel = the piece's length (params owned; the rest borrowed) */
-    int64_t *piece_lo;          /* [n_params] first element of this rank's piece */
+    int64_t *piece_elem0;       /* [n_params] first element of this rank's piece */
     float *w;                   /* [shard.total_floats] fp32 weights (master pieces) */
-    float *grad;                /* [shard.total_floats] the step's summed gradient pieces */
+    float *grad;                /* the step's summed gradient pieces: [shard.total_floats]; per-layer
+                                 * updates: the head's pieces (compact) + one unit's (piece_grad) */
+    int per_layer;              /* update each unit's pieces as soon as they are summed (accum 1, no clip) */
+    size_t head_pieces;         /* floats of the non-layer parameters' pieces (compact) */
+    size_t grad_floats;         /* floats of grad */
     float *stage;               /* [hyla_shard_comm_floats] reduce-scatter staging */
     hyla_exact_sum *sums;       /* [ranks] every rank's exact sum of its blocks of squares (the norm) */
-    size_t *layer_lo, *layer_hi;/* [n_layers] table ranges */
+    size_t *layer_lo, *layer_hi;/* [n_layers] shard ranges of each layer's pieces */
+    size_t unit_lo;             /* per-layer: shard offset of the unit whose pieces are in grad */
+    hyla_exact_sum sumsq;       /* per-layer: this rank's squares of the step's gradient so far */
     size_t gathered, gathered_peak; /* floats of the arena gathered now / at most */
     size_t head_floats;         /* floats of the compact head gradient (executor layout) */
     const hyla_executor *ex;    /* for the compact head's index */
@@ -49,8 +55,9 @@ typedef struct {
 } hyla_fsdp;
 
 /* Take this rank's pieces of m's weights (every rank must hold the same m), then release the
- * arena's pages. */
-int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m);
+ * arena's pages. ex: the step's executor (its units size the per-layer gradient window). */
+int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer);
+
 void hyla_fsdp_free(hyla_fsdp *f);
 /* Bytes the FSDP state owns: weight and gradient pieces, staging, the norm's partial sums (the moments are
  * the optimizer's). */
@@ -60,7 +67,11 @@ size_t hyla_fsdp_bytes(const hyla_fsdp *f);
  * first: the step's first round. Collective. */
 int hyla_fsdp_reduce_layers(hyla_fsdp *f, int layer0, int layer1, const float *window, size_t lo, int first);
 int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first);
-/* The global gradient norm of the summed pieces (same value on every rank). Collective. */
+/* Per-layer updates: AdamW (begun for the step) on the pieces just summed (layers [layer0, layer1],
+ * or the head: layer0 < 0), their squares added to f->sumsq. */
+int hyla_fsdp_update(hyla_fsdp *f, hyla_adamw *opt, int layer0, int layer1);
+/* The global gradient norm (same value on every rank): of the summed pieces, or (per-layer) of
+ * the squares gathered in f->sumsq during the step, which it resets. Collective. */
 int hyla_fsdp_grad_norm(hyla_fsdp *f, double *norm);
 /* Every weight gathered whole into the model's arena (a checkpoint's save), or released again. */
 int hyla_fsdp_gather_all(hyla_fsdp *f);

@@ -43,7 +43,8 @@ static int apply_head(hyla_trainer *tr)
 static int reduce_layers(void *ctx, int layer0, int layer1, const float *window, size_t lo)
 {
     hyla_trainer *tr = ctx;
-    return hyla_fsdp_reduce_layers(&tr->fsdp, layer0, layer1, window, lo, tr->round_first);
+    HYLA_TRY(hyla_fsdp_reduce_layers(&tr->fsdp, layer0, layer1, window, lo, tr->round_first));
+    return tr->cfg.update_per_layer ? hyla_fsdp_update(&tr->fsdp, &tr->opt, layer0, layer1) : HYLA_OK;
 }
 
 static int alloc_gradients(hyla_trainer *tr)
@@ -82,20 +83,19 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         return hyla_error_set(HYLA_ERR_ARG, "train: %lld ranks x accum %lld x batch %lld x seq %lld: more than 2^40 "
                               "tokens per step", (long long)ranks, (long long)cfg->accum, (long long)cfg->batch,
                               (long long)cfg->seq);
-    if (cfg->update_per_layer && ranks > 1)
-        return hyla_error_set(HYLA_ERR_ARG, "per-layer updates across %lld ranks: not built yet (each layer's "
-                              "gradients would have to be reduced inside backward); use one process or leave "
-                              "--update-per-layer out", (long long)ranks);
+    if (cfg->update_per_layer && ranks > 1 && !cfg->fsdp)
+        return hyla_error_set(HYLA_ERR_ARG, "per-layer updates across %lld ranks with shard none: not built yet (each "
+                              "layer's gradients would have to be reduced inside backward); use --shard fsdp",
+                              (long long)ranks);
     if (cfg->update_per_layer && (cfg->accum != 1 || cfg->adamw.clip > 0))
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates need --accum 1 and --clip 0 (accumulation and global-norm "
                               "clipping need every gradient before the first update)");
     if (model->lora && cfg->update_per_layer)
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates do not apply to LoRA training (the adapter's gradients "
                               "are a small fraction of the model; they are updated once per step)");
-    if (cfg->fsdp && (ranks < 2 || model->lora || cfg->update_per_layer || model->compute_dtype == HYLA_DT_BF16))
+    if (cfg->fsdp && (ranks < 2 || model->lora || model->compute_dtype == HYLA_DT_BF16))
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: %s", ranks < 2 ? "needs more than one rank (mpirun -np N)"
                               : model->lora ? "LoRA trains a small adapter: use shard none"
-                              : cfg->update_per_layer ? "per-layer updates with fsdp are not built yet"
                               : "bf16 compute with fsdp is not built yet (use --act-dtype f32 or shard none)");
     tr->sharded = cfg->fsdp;
     if (!model->matrices_in_w)
@@ -111,7 +111,8 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         st = hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
     if (st == HYLA_OK)
         st = alloc_gradients(tr);
-    if (st == HYLA_OK && tr->sharded && (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model)) == HYLA_OK) {
+    if (st == HYLA_OK && tr->sharded &&
+        (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model, &tr->ex, cfg->update_per_layer)) == HYLA_OK) {
         tr->fsdp.ex = &tr->ex;
         tr->ex.weights = &tr->fsdp.source;
     }
@@ -301,6 +302,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
             HYLA_TRY(hyla_grad_reducer_add(&tr->reducer, tr->grads, round == 0));
         if (tr->sharded) /* the layers' went during backward */
             HYLA_TRY(hyla_fsdp_reduce_head(&tr->fsdp, tr->grads, round == 0));
+        if (tr->sharded && tr->cfg.update_per_layer) /* accum 1: the only round */
+            HYLA_TRY(hyla_fsdp_update(&tr->fsdp, &tr->opt, -1, -1));
     }
     if (tr->reducing)
         HYLA_TRY(hyla_grad_reducer_gather(&tr->reducer, tr->grads));
@@ -316,7 +319,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     if (!isfinite(stats->loss)) /* before any update (per-layer updates: the gradients' checks came first) */
         return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: the loss is %s; the update was not applied (the run diverged: "
                               "a lower learning rate?)", (long long)step_no, isnan(stats->loss) ? "NaN" : "infinite");
-    if (tr->cfg.update_per_layer) { /* the layers were updated during backward */
+    if (tr->cfg.update_per_layer && tr->sharded) { /* every piece was updated as it was summed */
+        HYLA_TRY(hyla_fsdp_grad_norm(&tr->fsdp, &stats->grad_norm));
+    } else if (tr->cfg.update_per_layer) { /* the layers were updated during backward */
         HYLA_TRY(apply_head(tr));
         stats->grad_norm = sqrt(tr->step_sumsq);
     } else if (tr->sharded) { /* the pieces: hyla_adamw_step's arithmetic on each rank's part */

@@ -5,7 +5,8 @@
 #     summed in micro-batch order whatever the rank count: src/dist/grad_reduce.h,
 #     src/dist/shard_comm.h; the norm adds fixed blocks in table order), for N = 2 and 4, both
 #     shardings, remat none / full / minimal_offloaded (offload), layer / block / part units, packed
-#     documents, and (shard none) bf16 compute and LoRA. Every run is --threads 1 (the default under
+#     documents, per-layer updates (fsdp), and (shard none) bf16 compute and LoRA. Every run is
+#     --threads 1 (the default under
 #     mpirun): oneDNN's sgemm results depend on its thread count.
 #   - measured == planned on rank 0, exactly: weights (pieces + gathered high-water), gradients
 #     (with the reduction's buffers), moments, activations, and bytes sent per step, against
@@ -59,7 +60,8 @@ equal() {
     local d="$T/$(printf %s "$name" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' _)"
     train "$d.one" 0 --model "$T/m" "${DATA[@]}" "${BASE[@]}" --accum $((np * acc)) "$@" || { fail "$name: one process"; return; }
     for sh in $shards; do
-        train "$d.$sh" "$np" --model "$T/m" "${DATA[@]}" "${BASE[@]}" --accum "$acc" --shard "$sh" "$@" &&
+        # shellcheck disable=SC2086
+        train "$d.$sh" "$np" --model "$T/m" "${DATA[@]}" "${BASE[@]}" --accum "$acc" --shard "$sh" "$@" ${MPI_ONLY:-} &&
             same_run "$name: mpirun -np $np --accum $acc --shard $sh == one process --accum $((np * acc)), bit for bit" "$d.one" "$d.$sh" ||
             fail "$name, shard $sh"
     done
@@ -96,6 +98,11 @@ equal "remat full, block units, clipping off" 2 1 "none fsdp" --remat-unit block
 planned "measured == planned: shard fsdp, block units (a unit's layers gathered)" "$T/remat_full__block_units__clipping_off.fsdp" 2 1 fsdp --remat-unit block
 equal "offload (minimal_offloaded), part units" 2 2 "none fsdp" --remat minimal_offloaded --remat-unit part
 planned "measured == planned: shard fsdp, offload, part units" "$T/offload__minimal_offloaded___part_units.fsdp" 2 2 fsdp --remat minimal_offloaded --remat-unit part
+# per-layer updates (FSDP: each unit's pieces updated as soon as they are summed) == whole-step
+# updates of one process (clipping off: the same AdamW arithmetic; the norm's exact sum alike)
+MPI_ONLY="--update-per-layer" equal "per-layer updates, block units" 2 1 fsdp --clip 0 --remat-unit block
+planned "measured == planned: shard fsdp, per-layer updates (the head's and one unit's gradient pieces)" \
+    "$T/per_layer_updates__block_units.fsdp" 2 1 fsdp --update-per-layer --remat-unit block
 equal "bf16 compute" 2 1 none --act-dtype bf16
 equal "LoRA" 2 1 none --lora-rank 4
 planned "measured == planned: LoRA on 2 ranks (the adapter's gradients)" "$T/lora.none" 2 1 none --lora-rank 4
@@ -169,8 +176,8 @@ refused() { # NAME PATTERN TRAIN-ARGS...: every rank of an mpirun -np 2 job says
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c -- "$pattern" "$T/err")" -ge 1 ] &&
         echo "  ok  $name: $(grep -m1 -- "$pattern" "$T/err")" || { fail "$name: rc $rc"; head -3 "$T/err"; }
 }
-refused "--update-per-layer under mpirun (shard none)" "per-layer updates across 2 ranks" --update-per-layer --clip 0 --shard none
-refused "--update-per-layer under mpirun (shard fsdp)" "per-layer updates across 2 ranks" --update-per-layer --clip 0 --shard fsdp
+refused "--update-per-layer under mpirun with shard none" "per-layer updates across 2 ranks with shard none" --update-per-layer --clip 0 --shard none
+refused "--update-per-layer with --accum 2 per rank" "per-layer updates need --accum 1 and --clip 0" --update-per-layer --clip 0 --accum 2
 refused "bf16 compute with shard fsdp" "bf16 compute with fsdp is not built yet" --act-dtype bf16
 refused "LoRA with shard fsdp" "LoRA trains a small adapter: use shard none" --lora-rank 4
 
