@@ -323,7 +323,9 @@ static int resume_state(const train_args *a, hyla_trainer *tr, hyla_model *m, hy
         return hyla_checkpoint_load_state(a->resume, m, &tr->opt, state);
     hyla_adamw full;
     HYLA_TRY(hyla_adamw_init(&full, &tr->opt.cfg, m->table.total_floats));
-    int rc = hyla_checkpoint_load_state(a->resume, m, &full, state);
+    int rc = hyla_fsdp_gather_all(&tr->fsdp); /* the whole model back in m, for the load to complete */
+    if (rc == HYLA_OK)
+        rc = hyla_checkpoint_load_state(a->resume, m, &full, state); /* bf16 compute: the fp32 masters into m */
     if (rc == HYLA_OK)
         hyla_trainer_fsdp_adopt(tr, &full);
     hyla_adamw_free(&full);

@@ -11,26 +11,6 @@
 #include "model/lora.h"
 
 /* Largest parameter count of one decoder layer (what FSDP gathers at once). */
-/* The most parameters of one layer that FSDP holds whole at once: the layer, or with expert
- * groups (groups > 1) its parameters but the routed experts plus one group of those. */
-static int64_t largest_layer_transient(const hyla_param_table *t, int64_t groups)
-{
-    int64_t best = 0;
-    for (int l = 0; l < t->cfg.n_layers; l++) {
-        int64_t sum = 0;
-        for (int i = 0; i < t->n_params; i++) {
-            const hyla_param *p = &t->params[i];
-            if (p->layer == l)
-                sum += p->role == HYLA_P_MOE_GATE_UP || p->role == HYLA_P_MOE_DOWN ? p->numel / groups : p->numel;
-        }
-        best = sum > best ? sum : best;
-    }
-    return best;
-}
-
-/* The largest layer's parameter count (its shard of a summed gradient lives until its update). */
-static int64_t largest_layer_params(const hyla_param_table *t) { return largest_layer_transient(t, 1); }
-
 /* Floats of rank 0's piece of parameter i (the largest piece: rank 0's chunk is always full). */
 static int64_t piece0(const hyla_param_table *t, int i, int ranks)
 {
@@ -45,14 +25,19 @@ static int64_t piece0(const hyla_param_table *t, int i, int ranks)
  * unit's layers, the embedding, or the final norm + lm_head); and the bytes rank 0 sends per
  * step: each gather sends its piece to the N - 1 others (the embedding and the head once per
  * micro-batch, every layer once per forward segment and once per backward unit), each
- * reduce-scatter sends the others their pieces, plus the norm's partial sum and the loss parts. */
-static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyla_executor *ex, hyla_plan *out)
+ * reduce-scatter sends the others their pieces, plus the norm's partial sum and the loss parts.
+ * Expert groups (groups > 1, planned, not executed yet): a layer's routed experts are held whole
+ * one group at a time, gathered and as the gradient before its reduce-scatter. */
+static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyla_executor *ex, int64_t groups,
+                      hyla_plan *out)
 {
     const hyla_param_table *t = &m->table;
     int N = (int)pc->devices;
     int64_t A = pc->accum > 1 ? pc->accum : 1;
-    double pieces = (double)hyla_params_shard_floats(t, N, 0), window = (double)hyla_executor_window_floats(ex);
+    double pieces = (double)hyla_params_shard_floats(t, N, 0);
     double embed = 0, head = 0, gather_floats = 0, scatter_floats = 0;
+    double layer_bytes[HYLA_MAX_LAYERS] = {0}, layer_floats[HYLA_MAX_LAYERS] = {0}; /* held whole at once */
+    int bf16 = pc->act_bytes == 2; /* a gathered matrix also holds its bf16 compute copy */
     int acquired[HYLA_MAX_LAYERS] = {0}; /* times each layer is gathered per micro-batch */
     for (int u = 0; u < ex->n_units; u++)
         for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
@@ -60,12 +45,18 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
     for (int i = 0; i < t->n_params; i++) {
         const hyla_param *p = &t->params[i];
         int times = p->layer >= 0 ? acquired[p->layer] : 0;
+        double span = (double)hyla_param_span(p);
+        if (p->role == HYLA_P_MOE_GATE_UP || p->role == HYLA_P_MOE_DOWN)
+            span /= (double)groups;
+        double bytes = span * (pc->param_bytes + (bf16 && hyla_role_is_matrix(p->role) ? 2.0 : 0.0));
+        if (p->layer >= 0)
+            layer_bytes[p->layer] += bytes, layer_floats[p->layer] += span;
         if (p->role == HYLA_P_EMBED) {
-            embed = (double)hyla_param_span(p);
+            embed = bytes;
             times = 1 + m->cfg.tie_word_embeddings;
         }
         if (p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD || (p->role == HYLA_P_EMBED && m->cfg.tie_word_embeddings))
-            head += (double)hyla_param_span(p);
+            head += bytes;
         if (p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD)
             times = 1;
         gather_floats += (double)times * (double)piece0(t, i, N);
@@ -74,12 +65,19 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
     out->param_bytes = pieces * pc->param_bytes;
     out->opt_bytes = 2.0 * pieces * pc->opt_bytes;
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
+    double most = embed > head ? embed : head, window = 0; /* the largest part gathered at once: a unit's layers, or these */
+    for (int u = 0; u < ex->n_units; u++) {
+        double b = 0, f = 0;
+        for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
+            b += layer_bytes[l], f += layer_floats[l];
+        most = b > most ? b : most;
+        window = f > window ? f : window; /* one unit's layer gradients, whole (hyla_executor_window_floats) */
+    }
+    out->gathered_bytes = most;
     out->grad_bytes = ((double)hyla_grad_head_floats(t) + window +
                        (double)hyla_fsdp_grad_floats(t, ex, N, 0, pc->update_per_layer)) * pc->grad_bytes;
     out->reduce_bytes = (double)hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)) +
                         (double)N * (double)sizeof(hyla_exact_sum); /* staging; every rank's norm partial sum */
-    double most = window > embed ? window : embed;
-    out->gathered_bytes = (most > head ? most : head) * pc->param_bytes;
     out->comm_bytes = (double)(N - 1) * (4.0 * (double)A * gather_floats + (double)sizeof(hyla_exact_sum) + 16.0 * (double)A) +
                       4.0 * (double)A * scatter_floats; /* a reduce-scatter sends each other rank its own piece */
 }
@@ -132,8 +130,7 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     out->argument_bytes += out->compute_copy_bytes;
     hyla_executor ex;
     HYLA_TRY(hyla_executor_plan(&ex, &in_dtype, &pc->policy, pc->unit, pc->batch, pc->seq));
-    /* executed FSDP (fp32, whole layers): the trainer's own layout */
-    int fsdp_as_run = sharded && groups == 1 && pc->act_bytes == 4;
+
     size_t window = hyla_executor_window_floats(&ex);
     double scale = 1.0; /* the executor's bytes are the dtype's */
     out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;
@@ -160,32 +157,21 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         out->host_timeline[i] = (double)ex.host_timeline[i] * scale;
         out->staging_timeline[i] = (double)ex.staging_timeline[i] * scale;
     }
-    hyla_plan fsdp = *out;
-    if (fsdp_as_run)
-        plan_fsdp(m, pc, &ex, &fsdp);
+    hyla_plan fsdp = *out; /* sharded: the trainer's own layout (train/fsdp.h) */
+    if (sharded)
+        plan_fsdp(m, pc, &ex, groups, &fsdp);
     hyla_executor_free(&ex);
     if (!out->timeline || !out->host_timeline || !out->staging_timeline) {
         hyla_plan_free(out);
         return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
     }
-    int64_t layer = largest_layer_transient(&m->table, groups);
     out->experts_per_group = m->cfg.n_experts / groups;
-    /* gradients (the trained table's floats, as the trainer allocates them) live for the whole
-     * backward (sharded), plus, sharded, one layer's full gradient before it is reduce-scattered
-     * (with expert groups: the layer but its routed experts, plus one group of those); FSDP
-     * gathers the same parameters whole as a transient. With per-layer updates: the non-layer
-     * parameters' gradients (sharded) and, on one device, one remat unit's layer gradients
-     * (whole, as the trainer allocates them); sharded, the layer's transient and its shard of the
-     * summed gradient, which its update consumes. */
-    if (pc->update_per_layer && sharded)
-        out->grad_bytes = (double)hyla_grad_head_floats(&m->table) * pc->grad_bytes / shard +
-                          ((double)layer + (double)largest_layer_params(&m->table) / shard) * pc->grad_bytes;
-    else if (pc->update_per_layer)
-        out->grad_bytes = (double)hyla_grad_head_floats(&m->table) * pc->grad_bytes / shard + (double)window * pc->grad_bytes;
+    /* one device: the trained table's gradients (as the trainer allocates them), or with per-layer
+     * updates the non-layer parameters' and one remat unit's layer gradients */
+    if (pc->update_per_layer)
+        out->grad_bytes = (double)hyla_grad_head_floats(&m->table) * pc->grad_bytes + (double)window * pc->grad_bytes;
     else
-        out->grad_bytes = (double)(m->lora ? m->lora->table.total_floats : m->table.total_floats) * pc->grad_bytes / shard +
-                          (sharded ? (double)layer * pc->grad_bytes : 0);
-    out->gathered_bytes = sharded ? (double)layer * pc->param_bytes : 0;
+        out->grad_bytes = (double)(m->lora ? m->lora->table.total_floats : m->table.total_floats) * pc->grad_bytes;
     int64_t accum = pc->accum > 1 ? pc->accum : 1;
     int replicated = !pc->fsdp || pc->devices == 1;
     if (replicated && !pc->update_per_layer && (pc->devices > 1 || accum > 1)) { /* the trainer's reducer */
@@ -194,12 +180,12 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         if (pc->devices > 1)
             out->comm_bytes = (double)hyla_dp_step_comm_bytes(n, (int)pc->devices, accum);
     }
-    if (fsdp_as_run) {
+    if (sharded) {
         out->param_bytes = fsdp.param_bytes, out->opt_bytes = fsdp.opt_bytes, out->argument_bytes = fsdp.argument_bytes;
         out->grad_bytes = fsdp.grad_bytes, out->reduce_bytes = fsdp.reduce_bytes;
         out->gathered_bytes = fsdp.gathered_bytes, out->comm_bytes = fsdp.comm_bytes;
     }
-    out->fsdp_executed = fsdp_as_run;
+    out->fsdp_executed = sharded && groups == 1;
     out->temp_bytes = out->checkpoint_bytes + out->work_bytes + out->staging_bytes + out->carry_bytes + out->grad_bytes +
                       out->gathered_bytes + out->reduce_bytes;
     out->peak_bytes = out->argument_bytes + out->temp_bytes;

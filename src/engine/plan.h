@@ -39,8 +39,8 @@ typedef struct {
     double checkpoint_bytes, work_bytes, staging_bytes, carry_bytes, grad_bytes, gathered_bytes, temp_bytes;
     double reduce_bytes;            /* shard none with devices > 1 or accum > 1: the ordered gradient sum's
                                      * shard and exchange windows (dist/grad_reduce.h; part of temp) */
-    int fsdp_executed;              /* sharded as hyla train --shard fsdp runs it (fp32, whole layers): its exact
-                                     * layout (train/fsdp.h); else (bf16, expert groups) sharded figures are what-if */
+    int fsdp_executed;              /* sharded as hyla train --shard fsdp runs it (whole layers): its exact layout
+                                     * (train/fsdp.h); else (expert groups) sharded figures are what-if */
     int64_t experts_per_group;      /* routed experts FSDP holds whole at once (all of a layer's without groups) */
     double comm_bytes;              /* bytes one device sends per step (FSDP: rank 0, the most; what-if settings: 0) */
     double host_bytes;              /* offloaded checkpoints in the host tier */

@@ -101,5 +101,8 @@ const uint16_t *hyla_model_param_bf16(const hyla_model *m, hyla_role role, int l
 int hyla_model_alloc_bf16(hyla_model *m);
 void *hyla_model_map(size_t bytes);
 void hyla_model_unmap(void *p, size_t bytes);
+/* Give back the pages of an arena mapping that lie wholly inside [start, start + bytes): they read
+ * as zeros and take no memory until written again (a page shared with neighbours is kept). */
+void hyla_model_release_pages(void *start, size_t bytes);
 
 #endif

@@ -65,20 +65,22 @@ void hyla_model_refresh_bf16(hyla_model *m, size_t lo, size_t hi)
     }
 }
 
+void hyla_model_release_pages(void *start, size_t bytes)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)start + page - 1) & ~(page - 1), b = ((uintptr_t)start + bytes) & ~(page - 1);
+    if (b > a)
+        madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
 /* Give back the pages of w that lie wholly inside matrix parameters (their values now live in
  * w16 only). */
 static void release_fp32_matrices(hyla_model *m)
 {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE);
     for (int i = 0; i < m->table.n_params; i++) {
         const hyla_param *p = &m->table.params[i];
-        if (!hyla_role_is_matrix(p->role))
-            continue;
-        uintptr_t a = (uintptr_t)(m->w + p->offset), b = (uintptr_t)(m->w + p->offset + (size_t)p->numel);
-        a = (a + page - 1) & ~(uintptr_t)(page - 1);
-        b &= ~(uintptr_t)(page - 1);
-        if (b > a)
-            madvise((void *)a, b - a, MADV_DONTNEED);
+        if (hyla_role_is_matrix(p->role))
+            hyla_model_release_pages(m->w + p->offset, (size_t)p->numel * sizeof(float));
     }
 }
 

@@ -4,8 +4,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "core/arena.h"
 #include "core/error.h"
@@ -26,13 +24,11 @@ static int in_part(const hyla_fsdp *f, const hyla_param *p, int l0, int l1)
            (p->role == HYLA_P_EMBED && f->m->cfg.tie_word_embeddings);
 }
 
-/* Give back the arena pages that lie wholly inside [a, a + n) floats. */
-static void drop_pages(float *a, size_t n)
+/* Bytes parameter p takes gathered: its fp32 span, and with bf16 compute its bf16 copy (matrices). */
+static size_t gathered_bytes_of(const hyla_fsdp *f, const hyla_param *p)
 {
-    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = ((uintptr_t)a + page - 1) & ~(page - 1);
-    uintptr_t hi = ((uintptr_t)(a + n)) & ~(page - 1);
-    if (hi > lo)
-        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    size_t b = hyla_param_span(p) * sizeof(float);
+    return b + (f->m->w16 && hyla_role_is_matrix(p->role) ? hyla_param_span(p) * sizeof(uint16_t) : 0);
 }
 
 /* step: a step's gather (counted in the gathered high-water); else a checkpoint's or an evaluation's */
@@ -42,7 +38,8 @@ static int gather_param(hyla_fsdp *f, int i, int step)
     const hyla_param *q = &f->shard.params[i];
     memcpy(f->m->w + p->offset + f->piece_elem0[i], f->w + q->offset, (size_t)q->numel * sizeof(float));
     HYLA_TRY(hyla_shard_gather(f->comm, p->numel, f->m->w + p->offset));
-    f->gathered += hyla_param_span(p);
+    hyla_model_refresh_bf16(f->m, p->offset, p->offset + 1); /* bf16 compute: its copy, as AdamW would round it */
+    f->gathered += gathered_bytes_of(f, p);
     if (step)
         f->gathered_peak = f->gathered > f->gathered_peak ? f->gathered : f->gathered_peak;
     return HYLA_OK;
@@ -63,8 +60,10 @@ static void release(void *ctx, int l0, int l1)
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
         if (in_part(f, p, l0, l1)) {
-            drop_pages(f->m->w + p->offset, hyla_param_span(p));
-            f->gathered -= hyla_param_span(p);
+            hyla_model_release_pages(f->m->w + p->offset, hyla_param_span(p) * sizeof(float));
+            if (f->m->w16 && hyla_role_is_matrix(p->role))
+                hyla_model_release_pages(f->m->w16 + p->offset, hyla_param_span(p) * sizeof(uint16_t));
+            f->gathered -= gathered_bytes_of(f, p);
         }
     }
 }
@@ -218,7 +217,9 @@ int hyla_fsdp_gather_all(hyla_fsdp *f)
 
 void hyla_fsdp_release_all(hyla_fsdp *f)
 {
-    madvise(f->m->w, f->m->w_bytes, MADV_DONTNEED); /* the arena is its own page-aligned mapping */
+    hyla_model_release_pages(f->m->w, f->m->w_bytes); /* the arenas are page-aligned mappings of their own */
+    if (f->m->w16)
+        hyla_model_release_pages(f->m->w16, f->m->w16_bytes);
     f->gathered = 0;
 }
 

@@ -48,7 +48,7 @@ typedef struct {
     size_t *layer_lo, *layer_hi;/* [n_layers] shard ranges of each layer's pieces */
     size_t unit_lo;             /* per-layer: shard offset of the unit whose pieces are in grad */
     hyla_exact_sum sumsq;       /* per-layer: this rank's squares of the step's gradient so far */
-    size_t gathered, gathered_peak; /* floats of the arena gathered now / at most */
+    size_t gathered, gathered_peak; /* bytes gathered now / at most in a step (fp32, and bf16 compute's copy) */
     size_t head_floats;         /* floats of the compact head gradient (executor layout) */
     const hyla_executor *ex;    /* for the compact head's index */
     hyla_weight_source source;

@@ -93,10 +93,9 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (model->lora && cfg->update_per_layer)
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates do not apply to LoRA training (the adapter's gradients "
                               "are a small fraction of the model; they are updated once per step)");
-    if (cfg->fsdp && (ranks < 2 || model->lora || model->compute_dtype == HYLA_DT_BF16))
+    if (cfg->fsdp && (ranks < 2 || model->lora))
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: %s", ranks < 2 ? "needs more than one rank (mpirun -np N)"
-                              : model->lora ? "LoRA trains a small adapter: use shard none"
-                              : "bf16 compute with fsdp is not built yet (use --act-dtype f32 or shard none)");
+                              : "LoRA trains a small adapter: use shard none");
     tr->sharded = cfg->fsdp;
     if (!model->matrices_in_w)
         return hyla_error_set(HYLA_ERR_ARG, "train: the model holds bf16 weights only (--param-dtype bf16); training "
@@ -159,7 +158,7 @@ size_t hyla_trainer_weight_bytes(const hyla_trainer *tr)
 {
     if (!tr->sharded)
         return tr->model->table.total_floats * sizeof(float);
-    return hyla_align_up(tr->fsdp.shard.total_floats * sizeof(float)) + tr->fsdp.gathered_peak * sizeof(float);
+    return hyla_align_up(tr->fsdp.shard.total_floats * sizeof(float)) + tr->fsdp.gathered_peak;
 }
 
 int hyla_trainer_fsdp_gather(hyla_trainer *tr, hyla_adamw *full)
@@ -174,6 +173,8 @@ void hyla_trainer_fsdp_release(hyla_trainer *tr) { hyla_fsdp_release_all(&tr->fs
 
 void hyla_trainer_fsdp_adopt(hyla_trainer *tr, const hyla_adamw *full)
 {
+    hyla_fsdp_take_pieces(&tr->fsdp, tr->model->w, tr->fsdp.w); /* the weights as the checkpoint left them */
+    hyla_fsdp_release_all(&tr->fsdp);
     tr->opt.step = full->step;
     hyla_fsdp_take_pieces(&tr->fsdp, full->m, tr->opt.m);
     hyla_fsdp_take_pieces(&tr->fsdp, full->v, tr->opt.v);

@@ -107,7 +107,9 @@ size_t hyla_trainer_weight_bytes(const hyla_trainer *tr);
 
 /* FSDP checkpoints: every rank's pieces gathered whole (the weights into the model's arena, the
  * moments into full, a whole-table optimizer: hyla_adamw_init'ed by the caller) for a save, and
- * released again; and a whole-table optimizer state (a resumed checkpoint's) taken as pieces.
+ * released again; and a resumed checkpoint's state taken as pieces: the weights in the model's
+ * arena (gathered whole, then completed by the load: bf16 compute's fp32 masters) and a
+ * whole-table optimizer's moments; the arena is released after.
  * Collective. */
 int hyla_trainer_fsdp_gather(hyla_trainer *tr, hyla_adamw *full);
 void hyla_trainer_fsdp_release(hyla_trainer *tr);
