@@ -20,7 +20,7 @@
  * lr is checked exactly, and AdamW's arithmetic on its own by test_optimizer below.
  *
  * Built with -DHYLA_TEST_MPI (build/mpi/test_train_mpi, run by tests/mpi/mpi_cli_test.sh under
- * mpirun -np 2) it runs check 1 data parallel: the reference's batch rows split over the ranks
+ * mpirun -np 2) it runs check 1 data parallel, shard none and then fsdp: the reference's batch rows split over the ranks
  * (rank r runs row r as its micro-batch), the gradient summed over ranks (dist/grad_reduce.h).
  * The split changes only the order of fp32 sums, and the perturbed second run is split alike,
  * so the same measured tolerances apply. */
@@ -46,6 +46,7 @@
 #ifdef HYLA_TEST_MPI
 #include "dist/comm_mpi.h"
 static hyla_comm *test_comm;
+static int test_fsdp; /* shard none, then fsdp */
 #endif
 
 
@@ -93,6 +94,7 @@ static void run_reference_steps(const char *dir, const cJSON *hp, const cJSON *b
     HYLA_ASSERT(tc.batch % test_comm->size == 0);
     tc.batch /= test_comm->size; /* the step's [batch, seq] tokens are [ranks, batch / ranks, seq]: row r on rank r */
     tc.comm = test_comm;
+    tc.fsdp = test_fsdp;
 #endif
     hyla_trainer tr;
     CHECK(hyla_trainer_init(&tr, m, &tc) == HYLA_OK, "%s: %s", dir, hyla_error_message());
@@ -102,6 +104,10 @@ static void run_reference_steps(const char *dir, const cJSON *hp, const cJSON *b
         batch_tokens(batches, s, tokens, rows, tc.seq);
         CHECK(hyla_trainer_step(&tr, tokens, NULL, &stats[s]) == HYLA_OK, "%s step %d: %s", dir, s, hyla_error_message());
     }
+#ifdef HYLA_TEST_MPI
+    if (tr.sharded) /* the pieces back into the model's arena, for the comparison */
+        CHECK(hyla_fsdp_gather_all(&tr.fsdp) == HYLA_OK, "%s: %s", dir, hyla_error_message());
+#endif
     free(tokens);
     hyla_trainer_free(&tr);
 }
@@ -510,8 +516,11 @@ int main(int argc, char **argv)
 #ifdef HYLA_TEST_MPI
     test_comm = hyla_comm_mpi_open(&argc, &argv);
     HYLA_ASSERT(test_comm && test_comm->size > 1);
-    check_reference_run(cases, "q35_dense");
-    check_reference_run(cases, "next_moe_8l");
+    for (test_fsdp = 0; test_fsdp < 2; test_fsdp++) {
+        printf("shard %s:\n", test_fsdp ? "fsdp" : "none");
+        check_reference_run(cases, "q35_dense");
+        check_reference_run(cases, "next_moe_8l");
+    }
     printf("rank %d of %d: %s: %d failures\n", test_comm->rank, test_comm->size, failures ? "FAIL" : "ok", failures);
     hyla_comm_mpi_close(test_comm);
     return failures ? 1 : 0;

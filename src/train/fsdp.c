@@ -68,11 +68,31 @@ static void release(void *ctx, int l0, int l1)
     }
 }
 
+/* Each layer's range of the shard arrays: its pieces follow the table's order, so they are
+ * contiguous (a layer whose pieces on this rank are all empty has an empty range where it would
+ * start). Empty pieces may share an offset with a neighbour; nothing reads them. */
+static void shard_layer_ranges(hyla_fsdp *f)
+{
+    int L = f->m->cfg.n_layers;
+    for (int l = 0; l < L; l++)
+        f->layer_lo[l] = SIZE_MAX, f->layer_hi[l] = 0;
+    for (int i = 0; i < f->shard.n_params; i++) {
+        const hyla_param *q = &f->shard.params[i];
+        if (q->layer < 0)
+            continue;
+        size_t end = q->offset + hyla_param_span(q);
+        f->layer_lo[q->layer] = q->offset < f->layer_lo[q->layer] ? q->offset : f->layer_lo[q->layer];
+        f->layer_hi[q->layer] = end > f->layer_hi[q->layer] ? end : f->layer_hi[q->layer];
+    }
+}
+
 /* Where parameter i's summed gradient piece lives. */
 static float *piece_grad(const hyla_fsdp *f, int i)
 {
     const hyla_param *p = &f->m->table.params[i];
     size_t off = f->shard.params[i].offset;
+    if (f->shard.params[i].numel == 0)
+        return f->grad; /* nothing of it here: never read or written */
     if (!f->per_layer)
         return f->grad + off;
     if (p->layer >= 0) /* the current unit's window, after the head */
@@ -110,7 +130,8 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
         at += hyla_span_floats(len);
     }
     f->shard.total_floats = at;
-    int st = hyla_layer_ranges(&f->shard, f->layer_lo, f->layer_hi); /* the pieces' ranges, layer by layer */
+    int st = HYLA_OK;
+    shard_layer_ranges(f);
     size_t unit_pieces;
     hyla_fsdp_grad_sizes(t, ex, N, comm->rank, &f->head_pieces, &unit_pieces);
     size_t grad_floats = f->grad_floats = hyla_fsdp_grad_floats(t, ex, N, comm->rank, per_layer);

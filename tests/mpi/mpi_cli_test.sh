@@ -118,11 +118,21 @@ grep -q "data parallel: 4 ranks" "$T/remat_full_4_ranks.fsdp/out" && [ "$(grep -
 # the 10-step training test against the PyTorch oracle (tests/test_train.c), data parallel
 if [ -n "$CASES" ] && [ -x "$(dirname "$HYLA")/mpi/test_train_mpi" ]; then
     "${MPI[@]}" -np 2 "$(dirname "$HYLA")/mpi/test_train_mpi" "$CASES" >"$T/oracle" 2>&1 &&
-        echo "  ok  test_train's 10 steps vs the PyTorch oracle under mpirun -np 2 ($(grep -c 'failures' "$T/oracle") ranks: $(grep -m1 -o 'ok: 0 failures' "$T/oracle"))" ||
+        echo "  ok  test_train's 10 steps vs the PyTorch oracle under mpirun -np 2, shard none and fsdp ($(grep -c 'failures' "$T/oracle") ranks: $(grep -m1 -o 'ok: 0 failures' "$T/oracle"))" ||
         { fail "test_train under mpirun -np 2"; tail -5 "$T/oracle"; }
 else
     fail "no cases directory or $(dirname "$HYLA")/mpi/test_train_mpi"
 fi
+
+# FSDP over 4 ranks on the oracle's models (other layouts: tied / untied heads, dense and MoE
+# layers, tensors smaller than a rank's 4096-element chunk, so ranks with empty pieces)
+for mdl in next_moe_8l q35_moe q35_dense irregular all_attention; do
+    [ -d "$CASES/$mdl" ] || { fail "no $CASES/$mdl"; continue; }
+    C=(--model "$CASES/$mdl" --synthetic --steps 2 --batch 1 --seq 16 --seed 3)
+    train "$T/c_$mdl.one" 0 "${C[@]}" --accum 4 --threads 1 && train "$T/c_$mdl.fsdp" 4 "${C[@]}" --shard fsdp &&
+        same_run "$mdl: mpirun -np 4 --shard fsdp == one process --accum 4, bit for bit" "$T/c_$mdl.one" "$T/c_$mdl.fsdp" ||
+        fail "$mdl under FSDP"
+done
 
 # resume across rank counts (a constant schedule: the first run's --steps 5 does not change its lr)
 R=(--model "$T/m" "${DATA[@]}" "${BASE[@]}" --steps 10 --save-every 5 --schedule constant)
