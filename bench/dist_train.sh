@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Data-parallel training across processes (issue: MPI data parallel): bench-100m, the same global
-# batch (2 micro-batches of BATCH x SEQ per step) as 2 ranks x 1 thread (mpirun -np 2, --accum 1)
-# in both shardings (fsdp, none) and as 1 process x 2 threads (--accum 2). Paired runs (ABC ABC ...)
-# so drift hits all alike; the
-# step time is the mean over steps 2..STEPS of each run, the best run of REPEATS kept.
-# Reports tokens/s and their ratio, bytes each rank sends per step (measured, and planned by
-# hyla plan --devices 2 --shard ...), per-rank weight / gradient / moment bytes, seconds in
-# collectives and the share of communication hidden behind compute (0 today: every collective
-# blocks; FSDP's gathers are not prefetched).
+# Training across processes (issue: MPI data parallel + FSDP): bench-100m, the same global batch
+# (2 micro-batches of BATCH x SEQ per step) as 2 ranks x 1 thread (mpirun -np 2, --accum 1) with
+# shard none, shard fsdp, and shard fsdp --no-prefetch, and as 1 process x 2 threads (--accum 2).
+# Paired runs (the four in turn, REPEATS times) so drift hits all alike; a run's step time is the
+# mean over steps 2..STEPS, the best run of REPEATS kept. Reports tokens/s and the ratio to one
+# process, bytes each rank sends per step (measured, and planned by hyla plan --devices 2
+# --shard ...), per-rank weight / gradient / moment bytes, seconds in collectives, and the share of
+# communication hidden behind compute: FSDP's weight gathers, 1 - (gather wait with the
+# prefetch) / (gather wait without it); the gradient reductions block (0 hidden).
 # usage: bench/dist_train.sh [BATCH=1] [SEQ=512] [STEPS=4] [REPEATS=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,14 +20,16 @@ trap 'rm -rf "$out"' EXIT
 TRAIN=(train --model "$MODEL" --synthetic --steps "$STEPS" --batch "$B" --seq "$SEQ" --warmup 1 --seed 3)
 for i in $(seq "$REPEATS"); do
     ./build/hyla "${TRAIN[@]}" --accum 2 --threads 2 --log-json "$out/one.$i.jsonl" >/dev/null
-    for sh in none fsdp; do
+    for sh in none fsdp fsdp_noprefetch; do
+        extra=(--shard "${sh%_noprefetch}"); [ "$sh" = fsdp_noprefetch ] && extra+=(--no-prefetch)
         mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core ./build/hyla "${TRAIN[@]}" --accum 1 --threads 1 \
-            --shard $sh --log-json "$out/$sh.$i.jsonl" >/dev/null
+            "${extra[@]}" --log-json "$out/$sh.$i.jsonl" >/dev/null
     done
 done
 for sh in none fsdp; do
     ./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard $sh --threads 1 --json > "$out/plan.$sh.json"
 done
+./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard fsdp --no-prefetch --threads 1 --json > "$out/plan.fsdp_noprefetch.json"
 /usr/bin/python3 - "$out" "$REPEATS" <<'PY'
 import json, sys
 out, reps = sys.argv[1], int(sys.argv[2])
@@ -36,22 +38,29 @@ def run(path):
     secs = sum(r["seconds"] for r in rec) / len(rec)
     comm = sum(r["comm_seconds"] for r in rec) / len(rec)
     keys = ("comm_bytes", "weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes")
+    wait = sum(r["gather_wait_seconds"] for r in rec) / len(rec)
     return {"tokens_per_s": rec[0]["tokens"] / secs, "step_seconds": secs, "comm_seconds": comm,
-            **{k: rec[-1][k] for k in keys}}
+            "gather_wait_seconds": wait, **{k: rec[-1][k] for k in keys}}
 def best(name):
     return max((run(f"{out}/{name}.{i}.jsonl") for i in range(1, reps + 1)), key=lambda r: r["tokens_per_s"])
 one = best("one")
 res = {"benchmark": "dist_train", "model": "bench-100m", "one_process_2_threads": one}
-for sh in ("none", "fsdp"):
+for sh in ("none", "fsdp", "fsdp_noprefetch"):
     two, plan = best(sh), json.load(open(f"{out}/plan.{sh}.json"))
     res["global_batch"] = "2 x %s x %s" % (plan["batch"], plan["seq"])
     two["comm_share_of_step"] = two["comm_seconds"] / two["step_seconds"]
-    two["comm_hidden_fraction"] = 0.0  # blocking collectives
+    two["comm_hidden_fraction"] = 0.0  # blocking collectives (fsdp: set below from the gather waits)
     two["comm_bytes_planned"] = plan["comm_bytes"]
     two["comm_gbytes_per_s"] = two["comm_bytes"] / two["comm_seconds"] / 1e9 if two["comm_seconds"] else None
     two["tokens_per_s_vs_one_process"] = two["tokens_per_s"] / one["tokens_per_s"]
     two["state_bytes_vs_one_process"] = (two["weight_bytes"] + two["gradient_bytes"] + two["optimizer_bytes"]) / (
         one["weight_bytes"] + one["gradient_bytes"] + one["optimizer_bytes"])
     res[f"two_ranks_1_thread_shard_{sh}"] = two
+# FSDP's gathers: the share of the blocking run's gather wait that the prefetch hid (the reduce-
+# scatters and the norm stay blocking, as in shard none)
+blocking, hidden = res["two_ranks_1_thread_shard_fsdp_noprefetch"], res["two_ranks_1_thread_shard_fsdp"]
+if blocking["gather_wait_seconds"] > 0:
+    hidden["comm_hidden_fraction"] = 1 - hidden["gather_wait_seconds"] / blocking["gather_wait_seconds"]
+    hidden["comm_hidden_of"] = "weight gathers (vs --no-prefetch)"
 print(json.dumps(res, indent=1))
 PY

@@ -121,7 +121,7 @@ int hyla_cmd_plan(int argc, char **argv)
 {
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
     int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1, threads = 0;
-    int json = 0, per_layer = 0, act_bf16 = 0;
+    int json = 0, per_layer = 0, act_bf16 = 0, no_prefetch = 0;
     const char *svg = NULL, *budget_s = NULL, *host_s = NULL, *lora_targets = NULL;
     const hyla_opt opts[] = {
         {"--batch", OPT_INT, &batch, "N", "sequences per device (default 1)", 1, 1 << 20},
@@ -140,6 +140,8 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activations, checkpoints and matmul inputs (default f32): the "
          "executor's own plan in that dtype", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
+        {"--no-prefetch", OPT_FLAG, &no_prefetch, NULL, "FSDP: as hyla train --no-prefetch (one part gathered at a time)",
+         0, 0},
         {"--threads", OPT_INT, &threads, "N", "threads each device's step runs with (default: all cores; per-thread "
          "kernel scratch is part of the working set; under mpirun hyla train runs 1 per rank)", 0, 4096},
         {"--lora-rank", OPT_INT, &lora_rank, "R", "plan LoRA training of rank R (base frozen: no gradients or moments)", 1,
@@ -169,6 +171,7 @@ int hyla_cmd_plan(int argc, char **argv)
         return 2;
     }
     pc.fsdp = !strcmp(shard, "fsdp");
+    pc.no_prefetch = no_prefetch;
     pc.update_per_layer = per_layer;
     int is_auto = !strcmp(remat, "auto");
     double budget = 0, host_budget = INFINITY;

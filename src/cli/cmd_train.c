@@ -190,11 +190,12 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
     fprintf(f, "\"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
                "\"activation_bytes\": %zu, \"gradient_bytes\": %zu, \"weight_bytes\": %zu, \"optimizer_bytes\": %zu, "
                "\"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
-               "\"copy_hidden_fraction\": %.4f, \"comm_bytes\": %llu, \"comm_seconds\": %.6f}\n",
+               "\"copy_hidden_fraction\": %.4f, \"comm_bytes\": %llu, \"comm_seconds\": %.6f, "
+               "\"gather_wait_seconds\": %.6f}\n",
             s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes, hyla_trainer_gradient_bytes(tr),
             hyla_trainer_weight_bytes(tr), 2 * tr->opt.n_floats * sizeof(float),
             (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, train_hidden_fraction(s),
-            (unsigned long long)s->comm_bytes, s->comm_seconds);
+            (unsigned long long)s->comm_bytes, s->comm_seconds, s->gather_wait_seconds);
     if (fflush(f) != 0 || ferror(f))
         return hyla_error_set(HYLA_ERR_IO, "%s: write failed at step %lld: %s", path, (long long)step, strerror(errno));
     return HYLA_OK;
@@ -393,6 +394,7 @@ static int run(const train_args *a, hyla_comm *comm)
     }
     tc.comm = comm;
     tc.fsdp = a->fsdp;
+    tc.no_prefetch = a->no_prefetch;
     uint64_t weights_hash = comm->size > 1 ? model_hash(&m) : 0; /* before FSDP keeps only pieces */
     tc.offload_limit = (size_t)limit;
     tc.update_per_layer = a->update_per_layer;
@@ -582,6 +584,8 @@ int hyla_cmd_train(int argc, char **argv)
          "gradients are complete (needs --accum 1 --clip 0; gradients of one remat unit at a time)", 0, 0},
         {"--offload-limit", OPT_STRING, &a.offload_limit, "SIZE", "host store size limit (default: none)", 0, 0},
         {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores; 1 per rank under mpirun)", 0, 4096},
+        {"--no-prefetch", OPT_FLAG, &a.no_prefetch, NULL, "FSDP: gather each layer only when it is needed (default: "
+         "the next one's gather runs while the current one computes); for measuring what the prefetch hides", 0, 0},
         {"--shard", OPT_STRING, &a.shard, "fsdp|none", "under mpirun: fsdp (default) = each rank keeps its pieces of "
          "the weights, gradients and AdamW moments, layers gathered just before use; none = replicated. Either way "
          "gradients are summed over ranks in a fixed order (bit-identical to one process)", 0, 0},

@@ -23,6 +23,7 @@ typedef struct {
     int64_t ranks;            /* processes of the run (mpirun -np; 1 without) */
     const char *shard;        /* --shard none|fsdp */
     int fsdp;                 /* what it means (default: fsdp over more than one rank) */
+    int no_prefetch;          /* --no-prefetch */
     uint64_t flags_hash;      /* of the command line, for the ranks' agreement check */
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
     char restored[10][512];    /* storage for string settings restored from a checkpoint */

@@ -32,6 +32,11 @@ struct hyla_comm {
                      const size_t *rcount, const size_t *rdispl);
     /* recv[displ[r] .. + count[r]) = rank r's send[0 .. count[r]) (bytes) */
     int (*allgatherv)(hyla_comm *c, const void *send, void *recv, const size_t *count, const size_t *displ);
+    /* allgatherv started: *req completes it (wait) or polls it (test); the self comm completes at
+     * once (*req = NULL). recv must not be touched until the wait. */
+    int (*iallgatherv)(hyla_comm *c, const void *send, void *recv, const size_t *count, const size_t *displ, void **req);
+    int (*wait)(hyla_comm *c, void *req);            /* completes and frees req (NULL: nothing) */
+    int (*test)(hyla_comm *c, void *req, int *done); /* lets it progress; *done when complete (req still to wait) */
     int (*barrier)(hyla_comm *c);
     /* stop every rank of the job with this exit code (does not return) */
     void (*abort)(hyla_comm *c, int code);

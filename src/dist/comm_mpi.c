@@ -119,6 +119,59 @@ static int mpi_allgatherv(hyla_comm *c, const void *send, void *recv, const size
     return st;
 }
 
+static int mpi_iallgatherv(hyla_comm *c, const void *send, void *recv, const size_t *count, const size_t *displ,
+                           void **req)
+{
+    int n = c->size, *v = malloc((size_t)(2 * n) * sizeof *v);
+    MPI_Request *r = malloc(sizeof *r);
+    *req = NULL;
+    if (!v || !r) {
+        free(v);
+        free(r);
+        return hyla_error_set(HYLA_ERR_NOMEM, "MPI iallgatherv: out of memory");
+    }
+    int st = int_array(count, n, v, "iallgatherv");
+    if (st == HYLA_OK)
+        st = int_array(displ, n, v + n, "iallgatherv");
+    if (st == HYLA_OK) { /* the counts are copied by MPI at the call (MPI 3.0: they may be freed after) */
+        double t0 = hyla_now();
+        int in_place = (const char *)recv + displ[c->rank] == (const char *)send;
+        int rc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, v[c->rank], MPI_BYTE, recv, v, v + n, MPI_BYTE,
+                                 MPI_COMM_WORLD, r);
+        c->seconds += hyla_now() - t0;
+        c->bytes_sent += count[c->rank] * (uint64_t)(n - 1);
+        st = rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "iallgatherv");
+    }
+    free(v);
+    if (st == HYLA_OK)
+        *req = r;
+    else
+        free(r);
+    return st;
+}
+
+static int mpi_wait(hyla_comm *c, void *req)
+{
+    if (!req)
+        return HYLA_OK;
+    double t0 = hyla_now();
+    int rc = MPI_Wait((MPI_Request *)req, MPI_STATUS_IGNORE);
+    c->seconds += hyla_now() - t0;
+    free(req);
+    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "wait");
+}
+
+static int mpi_test(hyla_comm *c, void *req, int *done)
+{
+    *done = 1;
+    if (!req)
+        return HYLA_OK;
+    double t0 = hyla_now();
+    int rc = MPI_Test((MPI_Request *)req, done, MPI_STATUS_IGNORE);
+    c->seconds += hyla_now() - t0;
+    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "test");
+}
+
 static int mpi_barrier(hyla_comm *c)
 {
     double t0 = hyla_now();
@@ -146,8 +199,9 @@ hyla_comm *hyla_comm_mpi_open(int *argc, char ***argv)
     if (MPI_Init(argc, argv) != MPI_SUCCESS)
         return NULL;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    world = (hyla_comm){0,          1,          NULL,       mpi_alltoall, mpi_allgather, mpi_bcast, mpi_alltoallv,
-                        mpi_allgatherv, mpi_barrier, mpi_abort, 0, 0.0};
+    world = (hyla_comm){0,         1,             NULL,           mpi_alltoall,    mpi_allgather,
+                        mpi_bcast, mpi_alltoallv, mpi_allgatherv, mpi_iallgatherv, mpi_wait,
+                        mpi_test,  mpi_barrier,   mpi_abort,      0,               0.0};
     MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world.size);
     world.impl = &world;

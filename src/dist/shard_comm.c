@@ -24,6 +24,16 @@ static int64_t steps_of(int64_t n, int ranks)
     return (hyla_shard_chunk(n, ranks) + HYLA_SHARD_STEP - 1) / HYLA_SHARD_STEP;
 }
 
+/* Step s of full[0..n)'s gather: every rank's bytes and where they go. */
+static void gather_counts(int64_t n, int N, int64_t s, size_t *count, size_t *displ)
+{
+    for (int r = 0; r < N; r++) {
+        int64_t lo, len;
+        step_of(n, N, r, s, &lo, &len);
+        count[r] = (size_t)len * sizeof(float), displ[r] = (size_t)lo * sizeof(float);
+    }
+}
+
 int hyla_shard_gather(hyla_comm *c, int64_t n, float *full)
 {
     int N = c->size;
@@ -31,14 +41,59 @@ int hyla_shard_gather(hyla_comm *c, int64_t n, float *full)
         return HYLA_OK;
     size_t count[N], displ[N];
     for (int64_t s = 0, S = steps_of(n, N); s < S; s++) {
-        for (int r = 0; r < N; r++) {
-            int64_t lo, len;
-            step_of(n, N, r, s, &lo, &len);
-            count[r] = (size_t)len * sizeof(float), displ[r] = (size_t)lo * sizeof(float);
-        }
+        gather_counts(n, N, s, count, displ);
         HYLA_TRY(c->allgatherv(c, (const char *)full + displ[c->rank], full, count, displ));
     }
     return HYLA_OK;
+}
+
+int hyla_shard_gather_start(hyla_comm *c, int64_t n, float *full, hyla_shard_requests *r)
+{
+    int N = c->size;
+    if (N == 1)
+        return HYLA_OK;
+    size_t count[N], displ[N];
+    for (int64_t s = 0, S = steps_of(n, N); s < S; s++) {
+        if (r->n == r->cap) {
+            int cap = r->cap ? 2 * r->cap : 64;
+            void **q = realloc(r->req, (size_t)cap * sizeof *q);
+            if (!q)
+                return hyla_error_set(HYLA_ERR_NOMEM, "fsdp: out of memory for %d requests", cap);
+            r->req = q, r->cap = cap;
+        }
+        gather_counts(n, N, s, count, displ);
+        HYLA_TRY(c->iallgatherv(c, (const char *)full + displ[c->rank], full, count, displ, &r->req[r->n]));
+        r->n++;
+    }
+    return HYLA_OK;
+}
+
+int hyla_shard_wait(hyla_comm *c, hyla_shard_requests *r)
+{
+    int st = HYLA_OK;
+    for (int i = 0; i < r->n; i++) {
+        int one = c->wait(c, r->req[i]);
+        st = st == HYLA_OK ? one : st;
+    }
+    r->n = 0;
+    return st;
+}
+
+int hyla_shard_poll(hyla_comm *c, hyla_shard_requests *r)
+{
+    for (int i = 0; i < r->n; i++) {
+        int done;
+        HYLA_TRY(c->test(c, r->req[i], &done));
+        if (!done)
+            break; /* in order: the rest wait their turn */
+    }
+    return HYLA_OK;
+}
+
+void hyla_shard_requests_free(hyla_shard_requests *r)
+{
+    free(r->req);
+    memset(r, 0, sizeof *r);
 }
 
 int hyla_shard_reduce_scatter(hyla_comm *c, int64_t n, const float *g, float *acc, int first, float *stage)

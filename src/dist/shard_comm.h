@@ -21,6 +21,21 @@ int64_t hyla_shard_comm_floats(int ranks);
 
 /* full: [n], this rank's piece already in place at its offset; the rest arrives. */
 int hyla_shard_gather(hyla_comm *c, int64_t n, float *full);
+/* Gathers in flight (a prefetch): the requests of their calls. */
+typedef struct {
+    void **req;
+    int n, cap;
+} hyla_shard_requests;
+
+/* The gather of full[0..n) started (this rank's piece already in place); its calls' requests
+ * appended to r. full must not be read until hyla_shard_wait. */
+int hyla_shard_gather_start(hyla_comm *c, int64_t n, float *full, hyla_shard_requests *r);
+/* Complete every request of r (r emptied). */
+int hyla_shard_wait(hyla_comm *c, hyla_shard_requests *r);
+/* Let r's calls progress (MPI moves data only inside its calls). */
+int hyla_shard_poll(hyla_comm *c, hyla_shard_requests *r);
+void hyla_shard_requests_free(hyla_shard_requests *r);
+
 /* g: [n] this rank's gradient; acc: [piece length] this rank's sum; stage: hyla_shard_comm_floats. */
 int hyla_shard_reduce_scatter(hyla_comm *c, int64_t n, const float *g, float *acc, int first, float *stage);
 

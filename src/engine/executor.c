@@ -224,6 +224,26 @@ static void store_bf16_outputs(hyla_executor *ex, int l, const hyla_layer_op *op
     }
 }
 
+/* FSDP: layers [l0, l1] (or HYLA_WEIGHTS_*) in the arena for the ops that follow */
+static void acquire_weights(hyla_executor *ex, int l0, int l1)
+{
+    if (!ex->weights || ex->dry)
+        return;
+    int st = ex->weights->acquire(ex->weights->ctx, l0, l1);
+    if (st != HYLA_OK && ex->weights_status == HYLA_OK)
+        ex->weights_status = st;
+}
+static void release_weights(hyla_executor *ex, int l0, int l1)
+{
+    if (ex->weights && !ex->dry)
+        ex->weights->release(ex->weights->ctx, l0, l1);
+}
+static void poll_weights(const hyla_executor *ex)
+{
+    if (ex->weights && !ex->dry)
+        ex->weights->poll(ex->weights->ctx);
+}
+
 static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recompute, int64_t *aux_rows)
 {
     size_t mark = hyla_arena_mark(&ex->work);
@@ -235,6 +255,7 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         c.aux_rows = aux_rows ? aux_rows : &aux_rows_dummy;
         double t0 = HYLA_PROF_BEGIN();
         op->fwd(&c, &ex->tapes[l], scratch);
+        poll_weights(ex);
         if (bf16_compute(ex)) {
             round_outputs(ex, l, op);
             if (!recompute)
@@ -353,21 +374,6 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     if (!ex->dry && ex->bf16_kept[0].p[HYLA_S_X]) /* embedding rows of the bf16 copy: bf16 values */
         hyla_bf16_pack(ex->bf16_kept[0].p[HYLA_S_X], t0->p[HYLA_S_X], ex->n * H);
     hyla_offload_write(ex, -1, HYLA_S_Y); /* X_0, "layer -1"'s output */
-}
-
-/* FSDP: layers [l0, l1] (or HYLA_WEIGHTS_*) in the arena for the ops that follow */
-static void acquire_weights(hyla_executor *ex, int l0, int l1)
-{
-    if (!ex->weights || ex->dry)
-        return;
-    int st = ex->weights->acquire(ex->weights->ctx, l0, l1);
-    if (st != HYLA_OK && ex->weights_status == HYLA_OK)
-        ex->weights_status = st;
-}
-static void release_weights(hyla_executor *ex, int l0, int l1)
-{
-    if (ex->weights && !ex->dry)
-        ex->weights->release(ex->weights->ctx, l0, l1);
 }
 
 static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_marks, int64_t *aux_rows)
@@ -581,6 +587,7 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
                 double t0 = HYLA_PROF_BEGIN();
                 op->bwd(&c, &ex->tapes[l], &dt[l - un->layer0], scratch);
                 HYLA_PROF_END("backward", t0);
+                poll_weights(ex);
             }
             sample_timeline(ex);
             hyla_arena_reset_to(&ex->work, mark);

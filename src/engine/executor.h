@@ -160,6 +160,7 @@ typedef struct hyla_layer_updates_s {
 typedef struct hyla_weight_source_s {
     int (*acquire)(void *ctx, int layer0, int layer1);
     void (*release)(void *ctx, int layer0, int layer1);
+    void (*poll)(void *ctx); /* after every op: a prefetch in flight may progress */
     void *ctx;
 } hyla_weight_source;
 
@@ -178,6 +179,13 @@ size_t hyla_executor_window_floats(const hyla_executor *ex);
 void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, size_t *head,
                           size_t *unit);
 size_t hyla_fsdp_grad_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, int per_layer);
+/* The parts a training micro-batch acquires (hyla_weight_source), in order: the embedding, each
+ * layer for its forward segment (a layer split over units once per unit), the head, each unit's
+ * layers for its recompute + backward, last unit first. parts[k] = {layer0, layer1}; returns the
+ * count (parts filled up to cap). */
+int hyla_fsdp_parts(const hyla_executor *ex, int (*parts)[2], int cap);
+/* Is parameter p in part {layer0, layer1} (layers, or HYLA_WEIGHTS_EMBED / _HEAD)? */
+int hyla_fsdp_in_part(const hyla_config *cfg, const hyla_param *p, int layer0, int layer1);
 /* Route gradients through u (not owned; NULL: back to whole-table gradients). */
 int hyla_executor_update_per_layer(hyla_executor *ex, const hyla_layer_updates *u);
 

@@ -111,3 +111,35 @@ size_t hyla_fsdp_grad_floats(const hyla_param_table *t, const hyla_executor *ex,
     hyla_fsdp_grad_sizes(t, ex, ranks, rank, &head, &unit);
     return head + unit;
 }
+
+int hyla_fsdp_parts(const hyla_executor *ex, int (*parts)[2], int cap)
+{
+    int n = 0;
+#define PART(a, b)                                                                                                     \
+    do {                                                                                                               \
+        if (n < cap)                                                                                                   \
+            parts[n][0] = (a), parts[n][1] = (b);                                                                      \
+        n++;                                                                                                           \
+    } while (0)
+    PART(HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
+    for (int u = 0; u < ex->n_units; u++)
+        for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
+            PART(l, l);
+    PART(HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
+    for (int u = ex->n_units - 1; u >= 0; u--)
+        PART(ex->units[u].layer0, ex->units[u].layer1);
+#undef PART
+    return n;
+}
+
+int hyla_fsdp_in_part(const hyla_config *cfg, const hyla_param *p, int layer0, int layer1)
+{
+    if (layer0 >= 0)
+        return p->layer >= layer0 && p->layer <= layer1;
+    if (p->layer >= 0)
+        return 0;
+    if (layer0 == HYLA_WEIGHTS_EMBED)
+        return p->role == HYLA_P_EMBED;
+    /* the head: final norm and lm_head (tied: the embedding is the lm_head) */
+    return p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD || (p->role == HYLA_P_EMBED && cfg->tie_word_embeddings);
+}

@@ -21,58 +21,58 @@ static int64_t piece0(const hyla_param_table *t, int i, int ranks)
 
 /* The FSDP step as the trainer executes it (train/fsdp.h), for rank 0 (its pieces are the
  * largest): weight, gradient and moment pieces; the compact head and one unit's window of
- * gradients; the reduce-scatter staging and the norm's partial sums; the gathered high-water (one
- * unit's layers, the embedding, or the final norm + lm_head); and the bytes rank 0 sends per
- * step: each gather sends its piece to the N - 1 others (the embedding and the head once per
- * micro-batch, every layer once per forward segment and once per backward unit), each
- * reduce-scatter sends the others their pieces, plus the norm's partial sum and the loss parts.
- * Expert groups (groups > 1, planned, not executed yet): a layer's routed experts are held whole
- * one group at a time, gathered and as the gradient before its reduce-scatter. */
+ * gradients; the reduce-scatter staging and the norm's partial sums; the gathered high-water:
+ * the largest part acquired (hyla_fsdp_parts: the embedding, each layer forward, the head, each
+ * unit backward) plus, with the prefetch, the next one (a part acquired twice in a row is
+ * gathered once); and the bytes rank 0 sends per step: each gather sends its piece to the N - 1
+ * others, each reduce-scatter sends the others their pieces, plus the norm's partial sum and the
+ * loss parts. Expert groups (groups > 1, planned, not executed yet): a layer's routed experts
+ * are held whole one group at a time, gathered and as the gradient before its reduce-scatter. */
 static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyla_executor *ex, int64_t groups,
                       hyla_plan *out)
 {
     const hyla_param_table *t = &m->table;
     int N = (int)pc->devices;
     int64_t A = pc->accum > 1 ? pc->accum : 1;
-    double pieces = (double)hyla_params_shard_floats(t, N, 0);
-    double embed = 0, head = 0, gather_floats = 0, scatter_floats = 0;
-    double layer_bytes[HYLA_MAX_LAYERS] = {0}, layer_floats[HYLA_MAX_LAYERS] = {0}; /* held whole at once */
     int bf16 = pc->act_bytes == 2; /* a gathered matrix also holds its bf16 compute copy */
-    int acquired[HYLA_MAX_LAYERS] = {0}; /* times each layer is gathered per micro-batch */
-    for (int u = 0; u < ex->n_units; u++)
-        for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
-            acquired[l] += 2; /* its forward segment, its unit's backward */
+    double pieces = (double)hyla_params_shard_floats(t, N, 0), scatter_floats = 0;
+    int n_parts = hyla_fsdp_parts(ex, NULL, 0);
+    int(*parts)[2] = malloc((size_t)n_parts * sizeof *parts);
+    double *bytes = calloc((size_t)n_parts, sizeof *bytes), *floats = calloc((size_t)n_parts, sizeof *floats);
+    double *sent = calloc((size_t)n_parts, sizeof *sent);
+    if (!parts || !bytes || !floats || !sent) { /* a few hundred entries; treated as nothing gathered */
+        free(parts), free(bytes), free(floats), free(sent);
+        return;
+    }
+    hyla_fsdp_parts(ex, parts, n_parts);
     for (int i = 0; i < t->n_params; i++) {
         const hyla_param *p = &t->params[i];
-        int times = p->layer >= 0 ? acquired[p->layer] : 0;
         double span = (double)hyla_param_span(p);
         if (p->role == HYLA_P_MOE_GATE_UP || p->role == HYLA_P_MOE_DOWN)
             span /= (double)groups;
-        double bytes = span * (pc->param_bytes + (bf16 && hyla_role_is_matrix(p->role) ? 2.0 : 0.0));
-        if (p->layer >= 0)
-            layer_bytes[p->layer] += bytes, layer_floats[p->layer] += span;
-        if (p->role == HYLA_P_EMBED) {
-            embed = bytes;
-            times = 1 + m->cfg.tie_word_embeddings;
-        }
-        if (p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD || (p->role == HYLA_P_EMBED && m->cfg.tie_word_embeddings))
-            head += bytes;
-        if (p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD)
-            times = 1;
-        gather_floats += (double)times * (double)piece0(t, i, N);
+        double b = span * (pc->param_bytes + (bf16 && hyla_role_is_matrix(p->role) ? 2.0 : 0.0));
+        for (int k = 0; k < n_parts; k++)
+            if (hyla_fsdp_in_part(&m->cfg, p, parts[k][0], parts[k][1]))
+                bytes[k] += b, floats[k] += span, sent[k] += (double)piece0(t, i, N);
         scatter_floats += (double)(p->numel - piece0(t, i, N));
     }
+    double most = 0, window = 0, gather_floats = 0;
+    int backward = 0; /* past the head: the units' backward parts */
+    for (int k = 0; k < n_parts; k++) {
+        int again = k > 0 && parts[k][0] == parts[k - 1][0] && parts[k][1] == parts[k - 1][1];
+        int next_new = k + 1 < n_parts && !(parts[k + 1][0] == parts[k][0] && parts[k + 1][1] == parts[k][1]);
+        double live = bytes[k] + (!pc->no_prefetch && next_new ? bytes[k + 1] : 0.0);
+        most = live > most ? live : most;
+        if (!again)
+            gather_floats += sent[k];
+        if (backward) /* a unit's backward: its layers' gradients, whole (hyla_executor_window_floats) */
+            window = floats[k] > window ? floats[k] : window;
+        backward |= parts[k][0] == HYLA_WEIGHTS_HEAD;
+    }
+    free(parts), free(bytes), free(floats), free(sent);
     out->param_bytes = pieces * pc->param_bytes;
     out->opt_bytes = 2.0 * pieces * pc->opt_bytes;
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
-    double most = embed > head ? embed : head, window = 0; /* the largest part gathered at once: a unit's layers, or these */
-    for (int u = 0; u < ex->n_units; u++) {
-        double b = 0, f = 0;
-        for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
-            b += layer_bytes[l], f += layer_floats[l];
-        most = b > most ? b : most;
-        window = f > window ? f : window; /* one unit's layer gradients, whole (hyla_executor_window_floats) */
-    }
     out->gathered_bytes = most;
     out->grad_bytes = ((double)hyla_grad_head_floats(t) + window +
                        (double)hyla_fsdp_grad_floats(t, ex, N, 0, pc->update_per_layer)) * pc->grad_bytes;

@@ -23,6 +23,7 @@ typedef struct {
     int fsdp;                       /* shard parameters / gradients / moments over devices */
     int64_t accum;                  /* micro-batches per device per step (0 or 1: one) */
     int64_t expert_groups;          /* FSDP: routed experts gathered / reduce-scattered in this many groups (0, 1: whole layer) */
+    int no_prefetch;                /* FSDP: no gather runs ahead (hyla train --no-prefetch) */
     int update_per_layer;           /* optimizer applied per layer in backward: gradients of one unit live at once */
     double param_bytes, grad_bytes, opt_bytes; /* per element (what-if storage for the sharded settings) */
     double act_bytes;               /* 4: fp32, 2: bf16 compute (what hyla executes) */

@@ -7,21 +7,13 @@
 
 #include "core/arena.h"
 #include "core/error.h"
+#include "core/profile.h"
 #include "dist/shard.h"
 #include "dist/shard_comm.h"
 
-/* Is parameter p part of what acquire(l0, l1) names? */
 static int in_part(const hyla_fsdp *f, const hyla_param *p, int l0, int l1)
 {
-    if (l0 >= 0)
-        return p->layer >= l0 && p->layer <= l1;
-    if (p->layer >= 0)
-        return 0;
-    if (l0 == HYLA_WEIGHTS_EMBED)
-        return p->role == HYLA_P_EMBED;
-    /* the head: final norm and lm_head (tied: the embedding is the lm_head) */
-    return p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD ||
-           (p->role == HYLA_P_EMBED && f->m->cfg.tie_word_embeddings);
+    return hyla_fsdp_in_part(&f->m->cfg, p, l0, l1);
 }
 
 /* Bytes parameter p takes gathered: its fp32 span, and with bf16 compute its bf16 copy (matrices). */
@@ -31,32 +23,86 @@ static size_t gathered_bytes_of(const hyla_fsdp *f, const hyla_param *p)
     return b + (f->m->w16 && hyla_role_is_matrix(p->role) ? hyla_param_span(p) * sizeof(uint16_t) : 0);
 }
 
-/* step: a step's gather (counted in the gathered high-water); else a checkpoint's or an evaluation's */
-static int gather_param(hyla_fsdp *f, int i, int step)
+/* Parameter i's gather: this rank's piece into the arena, then every rank's (started, or whole
+ * with r NULL); step: a step's gather (counted in the gathered high-water), else a checkpoint's or
+ * an evaluation's. */
+static int gather_param(hyla_fsdp *f, int i, int step, hyla_shard_requests *r)
 {
     const hyla_param *p = &f->m->table.params[i];
     const hyla_param *q = &f->shard.params[i];
     memcpy(f->m->w + p->offset + f->piece_elem0[i], f->w + q->offset, (size_t)q->numel * sizeof(float));
-    HYLA_TRY(hyla_shard_gather(f->comm, p->numel, f->m->w + p->offset));
-    hyla_model_refresh_bf16(f->m, p->offset, p->offset + 1); /* bf16 compute: its copy, as AdamW would round it */
+    HYLA_TRY(r ? hyla_shard_gather_start(f->comm, p->numel, f->m->w + p->offset, r)
+               : hyla_shard_gather(f->comm, p->numel, f->m->w + p->offset));
     f->gathered += gathered_bytes_of(f, p);
     if (step)
         f->gathered_peak = f->gathered > f->gathered_peak ? f->gathered : f->gathered_peak;
     return HYLA_OK;
 }
 
+/* The part's gathers complete: bf16 compute's copies of its matrices, as AdamW would round them. */
+static void gathered(hyla_fsdp *f, int l0, int l1)
+{
+    for (int i = 0; f->m->w16 && i < f->m->table.n_params; i++)
+        if (in_part(f, &f->m->table.params[i], l0, l1))
+            hyla_model_refresh_bf16(f->m, f->m->table.params[i].offset, f->m->table.params[i].offset + 1);
+}
+
+static int gather_part(hyla_fsdp *f, int l0, int l1, hyla_shard_requests *r)
+{
+    for (int i = 0; i < f->m->table.n_params; i++)
+        if (in_part(f, &f->m->table.params[i], l0, l1))
+            HYLA_TRY(gather_param(f, i, 1, r));
+    return HYLA_OK;
+}
+
+static int same_part(const hyla_fsdp *f, int a, int b)
+{
+    return a >= 0 && b >= 0 && a < f->n_parts && b < f->n_parts && f->parts[a][0] == f->parts[b][0] &&
+           f->parts[a][1] == f->parts[b][1];
+}
+
 static int acquire(void *ctx, int l0, int l1)
 {
     hyla_fsdp *f = ctx;
-    for (int i = 0; i < f->m->table.n_params; i++)
-        if (in_part(f, &f->m->table.params[i], l0, l1))
-            HYLA_TRY(gather_param(f, i, 1));
+    int k = l0 == HYLA_WEIGHTS_EMBED ? 0 : f->next; /* a micro-batch starts with the embedding */
+    int expected = k < f->n_parts && f->parts[k][0] == l0 && f->parts[k][1] == l1;
+    double t0 = hyla_now();
+    if (f->kept >= 0 && same_part(f, f->kept, k)) { /* still gathered */
+        f->kept = -1;
+    } else if (f->inflight == k && expected) { /* prefetched: what is left of it */
+        HYLA_TRY(hyla_shard_wait(f->comm, &f->reqs));
+        f->inflight = -1;
+        gathered(f, l0, l1);
+    } else {
+        HYLA_TRY(hyla_shard_wait(f->comm, &f->reqs)); /* (an unexpected order: nothing may stay in flight) */
+        f->inflight = -1;
+        HYLA_TRY(gather_part(f, l0, l1, NULL));
+        gathered(f, l0, l1);
+    }
+    f->wait_seconds += hyla_now() - t0;
+    f->next = expected ? k + 1 : f->n_parts; /* off the sequence: no more prefetching this micro-batch */
+    int n = f->next;
+    if (f->prefetch && n < f->n_parts && !same_part(f, n, k)) {
+        HYLA_TRY(gather_part(f, f->parts[n][0], f->parts[n][1], &f->reqs));
+        f->inflight = n;
+    }
     return HYLA_OK;
+}
+
+static void poll(void *ctx)
+{
+    hyla_fsdp *f = ctx;
+    if (f->inflight >= 0)
+        hyla_shard_poll(f->comm, &f->reqs); /* an error shows again at the wait */
 }
 
 static void release(void *ctx, int l0, int l1)
 {
     hyla_fsdp *f = ctx;
+    if (same_part(f, f->next - 1, f->next)) { /* acquired again next: stays */
+        f->kept = f->next - 1;
+        return;
+    }
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
         if (in_part(f, p, l0, l1)) {
@@ -101,12 +147,14 @@ static float *piece_grad(const hyla_fsdp *f, int i)
     return f->grad + (off < f->layer_lo[0] ? off : off - (f->layer_hi[L - 1] - f->layer_lo[0]));
 }
 
-int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer)
+int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch)
 {
     memset(f, 0, sizeof *f);
     f->comm = comm;
     f->m = m;
     f->per_layer = per_layer;
+    f->prefetch = prefetch;
+    f->inflight = f->kept = -1;
     const hyla_param_table *t = &m->table;
     int n = t->n_params, N = comm->size;
     f->shard = *t; /* borrowed: config, layout, index; owned: params */
@@ -115,7 +163,11 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
     f->piece_elem0 = malloc((size_t)n * sizeof *f->piece_elem0);
     f->layer_lo = malloc((size_t)t->cfg.n_layers * sizeof *f->layer_lo);
     f->layer_hi = malloc((size_t)t->cfg.n_layers * sizeof *f->layer_hi);
-    if (!f->shard.params || !f->piece_elem0 || !f->layer_lo || !f->layer_hi) {
+    f->n_parts = hyla_fsdp_parts(ex, NULL, 0);
+    f->parts = malloc((size_t)f->n_parts * sizeof *f->parts);
+    if (f->parts)
+        hyla_fsdp_parts(ex, f->parts, f->n_parts);
+    if (!f->shard.params || !f->piece_elem0 || !f->layer_lo || !f->layer_hi || !f->parts) {
         hyla_fsdp_free(f);
         return hyla_error_set(HYLA_ERR_NOMEM, "fsdp: out of memory");
     }
@@ -150,7 +202,7 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
     memset(f->stage, 0, (size_t)hyla_shard_comm_floats(N) * sizeof(float));
     hyla_fsdp_take_pieces(f, m->w, f->w);
     hyla_fsdp_release_all(f);
-    f->source = (hyla_weight_source){acquire, release, f};
+    f->source = (hyla_weight_source){acquire, release, poll, f};
     return HYLA_OK;
 }
 
@@ -164,6 +216,10 @@ void hyla_fsdp_free(hyla_fsdp *f)
     free(f->grad);
     free(f->stage);
     free(f->sums);
+    free(f->parts);
+    if (f->reqs.n)
+        hyla_shard_wait(f->comm, &f->reqs);
+    hyla_shard_requests_free(&f->reqs);
     memset(f, 0, sizeof *f);
 }
 
@@ -231,8 +287,11 @@ int hyla_fsdp_grad_norm(hyla_fsdp *f, double *norm)
 
 int hyla_fsdp_gather_all(hyla_fsdp *f)
 {
+    HYLA_TRY(hyla_shard_wait(f->comm, &f->reqs)); /* (none in flight between steps) */
+    f->inflight = f->kept = -1;
     for (int i = 0; i < f->m->table.n_params; i++)
-        HYLA_TRY(gather_param(f, i, 0));
+        HYLA_TRY(gather_param(f, i, 0, NULL));
+    hyla_model_refresh_bf16(f->m, 0, f->m->table.total_floats); /* every matrix's bf16 copy */
     return HYLA_OK;
 }
 

@@ -10,6 +10,12 @@
  * gather). `gathered_peak` is the high-water of gathered floats in steps (a checkpoint's or an
  * evaluation's whole-model gather, hyla_fsdp_gather_all, is outside the step and not counted).
  *
+ * Prefetch. A micro-batch acquires its parts in a fixed order (hyla_fsdp_parts); when part k is
+ * acquired the gather of part k + 1 is started (non-blocking) and runs while part k computes
+ * (every op polls it); acquiring k + 1 waits for what is left. So two parts are gathered at
+ * once. A part acquired twice in a row (a layer split over part units) stays gathered. Nothing is
+ * prefetched across a micro-batch's end (the update may change the pieces in between).
+ *
  * Gradients. The executor writes one remat unit's layer gradients into a window and the
  * non-layer ones into a compact head (hyla_layer_updates); as soon as a unit's gradients are
  * complete each rank reduce-scatters them: the owner of every piece adds the ranks' copies in
@@ -27,6 +33,7 @@
 
 #include "core/exact_sum.h"
 #include "dist/comm.h"
+#include "dist/shard_comm.h"
 #include "engine/executor.h"
 #include "model/model.h"
 #include "train/optimizer.h"
@@ -47,6 +54,13 @@ typedef struct {
     hyla_exact_sum *sums;       /* [ranks] every rank's exact sum of its blocks of squares (the norm) */
     size_t *layer_lo, *layer_hi;/* [n_layers] shard ranges of each layer's pieces */
     size_t unit_lo;             /* per-layer: shard offset of the unit whose pieces are in grad */
+    int prefetch;               /* start part k + 1's gather when part k is acquired */
+    int (*parts)[2], n_parts;   /* a micro-batch's acquisitions in order (hyla_fsdp_parts) */
+    int next;                   /* index in parts of the next acquisition */
+    int inflight;               /* part whose gather is in flight, or -1 */
+    int kept;                   /* part (index) left gathered for an identical next acquisition, or -1 */
+    hyla_shard_requests reqs;   /* the prefetch's calls */
+    double wait_seconds;        /* compute waiting for gathers (blocking ones and prefetches' rest), since reset */
     hyla_exact_sum sumsq;       /* per-layer: this rank's squares of the step's gradient so far */
     size_t gathered, gathered_peak; /* bytes gathered now / at most in a step (fp32, and bf16 compute's copy) */
     size_t head_floats;         /* floats of the compact head gradient (executor layout) */
@@ -56,7 +70,7 @@ typedef struct {
 
 /* Take this rank's pieces of m's weights (every rank must hold the same m), then release the
  * arena's pages. ex: the step's executor (its units size the per-layer gradient window). */
-int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer);
+int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch);
 
 void hyla_fsdp_free(hyla_fsdp *f);
 /* Bytes the FSDP state owns: weight and gradient pieces, staging, the norm's partial sums (the moments are

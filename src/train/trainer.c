@@ -111,7 +111,8 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (st == HYLA_OK)
         st = alloc_gradients(tr);
     if (st == HYLA_OK && tr->sharded &&
-        (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model, &tr->ex, cfg->update_per_layer)) == HYLA_OK) {
+        (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model, &tr->ex, cfg->update_per_layer, !cfg->no_prefetch)) ==
+            HYLA_OK) {
         tr->fsdp.ex = &tr->ex;
         tr->ex.weights = &tr->fsdp.source;
     }
@@ -243,6 +244,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     if (tr->store)
         hyla_host_store_stats_reset(tr->store);
     hyla_comm_stats_reset(comm);
+    tr->fsdp.wait_seconds = 0;
     memset(tr->grads, 0, tr->head_floats * sizeof(float));
     tr->opt.cfg.lr = hyla_lr_at(&tr->cfg.schedule, tr->opt.step);
     tr->step_sumsq = 0.0;
@@ -341,6 +343,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     stats->seconds = hyla_now() - t0;
     stats->comm_bytes = comm->bytes_sent;
     stats->comm_seconds = comm->seconds;
+    stats->gather_wait_seconds = tr->sharded ? tr->fsdp.wait_seconds : 0;
     stats->offload_bytes = 0;
     stats->copy_seconds = stats->copy_wait_seconds = 0;
     if (tr->store) {

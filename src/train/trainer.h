@@ -37,6 +37,7 @@ typedef struct {
     int update_per_layer;
     hyla_comm *comm;           /* the ranks of a data-parallel run (NULL: one process) */
     int fsdp;                  /* shard fsdp over comm's ranks (train/fsdp.h); else replicated ("none") */
+    int no_prefetch;           /* FSDP: gather each part only when it is acquired (measurement) */
 } hyla_train_config;
 
 typedef struct {
@@ -52,6 +53,7 @@ typedef struct {
     /* data parallel: bytes this rank sent to others and seconds in collectives this step */
     uint64_t comm_bytes;
     double comm_seconds;
+    double gather_wait_seconds; /* FSDP: compute waiting for weight gathers (what the prefetch did not hide) */
 } hyla_step_stats;
 
 typedef struct {
