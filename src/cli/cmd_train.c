@@ -296,21 +296,34 @@ static int whole_weights(hyla_trainer *tr, int on)
     return hyla_fsdp_gather_all(&tr->fsdp);
 }
 
-/* A checkpoint: replicated, rank 0's state is every rank's; FSDP, the pieces are gathered whole
- * first (on every rank, for now: see the README). */
+/* A checkpoint: replicated, rank 0's state is every rank's; FSDP, rank 0 writes it part by part. */
 static int save_checkpoint(const train_args *a, hyla_comm *comm, hyla_trainer *tr, hyla_model *m, hyla_lora *lora,
                            int use_lora, const hyla_train_state *state)
 {
     if (!tr->sharded)
         return comm->rank ? HYLA_OK : use_lora ? hyla_checkpoint_save_adapter(a->save, lora, &m->table, &tr->opt, state, a->model)
                                                : hyla_checkpoint_save(a->save, m, &tr->opt, state);
-    hyla_adamw full;
-    HYLA_TRY(hyla_adamw_init(&full, &tr->opt.cfg, m->table.total_floats));
-    int rc = hyla_trainer_fsdp_gather(tr, &full);
-    if (rc == HYLA_OK && comm->rank == 0)
-        rc = hyla_checkpoint_save(a->save, m, &full, state);
-    hyla_trainer_fsdp_release(tr);
-    hyla_adamw_free(&full);
+    /* FSDP: rank 0 writes, every rank gathers one part at a time as it asks (train/fsdp.h); the
+     * whole-table moments are mappings holding only the part in */
+    size_t bytes = m->table.total_floats * sizeof(float);
+    hyla_adamw whole = tr->opt;
+    whole.m = hyla_model_map(bytes), whole.v = hyla_model_map(bytes), whole.n_floats = m->table.total_floats;
+    int rc = whole.m && whole.v ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "fsdp save: cannot map the moments");
+    if (rc == HYLA_OK) {
+        hyla_fsdp_save_begin(&tr->fsdp, whole.m, whole.v, tr->opt.m, tr->opt.v);
+        if (comm->rank == 0) {
+            m->fetch = hyla_fsdp_fetch, m->fetch_ctx = &tr->fsdp;
+            rc = hyla_checkpoint_save(a->save, m, &whole, state);
+            m->fetch = NULL, m->fetch_ctx = NULL;
+            int end = hyla_fsdp_save_end(&tr->fsdp); /* the others stop serving, even after a failure */
+            rc = rc == HYLA_OK ? end : rc;
+        } else {
+            rc = hyla_fsdp_serve(&tr->fsdp);
+        }
+        hyla_fsdp_save_finish(&tr->fsdp);
+    }
+    hyla_model_unmap(whole.m, bytes);
+    hyla_model_unmap(whole.v, bytes);
     return rc;
 }
 

@@ -352,6 +352,8 @@ static int fill_tensor(void *vctx, size_t index, void *dst)
     const hyla_hf_tensor *ht = &c->t->hf[index];
     hyla_dtype dt = (hyla_dtype)c->dtype[index];
     size_t esz = hyla_dtype_size(dt);
+    if (c->m->fetch) /* its layer's weights into w first */
+        HYLA_TRY(c->m->fetch(c->m->fetch_ctx, HYLA_FETCH_W, ht->layer));
     for (int64_t r = 0; r < ht->rows; r++) {
         int param;
         int64_t row;

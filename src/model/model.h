@@ -43,7 +43,14 @@ typedef struct {
      * NULL. While set, training trains only the adapter: the base weights are frozen (no
      * gradients, no moments) and the executor's gradient argument is the adapter's arena. */
     struct hyla_lora_s *lora;
+    /* Saving while the weights live elsewhere (FSDP, train/fsdp.h): called before a saved tensor
+     * of `layer` (-1: a non-layer parameter) is read from `vector` (HYLA_FETCH_*: the weights w,
+     * or the optimizer's moments); NULL: everything is in place. */
+    int (*fetch)(void *ctx, int vector, int layer);
+    void *fetch_ctx;
 } hyla_model;
+
+enum { HYLA_FETCH_W = 0, HYLA_FETCH_M = 1, HYLA_FETCH_V = 2 };
 
 /* Load DIR (config.json + model.safetensors or a sharded index). Checks every tensor: missing,
  * unexpected (mtp.* and model.visual.* are ignored) and mis-shaped tensors are named. */

@@ -24,6 +24,7 @@ typedef struct {
     const hyla_param_table *t;
     const hyla_adamw *opt;
     const float *master; /* fp32 master weights (table layout) saved after the moments, or NULL */
+    const hyla_model *m; /* its fetch (FSDP) brings each tensor's layer in first, or NULL */
 } moments_ctx;
 
 /* Entry j of the optimizer file: exp_avg / exp_avg_sq of parameter j / 2 for j < 2 n, then the
@@ -38,7 +39,10 @@ static int fill_moment(void *vctx, size_t index, void *dst)
 {
     const moments_ctx *c = vctx;
     const hyla_param *p = entry_param(c->t, index);
-    const float *src = (index >= 2 * (size_t)c->t->n_params ? c->master : index % 2 ? c->opt->v : c->opt->m) + p->offset;
+    int vector = index >= 2 * (size_t)c->t->n_params ? HYLA_FETCH_W : index % 2 ? HYLA_FETCH_V : HYLA_FETCH_M;
+    if (c->m && c->m->fetch)
+        HYLA_TRY(c->m->fetch(c->m->fetch_ctx, vector, p->layer));
+    const float *src = (vector == HYLA_FETCH_W ? c->master : vector == HYLA_FETCH_V ? c->opt->v : c->opt->m) + p->offset;
     memcpy(dst, src, (size_t)p->numel * sizeof(float));
     return HYLA_OK;
 }
@@ -61,7 +65,7 @@ static void moment_name(const hyla_param_table *t, int adapter, size_t j, char *
 /* optimizer/model.safetensors under dir: both moments of every parameter of t, then (master not
  * NULL: a model saved in bf16 after bf16-compute training) its fp32 master weights, master.NAME. */
 static int write_moments(const char *dir, const hyla_param_table *t, const hyla_adamw *opt, int adapter,
-                         const float *master)
+                         const float *master, const hyla_model *m)
 {
     size_t n = (master ? 3 : 2) * (size_t)t->n_params;
     hyla_st_entry *e = calloc(n ? n : 1, sizeof *e);
@@ -75,7 +79,7 @@ static int write_moments(const char *dir, const hyla_param_table *t, const hyla_
         e[j].shape[0] = entry_param(t, j)->numel;
     }
     if (rc == HYLA_OK) {
-        moments_ctx ctx = {t, opt, master};
+        moments_ctx ctx = {t, opt, master, m};
         char optdir[4300];
         snprintf(optdir, sizeof optdir, "%s/optimizer", dir);
         rc = hyla_mkdir_p(optdir);
@@ -149,7 +153,7 @@ int hyla_checkpoint_save(const char *dir, const hyla_model *m, const hyla_adamw 
     hyla_model_set_save_dtype((hyla_model *)m, bf16 ? HYLA_DT_BF16 : HYLA_DT_F32);
     int rc = hyla_model_write_files(m, tmp, NULL, 0);
     if (rc == HYLA_OK)
-        rc = write_moments(tmp, &m->table, opt, 0, bf16 ? m->w : NULL);
+        rc = write_moments(tmp, &m->table, opt, 0, bf16 ? m->w : NULL, m);
     if (rc == HYLA_OK) {
         snprintf(path, sizeof path, "%s/trainer_state.json", tmp);
         rc = write_state_json(path, opt, st);
@@ -278,7 +282,7 @@ int hyla_checkpoint_save_adapter(const char *dir, const hyla_lora *L, const hyla
     HYLA_TRY(hyla_outdir_begin(&o, dir, HYLA_OUTDIR_CHECKPOINT, "hyla train"));
     int rc = hyla_lora_write(L, base, o.tmp, base_model);
     if (rc == HYLA_OK)
-        rc = write_moments(o.tmp, &L->table, opt, 1, NULL);
+        rc = write_moments(o.tmp, &L->table, opt, 1, NULL, NULL);
     if (rc == HYLA_OK) {
         char path[4300];
         snprintf(path, sizeof path, "%s/trainer_state.json", o.tmp);

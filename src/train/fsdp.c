@@ -1,6 +1,7 @@
 /* FSDP: weight pieces, gathers on demand, ordered reduce-scatters, the sharded norm (fsdp.h). */
 #include "train/fsdp.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -285,6 +286,77 @@ int hyla_fsdp_grad_norm(hyla_fsdp *f, double *norm)
     return HYLA_OK;
 }
 
+/* ---- a checkpoint's save, part by part ---------------------------------------------------- */
+
+enum { SAVE_NONE = INT32_MIN, SAVE_END = -1000 }; /* no part in; the message that ends serving */
+
+static int in_save_part(const hyla_param *p, int layer) { return layer >= 0 ? p->layer == layer : p->layer < 0; }
+
+/* Vector v's part `layer` in place of the one it held (every rank, the same sequence). */
+static int save_gather(hyla_fsdp *f, int v, int layer)
+{
+    float *full = f->save_full[v];
+    for (int i = 0; f->save_part[v] != SAVE_NONE && i < f->m->table.n_params; i++) {
+        const hyla_param *p = &f->m->table.params[i];
+        if (in_save_part(p, f->save_part[v]))
+            hyla_model_release_pages(full + p->offset, hyla_param_span(p) * sizeof(float));
+    }
+    f->save_part[v] = layer;
+    for (int i = 0; i < f->m->table.n_params; i++) {
+        const hyla_param *p = &f->m->table.params[i];
+        if (!in_save_part(p, layer))
+            continue;
+        memcpy(full + p->offset + f->piece_elem0[i], f->save_pieces[v] + f->shard.params[i].offset,
+               (size_t)f->shard.params[i].numel * sizeof(float));
+        HYLA_TRY(hyla_shard_gather(f->comm, p->numel, full + p->offset));
+    }
+    return HYLA_OK;
+}
+
+void hyla_fsdp_save_begin(hyla_fsdp *f, float *m_full, float *v_full, const float *m_pieces, const float *v_pieces)
+{
+    f->save_full[HYLA_FETCH_W] = f->m->w, f->save_pieces[HYLA_FETCH_W] = f->w;
+    f->save_full[HYLA_FETCH_M] = m_full, f->save_pieces[HYLA_FETCH_M] = m_pieces;
+    f->save_full[HYLA_FETCH_V] = v_full, f->save_pieces[HYLA_FETCH_V] = v_pieces;
+    for (int v = 0; v < 3; v++)
+        f->save_part[v] = SAVE_NONE;
+}
+
+int hyla_fsdp_fetch(void *ctx, int vector, int layer)
+{
+    hyla_fsdp *f = ctx;
+    if (f->save_part[vector] == layer)
+        return HYLA_OK;
+    int32_t msg[2] = {vector, layer};
+    HYLA_TRY(f->comm->bcast(f->comm, msg, sizeof msg, 0));
+    return save_gather(f, vector, layer);
+}
+
+int hyla_fsdp_serve(hyla_fsdp *f)
+{
+    for (;;) {
+        int32_t msg[2];
+        HYLA_TRY(f->comm->bcast(f->comm, msg, sizeof msg, 0));
+        if (msg[0] == SAVE_END)
+            return HYLA_OK;
+        if (msg[0] < 0 || msg[0] > 2 || msg[1] < -1 || msg[1] >= f->m->cfg.n_layers)
+            return hyla_error_set(HYLA_ERR_ARG, "fsdp save: rank 0 asked for part (%d, %d)", msg[0], msg[1]);
+        HYLA_TRY(save_gather(f, msg[0], msg[1]));
+    }
+}
+
+int hyla_fsdp_save_end(hyla_fsdp *f)
+{
+    int32_t msg[2] = {SAVE_END, 0};
+    return f->comm->bcast(f->comm, msg, sizeof msg, 0);
+}
+
+void hyla_fsdp_save_finish(hyla_fsdp *f)
+{
+    hyla_fsdp_release_all(f);
+    memset(f->save_full, 0, sizeof f->save_full);
+}
+
 int hyla_fsdp_gather_all(hyla_fsdp *f)
 {
     HYLA_TRY(hyla_shard_wait(f->comm, &f->reqs)); /* (none in flight between steps) */
@@ -308,15 +380,4 @@ void hyla_fsdp_take_pieces(const hyla_fsdp *f, const float *full, float *pieces)
     for (int i = 0; i < f->shard.n_params; i++)
         memcpy(pieces + f->shard.params[i].offset, full + f->m->table.params[i].offset + f->piece_elem0[i],
                (size_t)f->shard.params[i].numel * sizeof(float));
-}
-
-int hyla_fsdp_gather_vector(hyla_fsdp *f, const float *pieces, float *full)
-{
-    for (int i = 0; i < f->shard.n_params; i++) {
-        const hyla_param *p = &f->m->table.params[i];
-        memcpy(full + p->offset + f->piece_elem0[i], pieces + f->shard.params[i].offset,
-               (size_t)f->shard.params[i].numel * sizeof(float));
-        HYLA_TRY(hyla_shard_gather(f->comm, p->numel, full + p->offset));
-    }
-    return HYLA_OK;
 }

@@ -61,6 +61,9 @@ typedef struct {
     int kept;                   /* part (index) left gathered for an identical next acquisition, or -1 */
     hyla_shard_requests reqs;   /* the prefetch's calls */
     double wait_seconds;        /* compute waiting for gathers (blocking ones and prefetches' rest), since reset */
+    float *save_full[3];        /* a save: the whole-table arrays of the weights and both moments (HYLA_FETCH_*) */
+    const float *save_pieces[3];/* ... and this rank's pieces of each */
+    int save_part[3];           /* the layer of each now in (-1: the non-layer parameters; INT_MIN: none) */
     hyla_exact_sum sumsq;       /* per-layer: this rank's squares of the step's gradient so far */
     size_t gathered, gathered_peak; /* bytes gathered now / at most in a step (fp32, and bf16 compute's copy) */
     size_t head_floats;         /* floats of the compact head gradient (executor layout) */
@@ -87,12 +90,22 @@ int hyla_fsdp_update(hyla_fsdp *f, hyla_adamw *opt, int layer0, int layer1);
 /* The global gradient norm (same value on every rank): of the summed pieces, or (per-layer) of
  * the squares gathered in f->sumsq during the step, which it resets. Collective. */
 int hyla_fsdp_grad_norm(hyla_fsdp *f, double *norm);
-/* Every weight gathered whole into the model's arena (a checkpoint's save), or released again. */
+/* A checkpoint's save, one part at a time: rank 0 writes a normal checkpoint (the whole model and
+ * moments) while every rank holds at most one layer (or the non-layer parameters) of each of
+ * the weights and both moments. save_begin on every rank (m_full, v_full: whole-table moment
+ * arrays that are mappings, hyla_model_map, pages resident only while a part is in); then rank 0
+ * saves with m->fetch = hyla_fsdp_fetch (each request broadcast, every rank gathers that part),
+ * while the others run hyla_fsdp_serve until rank 0's hyla_fsdp_save_end; save_finish on every
+ * rank gives the pages back. Collective. */
+void hyla_fsdp_save_begin(hyla_fsdp *f, float *m_full, float *v_full, const float *m_pieces, const float *v_pieces);
+int hyla_fsdp_fetch(void *ctx, int vector, int layer);
+int hyla_fsdp_serve(hyla_fsdp *f);
+int hyla_fsdp_save_end(hyla_fsdp *f);
+void hyla_fsdp_save_finish(hyla_fsdp *f);
+/* Every weight gathered whole into the model's arena (an evaluation or sampling), or released again. */
 int hyla_fsdp_gather_all(hyla_fsdp *f);
 void hyla_fsdp_release_all(hyla_fsdp *f);
-/* A whole-table vector (e.g. a moment read from a checkpoint) -> this rank's pieces, and back
- * (gathered on every rank). */
+/* A whole-table vector (e.g. a moment read from a checkpoint) -> this rank's pieces. */
 void hyla_fsdp_take_pieces(const hyla_fsdp *f, const float *full, float *pieces);
-int hyla_fsdp_gather_vector(hyla_fsdp *f, const float *pieces, float *full);
 
 #endif

@@ -162,14 +162,6 @@ size_t hyla_trainer_weight_bytes(const hyla_trainer *tr)
     return hyla_align_up(tr->fsdp.shard.total_floats * sizeof(float)) + tr->fsdp.gathered_peak;
 }
 
-int hyla_trainer_fsdp_gather(hyla_trainer *tr, hyla_adamw *full)
-{
-    full->step = tr->opt.step;
-    HYLA_TRY(hyla_fsdp_gather_vector(&tr->fsdp, tr->opt.m, full->m));
-    HYLA_TRY(hyla_fsdp_gather_vector(&tr->fsdp, tr->opt.v, full->v));
-    return hyla_fsdp_gather_all(&tr->fsdp);
-}
-
 void hyla_trainer_fsdp_release(hyla_trainer *tr) { hyla_fsdp_release_all(&tr->fsdp); }
 
 void hyla_trainer_fsdp_adopt(hyla_trainer *tr, const hyla_adamw *full)

@@ -107,13 +107,10 @@ size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr);
  * the high-water of gathered weights so far. */
 size_t hyla_trainer_weight_bytes(const hyla_trainer *tr);
 
-/* FSDP checkpoints: every rank's pieces gathered whole (the weights into the model's arena, the
- * moments into full, a whole-table optimizer: hyla_adamw_init'ed by the caller) for a save, and
- * released again; and a resumed checkpoint's state taken as pieces: the weights in the model's
+/* FSDP: the model's arena released again after a whole-model gather (hyla_fsdp_gather_all, for
+ * an evaluation), and a resumed checkpoint's state taken as pieces: the weights in the model's
  * arena (gathered whole, then completed by the load: bf16 compute's fp32 masters) and a
- * whole-table optimizer's moments; the arena is released after.
- * Collective. */
-int hyla_trainer_fsdp_gather(hyla_trainer *tr, hyla_adamw *full);
+ * whole-table optimizer's moments; the arena is released after. */
 void hyla_trainer_fsdp_release(hyla_trainer *tr);
 void hyla_trainer_fsdp_adopt(hyla_trainer *tr, const hyla_adamw *full);
 
