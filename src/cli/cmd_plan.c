@@ -90,7 +90,7 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
     printf("  total    %9.3f GB (%8.3f GiB)\n", p->peak_bytes / G, p->peak_bytes / Gi);
     if (p->comm_bytes > 0)
         printf("  sent     %9.3f GB per step by %s (%lld micro-batch(es) per device: %s)\n", p->comm_bytes / G,
-               pc->fsdp ? "device 0" : "each device", (long long)(pc->accum > 1 ? pc->accum : 1),
+               pc->fsdp ? "this device" : "each device", (long long)(pc->accum > 1 ? pc->accum : 1),
                pc->fsdp ? "every layer gathered for its forward and its backward, its gradient reduce-scattered"
                         : "each gradient to its owners, the sum back");
     printf("  head     %9.3f GB of the working set: final norm, one %d-row logits chunk, per-row losses\n",
@@ -120,7 +120,7 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
 int hyla_cmd_plan(int argc, char **argv)
 {
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
-    int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1, threads = 0;
+    int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1, threads = 0, rank = 0;
     int json = 0, per_layer = 0, act_bf16 = 0, no_prefetch = 0;
     const char *svg = NULL, *budget_s = NULL, *host_s = NULL, *lora_targets = NULL;
     const hyla_opt opts[] = {
@@ -129,6 +129,8 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--remat", OPT_STRING, &remat, "POLICY", "remat policy (default full)", 0, 0},
         {"--remat-unit", OPT_STRING, &unit_s, "UNIT", "layer (default), block or part", 0, 0},
         {"--devices", OPT_INT, &devices, "N", "devices the state is sharded over (default 1)", 1, 1 << 20},
+        {"--rank", OPT_INT, &rank, "R", "FSDP: plan device R's share (default 0, which holds the largest pieces)", 0,
+         1 << 20},
         {"--accum", OPT_INT, &accum, "N", "micro-batches per device per step (default 1; with --shard none or one "
          "device, more than one adds the gradient reduction's buffers)", 1, 1 << 20},
         {"--shard", OPT_STRING, &shard, "fsdp|none", "how parameters, gradients and moments are split (default fsdp)", 0, 0},
@@ -165,6 +167,7 @@ int hyla_cmd_plan(int argc, char **argv)
     hyla_plan_config pc;
     memset(&pc, 0, sizeof pc);
     pc.batch = batch, pc.seq = seq, pc.devices = devices, pc.accum = accum, pc.expert_groups = expert_groups;
+    pc.rank = rank;
     hyla_cli_set_threads(threads);
     if (strcmp(shard, "fsdp") && strcmp(shard, "none")) {
         fprintf(stderr, "hyla plan: --shard must be fsdp or none, got '%s'\n", shard);

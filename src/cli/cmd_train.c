@@ -445,8 +445,11 @@ static int run(const train_args *a, hyla_comm *comm)
         comm->abort(comm, 1);
     }
     FILE *log = NULL;
-    if (rc == HYLA_OK && a->log_json && lead && !(log = fopen(a->log_json, state.step ? "a" : "w")))
-        rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", a->log_json, strerror(errno));
+    char log_path[4200]; /* under mpirun rank r > 0 logs its own figures beside: FILE.rank<r> */
+    if (a->log_json)
+        snprintf(log_path, sizeof log_path, lead ? "%s" : "%s.rank%d", a->log_json, comm->rank);
+    if (rc == HYLA_OK && a->log_json && !(log = fopen(log_path, state.step ? "a" : "w")))
+        rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", log_path, strerror(errno));
     int32_t *tokens = NULL, *labels = NULL;
     int64_t step_rows = comm->size * a->accum * a->batch; /* every rank reads the whole step (trainer.h) */
     if (rc == HYLA_OK) {
@@ -501,7 +504,7 @@ static int run(const train_args *a, hyla_comm *comm)
                                 strerror(errno));
             break;
         }
-        if (log && (rc = log_json(log, a->log_json, step + 1, &s, hyla_trainer_activation_bytes(&tr), &tr)) != HYLA_OK)
+        if (log && (rc = log_json(log, log_path, step + 1, &s, hyla_trainer_activation_bytes(&tr), &tr)) != HYLA_OK)
             break;
         state.step = step + 1;
         state.data_pos = data.pos;

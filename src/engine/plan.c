@@ -10,17 +10,16 @@
 #include "dist/shard_comm.h"
 #include "model/lora.h"
 
-/* Largest parameter count of one decoder layer (what FSDP gathers at once). */
-/* Floats of rank 0's piece of parameter i (the largest piece: rank 0's chunk is always full). */
-static int64_t piece0(const hyla_param_table *t, int i, int ranks)
+/* Floats of rank r's piece of parameter i. */
+static int64_t piece_of(const hyla_param_table *t, int i, int ranks, int r)
 {
     int64_t lo, len;
-    hyla_shard_piece(t->params[i].numel, ranks, 0, &lo, &len);
+    hyla_shard_piece(t->params[i].numel, ranks, r, &lo, &len);
     return len;
 }
 
-/* The FSDP step as the trainer executes it (train/fsdp.h), for rank 0 (its pieces are the
- * largest): weight, gradient and moment pieces; the compact head and one unit's window of
+/* The FSDP step as the trainer executes it (train/fsdp.h), for device pc->rank (rank 0's pieces
+ * are the largest): weight, gradient and moment pieces; the compact head and one unit's window of
  * gradients; the reduce-scatter staging and the norm's partial sums; the gathered high-water:
  * the largest part acquired (hyla_fsdp_parts: the embedding, each layer forward, the head, each
  * unit backward) plus, with the prefetch, the next one (a part acquired twice in a row is
@@ -35,7 +34,8 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
     int N = (int)pc->devices;
     int64_t A = pc->accum > 1 ? pc->accum : 1;
     int bf16 = pc->act_bytes == 2; /* a gathered matrix also holds its bf16 compute copy */
-    double pieces = (double)hyla_params_shard_floats(t, N, 0), scatter_floats = 0;
+    int R = (int)pc->rank; /* the device planned (0: the largest pieces) */
+    double pieces = (double)hyla_params_shard_floats(t, N, R), scatter_floats = 0;
     int n_parts = hyla_fsdp_parts(ex, NULL, 0);
     int(*parts)[2] = malloc((size_t)n_parts * sizeof *parts);
     double *bytes = calloc((size_t)n_parts, sizeof *bytes), *floats = calloc((size_t)n_parts, sizeof *floats);
@@ -53,8 +53,8 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
         double b = span * (pc->param_bytes + (bf16 && hyla_role_is_matrix(p->role) ? 2.0 : 0.0));
         for (int k = 0; k < n_parts; k++)
             if (hyla_fsdp_in_part(&m->cfg, p, parts[k][0], parts[k][1]))
-                bytes[k] += b, floats[k] += span, sent[k] += (double)piece0(t, i, N);
-        scatter_floats += (double)(p->numel - piece0(t, i, N));
+                bytes[k] += b, floats[k] += span, sent[k] += (double)piece_of(t, i, N, R);
+        scatter_floats += (double)(p->numel - piece_of(t, i, N, R));
     }
     double most = 0, window = 0, gather_floats = 0;
     int backward = 0; /* past the head: the units' backward parts */
@@ -75,7 +75,7 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
     out->gathered_bytes = most;
     out->grad_bytes = ((double)hyla_grad_head_floats(t) + window +
-                       (double)hyla_fsdp_grad_floats(t, ex, N, 0, pc->update_per_layer)) * pc->grad_bytes;
+                       (double)hyla_fsdp_grad_floats(t, ex, N, R, pc->update_per_layer)) * pc->grad_bytes;
     out->reduce_bytes = (double)hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)) +
                         (double)N * (double)sizeof(hyla_exact_sum); /* staging; every rank's norm partial sum */
     out->comm_bytes = (double)(N - 1) * (4.0 * (double)A * gather_floats + (double)sizeof(hyla_exact_sum) + 16.0 * (double)A) +
@@ -87,6 +87,9 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     memset(out, 0, sizeof *out);
     if (pc->batch < 1 || pc->seq < 2 || pc->devices < 1)
         return hyla_error_set(HYLA_ERR_ARG, "plan: need batch >= 1, seq >= 2, devices >= 1");
+    if (pc->rank < 0 || pc->rank >= pc->devices)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: --rank %lld is not one of the %lld devices", (long long)pc->rank,
+                              (long long)pc->devices);
     hyla_param_counts counts;
     hyla_params_count(&m->table, &counts);
     out->params = counts.total;

@@ -24,6 +24,7 @@ typedef struct {
     int64_t accum;                  /* micro-batches per device per step (0 or 1: one) */
     int64_t expert_groups;          /* FSDP: routed experts gathered / reduce-scattered in this many groups (0, 1: whole layer) */
     int no_prefetch;                /* FSDP: no gather runs ahead (hyla train --no-prefetch) */
+    int64_t rank;                   /* FSDP: the device planned, 0 .. devices - 1 (rank 0 holds the largest pieces) */
     int update_per_layer;           /* optimizer applied per layer in backward: gradients of one unit live at once */
     double param_bytes, grad_bytes, opt_bytes; /* per element (what-if storage for the sharded settings) */
     double act_bytes;               /* 4: fp32, 2: bf16 compute (what hyla executes) */
@@ -43,7 +44,7 @@ typedef struct {
     int fsdp_executed;              /* sharded as hyla train --shard fsdp runs it (whole layers): its exact layout
                                      * (train/fsdp.h); else (expert groups) sharded figures are what-if */
     int64_t experts_per_group;      /* routed experts FSDP holds whole at once (all of a layer's without groups) */
-    double comm_bytes;              /* bytes one device sends per step (FSDP: rank 0, the most; what-if settings: 0) */
+    double comm_bytes;              /* bytes one device sends per step (FSDP: device pc->rank) */
     double host_bytes;              /* offloaded checkpoints in the host tier */
     double head_bytes;              /* the loss head's working set (part of work_bytes): O(HYLA_HEAD_ROWS x vocab) */
     double by_name[HYLA_CK__COUNT + 1]; /* kept (device) checkpoint bytes per name (last: internal) */

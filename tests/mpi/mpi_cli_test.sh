@@ -66,12 +66,20 @@ equal() {
             fail "$name, shard $sh"
     done
 }
-# measured == planned on rank 0 (it logs), every step: weights, gradients (with the reduction's
-# buffers), moments, activations and the bytes it sends per step, against hyla plan
+# measured == planned on every rank (rank r > 0 logs to FILE.rank<r>), every step: weights,
+# gradients (with the reduction's buffers), moments, activations and the bytes it sends per step,
+# against hyla plan --rank r
 planned() { # NAME RUN_DIR NP ACCUM SHARD PLAN_ARGS...
-    local name=$1 dir=$2 np=$3 acc=$4 sh=$5; shift 5
-    "$HYLA" plan "$T/m" --batch 2 --seq 32 --devices "$np" --shard "$sh" --accum "$acc" --threads 1 --json "$@" > "$dir/plan.json" &&
-    $PY - "$dir/plan.json" "$dir/log.jsonl" <<'PYEOF' && echo "  ok  $name" || fail "$name"
+    local name=$1 dir=$2 np=$3 acc=$4 sh=$5 r log ok=1; shift 5
+    for r in $(seq 0 $((np - 1))); do
+        log="$dir/log.jsonl"; [ "$r" -gt 0 ] && log="$dir/log.jsonl.rank$r"
+        "$HYLA" plan "$T/m" --batch 2 --seq 32 --devices "$np" --rank "$r" --shard "$sh" --accum "$acc" --threads 1 --json "$@" \
+            > "$dir/plan.$r.json" && [ -f "$log" ] && planned_rank "$dir/plan.$r.json" "$log" "$r" || ok=0
+    done
+    [ $ok -eq 1 ] && echo "  ok  $name" || fail "$name"
+}
+planned_rank() { # PLAN_JSON LOG RANK
+    $PY - "$1" "$2" "$3" <<'PYEOF'
 import json, sys
 p = json.load(open(sys.argv[1]))
 rec = [json.loads(l) for l in open(sys.argv[2])]
@@ -81,7 +89,8 @@ want = {"weight_bytes": p["param_bytes"] - p["adapter_bytes"] + p["gathered_weig
         "comm_bytes": p["comm_bytes"]}
 bad = [(k, r["step"], r[k], v) for r in rec for k, v in want.items() if r[k] != v]
 last = rec[-1]
-print("      " + ", ".join(f"{k.replace('_bytes', '')} {last[k]} B" for k in want) + (" == planned" if not bad else f"; differ: {bad[:3]}"))
+print(f"      rank {sys.argv[3]}: " + ", ".join(f"{k.replace('_bytes', '')} {last[k]} B" for k in want) +
+      (" == planned" if not bad else f"; differ: {bad[:3]}"))
 sys.exit(0 if not bad else 1)
 PYEOF
 }
