@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -651,6 +652,10 @@ int hyla_cmd_train(int argc, char **argv)
     if (r && comm->size > 1) { /* the other ranks are blocked in a collective: stop the job */
         fflush(stdout);
         fflush(stderr);
+        /* ranks that fail alike (a bad file, a checkpoint of another model) fail within moments of
+         * each other: let them say so before the abort takes them down */
+        struct timespec pause = {0, 300 * 1000 * 1000};
+        nanosleep(&pause, NULL);
         comm->abort(comm, r);
     }
     hyla_comm_mpi_close(comm);

@@ -195,6 +195,11 @@ timeout 60 "${MPI[@]}" -np 1 "$HYLA" train --model "$T/m" "${S[@]}" : -np 1 "$HY
 rc=$?
 [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "missing.txt" "$T/err" && echo "  ok  a rank that fails stops the job (rc $rc): $(grep -m1 missing.txt "$T/err")" ||
     fail "a failing rank: rc $rc"
+# a LoRA checkpoint resumed on another base model: every rank says so
+"$HYLA" init --config "$CASES/q35_dense/config.json" --out "$T/other" >/dev/null &&
+    train "$T/la" 2 --model "$T/m" "${DATA[@]}" "${BASE[@]}" --steps 1 --lora-rank 4 --shard none &&
+    agree_error "resuming a LoRA checkpoint on another model" "is not in this model" \
+        -np 2 "$HYLA" train --resume "$T/la/ckpt" --model "$T/other" --steps 2 --shard none || fail "LoRA resume on another model"
 expect_error "--shard fsdp with one process" "sharding needs more than one process" "$HYLA" train --model "$T/m" "${S[@]}" --shard fsdp
 expect_error "--shard with an unknown value" "--shard 'zero3': none or fsdp" "$HYLA" train --model "$T/m" "${S[@]}" --shard zero3
 refused() { # NAME PATTERN TRAIN-ARGS...: every rank of an mpirun -np 2 job says PATTERN, non-zero exit
