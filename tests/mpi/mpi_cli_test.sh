@@ -4,7 +4,7 @@
 #     weights and AdamW moments, bit for bit, as one process with --accum N*A (the step's gradient is
 #     summed in micro-batch order whatever the rank count: src/dist/grad_reduce.h,
 #     src/dist/shard_comm.h; the norm adds fixed blocks in table order), for N = 2 and 4, both
-#     shardings, remat none / full / minimal_offloaded (offload), layer / block / part units, packed
+#     shardings, every remat policy (offloading ones included), layer / block / part units, packed
 #     documents, bf16 compute, per-layer updates (fsdp), and (shard none) LoRA. Every run is
 #     --threads 1 (the default under
 #     mpirun): oneDNN's sgemm results depend on its thread count.
@@ -105,6 +105,9 @@ equal "remat none" 2 2 "none fsdp" --remat none
 planned "measured == planned: 2 ranks x --accum 2, shard fsdp, remat none" "$T/remat_none.fsdp" 2 2 fsdp --remat none
 equal "remat full, block units, clipping off" 2 1 "none fsdp" --remat-unit block --clip 0
 planned "measured == planned: shard fsdp, block units (a unit's layers gathered)" "$T/remat_full__block_units__clipping_off.fsdp" 2 1 fsdp --remat-unit block
+for pol in minimal minimal_with_context save_qkv_proj save_out_proj save_dot_except_mlp save_dot_except_mlpwi qkv_proj_offloaded; do
+    equal "remat $pol" 2 1 fsdp --remat "$pol"
+done
 MPI_ONLY="--no-prefetch" equal "fsdp without the gather prefetch" 2 1 fsdp --remat-unit block
 planned "measured == planned: shard fsdp --no-prefetch (one part gathered at a time)" "$T/fsdp_without_the_gather_prefetch.fsdp" 2 1 fsdp --remat-unit block --no-prefetch
 equal "offload (minimal_offloaded), part units" 2 2 "none fsdp" --remat minimal_offloaded --remat-unit part
