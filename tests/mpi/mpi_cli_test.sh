@@ -3,20 +3,23 @@
 #   - bit-identical to one process: `mpirun -np N train --accum A` gives the same losses, grad norms,
 #     weights and AdamW moments, bit for bit, as one process with --accum N*A (the step's gradient is
 #     summed in micro-batch order whatever the rank count: src/dist/grad_reduce.h,
-#     src/dist/shard_comm.h; the norm adds fixed blocks in table order), for N = 2 and 4, both
-#     shardings, every remat policy (offloading ones included), layer / block / part units, packed
-#     documents, bf16 compute, per-layer updates (fsdp), and (shard none) LoRA. Every run is
-#     --threads 1 (the default under
-#     mpirun): oneDNN's sgemm results depend on its thread count.
-#   - measured == planned on rank 0, exactly: weights (pieces + gathered high-water), gradients
+#     src/dist/shard_comm.h; the norm sums fixed blocks exactly: core/exact_sum.h), for N = 2 and
+#     4, both shardings, every remat policy (offloading ones included), layer / block / part units,
+#     packed documents, bf16 compute, per-layer updates and no prefetch (fsdp), (shard none) LoRA,
+#     and FSDP on every oracle model layout. Every run is --threads 1 (the default under mpirun):
+#     oneDNN's sgemm results depend on its thread count.
+#   - measured == planned on every rank, exactly: weights (pieces + gathered high-water), gradients
 #     (with the reduction's buffers), moments, activations, and bytes sent per step, against
-#     hyla plan --devices N --shard none|fsdp --accum A;
+#     hyla plan --devices N --rank R --shard none|fsdp --accum A;
 #   - resume across rank counts: 10 steps on 2 ranks == 5 on 2 + resume on 1 + 5 == 5 on 2 + resume
-#     on 4 + 5, bit for bit (the step's micro-batch count is kept: --accum follows the ranks);
+#     on 4 + 5, bit for bit (the step's micro-batch count is kept: --accum follows the ranks); bf16
+#     compute under FSDP resumes exactly (its fp32 masters);
 #   - failure: ranks given other flags, another model or other data stop with a clear error on every
-#     rank; a rank that fails stops the job; kill -9 of a rank mid-run stops every rank within
-#     seconds and leaves the last complete checkpoint in place; bad --shard values.
-#   - the 10-step training test against the PyTorch oracle passes under mpirun -np 2.
+#     rank; a rank that fails stops the job; a LoRA checkpoint resumed on another base model; kill -9
+#     of a rank mid-run stops every rank within seconds and leaves the last complete checkpoint in
+#     place; bad --shard values, refused combinations;
+#   - the 10-step training test against the PyTorch oracle passes under mpirun -np 2 (both
+#     shardings); hyla plan --expert-groups and the 397B-A17B goal (under 95 GB per device).
 # usage: tests/mpi/mpi_cli_test.sh [HYLA [CASES]]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
