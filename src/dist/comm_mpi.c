@@ -27,15 +27,21 @@ static int count_of(size_t bytes, const char *what, int *count)
     return HYLA_OK;
 }
 
+/* A collective's end: its time and the bytes this rank sent go into the counters. */
+static int account(hyla_comm *c, double t0, uint64_t sent, int rc, const char *what)
+{
+    c->seconds += hyla_now() - t0;
+    c->bytes_sent += sent;
+    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, what);
+}
+
 static int mpi_alltoall(hyla_comm *c, const void *send, void *recv, size_t bytes)
 {
     int n = 0;
     HYLA_TRY(count_of(bytes, "alltoall", &n));
     double t0 = hyla_now();
     int rc = MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD);
-    c->seconds += hyla_now() - t0;
-    c->bytes_sent += (uint64_t)bytes * (uint64_t)(c->size - 1);
-    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "alltoall");
+    return account(c, t0, (uint64_t)bytes * (uint64_t)(c->size - 1), rc, "alltoall");
 }
 
 static int mpi_allgather(hyla_comm *c, const void *send, void *recv, size_t bytes)
@@ -44,9 +50,7 @@ static int mpi_allgather(hyla_comm *c, const void *send, void *recv, size_t byte
     HYLA_TRY(count_of(bytes, "allgather", &n));
     double t0 = hyla_now();
     int rc = MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD);
-    c->seconds += hyla_now() - t0;
-    c->bytes_sent += (uint64_t)bytes * (uint64_t)(c->size - 1);
-    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "allgather");
+    return account(c, t0, (uint64_t)bytes * (uint64_t)(c->size - 1), rc, "allgather");
 }
 
 static int mpi_bcast(hyla_comm *c, void *buf, size_t bytes, int root)
@@ -55,10 +59,7 @@ static int mpi_bcast(hyla_comm *c, void *buf, size_t bytes, int root)
     HYLA_TRY(count_of(bytes, "bcast", &n));
     double t0 = hyla_now();
     int rc = MPI_Bcast(buf, n, MPI_BYTE, root, MPI_COMM_WORLD);
-    c->seconds += hyla_now() - t0;
-    if (c->rank == root)
-        c->bytes_sent += (uint64_t)bytes * (uint64_t)(c->size - 1);
-    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "bcast");
+    return account(c, t0, c->rank == root ? (uint64_t)bytes * (uint64_t)(c->size - 1) : 0, rc, "bcast");
 }
 
 /* byte counts and displacements as MPI's ints (HYLA_ERR_ARG past INT_MAX: callers chunk) */
@@ -88,11 +89,10 @@ static int mpi_alltoallv(hyla_comm *c, const void *send, const size_t *scount, c
     if (st == HYLA_OK) {
         double t0 = hyla_now();
         int rc = MPI_Alltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, MPI_COMM_WORLD);
-        c->seconds += hyla_now() - t0;
+        uint64_t sent = 0;
         for (int r = 0; r < n; r++)
-            if (r != c->rank)
-                c->bytes_sent += scount[r];
-        st = rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "alltoallv");
+            sent += r != c->rank ? scount[r] : 0;
+        st = account(c, t0, sent, rc, "alltoallv");
     }
     free(v);
     return st;
@@ -111,9 +111,7 @@ static int mpi_allgatherv(hyla_comm *c, const void *send, void *recv, const size
         int in_place = (const char *)recv + displ[c->rank] == (const char *)send; /* MPI wants it said */
         int rc = MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, v[c->rank], MPI_BYTE, recv, v, v + n, MPI_BYTE,
                                 MPI_COMM_WORLD);
-        c->seconds += hyla_now() - t0;
-        c->bytes_sent += count[c->rank] * (uint64_t)(n - 1);
-        st = rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "allgatherv");
+        st = account(c, t0, count[c->rank] * (uint64_t)(n - 1), rc, "allgatherv");
     }
     free(v);
     return st;
@@ -138,9 +136,7 @@ static int mpi_iallgatherv(hyla_comm *c, const void *send, void *recv, const siz
         int in_place = (const char *)recv + displ[c->rank] == (const char *)send;
         int rc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, v[c->rank], MPI_BYTE, recv, v, v + n, MPI_BYTE,
                                  MPI_COMM_WORLD, r);
-        c->seconds += hyla_now() - t0;
-        c->bytes_sent += count[c->rank] * (uint64_t)(n - 1);
-        st = rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "iallgatherv");
+        st = account(c, t0, count[c->rank] * (uint64_t)(n - 1), rc, "iallgatherv");
     }
     free(v);
     if (st == HYLA_OK)
@@ -156,9 +152,8 @@ static int mpi_wait(hyla_comm *c, void *req)
         return HYLA_OK;
     double t0 = hyla_now();
     int rc = MPI_Wait((MPI_Request *)req, MPI_STATUS_IGNORE);
-    c->seconds += hyla_now() - t0;
     free(req);
-    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "wait");
+    return account(c, t0, 0, rc, "wait");
 }
 
 static int mpi_test(hyla_comm *c, void *req, int *done)
@@ -168,16 +163,14 @@ static int mpi_test(hyla_comm *c, void *req, int *done)
         return HYLA_OK;
     double t0 = hyla_now();
     int rc = MPI_Test((MPI_Request *)req, done, MPI_STATUS_IGNORE);
-    c->seconds += hyla_now() - t0;
-    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "test");
+    return account(c, t0, 0, rc, "test");
 }
 
 static int mpi_barrier(hyla_comm *c)
 {
     double t0 = hyla_now();
     int rc = MPI_Barrier(MPI_COMM_WORLD);
-    c->seconds += hyla_now() - t0;
-    return rc == MPI_SUCCESS ? HYLA_OK : mpi_fail(rc, "barrier");
+    return account(c, t0, 0, rc, "barrier");
 }
 
 static void mpi_abort(hyla_comm *c, int code)

@@ -188,7 +188,6 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         out->grad_bytes = fsdp.grad_bytes, out->reduce_bytes = fsdp.reduce_bytes;
         out->gathered_bytes = fsdp.gathered_bytes, out->comm_bytes = fsdp.comm_bytes;
     }
-    out->fsdp_executed = sharded && groups == 1;
     out->temp_bytes = out->checkpoint_bytes + out->work_bytes + out->staging_bytes + out->carry_bytes + out->grad_bytes +
                       out->gathered_bytes + out->reduce_bytes;
     out->peak_bytes = out->argument_bytes + out->temp_bytes;

@@ -98,9 +98,10 @@ int hyla_role_is_matrix(hyla_role r);
  * then release their fp32 values (inference from a model loaded in fp32, e.g. after merging an
  * adapter); else w stays the master copy (training: refresh after every update). */
 int hyla_model_set_compute_bf16(hyla_model *m, int weights_bf16_only);
-/* Re-round the matrix parameters whose table offset lies in [lo, hi) from w into w16 (after an
- * optimizer update of that range); nothing in fp32 compute. */
-void hyla_model_refresh_bf16(hyla_model *m, size_t lo, size_t hi);
+/* Re-round the matrix parameters (or parameter i, if a matrix) from w into w16; nothing in fp32
+ * compute. */
+void hyla_model_refresh_bf16(hyla_model *m);
+void hyla_model_refresh_bf16_param(hyla_model *m, int i);
 /* bf16 view of a matrix parameter in bf16 compute; NULL otherwise (fp32 compute, a vector
  * parameter, or none). LM_HEAD of a tied model returns EMBED. */
 const uint16_t *hyla_model_param_bf16(const hyla_model *m, hyla_role role, int layer);

@@ -54,15 +54,17 @@ int hyla_model_alloc_bf16(hyla_model *m)
     return HYLA_OK;
 }
 
-void hyla_model_refresh_bf16(hyla_model *m, size_t lo, size_t hi)
+void hyla_model_refresh_bf16_param(hyla_model *m, int i)
 {
-    if (!m->w16 || !m->matrices_in_w)
-        return;
-    for (int i = 0; i < m->table.n_params; i++) {
-        const hyla_param *p = &m->table.params[i];
-        if (hyla_role_is_matrix(p->role) && p->offset >= lo && p->offset < hi)
-            hyla_bf16_pack(m->w16 + p->offset, m->w + p->offset, p->numel);
-    }
+    const hyla_param *p = &m->table.params[i];
+    if (m->w16 && m->matrices_in_w && hyla_role_is_matrix(p->role))
+        hyla_bf16_pack(m->w16 + p->offset, m->w + p->offset, p->numel);
+}
+
+void hyla_model_refresh_bf16(hyla_model *m)
+{
+    for (int i = 0; i < m->table.n_params; i++)
+        hyla_model_refresh_bf16_param(m, i);
 }
 
 void hyla_model_release_pages(void *start, size_t bytes)
@@ -91,7 +93,7 @@ int hyla_model_set_compute_bf16(hyla_model *m, int weights_bf16_only)
                                             "in fp32 (use --act-dtype bf16 alone)");
     HYLA_TRY(hyla_model_alloc_bf16(m));
     if (m->matrices_in_w)
-        hyla_model_refresh_bf16(m, 0, m->table.total_floats);
+        hyla_model_refresh_bf16(m);
     if (weights_bf16_only && m->matrices_in_w) {
         release_fp32_matrices(m);
         m->matrices_in_w = 0;

@@ -244,7 +244,7 @@ int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw 
 {
     char path[4200];
     int rc = read_moments(dir, &m->table, opt, 0, m->w); /* master weights, if saved, replace the BF16 ones */
-    hyla_model_refresh_bf16((hyla_model *)m, 0, m->table.total_floats);
+    hyla_model_refresh_bf16((hyla_model *)m);
     if (rc == HYLA_OK) {
         snprintf(path, sizeof path, "%s/trainer_state.json", dir);
         rc = read_state_json(path, opt, st);

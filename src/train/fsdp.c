@@ -45,7 +45,7 @@ static void gathered(hyla_fsdp *f, int l0, int l1)
 {
     for (int i = 0; f->m->w16 && i < f->m->table.n_params; i++)
         if (in_part(f, &f->m->table.params[i], l0, l1))
-            hyla_model_refresh_bf16(f->m, f->m->table.params[i].offset, f->m->table.params[i].offset + 1);
+            hyla_model_refresh_bf16_param(f->m, i);
 }
 
 static int gather_part(hyla_fsdp *f, int l0, int l1, hyla_shard_requests *r)
@@ -363,7 +363,7 @@ int hyla_fsdp_gather_all(hyla_fsdp *f)
     f->inflight = f->kept = -1;
     for (int i = 0; i < f->m->table.n_params; i++)
         HYLA_TRY(gather_param(f, i, 0, NULL));
-    hyla_model_refresh_bf16(f->m, 0, f->m->table.total_floats); /* every matrix's bf16 copy */
+    hyla_model_refresh_bf16(f->m); /* every matrix's bf16 copy */
     return HYLA_OK;
 }
 

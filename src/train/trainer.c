@@ -100,7 +100,7 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (!model->matrices_in_w)
         return hyla_error_set(HYLA_ERR_ARG, "train: the model holds bf16 weights only (--param-dtype bf16); training "
                               "keeps fp32 master weights: use --act-dtype bf16 alone");
-    hyla_model_refresh_bf16(model, 0, model->table.total_floats); /* bf16 compute: the copy of the current weights */
+    hyla_model_refresh_bf16(model); /* bf16 compute: the copy of the current weights */
     size_t n = tr->sharded ? hyla_params_shard_floats(&model->table, (int)ranks, tr->cfg.comm->rank)
                            : trained_table(tr)->total_floats; /* the moments: whole, or this rank's pieces */
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
