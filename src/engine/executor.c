@@ -193,8 +193,7 @@ static void round_outputs(const hyla_executor *ex, int l, const hyla_layer_op *o
             hyla_bf16_round(ex->tapes[l].p[op->out[i]], hyla_slot_floats(&ex->m->cfg, l, op->out[i], ex->n));
 }
 
-/* Is a kept slot of layer l stored as bf16? */
-static int packs(const hyla_executor *ex, hyla_slot s) { return bf16_compute(ex) && hyla_slot_is_bf16(s); }
+int hyla_executor_stores_bf16(const hyla_executor *ex, hyla_slot s) { return bf16_compute(ex) && hyla_slot_is_bf16(s); }
 
 /* A kept slot stored packed: its bf16 home in the checkpoint arena. */
 static void reserve_bf16_home(hyla_executor *ex, int l, hyla_slot s, int64_t floats)
@@ -291,7 +290,7 @@ static float *place_layer_input(hyla_executor *ex, int l, int half)
     if (!hyla_executor_keeps(ex, l, HYLA_S_X))
         return ex->carry[l & 1];
     float *p = ex->carry[l & 1];
-    if (packs(ex, HYLA_S_X))
+    if (hyla_executor_stores_bf16(ex, HYLA_S_X))
         reserve_bf16_home(ex, l, HYLA_S_X, floats);
     else
         p = alloc_slot(ex, &ex->ckpt, floats, 0);
@@ -327,7 +326,7 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
         } else if (!in_backward && slot_tier(ex, l, s) == HYLA_KEEP_OFFLOAD) {
             t->p[s] = hyla_offload_stage(ex, l, s, floats, l & 1);
         } else {
-            int keep = !in_backward && hyla_executor_keeps(ex, l, s), as_bf16 = keep && packs(ex, s);
+            int keep = !in_backward && hyla_executor_keeps(ex, l, s), as_bf16 = keep && hyla_executor_stores_bf16(ex, s);
             if (as_bf16)
                 reserve_bf16_home(ex, l, s, floats);
             t->p[s] = alloc_slot(ex, keep && !as_bf16 ? &ex->ckpt : &ex->work, floats, 0);

@@ -15,7 +15,9 @@
  * while unit u is differentiated, unit u-1's offloaded checkpoints are read back into
  * `xfer[(u-1) & 1]` (reverse layer order); unit u waits for its own reads before it starts. The
  * checkpoint arena therefore shrinks by exactly the offloaded bytes, and the only device cost of
- * offloading is the two staging halves, which the plan states. */
+ * offloading is the two staging halves, which the plan states. Staging holds fp32 forms; in bf16
+ * compute a bf16-valued checkpoint travels and sits in the host store as bf16 (half the bytes),
+ * exactly as a kept one sits in the checkpoint arena. */
 #ifndef HYLA_ENGINE_EXECUTOR_H
 #define HYLA_ENGINE_EXECUTOR_H
 
@@ -220,5 +222,8 @@ int hyla_executor_set_segments(hyla_executor *ex, const int64_t *seg_len, int64_
 
 /* Is slot s of layer l kept in the checkpoint arena during forward? */
 int hyla_executor_keeps(const hyla_executor *ex, int layer, hyla_slot s);
+/* Is checkpoint slot s stored as bf16 when kept or offloaded (bf16 compute, and s holds bf16
+ * values: hyla_slot_is_bf16)? Its fp32 form is what the ops read. */
+int hyla_executor_stores_bf16(const hyla_executor *ex, hyla_slot s);
 
 #endif

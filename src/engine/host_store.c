@@ -9,13 +9,16 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/bf16.h"
 #include "core/error.h"
 #include "core/profile.h"
 
 enum { QUEUE_CAP = 1024 }; /* copies in flight; a full queue makes the submitter wait */
+enum { BOUNCE_VALUES = 1 << 15 }; /* bf16 copies go through the I/O thread's buffer in pieces this long */
 
 typedef struct {
     int is_read;
+    int bf16;             /* buf holds fp32 values stored as bf16 (bytes: store bytes, 2 per value) */
     size_t offset, bytes;
     unsigned char *buf;
 } request;
@@ -33,15 +36,17 @@ struct hyla_host_store_s {
     int failed;                    /* sticky first error */
     char error[4608];
     hyla_host_store_stats stats;
+    uint16_t bounce[BOUNCE_VALUES]; /* the I/O thread's: bf16 copies in pieces */
 };
 
-/* One whole copy; returns 0 or an errno value (EIO for a short transfer at end of file). */
-static int copy_all(int fd, const request *r)
+/* One whole copy of bytes at offset; returns 0 or an errno value (EIO for a short transfer at
+ * end of file). */
+static int copy_bytes(int fd, int is_read, unsigned char *buf, size_t offset, size_t bytes)
 {
     size_t done = 0;
-    while (done < r->bytes) {
-        ssize_t k = r->is_read ? pread(fd, r->buf + done, r->bytes - done, (off_t)(r->offset + done))
-                               : pwrite(fd, r->buf + done, r->bytes - done, (off_t)(r->offset + done));
+    while (done < bytes) {
+        ssize_t k = is_read ? pread(fd, buf + done, bytes - done, (off_t)(offset + done))
+                            : pwrite(fd, buf + done, bytes - done, (off_t)(offset + done));
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0)
@@ -49,6 +54,29 @@ static int copy_all(int fd, const request *r)
         if (k == 0)
             return EIO;
         done += (size_t)k;
+    }
+    return 0;
+}
+
+/* A request: raw bytes, or fp32 values through the bounce buffer as bf16 (scalar conversion: this
+ * thread is not an OpenMP team's). The values of a bf16 request hold bf16 values already, so
+ * packing is exact and the round trip is the identity. */
+static int copy_all(hyla_host_store *s, const request *r)
+{
+    if (!r->bf16)
+        return copy_bytes(s->fd, r->is_read, r->buf, r->offset, r->bytes);
+    float *values = (float *)(void *)r->buf;
+    for (size_t v0 = 0; v0 < r->bytes / 2; v0 += BOUNCE_VALUES) {
+        size_t n = r->bytes / 2 - v0 < BOUNCE_VALUES ? r->bytes / 2 - v0 : BOUNCE_VALUES;
+        if (!r->is_read)
+            for (size_t i = 0; i < n; i++)
+                s->bounce[i] = hyla_bf16_from_f32(values[v0 + i]);
+        int err = copy_bytes(s->fd, r->is_read, (unsigned char *)s->bounce, r->offset + 2 * v0, 2 * n);
+        if (err)
+            return err;
+        if (r->is_read)
+            for (size_t i = 0; i < n; i++)
+                values[v0 + i] = hyla_bf16_to_f32(s->bounce[i]);
     }
     return 0;
 }
@@ -66,7 +94,7 @@ static void *io_thread(void *arg)
         int skip = s->failed;
         pthread_mutex_unlock(&s->mu);
         double t0 = hyla_now();
-        int err = skip ? 0 : copy_all(s->fd, &r);
+        int err = skip ? 0 : copy_all(s, &r);
         double dt = hyla_now() - t0;
         pthread_mutex_lock(&s->mu);
         if (err && !s->failed) {
@@ -178,7 +206,7 @@ int hyla_host_store_reserve(hyla_host_store *s, size_t bytes)
     return HYLA_OK;
 }
 
-static hyla_xfer_ticket submit(hyla_host_store *s, int is_read, size_t offset, void *buf, size_t bytes)
+static hyla_xfer_ticket submit(hyla_host_store *s, int is_read, int bf16, size_t offset, void *buf, size_t bytes)
 {
     pthread_mutex_lock(&s->mu);
     while (s->submitted - s->completed == QUEUE_CAP)
@@ -188,7 +216,7 @@ static hyla_xfer_ticket submit(hyla_host_store *s, int is_read, size_t offset, v
         snprintf(s->error, sizeof s->error, "offload store '%s': copy of %zu bytes at offset %zu passes its limit of %zu",
                  s->path, bytes, offset, s->limit);
     }
-    s->queue[s->submitted % QUEUE_CAP] = (request){is_read, offset, bytes, buf};
+    s->queue[s->submitted % QUEUE_CAP] = (request){is_read, bf16, offset, bytes, buf};
     hyla_xfer_ticket t = ++s->submitted;
     pthread_cond_signal(&s->work);
     pthread_mutex_unlock(&s->mu);
@@ -197,12 +225,22 @@ static hyla_xfer_ticket submit(hyla_host_store *s, int is_read, size_t offset, v
 
 hyla_xfer_ticket hyla_host_store_write(hyla_host_store *s, size_t offset, const void *src, size_t bytes)
 {
-    return submit(s, 0, offset, (void *)src, bytes);
+    return submit(s, 0, 0, offset, (void *)src, bytes);
+}
+
+hyla_xfer_ticket hyla_host_store_write_bf16(hyla_host_store *s, size_t offset, const float *src, size_t values)
+{
+    return submit(s, 0, 1, offset, (void *)src, 2 * values);
+}
+
+hyla_xfer_ticket hyla_host_store_read_bf16(hyla_host_store *s, size_t offset, float *dst, size_t values)
+{
+    return submit(s, 1, 1, offset, dst, 2 * values);
 }
 
 hyla_xfer_ticket hyla_host_store_read(hyla_host_store *s, size_t offset, void *dst, size_t bytes)
 {
-    return submit(s, 1, offset, dst, bytes);
+    return submit(s, 1, 0, offset, dst, bytes);
 }
 
 int hyla_host_store_wait(hyla_host_store *s, hyla_xfer_ticket t)

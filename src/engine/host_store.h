@@ -40,6 +40,10 @@ int hyla_host_store_reserve(hyla_host_store *s, size_t bytes);
 
 hyla_xfer_ticket hyla_host_store_write(hyla_host_store *s, size_t offset, const void *src, size_t bytes);
 hyla_xfer_ticket hyla_host_store_read(hyla_host_store *s, size_t offset, void *dst, size_t bytes);
+/* bf16 copies: `values` fp32 values that hold bf16 values, stored as 2 * values bytes (packed on
+ * the way out, widened on the way back: exact). A GPU port casts on the device before its copy. */
+hyla_xfer_ticket hyla_host_store_write_bf16(hyla_host_store *s, size_t offset, const float *src, size_t values);
+hyla_xfer_ticket hyla_host_store_read_bf16(hyla_host_store *s, size_t offset, float *dst, size_t values);
 /* Block until ticket t (and everything before it) is done. HYLA_OK, or the first I/O error. */
 int hyla_host_store_wait(hyla_host_store *s, hyla_xfer_ticket t);
 /* Block until the queue is empty (errors are not reported here; see hyla_host_store_wait). */

@@ -25,7 +25,7 @@ void hyla_offload_reuse_half(hyla_executor *ex, int h, hyla_xfer_ticket pending)
 
 float *hyla_offload_stage(hyla_executor *ex, int owner, hyla_slot s, int64_t floats, int h)
 {
-    size_t bytes = hyla_align_up((size_t)floats * sizeof(float));
+    size_t bytes = hyla_align_up((size_t)floats * (hyla_executor_stores_bf16(ex, s) ? sizeof(uint16_t) : sizeof(float)));
     HOST_OFF(ex, owner, s) = (size_t)((uintptr_t)hyla_arena_alloc(&ex->host, bytes) - HYLA_ALIGN); /* dry: offsets */
     WRITTEN(ex, owner, s) = 0;
     if (ex->dry) {
@@ -48,8 +48,11 @@ void hyla_offload_write(hyla_executor *ex, int l, hyla_slot s)
     WRITTEN(ex, owner, s) = 1;
     if (ex->dry)
         return;
-    size_t bytes = (size_t)hyla_slot_floats(&ex->m->cfg, owner, s, ex->n) * sizeof(float);
-    ex->write_ticket[l & 1] = hyla_host_store_write(ex->store, HOST_OFF(ex, owner, s), ex->tapes[owner].p[s], bytes);
+    size_t floats = (size_t)hyla_slot_floats(&ex->m->cfg, owner, s, ex->n);
+    ex->write_ticket[l & 1] = hyla_executor_stores_bf16(ex, s)
+                                  ? hyla_host_store_write_bf16(ex->store, HOST_OFF(ex, owner, s), ex->tapes[owner].p[s], floats)
+                                  : hyla_host_store_write(ex->store, HOST_OFF(ex, owner, s), ex->tapes[owner].p[s],
+                                                          floats * sizeof(float));
 }
 
 /* Calls fn(ex, l, s) for every offloaded slot unit u reads back: its ops' outputs and the input
@@ -80,7 +83,9 @@ void hyla_offload_prefetch_unit(hyla_executor *ex, int u)
         if (!ex->fetched[l].p[s]) {
             int64_t floats = hyla_slot_floats(&ex->m->cfg, l, s, ex->n);
             ex->fetched[l].p[s] = hyla_arena_floats(&ex->xfer[h], (size_t)floats);
-            if (!ex->dry)
+            if (!ex->dry && hyla_executor_stores_bf16(ex, s))
+                ex->read_ticket[h] = hyla_host_store_read_bf16(ex->store, HOST_OFF(ex, l, s), ex->fetched[l].p[s], (size_t)floats);
+            else if (!ex->dry)
                 ex->read_ticket[h] = hyla_host_store_read(ex->store, HOST_OFF(ex, l, s), ex->fetched[l].p[s],
                                                           (size_t)floats * sizeof(float));
         }
