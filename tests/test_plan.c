@@ -7,7 +7,10 @@
  * Offload accounting: for each offloading configuration, its twin with every `offload` turned
  * into `device` plans a checkpoint arena larger by exactly the host bytes, the same working set,
  * and a temp larger by exactly host - staging (staging = the two device halves copies go
- * through, the only device cost of offloading). */
+ * through, the only device cost of offloading).
+ *
+ * bf16 halving: each bf16 configuration's checkpoints, but for the fp32-only tensors its plan
+ * names, take half the bytes of the same configuration in fp32 (check_bf16_halves). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +26,41 @@ typedef struct {
     hyla_remat_unit unit;
     int64_t B, T;
 } plan_case;
+
+/* Sum of a plan's checkpoint bytes by name, both tiers. */
+static double named_checkpoint_bytes(const hyla_plan *p)
+{
+    double b = 0;
+    for (int c = 0; c <= HYLA_CK__COUNT; c++)
+        b += p->by_name[c] + p->host_by_name[c];
+    return b;
+}
+
+/* bf16 compute halves the checkpoints but for the fp32-only ones the plan names: with F the
+ * fp32-only bytes (the same tensors, the same fp32 bytes in both dtypes), the bf16 plan's other
+ * checkpoints take half the fp32 plan's. Each tensor is 64-byte aligned in its own dtype, and
+ * |align64(2n) - align64(4n)/2| < 64, so the two sides differ by less than 64 bytes per bf16
+ * tensor. */
+static void check_bf16_halves(const hyla_model *m, const hyla_plan_config *pc16, const hyla_plan *p16, const plan_case *c)
+{
+    hyla_model m32 = *m;
+    m32.compute_dtype = HYLA_DT_F32;
+    hyla_plan_config pc32 = *pc16;
+    pc32.act_bytes = 4;
+    hyla_plan p32;
+    if (hyla_plan_compute(&m32, &pc32, &p32) != HYLA_OK) {
+        CHECK(0, "%s %s: fp32 plan: %s", c->model, c->policy, hyla_error_message());
+        return;
+    }
+    double F = p16->fp32_only_bytes, half = (named_checkpoint_bytes(&p32) - F) / 2, b16 = named_checkpoint_bytes(p16) - F;
+    double slack = 64.0 * (double)p16->bf16_tensors;
+    CHECK(p16->bf16_tensors > 0 && fabs(b16 - half) < slack && p32.fp32_only_bytes == 0,
+          "%s %s/%s: bf16 checkpoints %.0f (+ %.0f fp32-only) vs half of fp32's %.0f, slack %.0f over %lld tensors",
+          c->model, c->policy, hyla_remat_unit_name(c->unit), b16, F, half, slack, (long long)p16->bf16_tensors);
+    printf("  %-14s bf16 %-24.24s checkpoints: %.0f bf16 bytes = %.4f x the fp32 plan's, + %.0f fp32-only bytes\n",
+           c->model, c->policy, b16, half > 0 ? b16 / (2 * half) : 0.0, F);
+    hyla_plan_free(&p32);
+}
 
 int main(int argc, char **argv)
 {
@@ -68,6 +106,8 @@ int main(int argc, char **argv)
         }
         hyla_plan plan;
         CHECK(hyla_plan_compute(&m, &pc, &plan) == HYLA_OK, "plan: %s", hyla_error_message());
+        if (bf16)
+            check_bf16_halves(&m, &pc, &plan, c);
         hyla_executor ex;
         CHECK(hyla_executor_init(&ex, &m, &pc.policy, c->unit, c->B, c->T, HYLA_DELTA_CHUNKED, 0) == HYLA_OK, "%s",
               hyla_error_message());

@@ -47,7 +47,15 @@ static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
     printf("},\n \"host_checkpoints_by_name\": {");
     for (int c = 0; c <= HYLA_CK__COUNT; c++)
         printf("%s\"%s\": %.0f", c ? ", " : "", hyla_ckpt_name_str((hyla_ckpt_name)c), p->host_by_name[c]);
-    printf("},\n \"checkpoints_by_layer_kind\": {\"linear_attention\": %.0f, \"full_attention\": %.0f},\n", p->by_kind[0],
+    printf("},\n \"fp32_only_checkpoints_by_name\": {");
+    for (int c = 0, first = 1; c <= HYLA_CK__COUNT; c++)
+        if (p->fp32_only_by_name[c] > 0) {
+            printf("%s\"%s\": %.0f", first ? "" : ", ", hyla_ckpt_name_str((hyla_ckpt_name)c), p->fp32_only_by_name[c]);
+            first = 0;
+        }
+    printf("}, \"fp32_only_checkpoint_bytes\": %.0f, \"bf16_checkpoint_tensors\": %lld", p->fp32_only_bytes,
+           (long long)p->bf16_tensors);
+    printf(",\n \"checkpoints_by_layer_kind\": {\"linear_attention\": %.0f, \"full_attention\": %.0f},\n", p->by_kind[0],
            p->by_kind[1]);
     printf(" \"host_checkpoints_by_layer_kind\": {\"linear_attention\": %.0f, \"full_attention\": %.0f},\n",
            p->host_by_kind[0], p->host_by_kind[1]);
@@ -105,6 +113,16 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
                 printf("  %10.3f GB", p->host_by_name[c] / G);
             printf("\n");
         }
+    if (pc->act_bytes == 2) {
+        printf("bf16 compute: every checkpoint is stored as bf16 on both tiers except these fp32 ones (device + host):");
+        int any = 0;
+        for (int c = 0; c <= HYLA_CK__COUNT; c++)
+            if (p->fp32_only_by_name[c] > 0) {
+                printf("%s %s %.3f GB", any ? "," : "", hyla_ckpt_name_str((hyla_ckpt_name)c), p->fp32_only_by_name[c] / G);
+                any = 1;
+            }
+        printf("%s; the working set holds the fp32 forms of one layer's tensors\n", any ? "" : " none");
+    }
     printf("by layer kind: linear attention %.3f GB, full attention %.3f GB", p->by_kind[0] / G, p->by_kind[1] / G);
     if (p->host_bytes > 0)
         printf(" (host: %.3f GB, %.3f GB)", p->host_by_kind[0] / G, p->host_by_kind[1] / G);

@@ -195,6 +195,16 @@ static void round_outputs(const hyla_executor *ex, int l, const hyla_layer_op *o
 
 int hyla_executor_stores_bf16(const hyla_executor *ex, hyla_slot s) { return bf16_compute(ex) && hyla_slot_is_bf16(s); }
 
+void hyla_executor_count_dtype(hyla_executor *ex, hyla_slot s, size_t bytes)
+{
+    if (!bf16_compute(ex))
+        return;
+    if (hyla_slot_is_bf16(s))
+        ex->bf16_stored_tensors++;
+    else
+        ex->fp32_only_bytes_by_name[hyla_slot_ckpt(s)] += bytes;
+}
+
 /* A kept slot stored packed: its bf16 home in the checkpoint arena. */
 static void reserve_bf16_home(hyla_executor *ex, int l, hyla_slot s, int64_t floats)
 {
@@ -275,6 +285,7 @@ static void count_kept(hyla_executor *ex, int l, hyla_slot s, int64_t floats)
     if (!ex->dry)
         return;
     size_t bytes = hyla_align_up((size_t)floats * (ex->bf16_kept[l].p[s] ? sizeof(uint16_t) : sizeof(float)));
+    hyla_executor_count_dtype(ex, s, bytes);
     ex->kept_bytes_by_name[hyla_slot_ckpt(s)] += bytes;
     ex->kept_bytes_by_kind[ex->m->cfg.layer_kind[l] == HYLA_LAYER_FULL] += bytes;
 }

@@ -105,6 +105,10 @@ typedef struct {
     size_t kept_bytes_by_name[HYLA_CK__COUNT + 1]; /* checkpoint-arena bytes per name (+ internal) */
     size_t kept_bytes_by_kind[2];                 /* ... per layer kind: linear, full */
     size_t offloaded_bytes_by_name[HYLA_CK__COUNT + 1]; /* host-store bytes per name */
+    /* bf16 compute: bytes of the checkpoints stored in fp32 (not hyla_slot_is_bf16), per name,
+     * device and host together; and how many tensors are stored as bf16 on either tier */
+    size_t fp32_only_bytes_by_name[HYLA_CK__COUNT + 1];
+    size_t bf16_stored_tensors;
     size_t offloaded_bytes_by_kind[2];
     size_t *timeline;      /* device bytes live (checkpoint + work + staging) after each op, forward then backward */
     size_t *host_timeline; /* host-store bytes live at the same points */
@@ -225,5 +229,8 @@ int hyla_executor_keeps(const hyla_executor *ex, int layer, hyla_slot s);
 /* Is checkpoint slot s stored as bf16 when kept or offloaded (bf16 compute, and s holds bf16
  * values: hyla_slot_is_bf16)? Its fp32 form is what the ops read. */
 int hyla_executor_stores_bf16(const hyla_executor *ex, hyla_slot s);
+/* Planning pass, bf16 compute: a checkpoint tensor of slot s taking `bytes` on either tier goes
+ * into fp32_only_bytes_by_name or bf16_stored_tensors. */
+void hyla_executor_count_dtype(hyla_executor *ex, hyla_slot s, size_t bytes);
 
 #endif

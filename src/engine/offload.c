@@ -29,6 +29,7 @@ float *hyla_offload_stage(hyla_executor *ex, int owner, hyla_slot s, int64_t flo
     HOST_OFF(ex, owner, s) = (size_t)((uintptr_t)hyla_arena_alloc(&ex->host, bytes) - HYLA_ALIGN); /* dry: offsets */
     WRITTEN(ex, owner, s) = 0;
     if (ex->dry) {
+        hyla_executor_count_dtype(ex, s, bytes);
         ex->offloaded_bytes_by_name[hyla_slot_ckpt(s)] += bytes;
         ex->offloaded_bytes_by_kind[ex->m->cfg.layer_kind[owner] == HYLA_LAYER_FULL] += bytes;
     }

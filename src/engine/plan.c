@@ -146,6 +146,11 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         out->by_name[c] = (double)ex.kept_bytes_by_name[c] * scale;
     for (int c = 0; c <= HYLA_CK__COUNT; c++)
         out->host_by_name[c] = (double)ex.offloaded_bytes_by_name[c] * scale;
+    for (int c = 0; c <= HYLA_CK__COUNT; c++) {
+        out->fp32_only_by_name[c] = (double)ex.fp32_only_bytes_by_name[c];
+        out->fp32_only_bytes += out->fp32_only_by_name[c];
+    }
+    out->bf16_tensors = (int64_t)ex.bf16_stored_tensors;
     for (int k = 0; k < 2; k++) {
         out->by_kind[k] = (double)ex.kept_bytes_by_kind[k] * scale;
         out->host_by_kind[k] = (double)ex.offloaded_bytes_by_kind[k] * scale;

@@ -48,6 +48,12 @@ typedef struct {
     double by_name[HYLA_CK__COUNT + 1]; /* kept (device) checkpoint bytes per name (last: internal) */
     double by_kind[2];              /* kept checkpoint bytes in linear / full layers */
     double host_by_name[HYLA_CK__COUNT + 1], host_by_kind[2]; /* offloaded bytes, the same way */
+    /* bf16 compute: the checkpoints that stay fp32 (gate logits and gates, RoPE tables, LSE, the
+     * router's logits, probabilities, weights and index tables), device and host together, per
+     * name; every other checkpoint tensor (bf16_tensors of them) is stored as bf16. The working
+     * set (work_bytes) holds fp32 forms in both dtypes. Zero in fp32. */
+    double fp32_only_by_name[HYLA_CK__COUNT + 1], fp32_only_bytes;
+    int64_t bf16_tensors;
     int n_timeline;
     double *timeline;               /* live device activation bytes after each op (forward then backward), owned */
     double *host_timeline;          /* live host bytes at the same points, owned */
