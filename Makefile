@@ -10,7 +10,7 @@ BUILD   ?= build
 HYLA_GEMM ?= dnnl
 EXTRA   ?=
 
-CFLAGS  := -std=c11 $(OPT) $(ARCH) -fopenmp -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
+CFLAGS  := -std=c11 $(OPT) $(ARCH) -fno-math-errno -fopenmp -fPIC -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -Isrc -Iinclude $(EXTRA)
 LDLIBS  := -lcjson -lpcre2-8 -lutf8proc -lm -lpthread -ldnnl   # oneDNN: fp32 GEMM (default) and bf16 matmul (always)
 
@@ -104,7 +104,7 @@ FUZZ_CC    ?= clang
 FUZZ_BUILD := build-fuzz
 FUZZ_SRC   := $(sort $(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS  := $(FUZZ_SRC:tests/fuzz/%.c=$(FUZZ_BUILD)/fuzz/%)
-FUZZ_CFLAGS := -std=c11 -g -O1 $(ARCH) -fopenmp -D_GNU_SOURCE -Isrc -Iinclude -Wall -Wextra \
+FUZZ_CFLAGS := -std=c11 -g -O1 $(ARCH) -fno-math-errno -fopenmp -D_GNU_SOURCE -Isrc -Iinclude -Wall -Wextra \
                -Wno-unused-parameter -fno-omit-frame-pointer \
                -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 

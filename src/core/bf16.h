@@ -38,5 +38,7 @@ static inline float hyla_bf16_to_f32(uint16_t h)
 void hyla_bf16_pack(uint16_t *dst, const float *src, int64_t n);
 void hyla_bf16_unpack(float *dst, const uint16_t *src, int64_t n);
 void hyla_bf16_round(float *x, int64_t n);
+/* hyla_bf16_pack on the calling thread alone (for a block inside a caller's parallel loop). */
+void hyla_bf16_pack_serial(uint16_t *dst, const float *src, int64_t n);
 
 #endif

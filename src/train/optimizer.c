@@ -1,5 +1,6 @@
 #include "train/optimizer.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,23 +37,41 @@ void hyla_adamw_free(hyla_adamw *opt)
     memset(opt, 0, sizeof *opt);
 }
 
+enum { SUMSQ_LANES = 8, NORM_GROUP = 256 }; /* lanes of one block's sum; blocks per parallel group */
+
+/* One block's sum of squares in double: element j goes to lane j mod 8 (in element order within
+ * its lane), and the lanes add as a fixed tree. The order is a function of the block alone (not
+ * of threads or of where the block sits), and the lanes vectorise. */
+static double block_sumsq(const float *g, int64_t n)
+{
+    double lane[SUMSQ_LANES] = {0};
+    int64_t j = 0;
+    for (; j + SUMSQ_LANES <= n; j += SUMSQ_LANES)
+        for (int q = 0; q < SUMSQ_LANES; q++)
+            lane[q] += (double)g[j + q] * (double)g[j + q];
+    for (int q = 0; j + q < n; q++)
+        lane[q] += (double)g[j + q] * (double)g[j + q];
+    return ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+}
+
 void hyla_grad_block_sums(const float *g, int64_t len, double *out)
 {
-    for (int64_t b = 0; b * HYLA_SHARD_ALIGN < len; b++) {
-        int64_t j1 = (b + 1) * HYLA_SHARD_ALIGN < len ? (b + 1) * HYLA_SHARD_ALIGN : len;
-        double bs = 0.0;
-        for (int64_t j = b * HYLA_SHARD_ALIGN; j < j1; j++)
-            bs += (double)g[j] * (double)g[j];
-        out[b] = bs;
+    int64_t blocks = (len + HYLA_SHARD_ALIGN - 1) / HYLA_SHARD_ALIGN;
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(len)
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t j0 = b * HYLA_SHARD_ALIGN, j1 = j0 + HYLA_SHARD_ALIGN < len ? j0 + HYLA_SHARD_ALIGN : len;
+        out[b] = block_sumsq(g + j0, j1 - j0);
     }
 }
 
 void hyla_grad_sumsq_add(hyla_exact_sum *acc, const float *g, int64_t len)
 {
-    for (int64_t lo = 0; lo < len; lo += HYLA_SHARD_ALIGN) {
-        double bs;
-        hyla_grad_block_sums(g + lo, len - lo < HYLA_SHARD_ALIGN ? len - lo : HYLA_SHARD_ALIGN, &bs);
-        hyla_exact_sum_add(acc, bs);
+    double sums[NORM_GROUP]; /* blocks summed in parallel a group at a time, then added in order */
+    for (int64_t lo = 0; lo < len; lo += (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN) {
+        int64_t n = len - lo < (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN ? len - lo : (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN;
+        hyla_grad_block_sums(g + lo, n, sums);
+        for (int64_t b = 0; b * HYLA_SHARD_ALIGN < n; b++)
+            hyla_exact_sum_add(acc, sums[b]);
     }
 }
 
@@ -90,6 +109,8 @@ static int nonfinite_gradient(int64_t step, const hyla_param *p)
 
 /* One parameter's update with gradient g scaled by `scale`; the number of weights it left
  * non-finite (counted in the same pass: free next to the update's own traffic). */
+enum { ADAMW_BLOCK = 4096 }; /* floats updated together: 4 arrays of 16 KB stay in L1/L2 */
+
 static int64_t update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double scale)
 {
     const hyla_adamw_config *c = &opt->cfg;
@@ -99,17 +120,25 @@ static int64_t update_param(hyla_adamw *opt, const hyla_param *p, float *weights
     float b1 = (float)c->beta1, b2 = (float)c->beta2, lr = (float)c->lr, eps = (float)c->eps;
     float s = (float)scale, rbc1 = (float)(1.0 / opt->bc1), rbc2 = (float)(1.0 / opt->bc2);
     uint16_t *w16 = opt->bf16_copy && hyla_role_is_matrix(p->role) ? opt->bf16_copy + p->offset : NULL;
-    int64_t bad = 0;
+    int64_t bad = 0, blocks = (p->numel + ADAMW_BLOCK - 1) / ADAMW_BLOCK;
+    /* one pass over the parameter, a cache-sized block at a time: the update (a branch-free loop
+     * the compiler vectorises; every element's arithmetic is its own, so the results do not
+     * depend on it), then the block's bf16 copy while it is in cache */
 #pragma omp parallel for schedule(static) reduction(+ : bad) HYLA_PAR_IF(8 * p->numel)
-    for (int64_t j = 0; j < p->numel; j++) {
-        float gj = g[j] * s;
-        m[j] = b1 * m[j] + (1.0f - b1) * gj;
-        v[j] = b2 * v[j] + (1.0f - b2) * gj * gj;
-        float mhat = m[j] * rbc1, vhat = v[j] * rbc2;
-        w[j] = w[j] * wd_factor - lr * mhat / (sqrtf(vhat) + eps);
-        bad += !isfinite(w[j]);
+    for (int64_t b = 0; b < blocks; b++) {
+        int64_t j0 = b * ADAMW_BLOCK, j1 = j0 + ADAMW_BLOCK < p->numel ? j0 + ADAMW_BLOCK : p->numel;
+        int64_t block_bad = 0;
+#pragma omp simd reduction(+ : block_bad)
+        for (int64_t j = j0; j < j1; j++) {
+            float gj = g[j] * s;
+            float mj = b1 * m[j] + (1.0f - b1) * gj, vj = b2 * v[j] + (1.0f - b2) * gj * gj;
+            float wj = w[j] * wd_factor - lr * (mj * rbc1) / (sqrtf(vj * rbc2) + eps);
+            m[j] = mj, v[j] = vj, w[j] = wj;
+            block_bad += !(fabsf(wj) <= FLT_MAX); /* inf or NaN, without a branch */
+        }
+        bad += block_bad;
         if (w16)
-            w16[j] = hyla_bf16_from_f32(w[j]);
+            hyla_bf16_pack_serial(w16 + j0, w + j0, j1 - j0);
     }
     return bad;
 }
@@ -124,9 +153,13 @@ static int nonfinite_weights(const hyla_adamw *opt, const hyla_param *p, int64_t
 
 int hyla_adamw_update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double *sumsq)
 {
-    double ss = 0.0;
-    for (int64_t j = 0; j < p->numel; j++)
-        ss += (double)g[j] * (double)g[j];
+    double ss = 0.0, sums[NORM_GROUP]; /* in block order, as hyla_grad_block_sums cuts them */
+    for (int64_t lo = 0; lo < p->numel; lo += (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN) {
+        int64_t n = p->numel - lo < (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN ? p->numel - lo : (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN;
+        hyla_grad_block_sums(g + lo, n, sums);
+        for (int64_t b = 0; b * HYLA_SHARD_ALIGN < n; b++)
+            ss += sums[b];
+    }
     if (!isfinite(ss))
         return nonfinite_gradient(opt->step, p); /* already this step's number (hyla_adamw_begin) */
     *sumsq += ss;
