@@ -4,24 +4,61 @@
  * chunk is summed in row order by one thread and the chunk sums are added in chunk order, so
  * the result is the same for any thread count. */
 #include <math.h>
+#include <string.h>
 
 #include "core/error.h"
+#include "core/exp_nonpos.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
 
 #define HYLA_CE_CHUNKS 64
+enum { CE_LANES = 16 }; /* a row's exp sum: element j in double lane j mod 16 */
+
+static float row_max(const float *l, int64_t V)
+{
+    float mx = l[0];
+#pragma omp simd reduction(max : mx)
+    for (int64_t j = 1; j < V; j++)
+        mx = l[j] > mx ? l[j] : mx;
+    return mx;
+}
+
+/* sum_j exp(l[j] - mx) in double: exp in fp32 (core/exp_nonpos.h), element j added to lane
+ * j mod CE_LANES in element order, the lanes added as a fixed tree, so the sum's order depends
+ * on V alone and the loop vectorises. e (may be l itself, or NULL): receives the fp32 exps. */
+static double row_exp_sum(const float *l, int64_t V, float mx, float *e)
+{
+    double lane[CE_LANES] = {0};
+    int64_t j = 0;
+    for (; j + CE_LANES <= V; j += CE_LANES) {
+        float x[CE_LANES];
+#pragma omp simd
+        for (int q = 0; q < CE_LANES; q++)
+            x[q] = hyla_exp_nonpos(l[j + q] - mx);
+        if (e)
+            memcpy(e + j, x, sizeof x);
+#pragma omp simd
+        for (int q = 0; q < CE_LANES; q++)
+            lane[q] += (double)x[q];
+    }
+    for (int q = 0; j + q < V; q++) {
+        float x = hyla_exp_nonpos(l[j + q] - mx);
+        if (e)
+            e[j + q] = x;
+        lane[q] += (double)x;
+    }
+    for (int w = CE_LANES / 2; w >= 1; w /= 2)
+        for (int q = 0; q < w; q++)
+            lane[q] += lane[q + w];
+    return lane[0];
+}
 
 /* -log softmax(l)[label] = logsumexp(l) - l[label]; exp in fp32 of arguments <= 0, sum and
  * log in double. */
 static double ce_row(const float *l /*[V]*/, int64_t V, int32_t label)
 {
-    float mx = l[0];
-    for (int64_t j = 1; j < V; j++)
-        mx = l[j] > mx ? l[j] : mx;
-    double sum = 0.0;
-    for (int64_t j = 0; j < V; j++)
-        sum += expf(l[j] - mx);
-    return (double)mx + log(sum) - (double)l[label];
+    float mx = row_max(l, V);
+    return (double)mx + log(row_exp_sum(l, V, mx, NULL)) - (double)l[label];
 }
 
 /* The chunked sum of both entry points: rows' losses from row_ce (precomputed) or computed here
@@ -99,8 +136,9 @@ double hyla_aux_loss_finish(const double *counts /*[E]*/, const double *psum /*[
 }
 
 /* dlogits = scale (softmax(l) - onehot(label)), softmax as in the forward (max subtracted, exp in
- * fp32, sum in double); 0 on ignored rows. Each row is read whole (max, sum) before it is
- * written, element j is read before it is overwritten: dlogits may alias logits. */
+ * fp32, sum in double); 0 on ignored rows. The max pass reads the row whole, then the sum pass
+ * writes each exp over element j after reading it (once: the scaling pass reads the exps back),
+ * so dlogits may alias logits. */
 void hyla_cross_entropy_bwd(float *dlogits /*[n,V]*/, const float *logits /*[n,V]*/,
                             const int32_t *labels /*[n]*/, int64_t n, int64_t V, float scale)
 {
@@ -115,14 +153,12 @@ void hyla_cross_entropy_bwd(float *dlogits /*[n,V]*/, const float *logits /*[n,V
             continue;
         }
         HYLA_ASSERT(lab < V);
-        float mx = l[0];
-        for (int64_t j = 1; j < V; j++)
-            mx = l[j] > mx ? l[j] : mx;
-        double sum = 0.0;
+        float mx = row_max(l, V);
+        double inv = (double)scale / row_exp_sum(l, V, mx, dl);
+        float e_lab = dl[lab];
+#pragma omp simd
         for (int64_t j = 0; j < V; j++)
-            sum += expf(l[j] - mx);
-        double inv = (double)scale / sum;
-        for (int64_t j = 0; j < V; j++) /* the onehot is subtracted in double */
-            dl[j] = (float)(expf(l[j] - mx) * inv - (j == lab ? (double)scale : 0.0));
+            dl[j] = (float)((double)dl[j] * inv);
+        dl[lab] = (float)((double)e_lab * inv - (double)scale); /* the onehot, subtracted in double */
     }
 }
