@@ -249,7 +249,7 @@ static void run_print(const run *r, const run *ref)
         printf(", \"budget_bytes\": %.0f, \"host_budget_bytes\": %s, \"chosen\": \"custom:%s\"", r->budget,
                isinf(r->host_budget) ? "null" : "0", chosen);
     }
-    if (!ref) { /* where the timed steps went, per op (seconds summed over them; "backward" is every op's) */
+    if (!ref) { /* where the timed steps went, per op (seconds summed over them; NAME.bwd: an op's backward) */
         printf(", \"profile\": ");
         hyla_prof_print_json(stdout);
     }

@@ -1,38 +1,75 @@
-/* exp(x) for x <= 0 in fp32, branch-free so that loops over it vectorise (softmax and
- * cross-entropy terms, whose arguments have the row's maximum subtracted).
+/* exp(x) for x <= 0, branch-free so that loops over it vectorise (softmax and cross-entropy
+ * terms, whose arguments have the row's maximum subtracted; the logistic function of -|x|).
  *
- * x = k ln2 + r with k = round(x / ln2) (the 1.5 * 2^23 rounding trick, exact for |x / ln2| <
- * 2^22) and ln2 split in two (Cody and Waite: 0.693359375 has 9 significant bits, so k * C1 is
- * exact), |r| <= ln2 / 2; exp(r) = 1 + r + r^2 P(r) with Cephes' degree-5 minimax P; then
- * times 2^k by building its exponent bits. Below -87.33 (where 2^k would leave the normal range)
- * the result is 0 instead of a subnormal: such a term is below 1.2e-38 and the sums it joins
- * hold at least exp(0) = 1. A NaN argument gives NaN. Measured error (tests/test_core_ops.c): <= 2 ulp of the double exp
- * over [-87.33, 0]; exp(0) = 1 exactly. No FMA contraction is assumed (-std=c11: off). */
+ * Evaluated in double and rounded once: x = k ln2 + r with k = round(x / ln2) (the 1.5 * 2^52
+ * rounding trick) and ln2 split in two (fdlibm's ln2_hi has 32 significant bits, so k * ln2_hi is
+ * exact for |k| < 2^21), |r| <= ln2 / 2; exp(r) by its Taylor series to r^10 (truncation below
+ * 1e-11 relative); then times 2^k from its exponent bits. The double result is within 1e-11 of
+ * exp(x), so the fp32 one is the correctly rounded value but within 1e-11 of a tie: measured
+ * (tests/test_core_ops.c) <= 0.5 ulp + 1e-4, subnormal results included. Below -104 (where fp32
+ * rounds exp to 0 anyway) the result is 0; a NaN argument gives NaN. No FMA contraction is
+ * assumed (-std=c11: off). */
 #ifndef HYLA_CORE_EXP_NONPOS_H
 #define HYLA_CORE_EXP_NONPOS_H
 
 #include <stdint.h>
 #include <string.h>
 
-#define HYLA_EXP_NONPOS_MIN (-87.33f)
+#define HYLA_EXP_NONPOS_MIN (-104.0f)
+
+/* The double value (not rounded to fp32) of exp(max(x, HYLA_EXP_NONPOS_MIN)), x <= 0 (a NaN: of
+ * 0 or of the minimum; callers that must keep NaN select it back). exp(-104) = 6.8e-46 rounds to
+ * 0 in fp32. */
+static inline double hyla_exp_nonpos_d(float x)
+{
+    const double log2e = 1.4426950408889634, ln2_hi = 6.93147180369123816490e-01, ln2_lo = 1.90821492927058770002e-10,
+                 round = 6755399441055744.0;
+    /* clamp on the bit pattern (unsigned min/max, which vectorise; gcc 12 does not if-convert a
+     * float select feeding a conversion): a sign-clear value (+0, a positive x outside the domain,
+     * a +NaN) becomes +0, one below the minimum (or a -NaN) becomes the minimum */
+    uint32_t u, lo;
+    float lo_f = HYLA_EXP_NONPOS_MIN, xc;
+    memcpy(&u, &x, sizeof u);
+    memcpy(&lo, &lo_f, sizeof lo);
+    u = u < 0x80000000u ? 0u : u;
+    u = u > lo ? lo : u;
+    memcpy(&xc, &u, sizeof xc);
+    double xd = (double)xc;
+    double k = (xd * log2e + round) - round; /* nearest integer, in [-150, 0] */
+    double r = (xd - k * ln2_hi) - k * ln2_lo;
+    double p = 1.0 / 3628800.0;
+    p = p * r + 1.0 / 362880.0;
+    p = p * r + 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    uint64_t bits = (uint64_t)((int64_t)k + 1023) << 52;
+    double scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
+}
+
+/* cond ? a : b on the bit patterns: gcc 12 does not if-convert a float select that follows a
+ * conversion, so loops with one would not vectorise; a mask select does. */
+static inline float hyla_f32_select(int cond, float a, float b)
+{
+    uint32_t ua, ub, m = (uint32_t)0 - (uint32_t)(cond != 0);
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    ua = (ua & m) | (ub & ~m);
+    memcpy(&a, &ua, sizeof a);
+    return a;
+}
 
 static inline float hyla_exp_nonpos(float x)
 {
-    const float log2e = 1.44269504088896341f, c1 = 0.693359375f, c2 = -2.12194440e-4f, round = 12582912.0f;
-    float xc = x >= HYLA_EXP_NONPOS_MIN ? x : HYLA_EXP_NONPOS_MIN; /* (a NaN too: no NaN reaches the int) */
-    float k = (xc * log2e + round) - round; /* nearest integer, in [-126, 0] */
-    float r = (xc - k * c1) - k * c2;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float e = (p * (r * r) + r) + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)k + 127) << 23;
-    float scale;
-    memcpy(&scale, &bits, sizeof scale);
-    return x >= HYLA_EXP_NONPOS_MIN ? e * scale : (x < HYLA_EXP_NONPOS_MIN ? 0.0f : x); /* NaN stays NaN */
+    float e = (float)hyla_exp_nonpos_d(x); /* 0 below the minimum */
+    return hyla_f32_select(x == x, e, x);  /* NaN stays NaN */
 }
 
 #endif

@@ -551,6 +551,26 @@ static float *dslot(hyla_executor *ex, hyla_tape *dt, const hyla_unit *un, int l
     return d->p[s];
 }
 
+/* The profile section of an op's backward: "NAME.bwd" (one stable string per op name, made the
+ * first time; the profile is opt-in and single-threaded, see core/profile.h). */
+static const char *backward_section(const hyla_layer_op *op)
+{
+    enum { CAP = 64 };
+    static const char *names[CAP];
+    static char sections[CAP][48];
+    static int n;
+    if (!hyla_prof.enabled)
+        return "backward";
+    for (int i = 0; i < n; i++)
+        if (names[i] == op->name)
+            return sections[i];
+    if (n == CAP)
+        return "backward";
+    names[n] = op->name;
+    snprintf(sections[n], sizeof sections[n], "%s.bwd", op->name);
+    return sections[n++];
+}
+
 static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
 {
     const hyla_unit *un = &ex->units[u];
@@ -596,7 +616,7 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
                 c.aux_rows = &aux_rows_dummy;
                 double t0 = HYLA_PROF_BEGIN();
                 op->bwd(&c, &ex->tapes[l], &dt[l - un->layer0], scratch);
-                HYLA_PROF_END("backward", t0);
+                HYLA_PROF_END(backward_section(op), t0);
                 poll_weights(ex);
             }
             sample_timeline(ex);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/sigmoid.h"
 #include "model/infer_state.h"
 #include "model/layer_ops.h"
 #include "ops/ops.h"
@@ -131,7 +132,7 @@ static void gate_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
     const float *ctx = t->p[HYLA_S_CTX], *g = t->p[HYLA_S_GATE];
     float *att = t->p[HYLA_S_ATT];
     for (int64_t i = 0; i < count; i++)
-        att[i] = ctx[i] * (1.0f / (1.0f + expf(-g[i])));
+        att[i] = ctx[i] * hyla_sigmoid(g[i]);
 }
 static void gate_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
@@ -139,9 +140,10 @@ static void gate_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
     const float *ctx = t->p[HYLA_S_CTX], *g = t->p[HYLA_S_GATE], *datt = d->p[HYLA_S_ATT];
     float *dctx = d->p[HYLA_S_CTX], *dg = d->p[HYLA_S_GATE];
     for (int64_t i = 0; i < count; i++) {
-        float s = 1.0f / (1.0f + expf(-g[i]));
+        float s, om;
+        hyla_sigmoid_pair(g[i], &s, &om);
         dctx[i] += datt[i] * s;
-        dg[i] += datt[i] * ctx[i] * s * (1.0f - s);
+        dg[i] += datt[i] * ctx[i] * s * om;
     }
 }
 

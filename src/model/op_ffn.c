@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/sigmoid.h"
 #include "model/layer_ops.h"
 #include "ops/ops.h"
 
@@ -15,7 +16,6 @@ static void acc(float *dst, const float *src, int64_t count)
     for (int64_t i = 0; i < count; i++)
         dst[i] += src[i];
 }
-static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 static int64_t none(const hyla_config *cfg, int64_t n, int64_t T) { return 0; }
 static int64_t nk_of(const hyla_op_ctx *c) { return c->n * CFG->top_k; }
 #define I32(slot) ((int32_t *)t->p[slot])
@@ -252,7 +252,7 @@ static void combine_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
     }
     if (CFG->shared_inter > 0)
         for (int64_t tok = 0; tok < n; tok++) {
-            float g = sigmoid(t->p[HYLA_S_SG][tok]);
+            float g = hyla_sigmoid(t->p[HYLA_S_SG][tok]);
             for (int64_t j = 0; j < H; j++)
                 y[tok * H + j] += g * t->p[HYLA_S_SOUT][tok * H + j];
         }
@@ -277,7 +277,7 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
     }
     if (CFG->shared_inter > 0)
         for (int64_t tok = 0; tok < n; tok++) {
-            float g = sigmoid(t->p[HYLA_S_SG][tok]);
+            float g = hyla_sigmoid(t->p[HYLA_S_SG][tok]);
             const float *so = t->p[HYLA_S_SOUT] + tok * H, *dyt = dy + tok * H;
             float *dso = d->p[HYLA_S_SOUT] + tok * H;
             double dg = 0.0;

@@ -3,25 +3,25 @@
 
 #include "ops/ops.h"
 #include "core/parallel.h"
-
-static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
+#include "core/sigmoid.h"
 
 void hyla_swiglu_fwd(float *h, const float *gate, const float *up, int64_t n, int64_t I)
 {
     int64_t total = n * I;
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(8 * total)
+#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(8 * total)
     for (int64_t i = 0; i < total; i++) /* silu(g) = g * sigmoid(g); -> -0 as g -> -inf */
-        h[i] = (gate[i] * sigmoidf(gate[i])) * up[i];
+        h[i] = (gate[i] * hyla_sigmoid(gate[i])) * up[i];
 }
 
 /* h = g s(g) u: dh/dg = u s(g) (1 + g (1 - s(g))), dh/du = g s(g). */
 void hyla_swiglu_bwd(float *dgate, float *dup, const float *dh, const float *gate, const float *up, int64_t n, int64_t I)
 {
     int64_t total = n * I;
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(8 * total)
+#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(8 * total)
     for (int64_t i = 0; i < total; i++) {
-        float g = gate[i], s = sigmoidf(g), d = dh[i];
-        float dg = d * up[i] * s * (1.0f + g * (1.0f - s));
+        float g = gate[i], s, om, d = dh[i];
+        hyla_sigmoid_pair(g, &s, &om);
+        float dg = d * up[i] * s * (1.0f + g * om);
         dup[i] = d * g * s;
         dgate[i] = dg;
     }

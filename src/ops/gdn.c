@@ -8,6 +8,7 @@
 
 #include "ops/ops.h"
 #include "core/parallel.h"
+#include "core/sigmoid.h"
 
 /* ---- conv + silu ---------------------------------------------------------------------------- */
 
@@ -43,7 +44,7 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
             for (int64_t c = 0; c < C; c++)
                 pre[t * C + c] = yt[c];
         for (int64_t c = 0; c < C; c++)
-            yt[c] = yt[c] / (1.0f + expf(-yt[c])); /* silu; -0 for very negative inputs */
+            yt[c] = hyla_silu(yt[c]); /* -0 for very negative inputs */
     }
 }
 
@@ -61,27 +62,18 @@ void hyla_gdn_gates_fwd(float *g /*[n,Hv]*/, float *beta /*[n,Hv]*/, const float
         for (int64_t h = 0; h < Hv; h++) {
             int64_t ih = i * Hv + h;
             g[ih] = -expf(A_log[h]) * softplus20(a[ih] + dt_bias[h]);
-            beta[ih] = 1.0f / (1.0f + expf(-b[ih]));
+            beta[ih] = hyla_sigmoid(b[ih]);
         }
     }
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */
 
-/* sigma(u) and 1 - sigma(u), the latter without cancellation: e sigma for u >= 0 (e = e^-u <= 1),
- * 1 - sigma for u < 0 (sigma < 1/2; e may be inf there, sigma is then 0). */
-static void sigmoid_pair(float u, float *s, float *om)
-{
-    float e = expf(-u);
-    *s = 1.0f / (1.0f + e);
-    *om = u >= 0.0f ? e * *s : 1.0f - *s;
-}
-
 /* silu'(u) = sigma(u) (1 + u (1 - sigma(u))) */
 static float silu_grad(float u)
 {
     float s, om;
-    sigmoid_pair(u, &s, &om);
+    hyla_sigmoid_pair(u, &s, &om);
     return s * (1.0f + u * om);
 }
 
@@ -157,9 +149,9 @@ void hyla_gdn_gates_bwd(float *da /*[n,Hv]*/, float *db /*[n,Hv]*/, float *dA_lo
         for (int64_t h = 0; h < Hv; h++) {
             int64_t ih = i * Hv + h;
             float s = a[ih] + dt_bias[h], sig, om;
-            sigmoid_pair(s, &sig, &om);
+            hyla_sigmoid_pair(s, &sig, &om);
             da[ih] = dg[ih] * (-expf(A_log[h]) * (s > 20.0f ? 1.0f : sig));
-            sigmoid_pair(b[ih], &sig, &om);
+            hyla_sigmoid_pair(b[ih], &sig, &om);
             db[ih] = dbeta[ih] * (sig * om);
         }
     }

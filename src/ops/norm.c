@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/parallel.h"
+#include "core/sigmoid.h"
 #include "ops/ops.h"
 
 /* sum_j x[j]^2 in double; vectorised in a fixed (compile-time) order */
@@ -20,7 +21,6 @@ static double sum_squares(const float *x /*[d]*/, int64_t d)
     return ss;
 }
 
-static float silu(float z) { return z / (1.0f + expf(-z)); }
 
 void hyla_rmsnorm1p_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const float *x /*[n,d]*/,
                         const float *w /*[d]*/, int64_t n, int64_t d, float eps)
@@ -49,7 +49,7 @@ void hyla_gated_rmsnorm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/,
         if (rstd)
             rstd[i] = r;
         for (int64_t j = 0; j < d; j++)
-            yi[j] = (w[j] * (xi[j] * r)) * silu(zi[j]);
+            yi[j] = (w[j] * (xi[j] * r)) * hyla_silu(zi[j]);
     }
 }
 
@@ -84,7 +84,6 @@ static float rms_factor(const float *x /*[d]*/, int64_t d, float eps)
     return (float)(1.0 / sqrt(sum_squares(x, d) / (double)d + (double)eps)); /* as forward */
 }
 
-static float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 /* u = dy (1+w); dx = r u - (r^3/d) x (x.u); dw += dy (x r). */
 void hyla_rmsnorm1p_bwd(float *dx /*[n,d]*/, float *dw /*[d] +=*/, const float *dy /*[n,d]*/,
@@ -149,10 +148,10 @@ void hyla_gated_rmsnorm_bwd(float *dx /*[n,d]*/, float *dz /*[n,d]*/, float *dw 
                 float r = rstd ? rstd[i] : rms_factor(xi, d, eps);
                 double dot = 0.0;
                 for (int64_t j = 0; j < d; j++)
-                    dot += (double)xi[j] * (double)(gi[j] * w[j] * silu(zi[j]));
+                    dot += (double)xi[j] * (double)(gi[j] * w[j] * hyla_silu(zi[j]));
                 float c = (float)((double)r * r * r * dot / (double)d);
                 for (int64_t j = 0; j < d; j++) {
-                    float g = gi[j], zj = zi[j], s = sigmoid(zj), sl = silu(zj);
+                    float g = gi[j], zj = zi[j], s = hyla_sigmoid(zj), sl = hyla_silu(zj);
                     float nj = xi[j] * r;
                     part[j] += g * nj * sl;
                     dxi[j] = r * (g * w[j] * sl) - c * xi[j];
