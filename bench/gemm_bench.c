@@ -97,15 +97,23 @@ __attribute__((target("avx512f,avx512bf16"))) static float dpbf16_chains(void)
         s += _mm512_reduce_add_ps(acc[i]);
     return s;
 }
+/* The best of three passes: on a shared VM a pass can lose its core for a while (seen: 212 to 337
+ * GFLOP/s for the same FMA loop within a minute), and the peak is what the machine retires when
+ * it has the cores. */
 static double instruction_peak(int bf16)
 {
-    double t0 = now(), sink = 0;
+    double best = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        double t0 = now(), sink = 0;
 #pragma omp parallel reduction(+ : sink)
-    sink += bf16 ? dpbf16_chains() : fma_chains();
-    double dt = now() - t0;
-    if (sink == 12345.0)
-        printf(" ");
-    return (double)omp_get_max_threads() * PEAK_ITERS * 24 * (bf16 ? 64.0 : 32.0) / dt * 1e-9;
+        sink += bf16 ? dpbf16_chains() : fma_chains();
+        double dt = now() - t0;
+        if (sink == 12345.0)
+            printf(" ");
+        double g = (double)omp_get_max_threads() * PEAK_ITERS * 24 * (bf16 ? 64.0 : 32.0) / dt * 1e-9;
+        best = g > best ? g : best;
+    }
+    return best;
 }
 #else
 static double instruction_peak(int bf16) { return bf16 ? 800.0 : 435.0; }
