@@ -43,6 +43,7 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
         if (pre)
             for (int64_t c = 0; c < C; c++)
                 pre[t * C + c] = yt[c];
+#pragma omp simd
         for (int64_t c = 0; c < C; c++)
             yt[c] = hyla_silu(yt[c]); /* -0 for very negative inputs */
     }

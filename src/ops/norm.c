@@ -48,6 +48,7 @@ void hyla_gated_rmsnorm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/,
         float r = (float)(1.0 / sqrt(sum_squares(xi, d) / (double)d + (double)eps));
         if (rstd)
             rstd[i] = r;
+#pragma omp simd
         for (int64_t j = 0; j < d; j++)
             yi[j] = (w[j] * (xi[j] * r)) * hyla_silu(zi[j]);
     }
