@@ -1,7 +1,8 @@
 /* Inference benchmark: prefill tokens/s (prompt of SEQ tokens, chunked delta rule) and decode
  * tokens/s (NEW tokens, recurrent rule, KV/state caches), fp32; decode bandwidth as bytes of
  * active weights read per token x tokens/s, as % of the machine's DRAM read bandwidth measured in
- * the same run (bench/dram_bandwidth.h; HYLA_DRAM_GBS overrides it). decode_profile: seconds per
+ * the same run (bench/dram_bandwidth.h, before and after the runs, the better of the two: a shared
+ * VM's bandwidth dips for seconds at a time; HYLA_DRAM_GBS overrides it). decode_profile: seconds per
  * decoded token by op, from one more run with a 1-token prompt (the profile's timers on).
  * DTYPE bf16: the model's matrices read straight into bf16 (hyla_model_load_bf16), bf16 compute;
  * the resident set after loading is reported either way.
@@ -25,7 +26,7 @@ int main(int argc, char **argv)
     }
     int64_t T = argc > 2 ? atoll(argv[2]) : 512, NEW = argc > 3 ? atoll(argv[3]) : 128;
     const char *bw_env = getenv("HYLA_DRAM_GBS");
-    double dram = bw_env ? atof(bw_env) : dram_read_gbs();
+    double dram = bw_env ? atof(bw_env) : dram_read_gbs(); /* (again after the runs: the better of the two) */
     int bf16 = argc > 4 && !strcmp(argv[4], "bf16");
     hyla_model m;
     if (bf16 ? hyla_model_load_bf16(&m, argv[1]) : hyla_model_load(&m, argv[1])) {
@@ -65,6 +66,10 @@ int main(int argc, char **argv)
         return 1;
     }
     hyla_prof.enabled = 0;
+    if (!bw_env) {
+        double again = dram_read_gbs();
+        dram = again > dram ? again : dram;
+    }
     double tokens = (double)(st.decode_tokens + 1);
     hyla_param_counts pc;
     hyla_params_count(&m.table, &pc);
