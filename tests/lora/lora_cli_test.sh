@@ -3,7 +3,12 @@
 #   - the base model's files are untouched (frozen, never saved);
 #   - a run split by --resume equals the run in one go, bit for bit (adapter and moments), with
 #     dropout on (masks keyed by the step);
-#   - `hyla eval --adapter` on the saved adapter reproduces the in-training evaluation exactly;
+#   - `hyla eval --adapter` on the saved adapter reproduces the in-training evaluation: within
+#     1e-5 relative. Merging rounds the weights once (W + s B A) where the unmerged run adds the
+#     adapter's product to the output, so the two agree to rounding, bit for bit at most
+#     settings; but a token whose top-k routing sits within that rounding of a tie can pick
+#     another expert (seen at one learning rate: 2.1e-6 relative). The adapter itself moves this
+#     loss by 1.2% (6.272 -> 6.195), 1200x the tolerance, so a wrong merge cannot pass;
 #   - train --adapter continues from the saved adapter (the first step's loss is the last loss);
 #   - bad input: each a one-line error naming the flag or file.
 # usage: tests/lora/lora_cli_test.sh [HYLA]
@@ -26,8 +31,9 @@ grep -q "resume: --steps 6" "$T/two.out" && grep -q "^LoRA: r 4" "$T/two.out" &&
     fail "resume did not restore LoRA"
 want=$($PY -c "import json;print([json.loads(l) for l in open('$T/one.json') if 'eval_loss' in l][-1]['eval_loss'])")
 "$HYLA" eval "$T/base" --data-jsonl data/chat_kjv_eval.jsonl --seq 64 --batch 2 --adapter "$T/one" --json > "$T/ev.json" &&
-    $PY -c "import json,sys; e=json.load(open('$T/ev.json')); sys.exit(0 if abs(e['loss'] - $want) <= 1e-7 * $want else 1)" &&
-    echo "  ok  eval --adapter (merged) == the in-training evaluation (unmerged): $want" || fail "eval --adapter differs from $want"
+    $PY -c "import json,sys; e=json.load(open('$T/ev.json')); sys.exit(0 if abs(e['loss'] - $want) <= 1e-5 * $want else 1)" &&
+    echo "  ok  eval --adapter (merged) == the in-training evaluation (unmerged) within 1e-5: $want vs $($PY -c "import json; print(json.load(open('$T/ev.json'))['loss'])")" ||
+    fail "eval --adapter: $($PY -c "import json; print(json.load(open('$T/ev.json'))['loss'])") differs from $want by more than 1e-5 relative"
 "$HYLA" train --model "$T/base" --adapter "$T/one" --data-jsonl data/chat_kjv.jsonl --batch 2 --seq 64 --steps 1 --no-shuffle \
     --warmup 0 > "$T/cont.out" && grep -q "^LoRA: r 4, alpha 8" "$T/cont.out" && echo "  ok  train --adapter continues the saved adapter" ||
     fail "train --adapter"
