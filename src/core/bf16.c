@@ -27,6 +27,14 @@ void hyla_bf16_pack_serial(uint16_t *dst, const float *src, int64_t n)
         dst[i] = (uint16_t)round_bits(u[i]);
 }
 
+void hyla_bf16_unpack_serial(float *dst, const uint16_t *src, int64_t n)
+{
+    uint32_t *u = (uint32_t *)(void *)dst;
+#pragma omp simd
+    for (int64_t i = 0; i < n; i++)
+        u[i] = (uint32_t)src[i] << 16;
+}
+
 void hyla_bf16_unpack(float *dst, const uint16_t *src, int64_t n)
 {
     uint32_t *u = (uint32_t *)(void *)dst;

@@ -38,7 +38,9 @@ static inline float hyla_bf16_to_f32(uint16_t h)
 void hyla_bf16_pack(uint16_t *dst, const float *src, int64_t n);
 void hyla_bf16_unpack(float *dst, const uint16_t *src, int64_t n);
 void hyla_bf16_round(float *x, int64_t n);
-/* hyla_bf16_pack on the calling thread alone (for a block inside a caller's parallel loop). */
+/* hyla_bf16_pack / unpack on the calling thread alone (a block inside a caller's parallel loop,
+ * or a thread that is not an OpenMP team's). */
 void hyla_bf16_pack_serial(uint16_t *dst, const float *src, int64_t n);
+void hyla_bf16_unpack_serial(float *dst, const uint16_t *src, int64_t n);
 
 #endif

@@ -58,8 +58,8 @@ static int copy_bytes(int fd, int is_read, unsigned char *buf, size_t offset, si
     return 0;
 }
 
-/* A request: raw bytes, or fp32 values through the bounce buffer as bf16 (scalar conversion: this
- * thread is not an OpenMP team's). The values of a bf16 request hold bf16 values already, so
+/* A request: raw bytes, or fp32 values through the bounce buffer as bf16 (converted on this
+ * thread, which is not an OpenMP team's). The values of a bf16 request hold bf16 values already, so
  * packing is exact and the round trip is the identity. */
 static int copy_all(hyla_host_store *s, const request *r)
 {
@@ -69,14 +69,12 @@ static int copy_all(hyla_host_store *s, const request *r)
     for (size_t v0 = 0; v0 < r->bytes / 2; v0 += BOUNCE_VALUES) {
         size_t n = r->bytes / 2 - v0 < BOUNCE_VALUES ? r->bytes / 2 - v0 : BOUNCE_VALUES;
         if (!r->is_read)
-            for (size_t i = 0; i < n; i++)
-                s->bounce[i] = hyla_bf16_from_f32(values[v0 + i]);
+            hyla_bf16_pack_serial(s->bounce, values + v0, (int64_t)n);
         int err = copy_bytes(s->fd, r->is_read, (unsigned char *)s->bounce, r->offset + 2 * v0, 2 * n);
         if (err)
             return err;
         if (r->is_read)
-            for (size_t i = 0; i < n; i++)
-                values[v0 + i] = hyla_bf16_to_f32(s->bounce[i]);
+            hyla_bf16_unpack_serial(values + v0, s->bounce, (int64_t)n);
     }
     return 0;
 }

@@ -64,16 +64,24 @@ void hyla_grad_block_sums(const float *g, int64_t len, double *out)
     }
 }
 
-void hyla_grad_sumsq_add(hyla_exact_sum *acc, const float *g, int64_t len)
+/* Every block sum of g[0..len) in block order, summed in parallel a group at a time: into the
+ * exact accumulator when there is one, else added in double to *plain. */
+static void add_block_sums(const float *g, int64_t len, hyla_exact_sum *exact, double *plain)
 {
-    double sums[NORM_GROUP]; /* blocks summed in parallel a group at a time, then added in order */
+    double sums[NORM_GROUP];
     for (int64_t lo = 0; lo < len; lo += (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN) {
         int64_t n = len - lo < (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN ? len - lo : (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN;
         hyla_grad_block_sums(g + lo, n, sums);
-        for (int64_t b = 0; b * HYLA_SHARD_ALIGN < n; b++)
-            hyla_exact_sum_add(acc, sums[b]);
+        for (int64_t b = 0; b * HYLA_SHARD_ALIGN < n; b++) {
+            if (exact)
+                hyla_exact_sum_add(exact, sums[b]);
+            else
+                *plain += sums[b];
+        }
     }
 }
+
+void hyla_grad_sumsq_add(hyla_exact_sum *acc, const float *g, int64_t len) { add_block_sums(g, len, acc, NULL); }
 
 double hyla_grad_norm(const hyla_param_table *t, const float *grads)
 {
@@ -153,13 +161,8 @@ static int nonfinite_weights(const hyla_adamw *opt, const hyla_param *p, int64_t
 
 int hyla_adamw_update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double *sumsq)
 {
-    double ss = 0.0, sums[NORM_GROUP]; /* in block order, as hyla_grad_block_sums cuts them */
-    for (int64_t lo = 0; lo < p->numel; lo += (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN) {
-        int64_t n = p->numel - lo < (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN ? p->numel - lo : (int64_t)NORM_GROUP * HYLA_SHARD_ALIGN;
-        hyla_grad_block_sums(g + lo, n, sums);
-        for (int64_t b = 0; b * HYLA_SHARD_ALIGN < n; b++)
-            ss += sums[b];
-    }
+    double ss = 0.0;
+    add_block_sums(g, p->numel, NULL, &ss);
     if (!isfinite(ss))
         return nonfinite_gradient(opt->step, p); /* already this step's number (hyla_adamw_begin) */
     *sumsq += ss;
