@@ -216,13 +216,19 @@ def run_checks(a, model, port):
     st_, h = raw(port, "GET", "/health")
     check(st_ == 200 and h["slots_busy"] == 0, "still serving after the bad requests")
 
-    # a client that disconnects mid-stream frees its slot
+    # a client that disconnects mid-stream frees its slot. The tiny model decodes ~1000 tokens/s,
+    # so the stream lasts a fraction of a second: /health is polled from the moment the request is
+    # sent (no sleep) until it shows the slot busy, instead of sampled once after the first chunk
+    # (which landed after the last token on one fast run).
     sock = socket.create_connection(("127.0.0.1", port))
-    body = json.dumps({"model": name, "prompt": "In", "max_tokens": 200, "temperature": 0, "stream": True}).encode()
+    body = json.dumps({"model": name, "prompt": "In", "max_tokens": 240, "temperature": 0, "stream": True}).encode()
     sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer " +
                  KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    busy_during = 0
+    t_end = time.time() + 2.0
+    while busy_during != 1 and time.time() < t_end:
+        busy_during = raw(port, "GET", "/health")[1]["slots_busy"]
     first = sock.recv(4096)
-    busy_during = raw(port, "GET", "/health")[1]["slots_busy"]
     sock.close()
     freed = False
     for _ in range(100):
