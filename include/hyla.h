@@ -50,7 +50,8 @@ typedef enum { HYLA_CACHE_CONV, HYLA_CACHE_SSM, HYLA_CACHE_KEYS, HYLA_CACHE_VALU
 size_t hyla_cache_floats(const hyla_engine *e, int layer, hyla_cache_part part, int64_t max_len);
 
 /* Run tokens [B, T] (sequence b continues at position len[b]) on the caches `layers`
- * [num_layers], update them and len[b] += T. logits: [B*T, vocab] or NULL. */
+ * [num_layers], update them and len[b] += T. logits: [B, vocab], the logits of each sequence's
+ * last new token (the final norm and lm_head run over those B rows only), or NULL. */
 int hyla_step(hyla_engine *e, const int32_t *tokens, int64_t B, int64_t T, hyla_layer_cache *layers, int64_t *len,
               int64_t max_len, float *logits);
 

@@ -96,7 +96,8 @@ int hyla_step(hyla_engine *e, const int32_t *tokens, int64_t B, int64_t T, hyla_
     hyla_policy nothing;
     HYLA_TRY(hyla_policy_parse(&nothing, "full"));
     hyla_executor ex;
-    HYLA_TRY(hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, B, T, T == 1 ? HYLA_DELTA_RECURRENT : HYLA_DELTA_CHUNKED, 1));
+    HYLA_TRY(hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, B, T, T == 1 ? HYLA_DELTA_RECURRENT : HYLA_DELTA_CHUNKED,
+                                HYLA_FORWARD_LAST));
     int rc = hyla_executor_infer(&ex, tokens, &st, logits);
     hyla_executor_free(&ex);
     return rc;

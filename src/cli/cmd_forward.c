@@ -19,6 +19,20 @@ static void print_number(const char *key, double v, int last)
         printf("  \"%s\": %.9g%s\n", key, v, last ? "" : ",");
 }
 
+/* --logits-out: each chunk of the head's logits goes to the file as it is made, so no
+ * [T, vocab] buffer exists (the working set is the head's HYLA_HEAD_ROWS x vocab). */
+typedef struct {
+    hyla_atomic_file file;
+    int64_t vocab;
+} logits_file;
+
+static int write_logits(void *ctx, int64_t row0, int64_t rows, const float *logits)
+{
+    (void)row0; /* chunks arrive in row order */
+    logits_file *f = ctx;
+    return hyla_atomic_write(&f->file, logits, (size_t)rows * (size_t)f->vocab * sizeof *logits);
+}
+
 int hyla_cmd_forward(int argc, char **argv)
 {
     const char *tokens_arg = NULL, *logits_out = NULL, *adapter = NULL;
@@ -63,15 +77,18 @@ int hyla_cmd_forward(int argc, char **argv)
         return hyla_cli_fail("forward");
     }
     int rc = 0;
-    float *logits = malloc((size_t)T * (size_t)m.cfg.vocab * sizeof *logits);
     hyla_forward_out out;
-    if (!logits) {
-        hyla_error_set(HYLA_ERR_NOMEM, "cannot allocate logits");
+    logits_file file = {.vocab = m.cfg.vocab};
+    int opened = logits_out && hyla_atomic_open(&file.file, logits_out) == HYLA_OK;
+    hyla_delta_mode mode = recurrent ? HYLA_DELTA_RECURRENT : HYLA_DELTA_CHUNKED;
+    if (logits_out && !opened) {
         rc = hyla_cli_fail("forward");
-    } else if (hyla_forward(&m, tokens, NULL, 1, T, recurrent ? HYLA_DELTA_RECURRENT : HYLA_DELTA_CHUNKED, logits, &out)) {
+    } else if (opened ? hyla_forward_streamed(&m, tokens, NULL, 1, T, mode, write_logits, &file, &out)
+                      : hyla_forward(&m, tokens, NULL, 1, T, mode, NULL, &out)) {
+        if (opened)
+            hyla_atomic_abort(&file.file);
         rc = hyla_cli_fail("forward");
-    } else if (logits_out &&
-               hyla_write_file_atomic(logits_out, logits, (size_t)T * (size_t)m.cfg.vocab * sizeof *logits)) {
+    } else if (opened && hyla_atomic_commit(&file.file)) {
         rc = hyla_cli_fail("forward");
     } else if (json) {
         printf("{\n  \"tokens\": %lld,\n  \"vocab\": %lld,\n  \"loss_positions\": %lld,\n", (long long)T,
@@ -86,7 +103,6 @@ int hyla_cmd_forward(int argc, char **argv)
             printf("  aux_loss %.6f  total %.6f", out.aux_loss, out.total_loss);
         printf("\n");
     }
-    free(logits);
     free(tokens);
     hyla_model_free(&m);
     return rc;

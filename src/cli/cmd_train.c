@@ -147,7 +147,7 @@ static int sample_greedy(const hyla_model *m, const char *prompt, int64_t n_new)
 {
     int64_t len = (int64_t)strlen(prompt), cap = len + n_new, V = m->cfg.vocab;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
-    float *logits = malloc((size_t)cap * (size_t)V * sizeof *logits);
+    float *logits = malloc((size_t)V * sizeof *logits); /* [V]: the last position's */
     if (!ids || !logits) {
         free(ids);
         free(logits);
@@ -158,13 +158,13 @@ static int sample_greedy(const hyla_model *m, const char *prompt, int64_t n_new)
     printf("sample> %s", prompt);
     for (int64_t t = len; t < cap; t++) {
         hyla_forward_out out;
-        int rc = hyla_forward(m, ids, NULL, 1, t, HYLA_DELTA_CHUNKED, logits, &out);
+        int rc = hyla_forward_last_row(m, ids, t, logits, &out);
         if (rc) {
             free(ids);
             free(logits);
             return rc;
         }
-        const float *last = logits + (t - 1) * V;
+        const float *last = logits;
         int32_t best = 0;
         for (int32_t v = 1; v < 256 && v < V; v++) /* byte-level: only byte tokens are printable */
             if (last[v] > last[best])

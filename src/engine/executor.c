@@ -13,6 +13,7 @@
 #include "core/profile.h"
 #include "model/infer_state.h"
 #include "ops/ops.h"
+#include "engine/loss_head.h"
 #include "engine/offload.h"
 
 int hyla_remat_unit_parse(const char *text, hyla_remat_unit *out)
@@ -97,7 +98,7 @@ int hyla_executor_keeps(const hyla_executor *ex, int l, hyla_slot s) { return sl
 
 /* ---- allocation helpers ------------------------------------------------------------------------ */
 
-static float *alloc_slot(hyla_executor *ex, hyla_arena *a, int64_t floats, int zero)
+float *hyla_executor_alloc(hyla_executor *ex, hyla_arena *a, int64_t floats, int zero)
 {
     float *p = hyla_arena_floats(a, (size_t)floats);
     if (zero && !ex->dry)
@@ -162,7 +163,7 @@ static void sample_timeline(hyla_executor *ex)
     ex->timeline[ex->n_timeline++] = ex->ckpt.used + ex->work.used + ex->xfer[0].used + ex->xfer[1].used;
 }
 
-static int bf16_compute(const hyla_executor *ex) { return ex->m->compute_dtype == HYLA_DT_BF16; }
+int hyla_executor_bf16_compute(const hyla_executor *ex) { return ex->m->compute_dtype == HYLA_DT_BF16; }
 
 /* An op's scratch: its own floats, then (ops with projections) the LoRA path's (a model with an
  * adapter) and the projections' bf16 operands (bf16 compute). */
@@ -172,11 +173,11 @@ static int64_t lora_scratch(const hyla_executor *ex, const hyla_layer_op *op)
 }
 static int64_t bf16_scratch(const hyla_executor *ex, const hyla_layer_op *op)
 {
-    return op->lora && bf16_compute(ex) ? hyla_bf16_scratch_floats(&ex->m->cfg, ex->n) : 0;
+    return op->lora && hyla_executor_bf16_compute(ex) ? hyla_bf16_scratch_floats(&ex->m->cfg, ex->n) : 0;
 }
 static float *op_scratch(hyla_executor *ex, const hyla_layer_op *op, int64_t own)
 {
-    return alloc_slot(ex, &ex->work, own + lora_scratch(ex, op) + bf16_scratch(ex, op), 0);
+    return hyla_executor_alloc(ex, &ex->work, own + lora_scratch(ex, op) + bf16_scratch(ex, op), 0);
 }
 static void point_scratch(const hyla_executor *ex, const hyla_layer_op *op, hyla_op_ctx *c, float *scratch, int64_t own)
 {
@@ -193,11 +194,11 @@ static void round_outputs(const hyla_executor *ex, int l, const hyla_layer_op *o
             hyla_bf16_round(ex->tapes[l].p[op->out[i]], hyla_slot_floats(&ex->m->cfg, l, op->out[i], ex->n));
 }
 
-int hyla_executor_stores_bf16(const hyla_executor *ex, hyla_slot s) { return bf16_compute(ex) && hyla_slot_is_bf16(s); }
+int hyla_executor_stores_bf16(const hyla_executor *ex, hyla_slot s) { return hyla_executor_bf16_compute(ex) && hyla_slot_is_bf16(s); }
 
 void hyla_executor_count_dtype(hyla_executor *ex, hyla_slot s, size_t bytes)
 {
-    if (!bf16_compute(ex))
+    if (!hyla_executor_bf16_compute(ex))
         return;
     if (hyla_slot_is_bf16(s))
         ex->bf16_stored_tensors++;
@@ -208,14 +209,14 @@ void hyla_executor_count_dtype(hyla_executor *ex, hyla_slot s, size_t bytes)
 /* A kept slot stored packed: its bf16 home in the checkpoint arena. */
 static void reserve_bf16_home(hyla_executor *ex, int l, hyla_slot s, int64_t floats)
 {
-    ex->bf16_kept[l].p[s] = (uint16_t *)(void *)alloc_slot(ex, &ex->ckpt, (floats + 1) / 2, 0);
+    ex->bf16_kept[l].p[s] = (uint16_t *)(void *)hyla_executor_alloc(ex, &ex->ckpt, (floats + 1) / 2, 0);
 }
 
 /* The fp32 form of packed slot s of layer l, in the work arena (released with it). */
 static void widen_kept(hyla_executor *ex, int l, hyla_slot s)
 {
     int64_t floats = hyla_slot_floats(&ex->m->cfg, l, s, ex->n);
-    ex->tapes[l].p[s] = alloc_slot(ex, &ex->work, floats, 0);
+    ex->tapes[l].p[s] = hyla_executor_alloc(ex, &ex->work, floats, 0);
     if (!ex->dry)
         hyla_bf16_unpack(ex->tapes[l].p[s], ex->bf16_kept[l].p[s], floats);
 }
@@ -265,7 +266,7 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         double t0 = HYLA_PROF_BEGIN();
         op->fwd(&c, &ex->tapes[l], scratch);
         poll_weights(ex);
-        if (bf16_compute(ex)) {
+        if (hyla_executor_bf16_compute(ex)) {
             round_outputs(ex, l, op);
             if (!recompute)
                 store_bf16_outputs(ex, l, op);
@@ -304,7 +305,7 @@ static float *place_layer_input(hyla_executor *ex, int l, int half)
     if (hyla_executor_stores_bf16(ex, HYLA_S_X))
         reserve_bf16_home(ex, l, HYLA_S_X, floats);
     else
-        p = alloc_slot(ex, &ex->ckpt, floats, 0);
+        p = hyla_executor_alloc(ex, &ex->ckpt, floats, 0);
     count_kept(ex, l, HYLA_S_X, floats);
     return p;
 }
@@ -329,18 +330,18 @@ static void alloc_outputs(hyla_executor *ex, int l, const hyla_layer_op *op, int
         if (s == HYLA_S_Y && l + 1 < cfg->n_layers) {
             hyla_tape *next = &ex->tapes[l + 1];
             if (!next->p[HYLA_S_X]) {
-                next->p[HYLA_S_X] = in_backward ? alloc_slot(ex, &ex->work, floats, 0) : place_layer_input(ex, l + 1, l & 1);
+                next->p[HYLA_S_X] = in_backward ? hyla_executor_alloc(ex, &ex->work, floats, 0) : place_layer_input(ex, l + 1, l & 1);
             }
             t->p[s] = next->p[HYLA_S_X];
         } else if (s == HYLA_S_Y) { /* final hidden, read by the loss head */
-            t->p[s] = ex->forward_only ? ex->carry[(l + 1) & 1] : alloc_slot(ex, &ex->ckpt, floats, 0);
+            t->p[s] = ex->forward_only ? ex->carry[(l + 1) & 1] : hyla_executor_alloc(ex, &ex->ckpt, floats, 0);
         } else if (!in_backward && slot_tier(ex, l, s) == HYLA_KEEP_OFFLOAD) {
             t->p[s] = hyla_offload_stage(ex, l, s, floats, l & 1);
         } else {
             int keep = !in_backward && hyla_executor_keeps(ex, l, s), as_bf16 = keep && hyla_executor_stores_bf16(ex, s);
             if (as_bf16)
                 reserve_bf16_home(ex, l, s, floats);
-            t->p[s] = alloc_slot(ex, keep && !as_bf16 ? &ex->ckpt : &ex->work, floats, 0);
+            t->p[s] = hyla_executor_alloc(ex, keep && !as_bf16 ? &ex->ckpt : &ex->work, floats, 0);
             if (keep)
                 count_kept(ex, l, s, floats);
         }
@@ -418,80 +419,6 @@ static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_ma
     }
 }
 
-/* ---- loss head: final norm, lm_head, cross-entropy (and its backward) -------------------------- */
-
-static float *param_grad(const hyla_executor *ex, float *grads, hyla_role role)
-{
-    if (ex->m->lora)
-        return NULL; /* frozen under an adapter */
-    if (role == HYLA_P_LM_HEAD && ex->m->cfg.tie_word_embeddings)
-        role = HYLA_P_EMBED;
-    size_t off = ex->m->table.params[hyla_param_find(&ex->m->table, role, -1)].offset;
-    if (!ex->updates)
-        return grads + off;
-    return ex->updates->head + hyla_grad_head_index(ex, off);
-}
-
-/* The head over chunks of ex->head_rows (HYLA_HEAD_ROWS) rows: logits [rows, V] exist one chunk
- * at a time (with a caller's logits_out, straight in it), so the working set is O(chunk x vocab),
- * not O(tokens x vocab). A GEMM row comes out the same for any number of rows, and the loss sums
- * per-row values in hyla_cross_entropy_fwd's grouping, so losses, logits and the gradient
- * flowing back are independent of the chunking; lm_head's gradient (a sum over rows) is
- * accumulated in fixed blocks of HYLA_HEAD_ROWS rows in row order whatever the chunk, so it is
- * too. Every chunk size that is a multiple of HYLA_HEAD_ROWS, or the whole step, gives
- * bit-identical results (tests/test_train.c). */
-static void loss_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
-{
-    const hyla_config *cfg = &ex->m->cfg;
-    int64_t n = ex->n, H = cfg->hidden, V = cfg->vocab, rows = n < ex->head_rows ? n : ex->head_rows;
-    float eps = (float)cfg->rms_norm_eps;
-    const float *y = ex->tapes[cfg->n_layers - 1].p[HYLA_S_Y];
-    size_t mark = hyla_arena_mark(&ex->work);
-    float *xn = alloc_slot(ex, &ex->work, n * H, 0);
-    float *chunk = logits_out ? NULL : alloc_slot(ex, &ex->work, rows * V, 0);
-    double *row_ce = (double *)alloc_slot(ex, &ex->work, 2 * n, 0); /* [n] doubles */
-    float *dxn = grads ? alloc_slot(ex, &ex->work, n * H, 1) : NULL;
-    /* bf16 compute: the normed rows and dlogits are rounded in place; the products widen lm_head
-     * rows into this scratch */
-    int bf16 = bf16_compute(ex);
-    float *wide = bf16 ? alloc_slot(ex, &ex->work, hyla_bf16w_scratch_floats(rows, H), 0) : NULL;
-    ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
-    if (ex->dry)
-        return;
-    double t0 = HYLA_PROF_BEGIN();
-    const float *wn = hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1), *head = hyla_model_param(ex->m, HYLA_P_LM_HEAD, -1);
-    const uint16_t *head16 = hyla_model_param_bf16(ex->m, HYLA_P_LM_HEAD, -1);
-    float *dhead = grads ? param_grad(ex, grads, HYLA_P_LM_HEAD) : NULL;
-    hyla_rmsnorm1p_fwd(xn, NULL, y, wn, n, H, eps);
-    if (bf16) /* lm_head's input: bf16 values (the final norm's backward reads y, not xn) */
-        hyla_bf16_round(xn, n * H);
-    for (int64_t r0 = 0; r0 < n; r0 += rows) {
-        int64_t m = n - r0 < rows ? n - r0 : rows;
-        float *logits = logits_out ? logits_out + r0 * V : chunk;
-        if (bf16)
-            hyla_linear_bf16w(logits, xn + r0 * H, head16, m, H, V, 0, wide);
-        else
-            hyla_linear(logits, xn + r0 * H, head, m, H, V, 0);
-        hyla_cross_entropy_rows(row_ce + r0, logits, ex->labels + r0, m, V);
-        if (grads) {
-            hyla_cross_entropy_bwd(logits, logits, ex->labels + r0, m, V, ce_scale); /* in place: dlogits */
-            if (bf16) { /* dlogits as a bf16 matmul input */
-                hyla_bf16_round(logits, m * V);
-                hyla_linear_bf16w_dx(dxn + r0 * H, logits, head16, m, H, V, wide);
-            } else
-                hyla_linear_bwd(dxn + r0 * H, NULL, logits, xn + r0 * H, head, m, H, V);
-            for (int64_t b0 = 0; dhead && b0 < m; b0 += HYLA_HEAD_ROWS) { /* lm_head's gradient: fixed blocks of rows */
-                int64_t bm = m - b0 < HYLA_HEAD_ROWS ? m - b0 : HYLA_HEAD_ROWS;
-                hyla_linear_bwd(NULL, dhead, logits + b0 * V, xn + (r0 + b0) * H, head, bm, H, V); /* W unused */
-            }
-        }
-    }
-    loss->ce_sum = hyla_cross_entropy_sum(row_ce, ex->labels, n, &loss->ce_count);
-    HYLA_PROF_END("lm_head", t0);
-    if (grads)
-        hyla_rmsnorm1p_bwd(ex->dcarry[0], param_grad(ex, grads, HYLA_P_FINAL_NORM), dxn, y, wn, NULL, n, H, eps);
-}
-
 /* ---- backward ---------------------------------------------------------------------------------- */
 
 typedef struct {
@@ -546,7 +473,7 @@ static float *dslot(hyla_executor *ex, hyla_tape *dt, const hyla_unit *un, int l
     } else if (s == HYLA_S_Y) {
         d->p[s] = dslot(ex, dt, un, l + 1, HYLA_S_X, cur); /* dY_l = dX_{l+1} */
     } else {
-        d->p[s] = alloc_slot(ex, &ex->work, floats, 1);
+        d->p[s] = hyla_executor_alloc(ex, &ex->work, floats, 1);
     }
     return d->p[s];
 }
@@ -628,7 +555,7 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
 static void embed_backward(hyla_executor *ex, const int32_t *tokens, float *grads, const float *dx)
 {
     int64_t H = ex->m->cfg.hidden;
-    float *dE = param_grad(ex, grads, HYLA_P_EMBED);
+    float *dE = hyla_executor_param_grad(ex, grads, HYLA_P_EMBED);
     for (int64_t i = 0; i < ex->n; i++) { /* sequential: rows with the same token add in order */
         float *row = dE + (int64_t)tokens[i] * H;
         for (int64_t j = 0; j < H; j++)
@@ -746,7 +673,7 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
         hyla_offload_begin_backward(ex);
     size_t head_mark = hyla_arena_mark(&ex->work);
     acquire_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
-    loss_head(ex, grads, logits, ce_scale, loss);
+    hyla_loss_head(ex, grads, logits, ce_scale, loss);
     release_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
     hyla_arena_reset_to(&ex->work, head_mark);
     if (ex->dry)
@@ -800,7 +727,8 @@ int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *
 
 int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits)
 {
-    HYLA_ASSERT(ex->forward_only && state->B == ex->B && state->n_layers == ex->m->cfg.n_layers && !ex->packed);
+    HYLA_ASSERT(ex->forward_only == HYLA_FORWARD_LAST && state->B == ex->B && state->n_layers == ex->m->cfg.n_layers &&
+                !ex->packed);
     for (int64_t b = 0; b < ex->B; b++)
         if (state->len[b] + ex->T > state->max_len)
             return hyla_error_set(HYLA_ERR_ARG, "sequence %lld: %lld cached + %lld new tokens exceed the cache of %lld",
@@ -822,8 +750,21 @@ int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_in
 int hyla_executor_forward(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *logits,
                           hyla_step_loss *loss)
 {
+    HYLA_ASSERT(ex->forward_only == HYLA_FORWARD_ALL);
     set_labels(ex, tokens, labels);
     return run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, loss);
+}
+
+int hyla_executor_forward_streamed(hyla_executor *ex, const int32_t *tokens, const int32_t *labels,
+                                   hyla_logits_sink sink, void *ctx, hyla_step_loss *loss)
+{
+    ex->sink = sink;
+    ex->sink_ctx = ctx;
+    ex->sink_status = HYLA_OK;
+    int st = hyla_executor_forward(ex, tokens, labels, NULL, loss);
+    ex->sink = NULL;
+    ex->sink_ctx = NULL;
+    return st != HYLA_OK ? st : ex->sink_status;
 }
 
 /* ---- setup ------------------------------------------------------------------------------------- */

@@ -40,6 +40,17 @@ const char *hyla_remat_unit_name(hyla_remat_unit u);
  * with the normed rows and their gradient the head of Qwen3.5-35B-A3B at 8k tokens is 0.26 GB). */
 #define HYLA_HEAD_ROWS 128
 
+/* forward_only values (hyla_executor_init's last argument; 0 = a training executor):
+ *   HYLA_FORWARD_ALL   the head runs over every row (logits and losses: forward, eval);
+ *   HYLA_FORWARD_LAST  inference: the final norm and lm_head run only over each sequence's last
+ *                      row, logits [B, V], no loss; nothing of size rows x vocab exists. */
+#define HYLA_FORWARD_ALL 1
+#define HYLA_FORWARD_LAST 2
+
+/* A consumer of the head's logits, one chunk of at most HYLA_HEAD_ROWS rows at a time, in row
+ * order: logits [rows, V] of rows [row0, row0 + rows). Non-zero stops the forward (returned). */
+typedef int (*hyla_logits_sink)(void *ctx, int64_t row0, int64_t rows, const float *logits);
+
 typedef struct {
     int layer0, layer1;    /* layers [layer0, layer1] */
     int op0, op1;          /* ops [op0, ...) of layer0 .. ops [..., op1) of layer1 (op1 = count: to the end) */
@@ -57,7 +68,10 @@ typedef struct {
     hyla_remat_unit unit_kind;
     hyla_delta_mode delta_mode;
     int64_t B, T, n;
-    int forward_only;      /* inference: nothing kept, no backward */
+    int forward_only;      /* 0, HYLA_FORWARD_ALL or HYLA_FORWARD_LAST: nothing kept, no backward */
+    hyla_logits_sink sink; /* the current forward's logits consumer, or NULL */
+    void *sink_ctx;
+    int sink_status;       /* the sink's first non-zero return of the step */
     int n_units;
     hyla_unit units[HYLA_MAX_UNITS];
     int n_ops[HYLA_MAX_LAYERS];
@@ -207,12 +221,17 @@ int hyla_executor_attach_store(hyla_executor *ex, hyla_host_store *store);
 int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *grads,
                        float ce_scale, float aux_scale, hyla_step_loss *loss);
 
-/* Forward only (ex->forward_only): logits [B*T, V] (or NULL) and losses. */
+/* Forward only (ex->forward_only == HYLA_FORWARD_ALL): logits [B*T, V] (or NULL) and losses. */
 int hyla_executor_forward(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *logits,
                           hyla_step_loss *loss);
+/* The same, the logits handed to `sink` a chunk at a time instead of a [B*T, V] buffer (the
+ * working set stays HYLA_HEAD_ROWS x V); the sink's non-zero return stops it and is returned. */
+int hyla_executor_forward_streamed(hyla_executor *ex, const int32_t *tokens, const int32_t *labels,
+                                   hyla_logits_sink sink, void *ctx, hyla_step_loss *loss);
 
-/* Inference (ex->forward_only): run tokens [B,T] on top of the caches in `state` (sequence b
- * continues at position state->len[b]), update the caches, len[b] += T; logits [B*T, V] or NULL.
+/* Inference (ex->forward_only == HYLA_FORWARD_LAST): run tokens [B,T] on top of the caches in
+ * `state` (sequence b continues at position state->len[b]), update the caches, len[b] += T;
+ * logits [B, V] of each sequence's last new token, or NULL (caches only).
  * A sequence that would exceed the cache is an HYLA_ERR_ARG error naming it. */
 int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits);
 
@@ -223,6 +242,13 @@ int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_in
  * (-100 at a document's last token). seg_len NULL: back to one sequence per row. A tiling that
  * does not fit the rows is an HYLA_ERR_ARG error. Not for hyla_executor_infer. */
 int hyla_executor_set_segments(hyla_executor *ex, const int64_t *seg_len, int64_t n_seg);
+
+/* Internal to src/engine (the loss head, offload): `floats` from arena a (zeroed if asked and
+ * not the planning pass); is compute bf16; where parameter `role`'s gradient accumulates
+ * (NULL: frozen under an adapter). */
+float *hyla_executor_alloc(hyla_executor *ex, hyla_arena *a, int64_t floats, int zero);
+int hyla_executor_bf16_compute(const hyla_executor *ex);
+float *hyla_executor_param_grad(const hyla_executor *ex, float *grads, hyla_role role);
 
 /* Is slot s of layer l kept in the checkpoint arena during forward? */
 int hyla_executor_keeps(const hyla_executor *ex, int layer, hyla_slot s);

@@ -2,12 +2,13 @@
 #include "engine/forward.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "core/error.h"
 #include "engine/executor.h"
 
-int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
-                 hyla_delta_mode mode, float *logits, hyla_forward_out *out)
+static int forward_impl(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
+                        hyla_delta_mode mode, float *logits, hyla_logits_sink sink, void *ctx, hyla_forward_out *out)
 {
     const hyla_config *cfg = &m->cfg;
     if (B < 1 || T < 1)
@@ -19,9 +20,10 @@ int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labe
     hyla_policy keep_nothing;
     HYLA_TRY(hyla_policy_parse(&keep_nothing, "full"));
     hyla_executor ex;
-    HYLA_TRY(hyla_executor_init(&ex, m, &keep_nothing, HYLA_UNIT_LAYER, B, T, mode, 1));
+    HYLA_TRY(hyla_executor_init(&ex, m, &keep_nothing, HYLA_UNIT_LAYER, B, T, mode, HYLA_FORWARD_ALL));
     hyla_step_loss loss;
-    int st = hyla_executor_forward(&ex, tokens, labels, logits, &loss);
+    int st = sink ? hyla_executor_forward_streamed(&ex, tokens, labels, sink, ctx, &loss)
+                  : hyla_executor_forward(&ex, tokens, labels, logits, &loss);
     hyla_executor_free(&ex);
     if (st)
         return st;
@@ -30,4 +32,35 @@ int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labe
     out->aux_loss = loss.aux_loss;
     out->total_loss = isnan(loss.aux_loss) ? out->ce_loss : out->ce_loss + cfg->router_aux_loss_coef * loss.aux_loss;
     return HYLA_OK;
+}
+
+int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
+                 hyla_delta_mode mode, float *logits, hyla_forward_out *out)
+{
+    return forward_impl(m, tokens, labels, B, T, mode, logits, NULL, NULL, out);
+}
+
+int hyla_forward_streamed(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
+                          hyla_delta_mode mode, hyla_logits_sink sink, void *ctx, hyla_forward_out *out)
+{
+    return forward_impl(m, tokens, labels, B, T, mode, NULL, sink, ctx, out);
+}
+
+typedef struct {
+    float *logits; /* [vocab] */
+    int64_t row, vocab;
+} hyla_last_row;
+
+static int keep_last_row(void *ctx, int64_t row0, int64_t rows, const float *logits)
+{
+    hyla_last_row *k = ctx;
+    if (k->row >= row0 && k->row < row0 + rows)
+        memcpy(k->logits, logits + (k->row - row0) * k->vocab, (size_t)k->vocab * sizeof(float));
+    return 0;
+}
+
+int hyla_forward_last_row(const hyla_model *m, const int32_t *tokens, int64_t T, float *logits, hyla_forward_out *out)
+{
+    hyla_last_row k = {logits, T - 1, m->cfg.vocab};
+    return hyla_forward_streamed(m, tokens, NULL, 1, T, HYLA_DELTA_CHUNKED, keep_last_row, &k, out);
 }

@@ -13,7 +13,7 @@ int hyla_batch_init(hyla_batch *b, const hyla_model *m, int64_t K, int64_t max_l
     HYLA_TRY(hyla_infer_state_init(&b->state, &m->cfg, K, max_len));
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
-    int rc = hyla_executor_init(&b->dec, m, &nothing, HYLA_UNIT_LAYER, K, 1, HYLA_DELTA_RECURRENT, 1);
+    int rc = hyla_executor_init(&b->dec, m, &nothing, HYLA_UNIT_LAYER, K, 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_LAST);
     b->logits = malloc((size_t)(K * m->cfg.vocab) * sizeof *b->logits);
     b->tokens = calloc((size_t)K, sizeof *b->tokens);
     b->active = calloc((size_t)K, 1);

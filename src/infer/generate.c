@@ -119,22 +119,17 @@ int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t 
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
     hyla_executor ex;
-    HYLA_TRY(hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, 1, len, HYLA_DELTA_CHUNKED, 1));
+    HYLA_TRY(hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, 1, len, HYLA_DELTA_CHUNKED, HYLA_FORWARD_LAST));
     hyla_layer_state layers[HYLA_MAX_LAYERS];
     hyla_infer_state view;
     hyla_infer_state_view(&view, layers, state, &m->cfg, b);
-    int64_t V = m->cfg.vocab;
-    float *logits = malloc((size_t)(len * V) * sizeof *logits);
     int32_t *call = rec ? malloc((size_t)(rec->n_layers * len * rec->k) * sizeof *call) : NULL;
     ex.record = call;
-    int rc = logits && (call || !rec) ? hyla_executor_infer(&ex, prompt, &view, logits)
-                                      : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
-    if (rc == HYLA_OK)
-        memcpy(last_logits, logits + (len - 1) * V, (size_t)V * sizeof *logits);
+    int rc = call || !rec ? hyla_executor_infer(&ex, prompt, &view, last_logits)
+                          : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     if (rc == HYLA_OK && rec)
         store_routing(rec, call, len, 0);
     free(call);
-    free(logits);
     hyla_executor_free(&ex);
     return rc;
 }
@@ -211,7 +206,7 @@ static int generate_impl(const hyla_model *m, int64_t B, const int32_t *const *p
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
     if (rc == HYLA_OK && s->max_new > 1)
-        rc = hyla_executor_init(&dec, m, &nothing, HYLA_UNIT_LAYER, B, 1, HYLA_DELTA_RECURRENT, 1);
+        rc = hyla_executor_init(&dec, m, &nothing, HYLA_UNIT_LAYER, B, 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_LAST);
     t0 = hyla_now();
     for (int64_t step = 0; rc == HYLA_OK && step < s->max_new; step++) {
         int64_t active = 0;

@@ -1,0 +1,123 @@
+/* The executor's head: see loss_head.h. */
+#include "engine/loss_head.h"
+
+#include <string.h>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "core/gemm.h"
+#include "core/profile.h"
+#include "ops/ops.h"
+
+float *hyla_executor_param_grad(const hyla_executor *ex, float *grads, hyla_role role)
+{
+    if (ex->m->lora)
+        return NULL; /* frozen under an adapter */
+    if (role == HYLA_P_LM_HEAD && ex->m->cfg.tie_word_embeddings)
+        role = HYLA_P_EMBED;
+    size_t off = ex->m->table.params[hyla_param_find(&ex->m->table, role, -1)].offset;
+    if (!ex->updates)
+        return grads + off;
+    return ex->updates->head + hyla_grad_head_index(ex, off);
+}
+
+/* The head over chunks of ex->head_rows (HYLA_HEAD_ROWS) rows: logits [rows, V] exist one chunk
+ * at a time (with a caller's logits_out, straight in it), so the working set is O(chunk x vocab),
+ * not O(tokens x vocab). A GEMM row comes out the same for any number of rows, and the loss sums
+ * per-row values in hyla_cross_entropy_fwd's grouping, so losses, logits and the gradient
+ * flowing back are independent of the chunking; lm_head's gradient (a sum over rows) is
+ * accumulated in fixed blocks of HYLA_HEAD_ROWS rows in row order whatever the chunk, so it is
+ * too. Every chunk size that is a multiple of HYLA_HEAD_ROWS, or the whole step, gives
+ * bit-identical results (tests/test_train.c). */
+static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
+{
+    const hyla_config *cfg = &ex->m->cfg;
+    int64_t n = ex->n, H = cfg->hidden, V = cfg->vocab, rows = n < ex->head_rows ? n : ex->head_rows;
+    float eps = (float)cfg->rms_norm_eps;
+    const float *y = ex->tapes[cfg->n_layers - 1].p[HYLA_S_Y];
+    size_t mark = hyla_arena_mark(&ex->work);
+    float *xn = hyla_executor_alloc(ex, &ex->work, n * H, 0);
+    float *chunk = logits_out ? NULL : hyla_executor_alloc(ex, &ex->work, rows * V, 0);
+    double *row_ce = (double *)hyla_executor_alloc(ex, &ex->work, 2 * n, 0); /* [n] doubles */
+    float *dxn = grads ? hyla_executor_alloc(ex, &ex->work, n * H, 1) : NULL;
+    /* bf16 compute: the normed rows and dlogits are rounded in place; the products widen lm_head
+     * rows into this scratch */
+    int bf16 = hyla_executor_bf16_compute(ex);
+    float *wide = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16w_scratch_floats(rows, H), 0) : NULL;
+    ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
+    if (ex->dry)
+        return;
+    double t0 = HYLA_PROF_BEGIN();
+    const float *wn = hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1), *head = hyla_model_param(ex->m, HYLA_P_LM_HEAD, -1);
+    const uint16_t *head16 = hyla_model_param_bf16(ex->m, HYLA_P_LM_HEAD, -1);
+    float *dhead = grads ? hyla_executor_param_grad(ex, grads, HYLA_P_LM_HEAD) : NULL;
+    hyla_rmsnorm1p_fwd(xn, NULL, y, wn, n, H, eps);
+    if (bf16) /* lm_head's input: bf16 values (the final norm's backward reads y, not xn) */
+        hyla_bf16_round(xn, n * H);
+    for (int64_t r0 = 0; r0 < n; r0 += rows) {
+        int64_t m = n - r0 < rows ? n - r0 : rows;
+        float *logits = logits_out ? logits_out + r0 * V : chunk;
+        if (bf16)
+            hyla_linear_bf16w(logits, xn + r0 * H, head16, m, H, V, 0, wide);
+        else
+            hyla_linear(logits, xn + r0 * H, head, m, H, V, 0);
+        hyla_cross_entropy_rows(row_ce + r0, logits, ex->labels + r0, m, V);
+        if (ex->sink && ex->sink_status == HYLA_OK)
+            ex->sink_status = ex->sink(ex->sink_ctx, r0, m, logits);
+        if (grads) {
+            hyla_cross_entropy_bwd(logits, logits, ex->labels + r0, m, V, ce_scale); /* in place: dlogits */
+            if (bf16) { /* dlogits as a bf16 matmul input */
+                hyla_bf16_round(logits, m * V);
+                hyla_linear_bf16w_dx(dxn + r0 * H, logits, head16, m, H, V, wide);
+            } else
+                hyla_linear_bwd(dxn + r0 * H, NULL, logits, xn + r0 * H, head, m, H, V);
+            for (int64_t b0 = 0; dhead && b0 < m; b0 += HYLA_HEAD_ROWS) { /* lm_head's gradient: fixed blocks of rows */
+                int64_t bm = m - b0 < HYLA_HEAD_ROWS ? m - b0 : HYLA_HEAD_ROWS;
+                hyla_linear_bwd(NULL, dhead, logits + b0 * V, xn + (r0 + b0) * H, head, bm, H, V); /* W unused */
+            }
+        }
+    }
+    loss->ce_sum = hyla_cross_entropy_sum(row_ce, ex->labels, n, &loss->ce_count);
+    HYLA_PROF_END("lm_head", t0);
+    if (grads)
+        hyla_rmsnorm1p_bwd(ex->dcarry[0], hyla_executor_param_grad(ex, grads, HYLA_P_FINAL_NORM), dxn, y, wn, NULL, n, H, eps);
+}
+
+/* Inference: each sequence's last row through the final norm and lm_head, logits [B, V]. The
+ * norm is per row and a GEMM row does not depend on the other rows' values, so a row's logits
+ * are those the all-rows head computes for it up to the product's kernel choice (the GEMM picks
+ * its kernel by the row count: the same products, summed in another order; tests/test_decode.c
+ * bounds the difference). The working set is B x (H + V) floats, independent of T. */
+static void last_rows_head(hyla_executor *ex, float *logits_out, hyla_step_loss *loss)
+{
+    const hyla_config *cfg = &ex->m->cfg;
+    int64_t B = ex->B, T = ex->T, H = cfg->hidden, V = cfg->vocab;
+    int bf16 = hyla_executor_bf16_compute(ex);
+    size_t mark = hyla_arena_mark(&ex->work);
+    float *xn = hyla_executor_alloc(ex, &ex->work, B * H, 0);
+    float *wide = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16w_scratch_floats(B, H), 0) : NULL;
+    ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
+    loss->ce_sum = 0;
+    loss->ce_count = 0;
+    if (ex->dry || !logits_out)
+        return;
+    double t0 = HYLA_PROF_BEGIN();
+    const float *y = ex->tapes[cfg->n_layers - 1].p[HYLA_S_Y];
+    const float *wn = hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1);
+    for (int64_t b = 0; b < B; b++)
+        hyla_rmsnorm1p_fwd(xn + b * H, NULL, y + (b * T + T - 1) * H, wn, 1, H, (float)cfg->rms_norm_eps);
+    if (bf16) {
+        hyla_bf16_round(xn, B * H);
+        hyla_linear_bf16w(logits_out, xn, hyla_model_param_bf16(ex->m, HYLA_P_LM_HEAD, -1), B, H, V, 0, wide);
+    } else
+        hyla_linear(logits_out, xn, hyla_model_param(ex->m, HYLA_P_LM_HEAD, -1), B, H, V, 0);
+    HYLA_PROF_END("lm_head", t0);
+}
+
+void hyla_loss_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
+{
+    if (ex->forward_only == HYLA_FORWARD_LAST)
+        last_rows_head(ex, logits_out, loss);
+    else
+        all_rows_head(ex, grads, logits_out, ce_scale, loss);
+}
