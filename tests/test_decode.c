@@ -7,8 +7,9 @@
  *     test_reference.c (S sqrt(n) u kappa: both are fp32 computations of the same function in
  *     different orders - chunked vs recurrent delta rule, one row vs many in the GEMMs);
  *  3. cached multi-token continuation: prefill 40 tokens, then 25 more in one call (chunked rule
- *     from the cached state and conv window) == rows 40..64 of one 65-token forward;
- *  4. batch > 1 with unequal prompt lengths decodes exactly the tokens of one-at-a-time decoding.
+ *     from the cached state and conv window): its last row == row 64 of one 65-token forward;
+ *  4. batch > 1 with unequal prompt lengths decodes exactly the tokens of one-at-a-time decoding;
+ *  5. a prompt longer than HYLA_PREFILL_CHUNK, prefilled in pieces, == one call over it (same bound).
  * Near ties: inputs are fixed and CPU runs deterministic, so nothing here can flake from run to
  * run. A teacher-forced step whose top-2 logit margin is within the bound is a genuine tie:
  * either token is accepted (counted and printed), and the prefix continues with the decoded one.
@@ -137,6 +138,48 @@ static void check_continuation(const hyla_model *m, const char *name, const int3
     free(full);
 }
 
+/* A prompt longer than HYLA_PREFILL_CHUNK: hyla_prefill_sequence runs it in pieces (1024 + 1024 +
+ * 45 tokens here) on the caches; its last logits and the next decode step's (which read every
+ * cache the pieces filled) against one executor call over the whole prompt. */
+static void check_pieces(const hyla_model *m, const char *name)
+{
+    int64_t V = m->cfg.vocab, P = 2 * HYLA_PREFILL_CHUNK + 45;
+    int32_t *prompt = malloc((size_t)(P + 1) * sizeof *prompt);
+    for (int64_t i = 0; i <= P; i++)
+        prompt[i] = (int32_t)((i * 7919 + 13) % V);
+    hyla_infer_state a, b;
+    hyla_infer_state_init(&a, &m->cfg, 1, P + 1);
+    hyla_infer_state_init(&b, &m->cfg, 1, P + 1);
+    hyla_policy nothing;
+    hyla_policy_parse(&nothing, "full");
+    hyla_executor one, dec;
+    hyla_executor_init(&one, m, &nothing, HYLA_UNIT_LAYER, 1, P, HYLA_DELTA_CHUNKED, HYLA_FORWARD_LAST);
+    hyla_executor_init(&dec, m, &nothing, HYLA_UNIT_LAYER, 1, 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_LAST);
+    float *la = malloc((size_t)V * sizeof(float)), *lb = malloc((size_t)V * sizeof(float));
+    CHECK(hyla_prefill_sequence(m, &a, 0, prompt, P, la, NULL) == HYLA_OK, "%s: pieces: %s", name, hyla_error_message());
+    CHECK(hyla_executor_infer(&one, prompt, &b, lb) == HYLA_OK, "%s: one call: %s", name, hyla_error_message());
+    double d0 = 0, d1 = 0, tol = tolerance(m, lb, V);
+    for (int64_t v = 0; v < V; v++)
+        d0 = fmax(d0, fabs((double)la[v] - lb[v]));
+    CHECK(a.len[0] == P && b.len[0] == P, "%s: pieces left %lld cached tokens, want %lld", name, (long long)a.len[0],
+          (long long)P);
+    hyla_executor_infer(&dec, prompt + P, &a, la);
+    hyla_executor_infer(&dec, prompt + P, &b, lb);
+    for (int64_t v = 0; v < V; v++)
+        d1 = fmax(d1, fabs((double)la[v] - lb[v]));
+    CHECK(d0 <= tol && d1 <= tol, "%s: a %lld-token prompt in pieces differs from one call by %.3g, next step %.3g (tol %.3g)",
+          name, (long long)P, d0, d1, tol);
+    printf("  %-14s prompt %lld in pieces of %d: last logits within %.3g, next decode step %.3g of one call (tol %.3g)\n",
+           name, (long long)P, HYLA_PREFILL_CHUNK, d0, d1, tol);
+    hyla_executor_free(&one);
+    hyla_executor_free(&dec);
+    hyla_infer_state_free(&a);
+    hyla_infer_state_free(&b);
+    free(prompt);
+    free(la);
+    free(lb);
+}
+
 static void check_batch(const hyla_model *m, const char *name, const int32_t *tokens)
 {
     int64_t lens[3] = {1, 30, 65};
@@ -184,6 +227,7 @@ int main(int argc, char **argv)
         for (int k = 0; k < 4; k++)
             check_prompt(&m, models[i], tokens, lens[k]);
         check_continuation(&m, models[i], tokens);
+        check_pieces(&m, models[i]);
         check_batch(&m, models[i], tokens);
         hyla_model_free(&m);
     }

@@ -8,6 +8,8 @@
 #include "cli/dtype_flags.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "core/rss.h"
+#include "infer/infer_plan.h"
 #include "infer/generate.h"
 #include "engine/routing.h"
 #include "io/fileio.h"
@@ -67,6 +69,21 @@ static int encode_prompt(const hyla_tokenizer *tok, const char *text, int chat, 
     for (int64_t i = 0; i < *n; i++)
         (*ids)[i] = (unsigned char)text[i];
     return HYLA_OK;
+}
+
+/* The run's memory: the inference plan (infer/infer_plan.h) beside the resident bytes measured
+ * before the model was loaded and at the peak (VmHWM), so peak - before is what the plan covers. */
+static void print_memory(const hyla_model *m, int bf16_weights, int bf16_compute, int64_t prompt, int64_t max_new,
+                         size_t rss_before_load)
+{
+    hyla_infer_plan p;
+    if (hyla_infer_plan_make(m, bf16_weights, bf16_compute, 1, prompt, max_new, &p) != HYLA_OK)
+        return;
+    printf(", \"memory\": {\"planned_weights\": %zu, \"planned_caches\": %zu, \"planned_sampling\": %zu, "
+           "\"planned_prefill\": %zu, \"planned_prefill_head\": %zu, \"planned_decode\": %zu, \"planned_peak\": %zu, "
+           "\"rss_before_load\": %zu, \"peak_rss\": %zu}",
+           p.weights, p.caches, p.sampling, p.prefill, p.prefill_head, p.decode, p.peak, rss_before_load,
+           hyla_peak_rss_bytes());
 }
 
 int hyla_cmd_generate(int argc, char **argv)
@@ -132,7 +149,9 @@ int hyla_cmd_generate(int argc, char **argv)
         return 2;
     }
     hyla_adapter_info ai;
-    if ((tok_path && hyla_tokenizer_load(&tok, tok_path)) || hyla_model_load_inference(&m, pos[0], adapter, &ai, bf16_compute, bf16_weights) ||
+    size_t rss_before_load = 0;
+    if ((tok_path && hyla_tokenizer_load(&tok, tok_path)) || !(rss_before_load = hyla_rss_bytes() + 1) ||
+        hyla_model_load_inference(&m, pos[0], adapter, &ai, bf16_compute, bf16_weights) ||
         (prompt && encode_prompt(tok, prompt, chat, &ids, &n_ids))) {
         rc = hyla_cli_fail("generate");
         goto done;
@@ -169,7 +188,9 @@ int hyla_cmd_generate(int argc, char **argv)
         printf("], \"tokens\": [");
         for (int64_t i = 0; i < n_out; i++)
             printf("%s%d", i ? ", " : "", out[i]);
-        printf("], \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f}\n", pf, dc);
+        printf("], \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f", pf, dc);
+        print_memory(&m, bf16_weights, bf16_compute, n_ids, max_new, rss_before_load - 1);
+        printf("}\n");
     } else {
         printf("\n");
         fflush(stdout);

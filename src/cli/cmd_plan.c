@@ -14,6 +14,8 @@
 #include "engine/auto_policy.h"
 #include "engine/plan.h"
 #include "engine/plan_svg.h"
+#include "infer/generate.h"
+#include "infer/infer_plan.h"
 
 static int dtype_bytes(const char *flag, const char *v, double *out)
 {
@@ -66,6 +68,34 @@ static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
     for (int i = 0; i < p->n_timeline; i++)
         printf("%s%.0f", i ? ", " : "", p->host_timeline[i]);
     printf("]}\n");
+}
+
+/* --infer-prompt: the memory of a generation (infer/infer_plan.h). */
+static int print_infer_plan(hyla_model *m, int weights_bf16, int compute_bf16, int64_t B, int64_t prompt,
+                            int64_t max_new, int json, const char *path)
+{
+    hyla_infer_plan p;
+    m->compute_dtype = weights_bf16 || compute_bf16 ? HYLA_DT_BF16 : HYLA_DT_F32;
+    if (hyla_infer_plan_make(m, weights_bf16, compute_bf16, B, prompt, max_new, &p))
+        return hyla_cli_fail("plan");
+    if (json) {
+        printf("{\"batch\": %lld, \"prompt\": %lld, \"max_new\": %lld, \"weight_bytes\": %zu, \"cache_bytes\": %zu, "
+               "\"sampling_bytes\": %zu, \"prefill_bytes\": %zu, \"prefill_head_bytes\": %zu, \"decode_bytes\": %zu, "
+               "\"peak_bytes\": %zu}\n", (long long)B, (long long)prompt, (long long)max_new, p.weights, p.caches,
+               p.sampling, p.prefill, p.prefill_head, p.decode, p.peak);
+        return 0;
+    }
+    double Mi = 1048576.0;
+    printf("inference plan: %s, %lld sequence(s) x (prompt %lld + %lld new tokens), %s weights%s\n", path, (long long)B,
+           (long long)prompt, (long long)max_new, weights_bf16 ? "bf16" : "fp32",
+           compute_bf16 && !weights_bf16 ? " (+ bf16 copy of the matrices)" : "");
+    printf("  weights          %10.1f MiB\n  caches           %10.1f MiB  (conv windows, delta-rule states, K/V)\n"
+           "  sampling         %10.1f MiB  (last-position logits, probabilities, ids)\n"
+           "  prefill          %10.1f MiB  (a prompt piece of at most %d tokens; head %.2f MiB: the last row only, no prompt x vocab logits)\n"
+           "  decode           %10.1f MiB\n  peak             %10.1f MiB  (weights + caches + sampling + the larger "
+           "executor)\n", p.weights / Mi, p.caches / Mi, p.sampling / Mi, p.prefill / Mi, HYLA_PREFILL_CHUNK, p.prefill_head / Mi,
+           p.decode / Mi, p.peak / Mi);
+    return 0;
 }
 
 static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const char *path)
@@ -139,6 +169,7 @@ int hyla_cmd_plan(int argc, char **argv)
 {
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
     int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1, threads = 0, rank = 0;
+    int64_t infer_prompt = 0, max_new = 128;
     int json = 0, per_layer = 0, act_bf16 = 0, no_prefetch = 0;
     const char *svg = NULL, *budget_s = NULL, *host_s = NULL, *lora_targets = NULL;
     const hyla_opt opts[] = {
@@ -160,6 +191,11 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--act-dtype", OPT_STRING, &ad, "f32|bf16", "activations, checkpoints and matmul inputs (default f32): the "
          "executor's own plan in that dtype", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the plan as JSON", 0, 0},
+        {"--infer-prompt", OPT_INT, &infer_prompt, "N", "plan inference instead (hyla generate / serve): a prompt of N "
+         "tokens per sequence (--batch sequences), --max-new tokens each; --param-dtype bf16 = bf16 weights", 1,
+         (int64_t)1 << 32},
+        {"--max-new", OPT_INT, &max_new, "N", "with --infer-prompt: tokens generated per sequence (default 128)", 1,
+         (int64_t)1 << 32},
         {"--no-prefetch", OPT_FLAG, &no_prefetch, NULL, "FSDP: as hyla train --no-prefetch (one part gathered at a time)",
          0, 0},
         {"--threads", OPT_INT, &threads, "N", "threads each device's step runs with (default: all cores; per-thread "
@@ -225,6 +261,11 @@ int hyla_cmd_plan(int argc, char **argv)
     hyla_default_layout(&m.cfg, &lay);
     if (hyla_params_build(&m.table, &m.cfg, &lay))
         return hyla_cli_fail("plan");
+    if (infer_prompt) {
+        int rc = print_infer_plan(&m, pc.param_bytes == 2, act_bf16, batch, infer_prompt, max_new, json, cfg_path);
+        hyla_params_free(&m.table);
+        return rc;
+    }
     hyla_lora lora;
     memset(&lora, 0, sizeof lora);
     if (lora_targets && !lora_rank) {

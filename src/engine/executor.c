@@ -923,6 +923,22 @@ int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy
     return st;
 }
 
+int hyla_executor_plan_infer(hyla_executor *ex, const hyla_model *m, int64_t B, int64_t T, hyla_delta_mode mode)
+{
+    hyla_policy nothing;
+    HYLA_TRY(hyla_policy_parse(&nothing, "full"));
+    return executor_setup(ex, m, &nothing, HYLA_UNIT_LAYER, B, T, mode, HYLA_FORWARD_LAST, 1, NULL, 0, HYLA_HEAD_ROWS);
+}
+
+size_t hyla_executor_resident_bytes(const hyla_executor *ex)
+{
+    size_t n = (size_t)ex->n, E = ex->m->cfg.n_experts > 0 ? (size_t)ex->m->cfg.n_experts : 1;
+    size_t carry = hyla_align_up(n * (size_t)ex->m->cfg.hidden * sizeof(float));
+    size_t arenas = ex->ckpt_bytes + ex->work_bytes + ex->xfer_bytes[0] + ex->xfer_bytes[1];
+    size_t per_token = n * (sizeof(int64_t) * 3 + sizeof(int32_t)); /* pos, seq_row0, seq_len, labels */
+    return arenas + carry * (ex->forward_only ? 2 : 4) + per_token + E * 3 * sizeof(double);
+}
+
 void hyla_executor_free(hyla_executor *ex)
 {
     if (ex->ckpt.base && !ex->plan_only)

@@ -147,6 +147,13 @@ int hyla_executor_measure(hyla_executor *ex);
 int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                        int64_t B, int64_t T);
 
+/* Plan only, for inference: the HYLA_FORWARD_LAST executor over B x T new tokens that prefill
+ * (T = the prompt) or decode (T = 1) builds. Free with hyla_executor_free. */
+int hyla_executor_plan_infer(hyla_executor *ex, const hyla_model *m, int64_t B, int64_t T, hyla_delta_mode mode);
+/* Bytes an executor holds while it runs a step: its arenas at their planned high-water marks,
+ * the layer carries and the per-token bookkeeping (planned or built alike). */
+size_t hyla_executor_resident_bytes(const hyla_executor *ex);
+
 /* Build units and plan arena sizes; allocates the arenas and fixed buffers. A policy that
  * offloads needs a store attached (hyla_executor_attach_store) before the first step. */
 int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,

@@ -113,24 +113,38 @@ static void store_routing(hyla_routing *r, const int32_t *call, int64_t rows, in
         memcpy(r->ids + (l * r->rows + at) * r->k, call + l * rows * r->k, (size_t)(rows * r->k) * sizeof(int32_t));
 }
 
-int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
-                          float *last_logits, hyla_routing *rec)
+/* One prefill call: rows [at, at + n) of the prompt on top of what the caches hold. */
+static int prefill_piece(const hyla_model *m, hyla_infer_state *view, const int32_t *tokens, int64_t n, float *logits,
+                         hyla_routing *rec, int32_t *call, int64_t at)
 {
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
     hyla_executor ex;
-    HYLA_TRY(hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, 1, len, HYLA_DELTA_CHUNKED, HYLA_FORWARD_LAST));
+    HYLA_TRY(hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, 1, n, HYLA_DELTA_CHUNKED, HYLA_FORWARD_LAST));
+    ex.record = call;
+    int rc = hyla_executor_infer(&ex, tokens, view, logits);
+    if (rc == HYLA_OK && rec)
+        store_routing(rec, call, n, at);
+    hyla_executor_free(&ex);
+    return rc;
+}
+
+int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
+                          float *last_logits, hyla_routing *rec)
+{
     hyla_layer_state layers[HYLA_MAX_LAYERS];
     hyla_infer_state view;
     hyla_infer_state_view(&view, layers, state, &m->cfg, b);
-    int32_t *call = rec ? malloc((size_t)(rec->n_layers * len * rec->k) * sizeof *call) : NULL;
-    ex.record = call;
-    int rc = call || !rec ? hyla_executor_infer(&ex, prompt, &view, last_logits)
-                          : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
-    if (rc == HYLA_OK && rec)
-        store_routing(rec, call, len, 0);
+    int64_t C = len < HYLA_PREFILL_CHUNK ? len : HYLA_PREFILL_CHUNK, full = len / C, tail = len - full * C;
+    int32_t *call = rec ? malloc((size_t)(rec->n_layers * C * rec->k) * sizeof *call) : NULL;
+    if (rec && !call)
+        return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    int rc = HYLA_OK;
+    for (int64_t i = 0; rc == HYLA_OK && i < full; i++) /* logits after the last piece only */
+        rc = prefill_piece(m, &view, prompt + i * C, C, !tail && i + 1 == full ? last_logits : NULL, rec, call, i * C);
+    if (rc == HYLA_OK && tail)
+        rc = prefill_piece(m, &view, prompt + full * C, tail, last_logits, rec, call, full * C);
     free(call);
-    hyla_executor_free(&ex);
     return rc;
 }
 

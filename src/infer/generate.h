@@ -52,7 +52,14 @@ int hyla_generate_recorded(const hyla_model *m, const int32_t *prompt, int64_t l
 
 /* Prefill: run prompt[len] through the chunked delta rule on top of sequence b's caches in `state`
  * (empty for a new sequence), filling them; last_logits[V] gets the logits after the last prompt
- * token. `rec` (may be NULL) records the prompt's routing at rows [0, len). */
+ * token. `rec` (may be NULL) records the prompt's routing at rows [0, len).
+ * A prompt longer than HYLA_PREFILL_CHUNK tokens runs as pieces of that many (the last one
+ * shorter), each continuing on the caches the previous one filled, so the working set is that of
+ * HYLA_PREFILL_CHUNK tokens whatever the prompt's length; only the last piece computes logits, of
+ * its last row. The piece boundaries are multiples of the delta rule's chunk (64) and of the
+ * attention's key block (64), so the pieces compute what one call computes up to the GEMM's
+ * kernel choice for another row count (tests/test_decode.c bounds it). */
+#define HYLA_PREFILL_CHUNK 1024
 struct hyla_routing_s;
 int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
                           float *last_logits, struct hyla_routing_s *rec);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -163,6 +164,15 @@ int hyla_write_file_atomic(const char *path, const void *data, size_t len)
     HYLA_TRY(hyla_atomic_open(&f, path));
     hyla_atomic_write(&f, data, len);
     return hyla_atomic_commit(&f);
+}
+
+void hyla_drop_mapped_pages(const void *p, size_t len)
+{
+    if (!len)
+        return;
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), lo = (uintptr_t)p & ~(page - 1);
+    uintptr_t hi = ((uintptr_t)p + len + page - 1) & ~(page - 1);
+    madvise((void *)lo, hi - lo, MADV_DONTNEED); /* advice: a failure only leaves the pages resident */
 }
 
 int hyla_file_exists(const char *path)

@@ -25,6 +25,10 @@ int hyla_atomic_write(hyla_atomic_file *f, const void *data, size_t len);
 int hyla_atomic_commit(hyla_atomic_file *f);
 void hyla_atomic_abort(hyla_atomic_file *f);
 int hyla_file_exists(const char *path);
+/* A read-only file mapping's pages covering [p, p + len) leave this process's resident set (they
+ * stay in the page cache; touching them again maps them back), so a loader that has copied a
+ * tensor out of a mapped file does not hold the file's pages beside the copy. */
+void hyla_drop_mapped_pages(const void *p, size_t len);
 /* write(2) until all of data is written (EINTR retried); 0, or -1 with errno set. */
 int hyla_write_all(int fd, const void *data, size_t len);
 int hyla_mkdir_p(const char *dir);

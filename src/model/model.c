@@ -115,9 +115,14 @@ static int load_tensor(hyla_model *m, size_t h, const hyla_st_tensor *st, const 
         return hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' has shape %s but the config implies %s", dir,
                               ht->name, got, want);
     }
-    size_t esz = hyla_dtype_size(st->dtype);
+    size_t esz = hyla_dtype_size(st->dtype), row_bytes = (size_t)ht->row_len * esz, dropped = 0;
     const unsigned char *src = st->data;
     for (int64_t r = 0; r < ht->rows; r++) {
+        size_t done = (size_t)r * row_bytes; /* rows copied so far: their file pages may go (4 MB at a time) */
+        if (done - dropped >= ((size_t)4 << 20)) {
+            hyla_drop_mapped_pages(src + dropped, done - dropped);
+            dropped = done;
+        }
         int param;
         int64_t row;
         hyla_hf_row_dest(&m->table, ht, r, &param, &row);
@@ -241,8 +246,8 @@ static int model_load(hyla_model *m, const char *dir, int bf16_weights)
         const hyla_st_tensor *t = hyla_st_find(&set, m->table.hf[h].name);
         if (!t)
             st = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", dir, m->table.hf[h].name);
-        else
-            st = load_tensor(m, h, t, dir, row_buf);
+        else if ((st = load_tensor(m, h, t, dir, row_buf)) == HYLA_OK)
+            hyla_drop_mapped_pages(t->data, t->nbytes); /* copied: the file's pages need not stay resident */
     }
     free(row_buf);
     if (st == HYLA_OK)
