@@ -237,6 +237,40 @@ expect_error "corrupt checkpoint" "trainer_state.json: field 'step'" "$HYLA" tra
 cp -r "$T/ck" "$T/ck_bad2"; $PY tests/corrupt_safetensors.py "$T/ck/optimizer/model.safetensors" "$T/ck_bad2/optimizer/model.safetensors" truncate
 expect_error "truncated optimizer state" "optimizer/model.safetensors" "$HYLA" train --resume "$T/ck_bad2" --synthetic --steps 8
 
+# --- prefill memory on a 248,320-token vocabulary: no [T, vocab] logits, measured == planned ---------
+# A Qwen3.5-0.8B-vocabulary model cut to hidden 128 / 4 layers (124 MiB of fp32 weights), a 4,096-token
+# prompt. generate --json reports the inference plan (weights + caches + sampling + the larger of the
+# prefill piece's and decode's executors) and VmHWM; the growth from just before the model loads must
+# equal the plan within 5%, allowing 8 MiB above it for what the plan does not hold (oneDNN's packing
+# scratch: 5.7 MiB measured, constant in the prompt length from 1,024 tokens). Before this change the
+# same run peaked at weights + 4096 x 248320 x 4 B = 4 GB of logits (and twice the embedding at load).
+$PY - "$T/bigvocab.json" <<'PYEOF' || fail "big-vocabulary config"
+import json, sys
+c = json.load(open("configs/qwen3.5-0.8b.json"))
+c["text_config"].update(hidden_size=128, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1, head_dim=64,
+                        linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=32, linear_value_head_dim=32,
+                        intermediate_size=256, max_position_embeddings=65536)
+json.dump(c, open(sys.argv[1], "w"))
+PYEOF
+"$HYLA" init --config "$T/bigvocab.json" --seed 2 --out "$T/bigvocab" >/dev/null || fail "init big-vocabulary model"
+ids=$($PY -c "print(','.join(str((i * 7919 + 13) % 248320) for i in range(4096)))")
+sanitized=0; case "$HYLA" in *asan*) sanitized=1 ;; esac  # ASan's shadow memory and quarantine are not the plan's
+for dt in f32 bf16; do
+    "$HYLA" generate "$T/bigvocab" --prompt-tokens "$ids" --max-new 4 --json --param-dtype $dt >"$T/bigvocab_$dt.json" \
+        || fail "generate 4096 tokens on the big-vocabulary model ($dt)"
+    [ $sanitized -eq 1 ] && continue
+    $PY - "$T/bigvocab_$dt.json" $dt <<'PYEOF' || fail "prefill memory ($dt) differs from the plan"
+import json, sys
+m = json.load(open(sys.argv[1]))["memory"]
+grew, plan, slack = m["peak_rss"] - m["rss_before_load"], m["planned_peak"], 8 << 20
+ok = 0.95 * plan <= grew <= 1.05 * plan + slack
+print(f"  {'ok' if ok else 'FAIL'}  generate {sys.argv[2]}, 4096-token prompt, vocab 248320: peak RSS grew {grew / 2**20:.1f} MiB, "
+      f"planned {plan / 2**20:.1f} MiB (weights {m['planned_weights'] / 2**20:.1f}, caches {m['planned_caches'] / 2**20:.1f}, "
+      f"prefill piece {m['planned_prefill'] / 2**20:.1f}; ratio {grew / plan:.3f})")
+sys.exit(0 if ok else 1)
+PYEOF
+done
+
 # --- generate: JSON ids, record routing -> replay in training, bad inputs ------------------------------
 "$HYLA" generate "$T/good" --prompt-tokens 1,2,3 --max-new 4 --json --record-routing "$T/route.bin" >"$T/gen.json" \
     || fail "generate --json"

@@ -11,6 +11,9 @@
 #     malformed JSON, unknown model, negative max_tokens, a prompt past the context, a wrong or
 #     missing API key, an oversize body, an unknown route, a wrong method, an unknown role;
 #   - a client that disconnects mid-stream frees its slot (/health slots_busy returns to 0);
+#   - a 30,000-token prompt to a 248,320-token-vocabulary model served with --ctx 32768: answered, and
+#     the server's peak resident memory grows by no more than the planned caches + prefill working set
+#     (`hyla plan --infer-prompt`) + the GEMM library's scratch, not by prompt x vocab logits (30 GB);
 #   - a bounded load test (16 concurrent clients x 8 requests, loopback): no failed request, every
 #     greedy answer identical to the same request sent alone; requests/s and tokens/s against the
 #     same requests one at a time (reported, with the ratio; timing is not asserted in a test).
@@ -93,6 +96,56 @@ def bf16_server(a, model):
         srv.wait(timeout=30)
 
 
+def status_bytes(pid, key):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def long_prompt_server(a):
+    """--ctx 32768 on a Qwen3.5-0.8B-vocabulary model (248,320 tokens, hidden 128, 4 layers): a 30,000-token
+    prompt is answered and the server's peak RSS grows by at most the planned caches + one prefill piece's
+    working set + sampling buffers, plus 16 MiB for what the plan does not cover (oneDNN's packing scratch,
+    measured constant at 5.7 MiB for prompts >= 1024 tokens; thread stacks). Without last-row-only logits
+    and piecewise prefill the same request would need 30,000 x 248,320 x 4 B = 29.8 GB of logits."""
+    with open(os.path.join(ROOT, "configs", "qwen3.5-0.8b.json")) as f:
+        cfg = json.load(f)
+    cfg["text_config"].update(hidden_size=128, num_hidden_layers=4, num_attention_heads=2, num_key_value_heads=1,
+                              head_dim=64, linear_num_key_heads=2, linear_num_value_heads=2, linear_key_head_dim=32,
+                              linear_value_head_dim=32, intermediate_size=256, max_position_embeddings=65536)
+    conf = os.path.join(a.work, "bigvocab.json")
+    with open(conf, "w") as f:
+        json.dump(cfg, f)
+    model = os.path.join(a.work, "bigvocab")
+    subprocess.run([a.hyla, "init", "--out", model, "--config", conf, "--seed", "5"], check=True, stdout=subprocess.DEVNULL)
+    n, new = 30000, 4
+    plan = json.loads(subprocess.run([a.hyla, "plan", model, "--infer-prompt", str(n), "--max-new", str(new), "--json"],
+                                     check=True, capture_output=True, text=True).stdout)
+    srv, port, _ = start_server(a.hyla, model, a.work, ["--ctx", "32768", "--parallel", "1", "--threads", "2",
+                                                        "--max-body", str(1 << 22)])
+    try:
+        name = os.path.basename(model)
+        st, _ = raw(port, "POST", "/v1/completions", {"model": name, "prompt": [1, 2, 3], "max_tokens": 2}, key=None)
+        base = status_bytes(srv.pid, "VmHWM")  # weights loaded, one short request served
+        prompt = [(i * 7919 + 13) % 248320 for i in range(n)]
+        t0 = time.time()
+        st, body = raw(port, "POST", "/v1/completions", {"model": name, "prompt": prompt, "max_tokens": new,
+                                                         "temperature": 0}, key=None)
+        secs = time.time() - t0
+        grew = status_bytes(srv.pid, "VmHWM") - base
+        bound = plan["cache_bytes"] + plan["prefill_bytes"] + plan["sampling_bytes"] + (16 << 20)
+        ok = st == 200 and body["usage"]["prompt_tokens"] == n and len(body["choices"][0]["token_ids"]) == new
+        check(ok, f"serve --ctx 32768: a {n}-token prompt answered ({secs:.1f} s)")
+        check(0 < grew <= bound, f"serve --ctx 32768: peak RSS grew {grew / 2**20:.1f} MiB for the {n}-token prompt "
+              f"(bound {bound / 2**20:.1f} MiB = planned caches {plan['cache_bytes'] / 2**20:.1f} + prefill piece "
+              f"{plan['prefill_bytes'] / 2**20:.1f} + sampling + 16; its logits alone would be {n * 248320 * 4 / 2**30:.1f} GiB)")
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("hyla")
@@ -112,6 +165,7 @@ def main():
         srv.wait(timeout=30)
     check(srv.returncode == 0, f"SIGTERM stops the server cleanly (exit {srv.returncode})")
     bf16_server(a, model)
+    long_prompt_server(a)
     if failures:
         print(f"  {len(failures)} server check(s) failed")
         sys.exit(1)
