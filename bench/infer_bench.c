@@ -3,7 +3,8 @@
  * active weights read per token x tokens/s, as % of the machine's DRAM read bandwidth measured in
  * the same run (bench/dram_bandwidth.h, before and after the runs, the better of the two: a shared
  * VM's bandwidth dips for seconds at a time; HYLA_DRAM_GBS overrides it). decode_profile: seconds per
- * decoded token by op, from one more run with a 1-token prompt (the profile's timers on).
+ * decoded token by op, from one more run with a 1-token prompt (the profile's timers on);
+ * prefill_profile_ms: milliseconds of one SEQ-token prefill by op, from a run with the timers on.
  * DTYPE bf16: the model's matrices read straight into bf16 (hyla_model_load_bf16), bf16 compute;
  * the resident set after loading is reported either way.
  * usage: infer_bench MODEL_DIR [SEQ=512] [NEW=128] [DTYPE=f32|bf16]   (one JSON object) */
@@ -57,6 +58,21 @@ int main(int argc, char **argv)
         if (rep > 0 && st.decode_seconds < best.decode_seconds)
             best.decode_seconds = st.decode_seconds, best.decode_tokens = st.decode_tokens;
     }
+    /* where the prefill's time goes: the prompt with one new token (nothing decoded), timers on */
+    hyla_sampling one_new = s;
+    one_new.max_new = 1;
+    hyla_prof.enabled = 1;
+    hyla_prof_reset();
+    if (hyla_generate(&m, 1, prompts, &T, &one_new, &out, &n_out, NULL, NULL, &st)) {
+        fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
+        return 1;
+    }
+    hyla_prof.enabled = 0;
+    int n_prefill_ops = hyla_prof.n;
+    const char *prefill_name[HYLA_PROF_MAX];
+    double prefill_ms[HYLA_PROF_MAX], prefill_gemm_ms = 1e3 * hyla_prof.gemm_seconds;
+    for (int i = 0; i < n_prefill_ops; i++)
+        prefill_name[i] = hyla_prof.name[i], prefill_ms[i] = 1e3 * hyla_prof.seconds[i];
     /* where a decoded token's time goes: a 1-token prompt, so nearly all of it is decode */
     int64_t one = 1;
     hyla_prof.enabled = 1;
@@ -88,7 +104,10 @@ int main(int argc, char **argv)
            dc * bytes_per_token / 1e9, 100.0 * dc * bytes_per_token / 1e9 / dram, dram, bw_env ? "false" : "true");
     for (int i = 0; i < hyla_prof.n; i++)
         printf("%s\"%s\": %.4f", i ? ", " : "", hyla_prof.name[i], 1e3 * hyla_prof.seconds[i] / tokens);
-    printf(", \"gemm\": %.4f}}\n", 1e3 * hyla_prof.gemm_seconds / tokens);
+    printf(", \"gemm\": %.4f}, \"prefill_profile_ms\": {", 1e3 * hyla_prof.gemm_seconds / tokens);
+    for (int i = 0; i < n_prefill_ops; i++)
+        printf("%s\"%s\": %.2f", i ? ", " : "", prefill_name[i], prefill_ms[i]);
+    printf(", \"gemm\": %.2f}}\n", prefill_gemm_ms);
     free(prompt);
     free(out);
     hyla_model_free(&m);

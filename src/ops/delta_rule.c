@@ -8,6 +8,9 @@
  * Threads: OpenMP over value heads; every head is computed by one thread in a fixed order, so
  * results are bit-identical for any thread count.
  *
+ * Subnormals are flushed to zero inside every form (core/denormals.h: a fast-decaying head makes
+ * them all the time, and each costs ~100 normal operations).
+ *
  * Where a fused multiply-add is meant the code says MADD: fmaf when the target has hardware FMA
  * (the build is ISO C, where GCC does not contract a*b+c by itself), else a*b+c, since a
  * software fmaf is ~20x slower. Either way the rounding is fixed for a given build. */
@@ -15,6 +18,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/denormals.h"
 #include "core/gemm.h"
 #include "core/parallel.h"
 #include "ops/ops.h"
@@ -73,20 +77,25 @@ void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,
                                    int64_t Hv, int64_t dk, int64_t dv)
 {
     int64_t rep = Hv / Hk; /* value heads per key head (repeat_interleave) */
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * Hv * dk * dv)
-    for (int64_t h = 0; h < Hv; h++) {
-        float *S = state + h * dk * dv;
-        int64_t hk = h / rep;
-        for (int64_t t = 0; t < T; t++) {
-            const float *qt = q + (t * Hk + hk) * dk, *kt = k + (t * Hk + hk) * dk;
-            const float *vt = v + (t * Hv + h) * dv;
-            float *ot = out + (t * Hv + h) * dv;
-            float decay = expf(g[t * Hv + h]), b = beta[t * Hv + h];
-            for (int64_t j0 = 0; j0 < dv; j0 += RJ) {
-                int64_t nj = dv - j0 < RJ ? dv - j0 : RJ;
-                recurrent_step_block(ot + j0, S + j0, qt, kt, vt + j0, decay, b, dk, dv, nj);
+#pragma omp parallel HYLA_PAR_IF(T * Hv * dk * dv)
+    {
+        unsigned mxcsr = hyla_flush_denormals_begin(); /* as the chunked form: the same values flushed */
+#pragma omp for schedule(static)
+        for (int64_t h = 0; h < Hv; h++) {
+            float *S = state + h * dk * dv;
+            int64_t hk = h / rep;
+            for (int64_t t = 0; t < T; t++) {
+                const float *qt = q + (t * Hk + hk) * dk, *kt = k + (t * Hk + hk) * dk;
+                const float *vt = v + (t * Hv + h) * dv;
+                float *ot = out + (t * Hv + h) * dv;
+                float decay = expf(g[t * Hv + h]), b = beta[t * Hv + h];
+                for (int64_t j0 = 0; j0 < dv; j0 += RJ) {
+                    int64_t nj = dv - j0 < RJ ? dv - j0 : RJ;
+                    recurrent_step_block(ot + j0, S + j0, qt, kt, vt + j0, decay, b, dk, dv, nj);
+                }
             }
         }
+        hyla_flush_denormals_end(mxcsr);
     }
 }
 
@@ -247,17 +256,22 @@ void hyla_delta_rule_chunked_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk
 {
     int64_t rep = Hv / Hk;
     size_t slot_floats = chunk_slot_floats(dk, dv);
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * Hv * dk * dv)
-    for (int64_t h = 0; h < Hv; h++) {
-        float *slot = work + (size_t)omp_get_thread_num() * slot_floats;
-        float *S = state + h * dk * dv;
-        int64_t hk = h / rep;
-        for (int64_t c0 = 0; c0 < T; c0 += CH) {
-            int64_t L = T - c0 < CH ? T - c0 : CH;
-            chunk_step(out + (c0 * Hv + h) * dv, S, q + (c0 * Hk + hk) * dk,
-                       k + (c0 * Hk + hk) * dk, v + (c0 * Hv + h) * dv, g + c0 * Hv + h,
-                       beta + c0 * Hv + h, L, Hv, dk, dv, Hk * dk, Hv * dv, slot);
+#pragma omp parallel HYLA_PAR_IF(T * Hv * dk * dv)
+    {
+        unsigned mxcsr = hyla_flush_denormals_begin(); /* core/denormals.h */
+#pragma omp for schedule(static)
+        for (int64_t h = 0; h < Hv; h++) {
+            float *slot = work + (size_t)omp_get_thread_num() * slot_floats;
+            float *S = state + h * dk * dv;
+            int64_t hk = h / rep;
+            for (int64_t c0 = 0; c0 < T; c0 += CH) {
+                int64_t L = T - c0 < CH ? T - c0 : CH;
+                chunk_step(out + (c0 * Hv + h) * dv, S, q + (c0 * Hk + hk) * dk,
+                           k + (c0 * Hk + hk) * dk, v + (c0 * Hv + h) * dv, g + c0 * Hv + h,
+                           beta + c0 * Hv + h, L, Hv, dk, dv, Hk * dk, Hv * dv, slot);
+            }
         }
+        hyla_flush_denormals_end(mxcsr);
     }
 }
 
@@ -625,11 +639,16 @@ void hyla_delta_rule_chunked_bwd(float *d_q /*[T,Hk,dk]*/, float *d_k /*[T,Hk,dk
         return;
     int64_t rep = Hv / Hk;
     size_t slot_floats = bwd_slot_floats(T, dk, dv);
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * Hv * dk * dv)
-    for (int64_t hk = 0; hk < Hk; hk++) {
-        float *slot = work + (size_t)omp_get_thread_num() * slot_floats;
-        for (int64_t h = hk * rep; h < (hk + 1) * rep; h++)
-            bwd_head(d_q, d_k, d_v, d_g, d_beta, dout, q, k, v, g, beta, T, Hk, Hv, dk, dv, h, hk,
-                     h == hk * rep, slot);
+#pragma omp parallel HYLA_PAR_IF(T * Hv * dk * dv)
+    {
+        unsigned mxcsr = hyla_flush_denormals_begin(); /* as the forward */
+#pragma omp for schedule(static)
+        for (int64_t hk = 0; hk < Hk; hk++) {
+            float *slot = work + (size_t)omp_get_thread_num() * slot_floats;
+            for (int64_t h = hk * rep; h < (hk + 1) * rep; h++)
+                bwd_head(d_q, d_k, d_v, d_g, d_beta, dout, q, k, v, g, beta, T, Hk, Hv, dk, dv, h, hk,
+                         h == hk * rep, slot);
+        }
+        hyla_flush_denormals_end(mxcsr);
     }
 }

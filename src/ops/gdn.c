@@ -6,6 +6,7 @@
  * expf / log1pf), as in HF's torch path. */
 #include <math.h>
 
+#include "core/error.h"
 #include "ops/ops.h"
 #include "core/parallel.h"
 #include "core/sigmoid.h"
@@ -23,29 +24,47 @@ static const float *conv_row(const float *x /*[T,C]*/, const float *hist /*[K,C]
     return hist ? hist + (K + s) * C : NULL;
 }
 
+#define CONV_FWD_CB 256 /* channels per block of the conv forward: their taps transposed on the stack */
+#define CONV_MAX_K 16
+
 void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const float *x /*[T,C]*/,
                         const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/, int64_t T,
                         int64_t C, int64_t K)
 {
+    HYLA_ASSERT(K <= CONV_MAX_K);
+    /* Blocks of CONV_FWD_CB channels x a range of rows; the block's taps are transposed to
+     * wt[j][c] so the tap loop reads both operands contiguously (w[c * K + j] is a stride-K
+     * gather). Per element the arithmetic is unchanged: taps j = 0..K-1 in order from 0. */
+    int64_t n_cb = (C + CONV_FWD_CB - 1) / CONV_FWD_CB, row_block = 64, n_rb = (T + row_block - 1) / row_block;
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(T * C * K)
-    for (int64_t t = 0; t < T; t++) {
-        float *yt = y + t * C;
-        /* yt is the accumulator for pre[t, :]: taps j = 0..K-1 in order (oldest input first) */
-        for (int64_t c = 0; c < C; c++)
-            yt[c] = 0.0f;
-        for (int64_t j = 0; j < K; j++) {
-            const float *xs = conv_row(x, hist, t - (K - 1) + j, C, K);
-            if (!xs)
-                continue; /* zero padding contributes exactly 0 */
-            for (int64_t c = 0; c < C; c++)
-                yt[c] += w[c * K + j] * xs[c];
-        }
-        if (pre)
-            for (int64_t c = 0; c < C; c++)
-                pre[t * C + c] = yt[c];
+    for (int64_t task = 0; task < n_cb * n_rb; task++) {
+        int64_t c0 = (task % n_cb) * CONV_FWD_CB, nc = C - c0 < CONV_FWD_CB ? C - c0 : CONV_FWD_CB;
+        int64_t t0 = (task / n_cb) * row_block, t1 = T - t0 < row_block ? T : t0 + row_block;
+        float wt[CONV_MAX_K][CONV_FWD_CB];
+        for (int64_t j = 0; j < K; j++)
+            for (int64_t c = 0; c < nc; c++)
+                wt[j][c] = w[(c0 + c) * K + j];
+        for (int64_t t = t0; t < t1; t++) {
+            float *yt = y + t * C + c0;
+            /* yt is the accumulator for pre[t, :]: taps j = 0..K-1 in order (oldest input first) */
+            for (int64_t c = 0; c < nc; c++)
+                yt[c] = 0.0f;
+            for (int64_t j = 0; j < K; j++) {
+                const float *xs = conv_row(x, hist, t - (K - 1) + j, C, K);
+                if (!xs)
+                    continue; /* zero padding contributes exactly 0 */
+                xs += c0;
 #pragma omp simd
-        for (int64_t c = 0; c < C; c++)
-            yt[c] = hyla_silu(yt[c]); /* -0 for very negative inputs */
+                for (int64_t c = 0; c < nc; c++)
+                    yt[c] += wt[j][c] * xs[c];
+            }
+            if (pre)
+                for (int64_t c = 0; c < nc; c++)
+                    pre[t * C + c0 + c] = yt[c];
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                yt[c] = hyla_silu(yt[c]); /* -0 for very negative inputs */
+        }
     }
 }
 
