@@ -9,14 +9,19 @@ import llama_cpp
 import numpy as np
 
 
+def last_argmax(llm, V):
+    return int(np.argmax(np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(V,))))
+
+
 def main():
     path, T, steps, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
     global QUIET  # the ctypes callback must outlive every llama.cpp call
     QUIET = llama_cpp.llama_log_callback(lambda level, text, data: None)
     llama_cpp.llama_log_set(QUIET, None)
-    # logits for every prompt position, as hyla's prefill computes them (and llm.scores is indexed by position)
-    llm = llama_cpp.Llama(model_path=path, n_ctx=T + steps + 8, n_batch=T, n_ubatch=T, n_threads=threads,
-                          n_threads_batch=threads, logits_all=True, verbose=False)
+    # logits of the last position only, as hyla's prefill computes them (llama.cpp's default; read
+    # straight from the context), and llama.cpp's default micro-batch of 512 tokens
+    llm = llama_cpp.Llama(model_path=path, n_ctx=T + steps + 8, n_batch=T, n_ubatch=min(T, 512), n_threads=threads,
+                          n_threads_batch=threads, logits_all=False, verbose=False)
     V = llm.n_vocab()
     prompt = [(i * 7919 + 13) % V for i in range(T)]
     best_p = best_d = float("inf")
@@ -25,11 +30,11 @@ def main():
         t0 = time.perf_counter()
         llm.eval(prompt)
         prefill = time.perf_counter() - t0
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = last_argmax(llm, V)
         t0 = time.perf_counter()
         for _ in range(steps - 1):
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = last_argmax(llm, V)
         decode = time.perf_counter() - t0
         if rep > 0:
             best_p, best_d = min(best_p, prefill), min(best_d, decode)

@@ -25,7 +25,7 @@ static const float *conv_row(const float *x /*[T,C]*/, const float *hist /*[K,C]
 }
 
 #define CONV_FWD_CB 256 /* channels per block of the conv forward: their taps transposed on the stack */
-#define CONV_MAX_K 16
+#define CONV_MAX_K 64 /* = model/config.h HYLA_MAX_CONV_KERNEL, the largest kernel a config may have */
 
 void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const float *x /*[T,C]*/,
                         const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/, int64_t T,
@@ -108,48 +108,61 @@ void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float
                         const float *x /*[T,C]*/, const float *w /*[C,K]*/, int64_t T, int64_t C,
                         int64_t K)
 {
+    HYLA_ASSERT(K <= CONV_MAX_K);
     int64_t nblk = (C + CONV_CB - 1) / CONV_CB;
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(T * C * K)
     for (int64_t bi = 0; bi < nblk; bi++) {
-        int64_t c0 = bi * CONV_CB, c1 = c0 + CONV_CB < C ? c0 + CONV_CB : C;
+        int64_t c0 = bi * CONV_CB, nc = C - c0 < CONV_CB ? C - c0 : CONV_CB;
         double acc[CONV_CB];
-        float pre[CONV_CB];
+        float pre[CONV_CB], wt[CONV_MAX_K][CONV_CB]; /* the block's taps, transposed (contiguous loads) */
+        for (int64_t j = 0; j < K; j++)
+            for (int64_t c = 0; c < nc; c++)
+                wt[j][c] = w[(c0 + c) * K + j];
         for (int64_t t = 0; t < T; t++) {
-            for (int64_t c = c0; c < c1; c++)
-                pre[c - c0] = 0.0f;
+            for (int64_t c = 0; c < nc; c++)
+                pre[c] = 0.0f;
             for (int64_t j = 0; j < K; j++) {
                 int64_t s = t - (K - 1) + j;
                 if (s < 0)
                     continue;
-                for (int64_t c = c0; c < c1; c++)
-                    pre[c - c0] += w[c * K + j] * x[s * C + c];
+                const float *xs = x + s * C + c0;
+#pragma omp simd
+                for (int64_t c = 0; c < nc; c++)
+                    pre[c] += wt[j][c] * xs[c];
             }
-            for (int64_t c = c0; c < c1; c++)
-                dx[t * C + c] = dy[t * C + c] * silu_grad(pre[c - c0]);
+            const float *dyt = dy + t * C + c0;
+            float *dxt = dx + t * C + c0;
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                dxt[c] = dyt[c] * silu_grad(pre[c]);
         }
         for (int64_t j = 0; dw && j < K; j++) { /* dw NULL: a frozen kernel */
-            for (int64_t c = c0; c < c1; c++)
-                acc[c - c0] = 0.0;
+            for (int64_t c = 0; c < nc; c++)
+                acc[c] = 0.0;
             for (int64_t t = K - 1 - j; t < T; t++) { /* input row t-K+1+j >= 0 */
-                const float *xs = x + (t - (K - 1) + j) * C, *dp = dx + t * C;
-                for (int64_t c = c0; c < c1; c++)
-                    acc[c - c0] += (double)dp[c] * xs[c];
+                const float *xs = x + (t - (K - 1) + j) * C + c0, *dp = dx + t * C + c0;
+#pragma omp simd
+                for (int64_t c = 0; c < nc; c++)
+                    acc[c] += (double)dp[c] * xs[c];
             }
-            for (int64_t c = c0; c < c1; c++)
-                dw[c * K + j] += (float)acc[c - c0];
+            for (int64_t c = 0; c < nc; c++)
+                dw[(c0 + c) * K + j] += (float)acc[c];
         }
         for (int64_t s = 0; s < T; s++) {
-            for (int64_t c = c0; c < c1; c++) {
-                float sum = 0.0f;
-                for (int64_t j = 0; j < K; j++) {
-                    int64_t t = s + K - 1 - j;
-                    if (t < T)
-                        sum += dx[t * C + c] * w[c * K + j];
-                }
-                pre[c - c0] = sum;
+            for (int64_t c = 0; c < nc; c++)
+                pre[c] = 0.0f;
+            for (int64_t j = 0; j < K; j++) { /* taps in order, as one sum per element */
+                int64_t t = s + K - 1 - j;
+                if (t >= T)
+                    continue;
+                const float *dp = dx + t * C + c0;
+#pragma omp simd
+                for (int64_t c = 0; c < nc; c++)
+                    pre[c] += dp[c] * wt[j][c];
             }
-            for (int64_t c = c0; c < c1; c++)
-                dx[s * C + c] = pre[c - c0];
+            float *dxs = dx + s * C + c0;
+            for (int64_t c = 0; c < nc; c++)
+                dxs[c] = pre[c];
         }
     }
 }
