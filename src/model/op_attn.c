@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/gemm.h"
+#include "core/parallel.h"
 #include "core/sigmoid.h"
 #include "model/infer_state.h"
 #include "model/layer_ops.h"
@@ -131,7 +132,8 @@ static void gate_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
     int64_t count = c->n * CFG->n_heads * CFG->head_dim;
     const float *ctx = t->p[HYLA_S_CTX], *g = t->p[HYLA_S_GATE];
     float *att = t->p[HYLA_S_ATT];
-    for (int64_t i = 0; i < count; i++)
+#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(8 * count)
+    for (int64_t i = 0; i < count; i++) /* elementwise: any split gives the same bits */
         att[i] = ctx[i] * hyla_sigmoid(g[i]);
 }
 static void gate_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
@@ -139,6 +141,7 @@ static void gate_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
     int64_t count = c->n * CFG->n_heads * CFG->head_dim;
     const float *ctx = t->p[HYLA_S_CTX], *g = t->p[HYLA_S_GATE], *datt = d->p[HYLA_S_ATT];
     float *dctx = d->p[HYLA_S_CTX], *dg = d->p[HYLA_S_GATE];
+#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(8 * count)
     for (int64_t i = 0; i < count; i++) {
         float s, om;
         hyla_sigmoid_pair(g[i], &s, &om);

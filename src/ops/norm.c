@@ -137,7 +137,7 @@ void hyla_gated_rmsnorm_bwd(float *dx /*[n,d]*/, float *dz /*[n,d]*/, float *dw 
     int64_t nb = (n + HYLA_NORM_RB - 1) / HYLA_NORM_RB;
 #pragma omp parallel HYLA_PAR_IF(n * d)
     {
-        float part[d];
+        float part[d], sg[d], sl[d]; /* the row's sigma(z) and silu(z) = z sigma(z) (hyla_silu), once each */
 #pragma omp for schedule(dynamic, 1) ordered
         for (int64_t b = 0; b < nb; b++) {
             for (int64_t j = 0; j < d; j++)
@@ -147,15 +147,21 @@ void hyla_gated_rmsnorm_bwd(float *dx /*[n,d]*/, float *dz /*[n,d]*/, float *dw 
                 const float *xi = x + i * d, *zi = z + i * d, *gi = dy + i * d;
                 float *dxi = dx + i * d, *dzi = dz + i * d;
                 float r = rstd ? rstd[i] : rms_factor(xi, d, eps);
+#pragma omp simd
+                for (int64_t j = 0; j < d; j++) {
+                    sg[j] = hyla_sigmoid(zi[j]);
+                    sl[j] = zi[j] * sg[j];
+                }
                 double dot = 0.0;
                 for (int64_t j = 0; j < d; j++)
-                    dot += (double)xi[j] * (double)(gi[j] * w[j] * hyla_silu(zi[j]));
+                    dot += (double)xi[j] * (double)(gi[j] * w[j] * sl[j]);
                 float c = (float)((double)r * r * r * dot / (double)d);
+#pragma omp simd
                 for (int64_t j = 0; j < d; j++) {
-                    float g = gi[j], zj = zi[j], s = hyla_sigmoid(zj), sl = hyla_silu(zj);
+                    float g = gi[j], zj = zi[j], s = sg[j];
                     float nj = xi[j] * r;
-                    part[j] += g * nj * sl;
-                    dxi[j] = r * (g * w[j] * sl) - c * xi[j];
+                    part[j] += g * nj * sl[j];
+                    dxi[j] = r * (g * w[j] * sl[j]) - c * xi[j];
                     dzi[j] = g * w[j] * nj * (s * (1.0f + zj * (1.0f - s)));
                 }
             }
