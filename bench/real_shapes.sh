@@ -12,7 +12,8 @@
 #     hidden 1024, 8 layers, 32 experts top-4 + shared expert) — hyla (no remat, and full remat)
 #     against transformers eager and torch.compile; its per-op profile and whole-step GEMM share of
 #     the same-run FMA peak;
-#   - LoRA r16 all-linear, 1 x 512, on the 0.8B shape — hyla against transformers + PEFT.
+#   - LoRA r16 all-linear, 1 x 512, on the 0.8B shape — hyla (fp32 base, and the frozen base bf16 only:
+#     its peak RSS against the plan) against transformers + PEFT.
 # The peaks (FMA, vdpbf16ps: build/bench/gemm_bench --peaks; DRAM read: infer_bench) come from the
 # same run. The transformers peer is a multi-GB install made on demand by bench/hf_peer.sh (into
 # ~/.cache/hyla-hf-peer, said on stderr); without it, or without llama-cpp-python in .venv
@@ -91,6 +92,7 @@ if [ -n "$HF" ]; then
     run transformers_train_compile "$HF" bench/hf_train.py "$M" 1 512 3 "$THREADS" f32 compile
 fi
 run hyla_lora ./build/bench/lora_bench "$Q" 1 512 3 16 lora
+run hyla_lora_bf16base ./build/bench/lora_bench "$Q" 1 512 3 16 lora-bf16base
 [ -n "$HF" ] && run transformers_lora "$HF" bench/hf_lora.py "$Q" 1 512 3 "$THREADS" 16
 
 /usr/bin/python3 - "$R" "$OUT" "$THREADS" "$SEQS" <<'PY'
@@ -151,7 +153,8 @@ tok = lambda k: tr[k]["tokens_per_s"] if tr[k] else None
 tr["ratios"] = {"hyla_over_transformers_eager": ratio(tok("hyla_train"), tok("transformers_train")),
                 "hyla_over_transformers_compile": ratio(tok("hyla_train"), tok("transformers_train_compile")),
                 "hyla_full_remat_over_transformers_eager": ratio(tok("hyla_train_full"), tok("transformers_train"))}
-lora = {"hyla": (runs.get("hyla_lora") or [None])[-1], "transformers_peft": (runs.get("transformers_lora") or [None])[-1]}
+lora = {"hyla": (runs.get("hyla_lora") or [None])[-1], "hyla_bf16_base": (runs.get("hyla_lora_bf16base") or [None])[-1],
+        "transformers_peft": (runs.get("transformers_lora") or [None])[-1]}
 if lora["hyla"] and lora["transformers_peft"]:
     lora["ratio"] = lora["hyla"]["tokens_per_s"] / lora["transformers_peft"]["tokens_per_s"]
 out = {"benchmark": "real shapes (issue 21)", "threads": threads,

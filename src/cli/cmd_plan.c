@@ -245,6 +245,8 @@ int hyla_cmd_plan(int argc, char **argv)
         dtype_bytes("--param-dtype", pd, &pc.param_bytes) || dtype_bytes("--grad-dtype", gd, &pc.grad_bytes) ||
         dtype_bytes("--opt-dtype", od, &pc.opt_bytes) || hyla_cli_dtype_is_bf16("--act-dtype", ad, 0, &act_bf16))
         return hyla_cli_fail("plan");
+    if (lora_rank && pc.param_bytes == 2) /* LoRA over a bf16 base (hyla train --param-dtype bf16): bf16 compute */
+        act_bf16 = 1;
     pc.act_bytes = act_bf16 ? 2 : 4;
     struct stat sb;
     char cfg_path[4200];

@@ -31,8 +31,8 @@ static int open_model(const train_args *a, hyla_model *m)
 {
     if (a->resume && !a->adapter_resume)
         return hyla_checkpoint_load_model(a->resume, m);
-    if (a->model)
-        return hyla_model_load(m, a->model);
+    if (a->model) /* --param-dtype bf16 (LoRA): the matrices straight into bf16, never an fp32 copy */
+        return a->bf16_weights ? hyla_model_load_bf16(m, a->model) : hyla_model_load(m, a->model);
     char *text = NULL;
     const char *origin = a->config;
     if (a->preset) {
@@ -269,6 +269,8 @@ static int open_adapter(const train_args *a, hyla_model *m, hyla_lora *L, int *o
 static uint64_t model_hash(const hyla_model *m)
 {
     uint64_t h = hyla_content_hash(m->w, m->table.total_floats * sizeof(float), 1);
+    if (m->w16 && !m->matrices_in_w) /* bf16 weights only: the matrices live there */
+        h ^= hyla_content_hash(m->w16, m->table.total_floats * sizeof(uint16_t), 6);
     if (m->lora)
         h ^= hyla_content_hash(m->lora->w, m->lora->table.total_floats * sizeof(float), 2);
     return h;
@@ -607,7 +609,9 @@ int hyla_cmd_train(int argc, char **argv)
          "the weights, gradients and AdamW moments, layers gathered just before use; none = replicated. Either way "
          "gradients are summed over ranks in a fixed order (bit-identical to one process)", 0, 0},
         HYLA_OPT_ACT_DTYPE(a.dtypes),
-        {"--param-dtype", OPT_STRING, &a.dtypes.param, "f32", "master weights (f32 only: bf16 compute is --act-dtype)", 0, 0},
+        {"--param-dtype", OPT_STRING, &a.dtypes.param, "f32|bf16", "master weights: f32 (bf16 compute is --act-dtype); "
+         "with LoRA, bf16 reads the frozen base as bf16 only (half its memory, no fp32 copy; implies --act-dtype bf16)",
+         0, 0},
         HYLA_OPT_GRAD_DTYPE(a.dtypes),
         HYLA_OPT_OPT_DTYPE(a.dtypes),
         {"--lora-rank", OPT_INT, &a.lora_rank, "R", "train a LoRA adapter of rank R on the frozen --model (PEFT format; "
@@ -727,9 +731,13 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
                         "decay fraction in [0, 1]\n");
         return 2;
     }
-    int bf16_weights; /* refused for training by the rule */
-    if (hyla_cli_precision(&a.dtypes, 1, &a.bf16_compute, &bf16_weights)) {
+    int frozen_base = a.lora_rank > 0 || a.adapter || a.adapter_resume; /* LoRA: bf16 base weights allowed */
+    if (hyla_cli_precision(&a.dtypes, frozen_base ? HYLA_TRAIN_FROZEN_BASE : 1, &a.bf16_compute, &a.bf16_weights)) {
         hyla_cli_fail("train");
+        return 2;
+    }
+    if (a.bf16_weights && !a.model) {
+        fprintf(stderr, "hyla train: --param-dtype bf16 reads a LoRA run's frozen base from its file: give --model DIR\n");
         return 2;
     }
     if (a.min_lr < 0)

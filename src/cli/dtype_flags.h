@@ -25,7 +25,10 @@ int hyla_cli_dtype_is_bf16(const char *flag, const char *value, int dflt, int *i
  * fp32 copy). Inference (training = 0): --param-dtype bf16 implies bf16 compute; bf16 weights with
  * --act-dtype f32 are refused. Training: fp32 master weights, gradients and moments (bf16 ones
  * are refused: a bf16 weight cannot take updates smaller than its 2^-8 spacing without stochastic
- * rounding, which hyla does not do), bf16 compute with --act-dtype bf16. */
+ * rounding, which hyla does not do), bf16 compute with --act-dtype bf16. training =
+ * HYLA_TRAIN_FROZEN_BASE (LoRA: the base takes no updates): --param-dtype bf16 is the base read as
+ * bf16 only, as in inference; the adapter, its gradients and moments stay fp32. */
+#define HYLA_TRAIN_FROZEN_BASE 2
 int hyla_cli_precision(const hyla_cli_dtypes *d, int training, int *compute_bf16, int *weights_bf16);
 
 #endif

@@ -15,6 +15,7 @@ typedef struct {
     const char *eval_data, *adapter, *lora_targets;
     hyla_cli_dtypes dtypes;   /* --act-dtype (bf16: mixed precision), --param/grad/opt-dtype (f32 only) */
     int bf16_compute;         /* what they mean (hyla_cli_precision, checked once with the other flags) */
+    int bf16_weights;         /* --param-dtype bf16 (LoRA only): the frozen base read as bf16, no fp32 copy */
     int64_t lora_rank;
     double lora_alpha, lora_dropout;
     int adapter_resume;       /* --resume names an adapter checkpoint: the base comes from --model */

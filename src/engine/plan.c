@@ -115,6 +115,14 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     /* the arenas as allocated: the table's floats (each parameter padded to 16) */
     double trained_floats = (double)(m->lora ? m->lora->table.total_floats : m->table.total_floats);
     out->param_bytes = (double)m->table.total_floats * pc->param_bytes / shard + out->adapter_bytes;
+    int frozen_bf16 = m->lora && pc->param_bytes == 2; /* LoRA over a bf16 base: matrices bf16 only, the rest fp32 */
+    if (frozen_bf16) {
+        out->param_bytes = out->adapter_bytes;
+        for (int i = 0; i < m->table.n_params; i++) {
+            const hyla_param *p = &m->table.params[i];
+            out->param_bytes += hyla_role_is_matrix(p->role) ? 2.0 * (double)p->numel : 4.0 * (double)hyla_param_span(p);
+        }
+    }
     out->opt_bytes = 2.0 * trained_floats * pc->opt_bytes / shard;
     out->batch_bytes = 2.0 * (double)(pc->batch * pc->seq) * 4.0; /* token ids + labels, int32 */
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
@@ -126,7 +134,7 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
      * table is read) */
     hyla_model in_dtype = *m;
     in_dtype.compute_dtype = pc->act_bytes == 2 ? HYLA_DT_BF16 : HYLA_DT_F32;
-    if (pc->act_bytes == 2 && !(pc->fsdp && pc->devices > 1)) /* the bf16 copy of the matrices, made once per step */
+    if (pc->act_bytes == 2 && !(pc->fsdp && pc->devices > 1) && !frozen_bf16) /* the bf16 copy of the matrices, made once per step */
         for (int i = 0; i < m->table.n_params; i++)
             if (hyla_role_is_matrix(m->table.params[i].role))
                 out->compute_copy_bytes += 2.0 * (double)m->table.params[i].numel;

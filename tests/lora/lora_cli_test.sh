@@ -10,6 +10,7 @@
 #     another expert (seen at one learning rate: 2.1e-6 relative). The adapter itself moves this
 #     loss by 1.2% (6.272 -> 6.195), 1200x the tolerance, so a wrong merge cannot pass;
 #   - train --adapter continues from the saved adapter (the first step's loss is the last loss);
+#   - --param-dtype bf16 (the frozen base bf16 only) == --act-dtype bf16 over fp32 masters, bit for bit;
 #   - bad input: each a one-line error naming the flag or file.
 # usage: tests/lora/lora_cli_test.sh [HYLA]
 set -uo pipefail
@@ -37,6 +38,22 @@ want=$($PY -c "import json;print([json.loads(l) for l in open('$T/one.json') if 
 "$HYLA" train --model "$T/base" --adapter "$T/one" --data-jsonl data/chat_kjv.jsonl --batch 2 --seq 64 --steps 1 --no-shuffle \
     --warmup 0 > "$T/cont.out" && grep -q "^LoRA: r 4, alpha 8" "$T/cont.out" && echo "  ok  train --adapter continues the saved adapter" ||
     fail "train --adapter"
+# a bf16 base read as bf16 only (--param-dtype bf16) == the same file read into fp32 masters with bf16
+# compute (--act-dtype bf16): the GEMMs see the same bf16 weights (the fp32 masters' bf16 copy is the
+# file's values) and the adapter, its gradients and moments are fp32 in both, so the adapters and
+# moments must be bit-identical; only the base's memory differs (half, no fp32 copy)
+"$HYLA" convert "$T/base" "$T/base16" --dtype bf16 >/dev/null || fail "convert the base to bf16"
+B16=(--model "$T/base16" --data-jsonl data/chat_kjv.jsonl --batch 2 --seq 64 --lora-rank 4 --lora-dropout 0.1 --warmup 2 --lr 5e-3 --steps 4)
+"$HYLA" train "${B16[@]}" --act-dtype bf16 --save "$T/b16_masters" > /dev/null &&
+    "$HYLA" train "${B16[@]}" --param-dtype bf16 --save "$T/b16_only" > /dev/null || fail "LoRA on a bf16 base"
+cmp -s "$T/b16_masters/adapter_model.safetensors" "$T/b16_only/adapter_model.safetensors" &&
+    cmp -s "$T/b16_masters/optimizer/model.safetensors" "$T/b16_only/optimizer/model.safetensors" &&
+    echo "  ok  LoRA --param-dtype bf16 (base bf16 only) == --act-dtype bf16 over fp32 masters: adapter and moments bit-identical" ||
+    fail "LoRA over a bf16-only base differs from bf16 compute over fp32 masters"
+expect_error "bf16 weights in full training" "--param-dtype bf16: training keeps fp32 master weights.*LoRA run's frozen base may be bf16" \
+    "$HYLA" train --model "$T/base" --param-dtype bf16 --steps 1
+expect_error "a bf16 LoRA base without --model" "give --model DIR" "$HYLA" train --preset tiny-hybrid --lora-rank 4 \
+    --param-dtype bf16 --steps 1
 # bad input
 expect_error "LoRA without a model" "LoRA .* trains an adapter on a model: give --model" "$HYLA" train --preset tiny-hybrid --lora-rank 4
 expect_error "an unknown target" "--lora-targets: 'q_porj' matches no linear module" "$HYLA" train --model "$T/base" --lora-rank 4 \
