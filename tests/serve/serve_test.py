@@ -120,6 +120,8 @@ def long_prompt_server(a):
         json.dump(cfg, f)
     model = os.path.join(a.work, "bigvocab")
     subprocess.run([a.hyla, "init", "--out", model, "--config", conf, "--seed", "5"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "data", "make_qwen_tokenizer.py"), model], check=True,
+                   stdout=subprocess.DEVNULL)
     n, new = 30000, 4
     plan = json.loads(subprocess.run([a.hyla, "plan", model, "--infer-prompt", str(n), "--max-new", str(new), "--json"],
                                      check=True, capture_output=True, text=True).stdout)
