@@ -12,6 +12,8 @@ import time
 import torch
 import transformers
 
+from hf_compile import maybe_compile
+
 
 def main():
     model_dir, T, steps, threads, dtype = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
@@ -20,14 +22,7 @@ def main():
     dt = torch.bfloat16 if dtype == "bf16" else torch.float32
     model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=dt)
     model.eval()
-    fwd = model
-    compiled = False
-    if want_compile:
-        try:
-            fwd = torch.compile(model)
-            compiled = True
-        except Exception:  # noqa: BLE001 - report eager when compile is unavailable
-            fwd = model
+    fwd, compiled = maybe_compile(model, want_compile)
     V = model.config.get_text_config().vocab_size
     prompt = torch.tensor([[(i * 7919 + 13) % V for i in range(T)]])
     best_p = best_d = float("inf")

@@ -12,6 +12,8 @@ import time
 import torch
 import transformers
 
+from hf_compile import maybe_compile
+
 
 def main():
     model_dir, B, T, steps, threads, dtype = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]),
@@ -25,14 +27,7 @@ def main():
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
-    fwd = model
-    compiled = False
-    if want_compile:
-        try:
-            fwd = torch.compile(model)
-            compiled = True
-        except Exception as e:  # noqa: BLE001 - report, run eager
-            print("torch.compile unavailable: %s" % e, file=sys.stderr)
+    fwd, compiled = maybe_compile(model, want_compile)
     g = torch.Generator().manual_seed(3)
     times = []
     for s in range(steps + 1):  # step 0 is the warm-up (and compilation)

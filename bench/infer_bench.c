@@ -19,6 +19,20 @@
 #include "infer/generate.h"
 #include "model/model.h"
 
+/* One generation with the profile's timers on (hyla_prof holds its per-op seconds after). */
+static int profiled_generate(const hyla_model *m, const int32_t *const *prompts, int64_t len, const hyla_sampling *s,
+                             int32_t *out, hyla_generate_stats *st)
+{
+    int64_t n_out;
+    hyla_prof.enabled = 1;
+    hyla_prof_reset();
+    int rc = hyla_generate(m, 1, prompts, &len, s, &out, &n_out, NULL, NULL, st);
+    hyla_prof.enabled = 0;
+    if (rc)
+        fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -61,13 +75,8 @@ int main(int argc, char **argv)
     /* where the prefill's time goes: the prompt with one new token (nothing decoded), timers on */
     hyla_sampling one_new = s;
     one_new.max_new = 1;
-    hyla_prof.enabled = 1;
-    hyla_prof_reset();
-    if (hyla_generate(&m, 1, prompts, &T, &one_new, &out, &n_out, NULL, NULL, &st)) {
-        fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
+    if (profiled_generate(&m, prompts, T, &one_new, out, &st))
         return 1;
-    }
-    hyla_prof.enabled = 0;
     int n_prefill_ops = hyla_prof.n;
     const char *prefill_name[HYLA_PROF_MAX];
     double prefill_ms[HYLA_PROF_MAX], prefill_gemm_ms = 1e3 * hyla_prof.gemm_seconds;
@@ -75,13 +84,8 @@ int main(int argc, char **argv)
         prefill_name[i] = hyla_prof.name[i], prefill_ms[i] = 1e3 * hyla_prof.seconds[i];
     /* where a decoded token's time goes: a 1-token prompt, so nearly all of it is decode */
     int64_t one = 1;
-    hyla_prof.enabled = 1;
-    hyla_prof_reset();
-    if (hyla_generate(&m, 1, prompts, &one, &s, &out, &n_out, NULL, NULL, &st)) {
-        fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
+    if (profiled_generate(&m, prompts, one, &s, out, &st))
         return 1;
-    }
-    hyla_prof.enabled = 0;
     if (!bw_env) {
         double again = dram_read_gbs();
         dram = again > dram ? again : dram;

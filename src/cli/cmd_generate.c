@@ -150,8 +150,12 @@ int hyla_cmd_generate(int argc, char **argv)
     }
     hyla_adapter_info ai;
     size_t rss_before_load = 0;
-    if ((tok_path && hyla_tokenizer_load(&tok, tok_path)) || !(rss_before_load = hyla_rss_bytes() + 1) ||
-        hyla_model_load_inference(&m, pos[0], adapter, &ai, bf16_compute, bf16_weights) ||
+    if (tok_path && hyla_tokenizer_load(&tok, tok_path)) {
+        rc = hyla_cli_fail("generate");
+        goto done;
+    }
+    rss_before_load = hyla_rss_bytes(); /* what the inference plan does not cover: the process and its tokenizer */
+    if (hyla_model_load_inference(&m, pos[0], adapter, &ai, bf16_compute, bf16_weights) ||
         (prompt && encode_prompt(tok, prompt, chat, &ids, &n_ids))) {
         rc = hyla_cli_fail("generate");
         goto done;
@@ -189,7 +193,7 @@ int hyla_cmd_generate(int argc, char **argv)
         for (int64_t i = 0; i < n_out; i++)
             printf("%s%d", i ? ", " : "", out[i]);
         printf("], \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f", pf, dc);
-        print_memory(&m, bf16_weights, bf16_compute, n_ids, max_new, rss_before_load - 1);
+        print_memory(&m, bf16_weights, bf16_compute, n_ids, max_new, rss_before_load);
         printf("}\n");
     } else {
         printf("\n");

@@ -71,11 +71,10 @@ static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
 }
 
 /* --infer-prompt: the memory of a generation (infer/infer_plan.h). */
-static int print_infer_plan(hyla_model *m, int weights_bf16, int compute_bf16, int64_t B, int64_t prompt,
+static int print_infer_plan(const hyla_model *m, int weights_bf16, int compute_bf16, int64_t B, int64_t prompt,
                             int64_t max_new, int json, const char *path)
 {
     hyla_infer_plan p;
-    m->compute_dtype = weights_bf16 || compute_bf16 ? HYLA_DT_BF16 : HYLA_DT_F32;
     if (hyla_infer_plan_make(m, weights_bf16, compute_bf16, B, prompt, max_new, &p))
         return hyla_cli_fail("plan");
     if (json) {

@@ -736,10 +736,6 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
         hyla_cli_fail("train");
         return 2;
     }
-    if (a.bf16_weights && !a.model) {
-        fprintf(stderr, "hyla train: --param-dtype bf16 reads a LoRA run's frozen base from its file: give --model DIR\n");
-        return 2;
-    }
     if (a.min_lr < 0)
         a.min_lr = a.lr / 10;
     if (a.shard && strcmp(a.shard, "none") && strcmp(a.shard, "fsdp")) {

@@ -825,6 +825,9 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
     ex->aux_counts = calloc((size_t)E, sizeof(double));
     ex->aux_psum = calloc((size_t)E, sizeof(double));
     ex->aux_dprob = calloc((size_t)E, sizeof(double));
+    /* what a running executor holds beside its arenas (a plan-only one allocates less, counts the same) */
+    ex->buffer_bytes = hyla_align_up((size_t)nH * sizeof(float)) * (forward_only ? 2 : 4) +
+                       (size_t)ex->n * (3 * sizeof(int64_t) + sizeof(int32_t)) + 3 * (size_t)E * sizeof(double);
     for (int i = 0; i < 2 && !ex->plan_only; i++) {
         ex->carry[i] = aligned_alloc(64, hyla_align_up((size_t)nH * sizeof(float)));
         ex->dcarry[i] = forward_only ? NULL : aligned_alloc(64, hyla_align_up((size_t)nH * sizeof(float)));
@@ -932,11 +935,7 @@ int hyla_executor_plan_infer(hyla_executor *ex, const hyla_model *m, int64_t B, 
 
 size_t hyla_executor_resident_bytes(const hyla_executor *ex)
 {
-    size_t n = (size_t)ex->n, E = ex->m->cfg.n_experts > 0 ? (size_t)ex->m->cfg.n_experts : 1;
-    size_t carry = hyla_align_up(n * (size_t)ex->m->cfg.hidden * sizeof(float));
-    size_t arenas = ex->ckpt_bytes + ex->work_bytes + ex->xfer_bytes[0] + ex->xfer_bytes[1];
-    size_t per_token = n * (sizeof(int64_t) * 3 + sizeof(int32_t)); /* pos, seq_row0, seq_len, labels */
-    return arenas + carry * (ex->forward_only ? 2 : 4) + per_token + E * 3 * sizeof(double);
+    return ex->ckpt_bytes + ex->work_bytes + ex->xfer_bytes[0] + ex->xfer_bytes[1] + ex->buffer_bytes;
 }
 
 void hyla_executor_free(hyla_executor *ex)

@@ -80,6 +80,7 @@ typedef struct {
     hyla_arena xfer[2];    /* offload staging: forward layer l uses [l & 1], backward unit u uses [u & 1] */
     hyla_arena host;       /* always dry: offsets in the host store, a stack like ckpt */
     size_t ckpt_bytes, work_bytes; /* planned capacities (dry run high-water marks) */
+    size_t buffer_bytes;           /* carries, per-token bookkeeping, expert sums of a running step */
     int64_t head_rows;             /* rows of logits per head chunk (HYLA_HEAD_ROWS) */
     size_t head_bytes;             /* the loss head's share of the work arena (final norm, one logits chunk, losses) */
     size_t xfer_bytes[2], host_bytes;

@@ -113,18 +113,22 @@ static void store_routing(hyla_routing *r, const int32_t *call, int64_t rows, in
         memcpy(r->ids + (l * r->rows + at) * r->k, call + l * rows * r->k, (size_t)(rows * r->k) * sizeof(int32_t));
 }
 
-/* One prefill call: rows [at, at + n) of the prompt on top of what the caches hold. */
-static int prefill_piece(const hyla_model *m, hyla_infer_state *view, const int32_t *tokens, int64_t n, float *logits,
-                         hyla_routing *rec, int32_t *call, int64_t at)
+/* Pieces [i0, i1) of C tokens each (the last may be shorter: n) through one executor: its setup
+ * (the planning pass, the arenas) once for all of them. Logits after the prompt's last token only. */
+static int prefill_pieces(const hyla_model *m, hyla_infer_state *view, const int32_t *prompt, int64_t len, int64_t C,
+                          int64_t i0, int64_t i1, int64_t n, float *last_logits, hyla_routing *rec, int32_t *call)
 {
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
     hyla_executor ex;
     HYLA_TRY(hyla_executor_init(&ex, m, &nothing, HYLA_UNIT_LAYER, 1, n, HYLA_DELTA_CHUNKED, HYLA_FORWARD_LAST));
     ex.record = call;
-    int rc = hyla_executor_infer(&ex, tokens, view, logits);
-    if (rc == HYLA_OK && rec)
-        store_routing(rec, call, n, at);
+    int rc = HYLA_OK;
+    for (int64_t i = i0; rc == HYLA_OK && i < i1; i++) {
+        rc = hyla_executor_infer(&ex, prompt + i * C, view, i * C + n == len ? last_logits : NULL);
+        if (rc == HYLA_OK && rec)
+            store_routing(rec, call, n, i * C);
+    }
     hyla_executor_free(&ex);
     return rc;
 }
@@ -139,11 +143,9 @@ int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t 
     int32_t *call = rec ? malloc((size_t)(rec->n_layers * C * rec->k) * sizeof *call) : NULL;
     if (rec && !call)
         return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
-    int rc = HYLA_OK;
-    for (int64_t i = 0; rc == HYLA_OK && i < full; i++) /* logits after the last piece only */
-        rc = prefill_piece(m, &view, prompt + i * C, C, !tail && i + 1 == full ? last_logits : NULL, rec, call, i * C);
-    if (rc == HYLA_OK && tail)
-        rc = prefill_piece(m, &view, prompt + full * C, tail, last_logits, rec, call, full * C);
+    int rc = prefill_pieces(m, &view, prompt, len, C, 0, full, C, last_logits, rec, call);
+    if (rc == HYLA_OK && tail) /* the shorter last piece: its executor after the first is freed */
+        rc = prefill_pieces(m, &view, prompt, len, C, full, full + 1, tail, last_logits, rec, call);
     free(call);
     return rc;
 }
