@@ -11,7 +11,8 @@
 #     malformed JSON, unknown model, negative max_tokens, a prompt past the context, a wrong or
 #     missing API key, an oversize body, an unknown route, a wrong method, an unknown role;
 #   - a client that disconnects mid-stream frees its slot (/health slots_busy returns to 0);
-#   - a 30,000-token prompt to a 248,320-token-vocabulary model served with --ctx 32768: answered, and
+#   - a 30,000-token prompt (2,500 on the sanitizer build) to a 248,320-token-vocabulary model served with
+#     --ctx 32768: answered, and (release build)
 #     the server's peak resident memory grows by no more than the planned caches + prefill working set
 #     (`hyla plan --infer-prompt`) + the GEMM library's scratch, not by prompt x vocab logits (30 GB);
 #   - a bounded load test (16 concurrent clients x 8 requests, loopback): no failed request, every
@@ -33,7 +34,7 @@ def check(cond, what):
         failures.append(what)
 
 
-def raw(port, method, path, body=None, key=KEY, headers=None):
+def raw(port, method, path, body=None, key=KEY, headers=None, timeout=60):
     """(status, parsed JSON or text) of one HTTP request."""
     data = body if isinstance(body, (bytes, type(None))) else json.dumps(body).encode()
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method)
@@ -43,7 +44,7 @@ def raw(port, method, path, body=None, key=KEY, headers=None):
     for k, v in (headers or {}).items():
         req.add_header(k, v)
     try:
-        with urllib.request.urlopen(req, timeout=60) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             text = r.read().decode()
             status = r.status
     except urllib.error.HTTPError as e:
@@ -122,7 +123,10 @@ def long_prompt_server(a):
     subprocess.run([a.hyla, "init", "--out", model, "--config", conf, "--seed", "5"], check=True, stdout=subprocess.DEVNULL)
     subprocess.run([sys.executable, os.path.join(ROOT, "tests", "data", "make_qwen_tokenizer.py"), model], check=True,
                    stdout=subprocess.DEVNULL)
-    n, new = 30000, 4
+    # the sanitizer build (-O1, ASan) prefills ~20x slower and its shadow memory and quarantine are not the
+    # plan's: there, a 2,500-token prompt (three prefill pieces) is answered and the memory bound is not checked
+    sanitized = "asan" in a.hyla
+    n, new = (2500 if sanitized else 30000), 4
     plan = json.loads(subprocess.run([a.hyla, "plan", model, "--infer-prompt", str(n), "--max-new", str(new), "--json"],
                                      check=True, capture_output=True, text=True).stdout)
     srv, port, _ = start_server(a.hyla, model, a.work, ["--ctx", "32768", "--parallel", "1", "--threads", "2",
@@ -134,15 +138,16 @@ def long_prompt_server(a):
         prompt = [(i * 7919 + 13) % 248320 for i in range(n)]
         t0 = time.time()
         st, body = raw(port, "POST", "/v1/completions", {"model": name, "prompt": prompt, "max_tokens": new,
-                                                         "temperature": 0}, key=None)
+                                                         "temperature": 0}, key=None, timeout=600)
         secs = time.time() - t0
         grew = status_bytes(srv.pid, "VmHWM") - base
         bound = plan["cache_bytes"] + plan["prefill_bytes"] + plan["sampling_bytes"] + (16 << 20)
         ok = st == 200 and body["usage"]["prompt_tokens"] == n and len(body["choices"][0]["token_ids"]) == new
         check(ok, f"serve --ctx 32768: a {n}-token prompt answered ({secs:.1f} s)")
-        check(0 < grew <= bound, f"serve --ctx 32768: peak RSS grew {grew / 2**20:.1f} MiB for the {n}-token prompt "
-              f"(bound {bound / 2**20:.1f} MiB = planned caches {plan['cache_bytes'] / 2**20:.1f} + prefill piece "
-              f"{plan['prefill_bytes'] / 2**20:.1f} + sampling + 16; its logits alone would be {n * 248320 * 4 / 2**30:.1f} GiB)")
+        if not sanitized:
+            check(0 < grew <= bound, f"serve --ctx 32768: peak RSS grew {grew / 2**20:.1f} MiB for the {n}-token prompt "
+                  f"(bound {bound / 2**20:.1f} MiB = planned caches {plan['cache_bytes'] / 2**20:.1f} + prefill piece "
+                  f"{plan['prefill_bytes'] / 2**20:.1f} + sampling + 16; its logits alone would be {n * 248320 * 4 / 2**30:.1f} GiB)")
     finally:
         srv.terminate()
         srv.wait(timeout=30)
