@@ -521,7 +521,10 @@ static void check_head_chunks(const char *cases, const char *name)
     for (int r = 0; r < 3; r++) {
         hyla_executor ex;
         g[r] = calloc(nf, sizeof(float));
-        CHECK(hyla_executor_init_head_rows(&ex, &m, &p, HYLA_UNIT_LAYER, B, T, rows[r]) == HYLA_OK, "%s", hyla_error_message());
+        /* lm_head's gradient summed in blocks of HYLA_HEAD_ROWS for all three (the default block
+         * is the chunk, which the default chunk choice makes the same thing) */
+        CHECK(hyla_executor_init_head_rows(&ex, &m, &p, HYLA_UNIT_LAYER, B, T, rows[r], HYLA_HEAD_ROWS) == HYLA_OK, "%s",
+              hyla_error_message());
         hyla_step_loss l;
         CHECK(hyla_executor_step(&ex, tokens, NULL, g[r], 1.0f / (float)n, 0.01f, &l) == HYLA_OK, "%s", hyla_error_message());
         ce[r] = l.ce_sum;
@@ -543,6 +546,25 @@ static void check_head_chunks(const char *cases, const char *name)
         free(g[r]);
     free(tokens);
     hyla_model_free(&m);
+}
+
+/* The default chunk (hyla_head_rows): a multiple of HYLA_HEAD_ROWS, never over the byte budget
+ * (unless one block already is), covering n in the fewest chunks the budget allows, evenly. */
+static void check_head_rows_rule(void)
+{
+    const int64_t vocabs[] = {256, 32000, 151936, 248320, 1 << 22}, ns[] = {1, 127, 512, 600, 4096, 8192, 100003};
+    for (int v = 0; v < 5; v++)
+        for (int i = 0; i < 7; i++) {
+            int64_t V = vocabs[v], n = ns[i], rows = hyla_head_rows(n, V), chunks = (n + rows - 1) / rows;
+            int64_t fit = HYLA_HEAD_BUDGET_BYTES / (V * 4) / HYLA_HEAD_ROWS * HYLA_HEAD_ROWS;
+            fit = fit < HYLA_HEAD_ROWS ? HYLA_HEAD_ROWS : fit > HYLA_HEAD_MAX_ROWS ? HYLA_HEAD_MAX_ROWS : fit;
+            CHECK(rows % HYLA_HEAD_ROWS == 0 && rows <= fit && chunks == (n + fit - 1) / fit &&
+                      rows - (n + chunks - 1) / chunks < HYLA_HEAD_ROWS,
+                  "hyla_head_rows(%lld, %lld) = %lld (fit %lld)", (long long)n, (long long)V, (long long)rows, (long long)fit);
+        }
+    CHECK(hyla_head_rows(512, 151936) == 512 && hyla_head_rows(512, 248320) == 256 && hyla_head_rows(4096, 248320) == 256,
+          "head rows at the real shapes: %lld %lld %lld", (long long)hyla_head_rows(512, 151936),
+          (long long)hyla_head_rows(512, 248320), (long long)hyla_head_rows(4096, 248320));
 }
 
 /* Labels: explicit next-token labels (-100 at each row's last position) train exactly like
@@ -619,6 +641,7 @@ int main(int argc, char **argv)
     check_resume(cases);
     check_labels(cases);
     check_update_per_layer(cases);
+    check_head_rows_rule();
     check_head_chunks(cases, "next_moe_8l");
     check_head_chunks(cases, "q35_dense");
     printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);

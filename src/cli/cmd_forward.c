@@ -20,7 +20,7 @@ static void print_number(const char *key, double v, int last)
 }
 
 /* --logits-out: each chunk of the head's logits goes to the file as it is made, so no
- * [T, vocab] buffer exists (the working set is the head's HYLA_HEAD_ROWS x vocab). */
+ * [T, vocab] buffer exists (the working set is the head's chunk x vocab, hyla_head_rows). */
 typedef struct {
     hyla_atomic_file file;
     int64_t vocab;

@@ -130,8 +130,8 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
                pc->fsdp ? "this device" : "each device", (long long)(pc->accum > 1 ? pc->accum : 1),
                pc->fsdp ? "every layer gathered for its forward and its backward, its gradient reduce-scattered"
                         : "each gradient to its owners, the sum back");
-    printf("  head     %9.3f GB of the working set: final norm, one %d-row logits chunk, per-row losses\n",
-           p->head_bytes / G, HYLA_HEAD_ROWS);
+    printf("  head     %9.3f GB of the working set: final norm, one %lld-row logits chunk, per-row losses\n",
+           p->head_bytes / G, (long long)p->head_rows);
     if (p->host_bytes > 0)
         printf("  host     %9.3f GB (%8.3f GiB) of offloaded checkpoints\n", p->host_bytes / G, p->host_bytes / Gi);
     printf("checkpoints by name (all layers):%s\n", p->host_bytes > 0 ? "       device           host" : "");

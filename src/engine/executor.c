@@ -772,13 +772,16 @@ int hyla_executor_forward_streamed(hyla_executor *ex, const int32_t *tokens, con
 /* plan_only: stop after the planning pass (hyla_executor_plan); timeline: [cap] or NULL. */
 static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                           int64_t B, int64_t T, hyla_delta_mode mode, int forward_only, int plan_only,
-                          size_t *timeline, int cap, int64_t head_rows)
+                          size_t *timeline, int cap, int64_t head_rows, int64_t head_block)
 {
     memset(ex, 0, sizeof *ex);
-    if (head_rows < HYLA_HEAD_ROWS || head_rows % HYLA_HEAD_ROWS)
-        return hyla_error_set(HYLA_ERR_ARG, "executor: head rows %lld must be a multiple of %d", (long long)head_rows,
-                              HYLA_HEAD_ROWS);
+    if (!head_rows) /* the default: hyla_head_rows' chunk, lm_head's gradient summed per chunk */
+        head_rows = head_block = hyla_head_rows(B * T, m->cfg.vocab);
+    if (head_block < HYLA_HEAD_ROWS || head_block % HYLA_HEAD_ROWS || head_rows % head_block)
+        return hyla_error_set(HYLA_ERR_ARG, "executor: head rows %lld must be a multiple of a block of %lld, itself a multiple of %d",
+                              (long long)head_rows, (long long)head_block, HYLA_HEAD_ROWS);
     ex->head_rows = head_rows;
+    ex->head_block = head_block;
     ex->plan_only = plan_only;
     ex->timeline = timeline;
     ex->host_timeline = timeline ? timeline + cap : NULL; /* one allocation: [device | host | staging] */
@@ -880,13 +883,13 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
 int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                        int64_t B, int64_t T, hyla_delta_mode mode, int forward_only)
 {
-    return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0, HYLA_HEAD_ROWS);
+    return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0, 0, 0);
 }
 
 int hyla_executor_init_head_rows(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
-                                 int64_t B, int64_t T, int64_t head_rows)
+                                 int64_t B, int64_t T, int64_t head_rows, int64_t head_block)
 {
-    return executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 0, NULL, 0, head_rows);
+    return executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 0, NULL, 0, head_rows, head_block);
 }
 
 int hyla_executor_measure(hyla_executor *ex)
@@ -918,7 +921,7 @@ int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy
     size_t *timeline = malloc(3 * CAP * sizeof *timeline);
     if (!timeline)
         return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
-    int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP, HYLA_HEAD_ROWS);
+    int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP, 0, 0);
     if (st && ex->timeline) { /* failed before hyla_executor_free took it */
         free(ex->timeline);
         ex->timeline = NULL;
@@ -930,7 +933,7 @@ int hyla_executor_plan_infer(hyla_executor *ex, const hyla_model *m, int64_t B, 
 {
     hyla_policy nothing;
     HYLA_TRY(hyla_policy_parse(&nothing, "full"));
-    return executor_setup(ex, m, &nothing, HYLA_UNIT_LAYER, B, T, mode, HYLA_FORWARD_LAST, 1, NULL, 0, HYLA_HEAD_ROWS);
+    return executor_setup(ex, m, &nothing, HYLA_UNIT_LAYER, B, T, mode, HYLA_FORWARD_LAST, 1, NULL, 0, 0, 0);
 }
 
 size_t hyla_executor_resident_bytes(const hyla_executor *ex)

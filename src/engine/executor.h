@@ -35,10 +35,17 @@ int hyla_remat_unit_parse(const char *text, hyla_remat_unit *out);
 const char *hyla_remat_unit_name(hyla_remat_unit u);
 
 #define HYLA_MAX_UNITS (2 * HYLA_MAX_LAYERS)
-/* Rows of logits the loss head computes at once: its working set is HYLA_HEAD_ROWS x vocab, not
- * tokens x vocab (Qwen3.5's 248,320-token vocabulary: 127 MB in fp32 instead of 8 GB at 8k tokens;
- * with the normed rows and their gradient the head of Qwen3.5-35B-A3B at 8k tokens is 0.26 GB). */
+/* The loss head computes logits a chunk of rows at a time, so its working set is a chunk x vocab,
+ * not tokens x vocab. A chunk is a multiple of HYLA_HEAD_ROWS rows; hyla_head_rows splits a step's
+ * n rows evenly into the fewest chunks whose logits fit HYLA_HEAD_BUDGET_BYTES (rounded up to the
+ * multiple, at most HYLA_HEAD_MAX_ROWS rows). The budget, not a row count, bounds the head: one
+ * 512-row chunk at a 151,936-token vocabulary (311 MB), 256 rows at Qwen3.5's 248,320 (254 MB, not
+ * 8 GB at 8k tokens). Bigger chunks are what make the head's GEMMs fast: at 128 rows its three
+ * products run at 200-245 GFLOP/s here, at 512 rows at 270-310 (bench/gemm_bench shapes). */
 #define HYLA_HEAD_ROWS 128
+#define HYLA_HEAD_MAX_ROWS 1024
+#define HYLA_HEAD_BUDGET_BYTES ((int64_t)320 << 20)
+int64_t hyla_head_rows(int64_t n, int64_t vocab);
 
 /* forward_only values (hyla_executor_init's last argument; 0 = a training executor):
  *   HYLA_FORWARD_ALL   the head runs over every row (logits and losses: forward, eval);
@@ -81,7 +88,8 @@ typedef struct {
     hyla_arena host;       /* always dry: offsets in the host store, a stack like ckpt */
     size_t ckpt_bytes, work_bytes; /* planned capacities (dry run high-water marks) */
     size_t buffer_bytes;           /* carries, per-token bookkeeping, expert sums of a running step */
-    int64_t head_rows;             /* rows of logits per head chunk (HYLA_HEAD_ROWS) */
+    int64_t head_rows;             /* rows of logits per head chunk (hyla_head_rows) */
+    int64_t head_block;            /* lm_head's gradient is summed over blocks of this many rows (= head_rows) */
     size_t head_bytes;             /* the loss head's share of the work arena (final norm, one logits chunk, losses) */
     size_t xfer_bytes[2], host_bytes;
     size_t *host_off;      /* [n_layers][HYLA_S__COUNT] store offset of an offloaded slot this step; SIZE_MAX: none */
@@ -159,10 +167,12 @@ size_t hyla_executor_resident_bytes(const hyla_executor *ex);
  * offloads needs a store attached (hyla_executor_attach_store) before the first step. */
 int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                        int64_t B, int64_t T, hyla_delta_mode mode, int forward_only);
-/* A training executor whose loss head takes head_rows rows at a time (a multiple of
- * HYLA_HEAD_ROWS) instead of HYLA_HEAD_ROWS; tests: head_rows >= B*T is the unchunked head. */
+/* A training executor whose loss head takes head_rows rows at a time and sums lm_head's gradient
+ * in blocks of head_block rows (head_rows a multiple of head_block, itself a multiple of
+ * HYLA_HEAD_ROWS) instead of hyla_head_rows' choice for both; tests: head_rows >= B*T is the
+ * unchunked head. */
 int hyla_executor_init_head_rows(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
-                                 int64_t B, int64_t T, int64_t head_rows);
+                                 int64_t B, int64_t T, int64_t head_rows, int64_t head_block);
 void hyla_executor_free(hyla_executor *ex);
 /* Per-layer updates (optional, hyla_executor_update_per_layer): decoder-layer gradients go to
  * `window`, which holds one remat unit's layers (table offsets [lo, hi) of those layers, stored

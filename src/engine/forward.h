@@ -21,7 +21,7 @@ typedef struct {
  * Bad token ids are an HYLA_ERR_ARG error naming the position. */
 int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
                  hyla_delta_mode mode, float *logits, hyla_forward_out *out);
-/* The same, the logits handed to `sink` HYLA_HEAD_ROWS rows at a time (never a [B*T, V] buffer);
+/* The same, the logits handed to `sink` one chunk of hyla_head_rows rows at a time (never a [B*T, V] buffer);
  * a sink's non-zero return stops the forward and is returned. */
 int hyla_forward_streamed(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
                           hyla_delta_mode mode, hyla_logits_sink sink, void *ctx, hyla_forward_out *out);

@@ -21,14 +21,27 @@ float *hyla_executor_param_grad(const hyla_executor *ex, float *grads, hyla_role
     return ex->updates->head + hyla_grad_head_index(ex, off);
 }
 
-/* The head over chunks of ex->head_rows (HYLA_HEAD_ROWS) rows: logits [rows, V] exist one chunk
- * at a time (with a caller's logits_out, straight in it), so the working set is O(chunk x vocab),
- * not O(tokens x vocab). A GEMM row comes out the same for any number of rows, and the loss sums
+int64_t hyla_head_rows(int64_t n, int64_t vocab)
+{
+    int64_t fit = HYLA_HEAD_BUDGET_BYTES / ((vocab > 0 ? vocab : 1) * (int64_t)sizeof(float));
+    fit = fit / HYLA_HEAD_ROWS * HYLA_HEAD_ROWS;
+    fit = fit < HYLA_HEAD_ROWS ? HYLA_HEAD_ROWS : fit > HYLA_HEAD_MAX_ROWS ? HYLA_HEAD_MAX_ROWS : fit;
+    if (n <= fit)
+        return n <= 0 ? HYLA_HEAD_ROWS : (n + HYLA_HEAD_ROWS - 1) / HYLA_HEAD_ROWS * HYLA_HEAD_ROWS;
+    int64_t chunks = (n + fit - 1) / fit, rows = (n + chunks - 1) / chunks; /* rows <= fit */
+    return (rows + HYLA_HEAD_ROWS - 1) / HYLA_HEAD_ROWS * HYLA_HEAD_ROWS;
+}
+
+/* The head over chunks of ex->head_rows rows: logits [rows, V] exist one chunk at a time (with a
+ * caller's logits_out, straight in it), so the working set is O(chunk x vocab), not
+ * O(tokens x vocab). A GEMM row comes out the same for any number of rows, and the loss sums
  * per-row values in hyla_cross_entropy_fwd's grouping, so losses, logits and the gradient
  * flowing back are independent of the chunking; lm_head's gradient (a sum over rows) is
- * accumulated in fixed blocks of HYLA_HEAD_ROWS rows in row order whatever the chunk, so it is
- * too. Every chunk size that is a multiple of HYLA_HEAD_ROWS, or the whole step, gives
- * bit-identical results (tests/test_train.c). */
+ * accumulated in blocks of ex->head_block rows in row order whatever the chunk, so it is too.
+ * Every chunk size that is a multiple of the block, or the whole step, gives bit-identical
+ * results (tests/test_train.c). By default the block is the chunk: one dW product per chunk, its
+ * K as long as the budget allows (at K = 128 the product streams the [V, H] gradient through
+ * memory four times per 512 rows and runs at 220 GFLOP/s here; at K = 512 once, at 310). */
 static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
 {
     const hyla_config *cfg = &ex->m->cfg;
@@ -61,18 +74,19 @@ static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, fl
             hyla_linear_bf16w(logits, xn + r0 * H, head16, m, H, V, 0, wide);
         else
             hyla_linear(logits, xn + r0 * H, head, m, H, V, 0);
-        hyla_cross_entropy_rows(row_ce + r0, logits, ex->labels + r0, m, V);
         if (ex->sink && ex->sink_status == HYLA_OK)
             ex->sink_status = ex->sink(ex->sink_ctx, r0, m, logits);
-        if (grads) {
-            hyla_cross_entropy_bwd(logits, logits, ex->labels + r0, m, V, ce_scale); /* in place: dlogits */
+        if (!grads)
+            hyla_cross_entropy_rows(row_ce + r0, logits, ex->labels + r0, m, V);
+        else {
+            hyla_cross_entropy_rows_bwd(row_ce + r0, logits, logits, ex->labels + r0, m, V, ce_scale); /* in place: dlogits */
             if (bf16) { /* dlogits as a bf16 matmul input */
                 hyla_bf16_round(logits, m * V);
                 hyla_linear_bf16w_dx(dxn + r0 * H, logits, head16, m, H, V, wide);
             } else
                 hyla_linear_bwd(dxn + r0 * H, NULL, logits, xn + r0 * H, head, m, H, V);
-            for (int64_t b0 = 0; dhead && b0 < m; b0 += HYLA_HEAD_ROWS) { /* lm_head's gradient: fixed blocks of rows */
-                int64_t bm = m - b0 < HYLA_HEAD_ROWS ? m - b0 : HYLA_HEAD_ROWS;
+            for (int64_t b0 = 0; dhead && b0 < m; b0 += ex->head_block) { /* lm_head's gradient: fixed blocks of rows */
+                int64_t bm = m - b0 < ex->head_block ? m - b0 : ex->head_block;
                 hyla_linear_bwd(NULL, dhead, logits + b0 * V, xn + (r0 + b0) * H, head, bm, H, V); /* W unused */
             }
         }

@@ -147,6 +147,7 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;
     out->work_bytes = (double)ex.work_bytes * scale;
     out->head_bytes = (double)ex.head_bytes * scale;
+    out->head_rows = ex.head_rows;
     out->staging_bytes = (double)(ex.xfer_bytes[0] + ex.xfer_bytes[1]) * scale;
     out->host_bytes = (double)ex.host_bytes * scale;
     out->carry_bytes = 4.0 * (double)(pc->batch * pc->seq * m->cfg.hidden) * 4.0; /* fp32 in every mode */

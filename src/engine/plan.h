@@ -44,7 +44,8 @@ typedef struct {
     int64_t experts_per_group;      /* routed experts FSDP holds whole at once (all of a layer's without groups) */
     double comm_bytes;              /* bytes one device sends per step (FSDP: device pc->rank) */
     double host_bytes;              /* offloaded checkpoints in the host tier */
-    double head_bytes;              /* the loss head's working set (part of work_bytes): O(HYLA_HEAD_ROWS x vocab) */
+    double head_bytes;              /* the loss head's working set (part of work_bytes): O(head_rows x vocab) */
+    int64_t head_rows;              /* rows per logits chunk (hyla_head_rows) */
     double by_name[HYLA_CK__COUNT + 1]; /* kept (device) checkpoint bytes per name (last: internal) */
     double by_kind[2];              /* kept checkpoint bytes in linear / full layers */
     double host_by_name[HYLA_CK__COUNT + 1], host_by_kind[2]; /* offloaded bytes, the same way */

@@ -135,6 +135,34 @@ double hyla_aux_loss_finish(const double *counts /*[E]*/, const double *psum /*[
     return (double)E * s;
 }
 
+/* One row's loss and gradient from the same max and exp sum: row_ce as ce_row gives it,
+ * dlogits as hyla_cross_entropy_bwd gives it (dl may alias l). */
+static double ce_row_bwd(float *dl, const float *l, int64_t V, int32_t lab, float scale)
+{
+    float mx = row_max(l, V), l_lab = l[lab];
+    double sum = row_exp_sum(l, V, mx, dl), inv = (double)scale / sum;
+    float e_lab = dl[lab];
+#pragma omp simd
+    for (int64_t j = 0; j < V; j++)
+        dl[j] = (float)((double)dl[j] * inv);
+    dl[lab] = (float)((double)e_lab * inv - (double)scale); /* the onehot, subtracted in double */
+    return (double)mx + log(sum) - (double)l_lab;
+}
+
+void hyla_cross_entropy_rows_bwd(double *row_ce /*[n]*/, float *dlogits /*[n,V]*/, const float *logits /*[n,V]*/,
+                                 const int32_t *labels /*[n]*/, int64_t n, int64_t V, float scale)
+{
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * V)
+    for (int64_t i = 0; i < n; i++) {
+        HYLA_ASSERT(labels[i] < V);
+        if (labels[i] < 0) {
+            row_ce[i] = 0.0;
+            memset(dlogits + i * V, 0, (size_t)V * sizeof(float));
+        } else
+            row_ce[i] = ce_row_bwd(dlogits + i * V, logits + i * V, V, labels[i], scale);
+    }
+}
+
 /* dlogits = scale (softmax(l) - onehot(label)), softmax as in the forward (max subtracted, exp in
  * fp32, sum in double); 0 on ignored rows. The max pass reads the row whole, then the sum pass
  * writes each exp over element j after reading it (once: the scaling pass reads the exps back),
@@ -153,12 +181,6 @@ void hyla_cross_entropy_bwd(float *dlogits /*[n,V]*/, const float *logits /*[n,V
             continue;
         }
         HYLA_ASSERT(lab < V);
-        float mx = row_max(l, V);
-        double inv = (double)scale / row_exp_sum(l, V, mx, dl);
-        float e_lab = dl[lab];
-#pragma omp simd
-        for (int64_t j = 0; j < V; j++)
-            dl[j] = (float)((double)dl[j] * inv);
-        dl[lab] = (float)((double)e_lab * inv - (double)scale); /* the onehot, subtracted in double */
+        ce_row_bwd(dl, l, V, lab, scale);
     }
 }

@@ -122,6 +122,10 @@ double hyla_cross_entropy_fwd(const float *logits /*[n,V]*/, const int32_t *labe
 void hyla_cross_entropy_rows(double *row_ce /*[n]*/, const float *logits /*[n,V]*/, const int32_t *labels /*[n]*/,
                              int64_t n, int64_t V);
 double hyla_cross_entropy_sum(const double *row_ce /*[n]*/, const int32_t *labels /*[n]*/, int64_t n, int64_t *count);
+/* hyla_cross_entropy_rows and hyla_cross_entropy_bwd in one pass over each row (one max, one exp
+ * sum for both): the same row_ce and dlogits bit for bit. dlogits may alias logits. */
+void hyla_cross_entropy_rows_bwd(double *row_ce /*[n]*/, float *dlogits /*[n,V]*/, const float *logits /*[n,V]*/,
+                                 const int32_t *labels /*[n]*/, int64_t n, int64_t V, float scale);
 
 /* Router load-balancing loss, streamed over MoE layers (spec §3.8):
  * accumulate per layer: counts[e] += #(row, slot) selecting e; psum[e] += sum_rows probs[row,e];

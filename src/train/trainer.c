@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "core/zero.h"
 #include "engine/routing.h"
 #include "model/lora.h"
 
@@ -237,7 +238,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         hyla_host_store_stats_reset(tr->store);
     hyla_comm_stats_reset(comm);
     tr->fsdp.wait_seconds = 0;
-    memset(tr->grads, 0, tr->head_floats * sizeof(float));
+    double tz = HYLA_PROF_BEGIN();
+    hyla_zero_floats(tr->grads, tr->head_floats);
+    HYLA_PROF_END("grad_zero", tz);
     tr->opt.cfg.lr = hyla_lr_at(&tr->cfg.schedule, tr->opt.step);
     tr->step_sumsq = 0.0;
     if (tr->cfg.update_per_layer)
@@ -280,7 +283,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
             tr->model->lora->dropout_step = tr->opt.step * G + g;
         }
         if ((tr->reducing || tr->sharded) && round > 0)
-            memset(tr->grads, 0, tr->head_floats * sizeof(float));
+            hyla_zero_floats(tr->grads, tr->head_floats);
         tr->round_first = round == 0;
         int st = hyla_executor_step(&tr->ex, tokens + g * per, labels ? labels + g * per : NULL, tr->grads, ce_scale,
                                     aux_scale, &l);
@@ -329,7 +332,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         HYLA_TRY(hyla_adamw_apply(&tr->opt, &tr->fsdp.shard, tr->fsdp.w, tr->fsdp.grad,
                                   hyla_clip_scale(&tr->opt.cfg, stats->grad_norm)));
     } else {
+        double to = HYLA_PROF_BEGIN();
         HYLA_TRY(hyla_adamw_step(&tr->opt, trained_table(tr), trained_weights(tr), tr->grads, &stats->grad_norm));
+        HYLA_PROF_END("optimizer", to);
     }
     stats->tokens = G * per;
     stats->seconds = hyla_now() - t0;
