@@ -3,9 +3,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "core/error.h"
+#include "core/pages.h"
 
 int hyla_arena_init(hyla_arena *a, const char *name, size_t capacity)
 {
@@ -16,8 +16,8 @@ int hyla_arena_init(hyla_arena *a, const char *name, size_t capacity)
      * threshold moves a freed arena's size onto the heap, where the next executor's arena (a
      * prefill piece, a request) lands beside the retained one and the process's peak grows
      * past the plan (11 MiB seen on a 4,096-token prefill) */
-    void *p = mmap(NULL, capacity, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    void *p = hyla_pages_map(capacity);
+    if (!p)
         return hyla_error_set(HYLA_ERR_NOMEM, "%s arena: cannot allocate %zu bytes", name, capacity);
     a->base = p;
     /* fault every page in now, at setup: otherwise the first step pays for it (3.5x a normal
@@ -37,7 +37,7 @@ void hyla_arena_init_dry(hyla_arena *a, const char *name)
 void hyla_arena_free(hyla_arena *a)
 {
     if (a->base)
-        munmap(a->base, a->capacity);
+        hyla_pages_unmap(a->base, a->capacity);
     memset(a, 0, sizeof *a);
 }
 

@@ -19,6 +19,12 @@ void hyla_prof_reset(void)
     hyla_prof.enabled = enabled;
 }
 
+void hyla_prof_gemm_add(double flops, double seconds)
+{
+    hyla_prof.gemm_flops += flops;
+    hyla_prof.gemm_seconds += seconds;
+}
+
 void hyla_prof_add(const char *name, double seconds)
 {
     int i = 0;

@@ -22,6 +22,8 @@ extern hyla_profile hyla_prof;
 double hyla_now(void); /* monotonic seconds */
 void hyla_prof_reset(void);
 void hyla_prof_add(const char *name, double seconds);
+/* GEMM work done inside a parallel region (hyla_gemm counts only calls made outside one). */
+void hyla_prof_gemm_add(double flops, double seconds);
 /* JSON array [{"op": name, "seconds": s, "calls": c}, ...] to f. */
 void hyla_prof_print_json(FILE *f);
 

@@ -202,7 +202,7 @@ static int generate_impl(const hyla_model *m, int64_t B, const int32_t *const *p
         return hyla_error_set(HYLA_ERR_ARG, "prompt plus %lld new tokens (%lld) exceeds the model's %lld positions",
                               (long long)s->max_new, (long long)max_len, (long long)cfg->max_position_embeddings);
     hyla_infer_state state;
-    HYLA_TRY(hyla_infer_state_init(&state, cfg, B, max_len));
+    HYLA_TRY(hyla_infer_state_init_pages(&state, cfg, B, max_len, 1)); /* filled to max_len unless a stop comes first */
     float *logits = malloc((size_t)(B * V) * sizeof *logits), *p = malloc((size_t)V * sizeof *p);
     int32_t *idx = malloc((size_t)V * sizeof *idx), *step_tokens = malloc((size_t)B * sizeof *step_tokens);
     unsigned char *done = calloc((size_t)B, 1);

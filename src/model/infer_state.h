@@ -28,9 +28,15 @@ typedef struct hyla_infer_state_s {
     int n_layers;
     hyla_layer_state *layers;  /* [n_layers] */
     int owned;                 /* buffers allocated by hyla_infer_state_init */
+    void *map;                 /* owned: every layer's buffers, one mapping of map_bytes */
+    size_t map_bytes;
 } hyla_infer_state;
 
 int hyla_infer_state_init(hyla_infer_state *s, const hyla_config *cfg, int64_t B, int64_t max_len);
+/* The same; huge_kv: the KV caches in huge pages too (a caller that fills every sequence to
+ * max_len, as generate does; a server's slots reach max_len rarely, and a 2 MB page per slot and
+ * layer would be resident for a few tokens). The recurrent states always are. */
+int hyla_infer_state_init_pages(hyla_infer_state *s, const hyla_config *cfg, int64_t B, int64_t max_len, int huge_kv);
 void hyla_infer_state_free(hyla_infer_state *s);
 /* Forget sequence b (its caches restart empty). */
 void hyla_infer_state_reset(hyla_infer_state *s, const hyla_config *cfg, int64_t b);

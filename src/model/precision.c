@@ -15,6 +15,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/pages.h"
 
 int hyla_role_is_matrix(hyla_role r)
 {
@@ -31,17 +32,9 @@ int hyla_role_is_matrix(hyla_role r)
     }
 }
 
-void *hyla_model_map(size_t bytes)
-{
-    void *p = mmap(NULL, bytes ? bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    return p == MAP_FAILED ? NULL : p;
-}
+void *hyla_model_map(size_t bytes) { return hyla_pages_map(bytes); }
 
-void hyla_model_unmap(void *p, size_t bytes)
-{
-    if (p)
-        munmap(p, bytes ? bytes : 1);
-}
+void hyla_model_unmap(void *p, size_t bytes) { hyla_pages_unmap(p, bytes); }
 
 int hyla_model_alloc_bf16(hyla_model *m)
 {
@@ -71,8 +64,14 @@ void hyla_model_release_pages(void *start, size_t bytes)
 {
     uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t a = ((uintptr_t)start + page - 1) & ~(page - 1), b = ((uintptr_t)start + bytes) & ~(page - 1);
-    if (b > a)
+    if (b > a) {
         madvise((void *)a, b - a, MADV_DONTNEED);
+#ifdef MADV_NOHUGEPAGE
+        /* and 4 KB pages from now on (hyla_pages_map asked for huge ones): a page touched again
+         * later brings back 4 KB, not 2 MB, and khugepaged does not refill the range */
+        madvise((void *)a, b - a, MADV_NOHUGEPAGE);
+#endif
+    }
 }
 
 /* Give back the pages of w that lie wholly inside matrix parameters (their values now live in

@@ -9,6 +9,7 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "core/finite.h"
+#include "core/pages.h"
 #include "core/parallel.h"
 #include "dist/shard.h"
 #include "model/model.h"
@@ -18,8 +19,8 @@ int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floa
     memset(opt, 0, sizeof *opt);
     opt->cfg = *cfg;
     opt->n_floats = n_floats;
-    opt->m = malloc((n_floats ? n_floats : 1) * sizeof(float));
-    opt->v = malloc((n_floats ? n_floats : 1) * sizeof(float));
+    opt->m = hyla_pages_map(n_floats * sizeof(float)); /* streamed every step: huge pages where there are */
+    opt->v = hyla_pages_map(n_floats * sizeof(float));
     if (!opt->m || !opt->v) {
         hyla_adamw_free(opt);
         return hyla_error_set(HYLA_ERR_NOMEM, "optimizer: cannot allocate %zu moment floats", 2 * n_floats);
@@ -32,8 +33,8 @@ int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floa
 
 void hyla_adamw_free(hyla_adamw *opt)
 {
-    free(opt->m);
-    free(opt->v);
+    hyla_pages_unmap(opt->m, opt->n_floats * sizeof(float));
+    hyla_pages_unmap(opt->v, opt->n_floats * sizeof(float));
     memset(opt, 0, sizeof *opt);
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/error.h"
+#include "core/pages.h"
 #include "core/profile.h"
 #include "core/zero.h"
 #include "engine/routing.h"
@@ -58,7 +59,7 @@ static int alloc_gradients(hyla_trainer *tr)
         tr->grad_window = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
         tr->updates = (hyla_layer_updates){NULL, tr->grad_window, tr->sharded ? reduce_layers : apply_layers, tr};
     }
-    tr->grads = aligned_alloc(64, hyla_align_up((head ? head : 1) * sizeof(float)));
+    tr->grads = hyla_pages_map(head * sizeof(float)); /* streamed every step: huge pages where there are */
     tr->updates.head = tr->grads;
     tr->head_floats = head;
     tr->grad_floats = head + window;
@@ -139,7 +140,7 @@ void hyla_trainer_free(hyla_trainer *tr)
         hyla_executor_free(&tr->ex);
     hyla_adamw_free(&tr->opt);
     hyla_host_store_close(tr->store);
-    free(tr->grads);
+    hyla_pages_unmap(tr->grads, tr->head_floats * sizeof(float));
     free(tr->grad_window);
     free(tr->replay_buf);
     free(tr->loss_parts);
