@@ -12,16 +12,19 @@
 #include "core/bf16.h"
 #include "core/error.h"
 #include "core/finite.h"
+#include "core/pages.h"
 #include "core/rng.h"
 #include "io/fileio.h"
 #include "io/outdir.h"
 
 /* The fp32 arena is a zero-filled anonymous mapping: pages never written (the matrix
  * parameters of a bf16-weights model) are never resident. */
-static int alloc_weights(hyla_model *m)
+static int alloc_weights(hyla_model *m, int huge_pages)
 {
     m->w_bytes = m->table.total_floats * sizeof(float);
-    m->w = hyla_model_map(m->w_bytes);
+    /* huge pages only when every page will be written: with the matrices in bf16 only, the
+     * vectors scattered over w would each fault a 2 MB page in (150 MB for the 0.8B shape) */
+    m->w = huge_pages ? hyla_model_map(m->w_bytes) : hyla_pages_map_small(m->w_bytes);
     m->matrices_in_w = 1;
     m->compute_dtype = HYLA_DT_F32;
     m->hf_dtype = calloc(m->table.n_hf ? m->table.n_hf : 1, 1);
@@ -231,7 +234,7 @@ static int model_load(hyla_model *m, const char *dir, int bf16_weights)
     hyla_layout layout;
     if ((st = hyla_model_detect_layout(&set, &m->cfg, &layout, dir)) == HYLA_OK &&
         (st = hyla_params_build(&m->table, &m->cfg, &layout)) == HYLA_OK &&
-        (st = alloc_weights(m)) == HYLA_OK)
+        (st = alloc_weights(m, !bf16_weights)) == HYLA_OK)
         st = check_unexpected(m, &set, dir);
     float *row_buf = NULL;
     if (st == HYLA_OK && bf16_weights) {
@@ -313,7 +316,7 @@ int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *la
     hyla_schedule_build(&m->sched, cfg);
     int st = hyla_params_build(&m->table, cfg, layout);
     if (st == HYLA_OK)
-        st = alloc_weights(m);
+        st = alloc_weights(m, 1);
     if (st) {
         hyla_model_free(m);
         return st;
