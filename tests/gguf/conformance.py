@@ -191,9 +191,9 @@ def hyla_logits(hyla, model, tokens, out):
     return np.fromfile(out, dtype=np.float32).reshape(len(tokens), -1)
 
 
-def llama_logits(path, tokens):
-    llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_batch=64, logits_all=True, flash_attn=False, n_threads=2,
-                          n_threads_batch=2, type_k=0, type_v=0, verbose=False)  # type 0 = GGML_TYPE_F32 KV cache
+def llama_logits(path, tokens, batch=64):
+    llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_batch=batch, n_ubatch=batch, logits_all=True, flash_attn=False,
+                          n_threads=2, n_threads_batch=2, type_k=0, type_v=0, verbose=False)  # type 0 = GGML_TYPE_F32 KV cache
     llm.eval(tokens)
     got = np.array(llm.scores[:len(tokens)], dtype=np.float32)
     del llm
@@ -231,7 +231,10 @@ def main():
             path = os.path.join(a.work, f"{arch}-{qtype}.gguf")
             subprocess.run([a.hyla, "convert", d, path, "--to", "gguf", "--type", qtype], check=True, stdout=subprocess.DEVNULL)
             check_file(path, arch, c, qtype, errors)
-            got = llama_logits(path, tokens)
+            # Q8_0 one token per batch: llama.cpp 0.3.36 built for this VM's CPU segfaults in its batched
+            # Q8_0 matmul (n_batch 64; a llama.cpp kernel, not the file: the same file evaluates token by
+            # token); the per-token path is llama.cpp's own vec-dot kernel, the same arithmetic per row
+            got = llama_logits(path, tokens, 1 if qtype == "q8_0" else 64)
             if qtype in ("f16", "bf16"):
                 base = hyla_logits(a.hyla, d + "." + qtype, tokens, os.path.join(a.work, "r.bin"))
                 bound = 4 * delta_w[qtype] + scale / 4096
