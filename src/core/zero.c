@@ -10,15 +10,11 @@ enum { ZERO_STREAM_MIN = 1 << 20, ZERO_BLOCK = 1 << 16 }; /* floats: below 4 MB,
 
 void hyla_zero_floats(float *x, size_t n)
 {
-    if (n < ZERO_STREAM_MIN) {
+    if (n < ZERO_STREAM_MIN || (uintptr_t)x % sizeof(float)) { /* small, or not float-aligned: nothing to stream */
         memset(x, 0, n * sizeof(float));
         return;
     }
     size_t head = (size_t)((16 - ((uintptr_t)x & 15)) & 15) / sizeof(float); /* to a 16-byte boundary */
-    if ((uintptr_t)x % sizeof(float)) { /* not float-aligned: nothing to stream */
-        memset(x, 0, n * sizeof(float));
-        return;
-    }
     memset(x, 0, head * sizeof(float));
     float *a = x + head;
     size_t m = n - head, blocks = (m + ZERO_BLOCK - 1) / ZERO_BLOCK;
