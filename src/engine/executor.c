@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/profile.h"
+#include "core/quant.h"
 #include "model/infer_state.h"
 #include "ops/ops.h"
 #include "engine/loss_head.h"
@@ -173,6 +174,8 @@ static int64_t lora_scratch(const hyla_executor *ex, const hyla_layer_op *op)
 }
 static int64_t bf16_scratch(const hyla_executor *ex, const hyla_layer_op *op)
 {
+    if (op->lora && ex->m->qw) /* a GGUF model's products: gathered x, dequantized weight rows */
+        return hyla_quant_scratch_floats(&ex->m->cfg, ex->n);
     return op->lora && hyla_executor_bf16_compute(ex) ? hyla_bf16_scratch_floats(&ex->m->cfg, ex->n) : 0;
 }
 static float *op_scratch(hyla_executor *ex, const hyla_layer_op *op, int64_t own)
@@ -374,7 +377,11 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     int64_t H = cfg->hidden;
     t0->p[HYLA_S_X] = place_layer_input(ex, 0, 1); /* staging: half 1, that of "layer -1" */
     const uint16_t *E16 = hyla_model_param_bf16(ex->m, HYLA_P_EMBED, -1);
-    if (!ex->dry && E16) /* bf16 compute: the rows of the bf16 copy */
+    const hyla_qmat *EQ = hyla_model_param_q(ex->m, HYLA_P_EMBED, -1);
+    if (!ex->dry && EQ) /* a GGUF model: rows dequantized from the file */
+        for (int64_t i = 0; i < ex->n; i++)
+            hyla_qmat_row(EQ, tokens[i], t0->p[HYLA_S_X] + i * H);
+    else if (!ex->dry && E16) /* bf16 compute: the rows of the bf16 copy */
         for (int64_t i = 0; i < ex->n; i++)
             hyla_bf16_unpack(t0->p[HYLA_S_X] + i * H, E16 + (int64_t)tokens[i] * H, H);
     else if (!ex->dry) {

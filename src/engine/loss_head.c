@@ -7,6 +7,8 @@
 #include "core/error.h"
 #include "core/gemm.h"
 #include "core/profile.h"
+#include "core/quant.h"
+#include "model/layer_ops.h"
 #include "ops/ops.h"
 
 float *hyla_executor_param_grad(const hyla_executor *ex, float *grads, hyla_role role)
@@ -56,7 +58,8 @@ static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, fl
     /* bf16 compute: the normed rows and dlogits are rounded in place; the products widen lm_head
      * rows into this scratch */
     int bf16 = hyla_executor_bf16_compute(ex);
-    float *wide = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16w_scratch_floats(rows, H), 0) : NULL;
+    int64_t wide_floats = hyla_head_scratch_floats(ex->m, rows);
+    float *wide = wide_floats ? hyla_executor_alloc(ex, &ex->work, wide_floats, 0) : NULL;
     ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
     if (ex->dry)
         return;
@@ -70,10 +73,7 @@ static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, fl
     for (int64_t r0 = 0; r0 < n; r0 += rows) {
         int64_t m = n - r0 < rows ? n - r0 : rows;
         float *logits = logits_out ? logits_out + r0 * V : chunk;
-        if (bf16)
-            hyla_linear_bf16w(logits, xn + r0 * H, head16, m, H, V, 0, wide);
-        else
-            hyla_linear(logits, xn + r0 * H, head, m, H, V, 0);
+        hyla_head_linear(ex->m, logits, xn + r0 * H, m, wide);
         if (ex->sink && ex->sink_status == HYLA_OK)
             ex->sink_status = ex->sink(ex->sink_ctx, r0, m, logits);
         if (!grads)
@@ -105,11 +105,12 @@ static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, fl
 static void last_rows_head(hyla_executor *ex, float *logits_out, hyla_step_loss *loss)
 {
     const hyla_config *cfg = &ex->m->cfg;
-    int64_t B = ex->B, T = ex->T, H = cfg->hidden, V = cfg->vocab;
+    int64_t B = ex->B, T = ex->T, H = cfg->hidden;
     int bf16 = hyla_executor_bf16_compute(ex);
     size_t mark = hyla_arena_mark(&ex->work);
     float *xn = hyla_executor_alloc(ex, &ex->work, B * H, 0);
-    float *wide = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16w_scratch_floats(B, H), 0) : NULL;
+    int64_t wide_floats = hyla_head_scratch_floats(ex->m, B);
+    float *wide = wide_floats ? hyla_executor_alloc(ex, &ex->work, wide_floats, 0) : NULL;
     ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
     loss->ce_sum = 0;
     loss->ce_count = 0;
@@ -120,11 +121,9 @@ static void last_rows_head(hyla_executor *ex, float *logits_out, hyla_step_loss 
     const float *wn = hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1);
     for (int64_t b = 0; b < B; b++)
         hyla_rmsnorm1p_fwd(xn + b * H, NULL, y + (b * T + T - 1) * H, wn, 1, H, (float)cfg->rms_norm_eps);
-    if (bf16) {
+    if (bf16)
         hyla_bf16_round(xn, B * H);
-        hyla_linear_bf16w(logits_out, xn, hyla_model_param_bf16(ex->m, HYLA_P_LM_HEAD, -1), B, H, V, 0, wide);
-    } else
-        hyla_linear(logits_out, xn, hyla_model_param(ex->m, HYLA_P_LM_HEAD, -1), B, H, V, 0);
+    hyla_head_linear(ex->m, logits_out, xn, B, wide);
     HYLA_PROF_END("lm_head", t0);
 }
 

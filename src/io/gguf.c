@@ -34,28 +34,6 @@ struct hyla_gguf_writer {
     int failed;          /* an add failed: the error is already set */
 };
 
-const char *hyla_ggml_type_name(hyla_ggml_type t)
-{
-    switch (t) {
-    case HYLA_GGML_F32: return "F32";
-    case HYLA_GGML_F16: return "F16";
-    case HYLA_GGML_BF16: return "BF16";
-    case HYLA_GGML_Q8_0: return "Q8_0";
-    }
-    return "?";
-}
-
-size_t hyla_ggml_bytes(hyla_ggml_type t, size_t n)
-{
-    switch (t) {
-    case HYLA_GGML_F32: return 4 * n;
-    case HYLA_GGML_F16:
-    case HYLA_GGML_BF16: return 2 * n;
-    case HYLA_GGML_Q8_0: return n / HYLA_Q8_0_BLOCK * (2 + HYLA_Q8_0_BLOCK);
-    }
-    return 0;
-}
-
 static void q8_0_from_f32(unsigned char *dst, const float *src, size_t n)
 {
     for (size_t b = 0; b < n / HYLA_Q8_0_BLOCK; b++, src += HYLA_Q8_0_BLOCK, dst += 2 + HYLA_Q8_0_BLOCK) {
@@ -76,6 +54,7 @@ void hyla_ggml_from_f32(hyla_ggml_type t, void *dst, const float *src, size_t n)
     case HYLA_GGML_F16: hyla_dtype_from_f32(dst, src, HYLA_DT_F16, n); break;
     case HYLA_GGML_BF16: hyla_dtype_from_f32(dst, src, HYLA_DT_BF16, n); break;
     case HYLA_GGML_Q8_0: q8_0_from_f32(dst, src, n); break;
+    default: break; /* the writer is only given the types above (hyla_gguf_add_tensor checks) */
     }
 }
 
@@ -211,6 +190,11 @@ int hyla_gguf_add_tensor(hyla_gguf_writer *w, const char *name, int n_dims, cons
             return hyla_error_set(HYLA_ERR_ARG, "gguf tensor %s: dimension %d is %lld", name, d, (long long)ne[d]), -1;
         }
         n *= (size_t)ne[d];
+    }
+    if (type != HYLA_GGML_F32 && type != HYLA_GGML_F16 && type != HYLA_GGML_BF16 && type != HYLA_GGML_Q8_0) {
+        w->failed = 1;
+        return hyla_error_set(HYLA_ERR_ARG, "gguf tensor %s: the writer does not quantize to %s", name,
+                              hyla_ggml_type_name(type)), -1;
     }
     if (type == HYLA_GGML_Q8_0 && ne[0] % HYLA_Q8_0_BLOCK) {
         w->failed = 1;

@@ -19,16 +19,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { HYLA_GGML_F32 = 0, HYLA_GGML_F16 = 1, HYLA_GGML_Q8_0 = 8, HYLA_GGML_BF16 = 30 } hyla_ggml_type;
+#include "core/quant.h" /* hyla_ggml_type, block sizes */
 
 #define HYLA_GGUF_ALIGNMENT 32
-#define HYLA_Q8_0_BLOCK 32
 
-/* "F32", "F16", "BF16", "Q8_0"; "?" otherwise. */
-const char *hyla_ggml_type_name(hyla_ggml_type t);
-/* Bytes of n values of type t (n a multiple of 32 for Q8_0). */
-size_t hyla_ggml_bytes(hyla_ggml_type t, size_t n);
-/* Convert n float32 values to type t (n a multiple of 32 for Q8_0; f16/bf16 round to nearest even). */
+/* Convert n float32 values to type t (F32, F16, BF16 or Q8_0; n a multiple of 32 for Q8_0;
+ * f16/bf16 round to nearest even). */
 void hyla_ggml_from_f32(hyla_ggml_type t, void *dst, const float *src, size_t n);
 
 typedef struct hyla_gguf_writer hyla_gguf_writer;

@@ -210,6 +210,16 @@ int hyla_model_load_adapted(hyla_model *m, const char *dir, const char *adapter,
 int hyla_model_load_inference(hyla_model *m, const char *dir, const char *adapter, hyla_adapter_info *info,
                               int compute_bf16, int weights_bf16)
 {
+    if (hyla_is_gguf_path(dir)) {
+        memset(info, 0, sizeof *info);
+        if (adapter)
+            return hyla_error_set(HYLA_ERR_ARG, "%s: --adapter needs a Hugging Face model directory (a GGUF model's "
+                                  "weights are read in place, not merged)", dir);
+        if (compute_bf16 || weights_bf16)
+            return hyla_error_set(HYLA_ERR_ARG, "%s: --act-dtype / --param-dtype bf16: a GGUF model computes with "
+                                  "its tensors' stored types and fp32 activations", dir);
+        return hyla_model_load_gguf(m, dir);
+    }
     if (weights_bf16 && !adapter) {
         memset(info, 0, sizeof *info);
         return hyla_model_load_bf16(m, dir);

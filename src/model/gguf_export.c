@@ -10,246 +10,58 @@
 #include "io/fileio.h"
 #include "io/tokenizer.h"
 
-/* ---- tensors: each GGUF tensor is rows of one parameter, picked and transformed ------------------ */
-
-typedef enum { OP_COPY, OP_PLUS_ONE, OP_NEG_EXP } value_op;
-
-typedef struct {
-    char name[64];
-    hyla_ggml_type type;
-    int n_dims;
-    int64_t ne[3];        /* ggml order: ne[0] = row length */
-    const float *src;     /* the parameter's fp32 data */
-    int64_t src_row_len;  /* floats per source row */
-    int64_t rows;         /* output rows (product of ne[1..]) */
-    int64_t *row_map;     /* [rows] source row of each output row (-1 - r: row r of src2); NULL: rows row0.. */
-    const float *src2;    /* a second parameter of the same row length (Qwen3-Next's ssm_ba: beta and alpha) */
-    int64_t row0;
-    int64_t *col_map;     /* [ne[0]] source column of each output column; NULL: identity */
-    value_op op;
-} export_tensor;
+/* ---- tensors: the map's tensors (model/gguf_map.h), each given a type and its source data ------- */
 
 typedef struct {
     const hyla_model *m;
     hyla_ggml_type want;
-    export_tensor *t;
-    size_t n, cap;
+    hyla_gguf_map map;
+    hyla_ggml_type *type;  /* [map.n] */
+    const float **src, **src2; /* [map.n] the parameters' fp32 data */
     size_t n_fallback;
     float *scratch;
-    size_t scratch_floats;
 } exporter;
-
-/* Value-head permutation for Qwen3.5: new position (v * Hk + g) holds old head (g * r + v). */
-static int64_t tiled_head(int64_t new_head, int64_t Hk, int64_t r)
-{
-    int64_t v = new_head / Hk, g = new_head % Hk;
-    return g * r + v;
-}
-
-/* map[i] for i < n_heads * hd: the source index within a block of value heads of hd each. */
-static int64_t *value_head_map(int64_t n_heads, int64_t hd, int64_t Hk, int64_t offset, int64_t total)
-{
-    int64_t *map = malloc((size_t)total * sizeof *map);
-    if (!map)
-        return NULL;
-    int64_t r = n_heads / Hk;
-    for (int64_t i = 0; i < total; i++)
-        map[i] = i;
-    for (int64_t i = 0; i < n_heads * hd; i++)
-        map[offset + i] = offset + tiled_head(i / hd, Hk, r) * hd + i % hd;
-    return map;
-}
-
-static export_tensor *add(exporter *e, const char *name, int layer, hyla_role role, int n_dims, int64_t ne0, int64_t ne1,
-                          int64_t ne2)
-{
-    if (e->n == e->cap) {
-        size_t cap = e->cap ? 2 * e->cap : 256;
-        export_tensor *t = realloc(e->t, cap * sizeof *t);
-        if (!t)
-            return NULL;
-        e->t = t, e->cap = cap;
-    }
-    export_tensor *t = &e->t[e->n++];
-    memset(t, 0, sizeof *t);
-    if (layer >= 0)
-        snprintf(t->name, sizeof t->name, "blk.%d.%s", layer, name);
-    else
-        snprintf(t->name, sizeof t->name, "%s", name);
-    t->n_dims = n_dims;
-    t->ne[0] = ne0, t->ne[1] = ne1, t->ne[2] = ne2;
-    t->rows = (n_dims > 1 ? ne1 : 1) * (n_dims > 2 ? ne2 : 1);
-    t->src = hyla_model_param(e->m, role, layer);
-    t->src_row_len = ne0;
-    size_t len = strlen(t->name);
-    /* F32 where llama.cpp's converter keeps F32: vectors, norms, routers, the conv kernel, and
-     * anything that is not a ".weight" (ssm_a, ssm_dt.bias) */
-    int keep_f32 = n_dims == 1 || (len >= 12 && !strcmp(t->name + len - 12, "_norm.weight")) ||
-                   strstr(t->name, "ffn_gate_inp") || strstr(t->name, "ssm_conv1d") ||
-                   len < 7 || strcmp(t->name + len - 7, ".weight");
-    t->type = keep_f32 ? HYLA_GGML_F32 : e->want;
-    if (t->type == HYLA_GGML_Q8_0 && ne0 % HYLA_Q8_0_BLOCK) {
-        t->type = HYLA_GGML_F16;
-        e->n_fallback++;
-    }
-    return t;
-}
-
-#define ADD_OR_FAIL(t, call)                                                                                           \
-    do {                                                                                                               \
-        if (!((t) = (call)))                                                                                           \
-            return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");                                       \
-    } while (0)
-
-static int add_vector(exporter *e, const char *name, int layer, hyla_role role, int64_t n, value_op op)
-{
-    export_tensor *t;
-    ADD_OR_FAIL(t, add(e, name, layer, role, 1, n, 1, 1));
-    t->op = op;
-    return HYLA_OK;
-}
-
-static int add_matrix(exporter *e, const char *name, int layer, hyla_role role, int64_t rows, int64_t cols, int64_t row0)
-{
-    export_tensor *t;
-    ADD_OR_FAIL(t, add(e, name, layer, role, 2, cols, rows, 1));
-    t->row0 = row0;
-    return HYLA_OK;
-}
-
-/* Rows [half * I, half * I + I) of each expert's [2I, H] gate_up block. */
-static int add_expert_half(exporter *e, const char *name, int layer, int64_t E, int64_t I, int64_t H, int half)
-{
-    export_tensor *t;
-    ADD_OR_FAIL(t, add(e, name, layer, HYLA_P_MOE_GATE_UP, 3, H, I, E));
-    if (!(t->row_map = malloc((size_t)(E * I) * sizeof *t->row_map)))
-        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
-    for (int64_t x = 0; x < E; x++)
-        for (int64_t i = 0; i < I; i++)
-            t->row_map[x * I + i] = x * 2 * I + half * I + i;
-    return HYLA_OK;
-}
-
-static int add_linear_attention(exporter *e, int l, int tiled)
-{
-    const hyla_config *c = &e->m->cfg;
-    int64_t H = c->hidden, Hk = c->lin_k_heads, Hv = c->lin_v_heads, dv = c->lin_v_dim, r = Hv / Hk;
-    int64_t kd = hyla_cfg_key_dim(c), vd = hyla_cfg_value_dim(c), cd = hyla_cfg_conv_dim(c);
-    export_tensor *t;
-    ADD_OR_FAIL(t, add(e, "attn_qkv.weight", l, HYLA_P_GDN_QKV, 2, H, cd, 1));
-    if (tiled && !(t->row_map = value_head_map(Hv, dv, Hk, 2 * kd, cd)))
-        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
-    ADD_OR_FAIL(t, add(e, "attn_gate.weight", l, HYLA_P_GDN_Z, 2, H, vd, 1));
-    if (tiled && !(t->row_map = value_head_map(Hv, dv, Hk, 0, vd)))
-        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
-    if (tiled || e->m->cfg.family != HYLA_FAMILY_QWEN3_NEXT) {
-        static const struct { const char *name; hyla_role role; } ba[2] = {{"ssm_beta.weight", HYLA_P_GDN_B},
-                                                                         {"ssm_alpha.weight", HYLA_P_GDN_A}};
-        for (int i = 0; i < 2; i++) {
-            ADD_OR_FAIL(t, add(e, ba[i].name, l, ba[i].role, 2, H, Hv, 1));
-            if (tiled && !(t->row_map = value_head_map(Hv, 1, Hk, 0, Hv)))
-                return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
-        }
-    } else { /* Qwen3-Next in_proj_ba order: per key head, its r beta rows then its r alpha rows. B and A
-              * are adjacent parameters only by luck of the table, so take rows from each through the map. */
-        ADD_OR_FAIL(t, add(e, "ssm_ba.weight", l, HYLA_P_GDN_B, 2, H, 2 * Hv, 1));
-        t->src2 = hyla_model_param(e->m, HYLA_P_GDN_A, l);
-        if (!(t->row_map = malloc((size_t)(2 * Hv) * sizeof *t->row_map)))
-            return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
-        for (int64_t g = 0; g < Hk; g++)
-            for (int64_t j = 0; j < r; j++) {
-                t->row_map[g * 2 * r + j] = g * r + j;             /* beta rows of key head g */
-                t->row_map[g * 2 * r + r + j] = -1 - (g * r + j);  /* then its alpha rows */
-            }
-    }
-    ADD_OR_FAIL(t, add(e, "ssm_conv1d.weight", l, HYLA_P_GDN_CONV, 2, c->conv_kernel, cd, 1));
-    if (tiled && !(t->row_map = value_head_map(Hv, dv, Hk, 2 * kd, cd)))
-        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
-    static const struct { const char *name; hyla_role role; value_op op; } per_head[2] = {
-        {"ssm_dt.bias", HYLA_P_GDN_DT_BIAS, OP_COPY}, {"ssm_a", HYLA_P_GDN_A_LOG, OP_NEG_EXP}};
-    for (int i = 0; i < 2; i++) {
-        ADD_OR_FAIL(t, add(e, per_head[i].name, l, per_head[i].role, 1, Hv, 1, 1));
-        t->op = per_head[i].op;
-        if (tiled && !(t->col_map = value_head_map(Hv, 1, Hk, 0, Hv)))
-            return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
-    }
-    HYLA_TRY(add_vector(e, "ssm_norm.weight", l, HYLA_P_GDN_NORM, dv, OP_COPY));
-    ADD_OR_FAIL(t, add(e, "ssm_out.weight", l, HYLA_P_GDN_OUT, 2, vd, H, 1));
-    if (tiled && !(t->col_map = value_head_map(Hv, dv, Hk, 0, vd)))
-        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
-    return HYLA_OK;
-}
-
-static int add_full_attention(exporter *e, int l)
-{
-    const hyla_config *c = &e->m->cfg;
-    int64_t H = c->hidden, hd = c->head_dim;
-    HYLA_TRY(add_matrix(e, "attn_q.weight", l, HYLA_P_ATTN_Q, c->n_heads * 2 * hd, H, 0));
-    HYLA_TRY(add_matrix(e, "attn_k.weight", l, HYLA_P_ATTN_K, c->n_kv_heads * hd, H, 0));
-    HYLA_TRY(add_matrix(e, "attn_v.weight", l, HYLA_P_ATTN_V, c->n_kv_heads * hd, H, 0));
-    HYLA_TRY(add_matrix(e, "attn_output.weight", l, HYLA_P_ATTN_O, H, c->n_heads * hd, 0));
-    HYLA_TRY(add_vector(e, "attn_q_norm.weight", l, HYLA_P_ATTN_Q_NORM, hd, OP_PLUS_ONE));
-    return add_vector(e, "attn_k_norm.weight", l, HYLA_P_ATTN_K_NORM, hd, OP_PLUS_ONE);
-}
-
-static int add_ffn(exporter *e, int l)
-{
-    const hyla_config *c = &e->m->cfg;
-    int64_t H = c->hidden;
-    if (!c->layer_is_moe[l]) {
-        HYLA_TRY(add_matrix(e, "ffn_gate.weight", l, HYLA_P_MLP_GATE_UP, c->inter, H, 0));
-        HYLA_TRY(add_matrix(e, "ffn_up.weight", l, HYLA_P_MLP_GATE_UP, c->inter, H, c->inter));
-        return add_matrix(e, "ffn_down.weight", l, HYLA_P_MLP_DOWN, H, c->inter, 0);
-    }
-    int64_t E = c->n_experts, I = c->moe_inter, Is = c->shared_inter;
-    HYLA_TRY(add_matrix(e, "ffn_gate_inp.weight", l, HYLA_P_MOE_ROUTER, E, H, 0));
-    HYLA_TRY(add_expert_half(e, "ffn_gate_exps.weight", l, E, I, H, 0));
-    HYLA_TRY(add_expert_half(e, "ffn_up_exps.weight", l, E, I, H, 1));
-    export_tensor *t;
-    ADD_OR_FAIL(t, add(e, "ffn_down_exps.weight", l, HYLA_P_MOE_DOWN, 3, I, H, E));
-    HYLA_TRY(add_matrix(e, "ffn_gate_inp_shexp.weight", l, HYLA_P_SHARED_EXPERT_GATE, 1, H, 0));
-    HYLA_TRY(add_matrix(e, "ffn_gate_shexp.weight", l, HYLA_P_SHARED_GATE_UP, Is, H, 0));
-    HYLA_TRY(add_matrix(e, "ffn_up_shexp.weight", l, HYLA_P_SHARED_GATE_UP, Is, H, Is));
-    return add_matrix(e, "ffn_down_shexp.weight", l, HYLA_P_SHARED_DOWN, H, Is, 0);
-}
 
 static int collect_tensors(exporter *e)
 {
-    const hyla_config *c = &e->m->cfg;
-    int64_t H = c->hidden;
-    int tiled = c->family != HYLA_FAMILY_QWEN3_NEXT && c->lin_k_heads != c->lin_v_heads;
-    HYLA_TRY(add_matrix(e, "token_embd.weight", -1, HYLA_P_EMBED, c->vocab, H, 0));
-    HYLA_TRY(add_vector(e, "output_norm.weight", -1, HYLA_P_FINAL_NORM, H, OP_PLUS_ONE));
-    if (!c->tie_word_embeddings)
-        HYLA_TRY(add_matrix(e, "output.weight", -1, HYLA_P_LM_HEAD, c->vocab, H, 0));
-    for (int l = 0; l < c->n_layers; l++) {
-        HYLA_TRY(add_vector(e, "attn_norm.weight", l, HYLA_P_INPUT_NORM, H, OP_PLUS_ONE));
-        HYLA_TRY(add_vector(e, "post_attention_norm.weight", l, HYLA_P_POST_NORM, H, OP_PLUS_ONE));
-        HYLA_TRY(c->layer_kind[l] == HYLA_LAYER_LINEAR ? add_linear_attention(e, l, tiled) : add_full_attention(e, l));
-        HYLA_TRY(add_ffn(e, l));
+    HYLA_TRY(hyla_gguf_map_build(&e->map, &e->m->cfg));
+    size_t n = e->map.n;
+    e->type = malloc((n + 1) * sizeof *e->type);
+    e->src = malloc((n + 1) * sizeof *e->src);
+    e->src2 = malloc((n + 1) * sizeof *e->src2);
+    if (!e->type || !e->src || !e->src2)
+        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const hyla_gguf_map_tensor *t = &e->map.t[i];
+        e->src[i] = hyla_model_param(e->m, t->role, t->layer);
+        e->src2[i] = hyla_model_param(e->m, t->role2, t->layer);
+        if (!e->src[i] || !e->src2[i])
+            return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no parameter for %s", t->name);
+        e->type[i] = t->keep_f32 ? HYLA_GGML_F32 : e->want;
+        if (e->type[i] == HYLA_GGML_Q8_0 && t->ne[0] % HYLA_Q8_0_BLOCK) {
+            e->type[i] = HYLA_GGML_F16;
+            e->n_fallback++;
+        }
     }
-    for (size_t i = 0; i < e->n; i++)
-        if (!e->t[i].src)
-            return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no parameter for %s", e->t[i].name);
     return HYLA_OK;
 }
 
 static int fill_tensor(void *ctx, size_t index, void *dst, size_t nbytes)
 {
     exporter *e = ctx;
-    const export_tensor *t = &e->t[index];
+    const hyla_gguf_map_tensor *t = &e->map.t[index];
     int64_t C = t->ne[0];
     float *out = e->scratch;
     for (int64_t r = 0; r < t->rows; r++) {
         int64_t row = t->row_map ? t->row_map[r] : t->row0 + r;
-        const float *src = row >= 0 ? t->src + row * t->src_row_len : t->src2 + (-1 - row) * t->src_row_len;
+        const float *src = row >= 0 ? e->src[index] + row * C : e->src2[index] + (-1 - row) * C;
         float *o = out + r * C;
         for (int64_t j = 0; j < C; j++) {
             float x = src[t->col_map ? t->col_map[j] : j];
-            o[j] = t->op == OP_PLUS_ONE ? x + 1.0f : t->op == OP_NEG_EXP ? -expf(x) : x;
+            o[j] = t->op == HYLA_GGUF_PLUS_ONE ? x + 1.0f : t->op == HYLA_GGUF_NEG_EXP ? -expf(x) : x;
         }
     }
-    hyla_ggml_from_f32(t->type, dst, out, (size_t)(t->rows * C));
+    hyla_ggml_from_f32(e->type[index], dst, out, (size_t)(t->rows * C));
     (void)nbytes;
     return HYLA_OK;
 }
@@ -280,11 +92,6 @@ static int check_supported(const hyla_config *c, const char *arch)
 }
 
 /* ---- metadata ---------------------------------------------------------------------------------- */
-
-const char *hyla_gguf_arch_name(const hyla_config *cfg)
-{
-    return cfg->family == HYLA_FAMILY_QWEN3_NEXT ? "qwen3next" : cfg->family == HYLA_FAMILY_QWEN3_5 ? "qwen35" : "qwen35moe";
-}
 
 static uint32_t file_type(hyla_ggml_type t)
 {
@@ -528,12 +335,12 @@ int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type
     hyla_gguf_writer *w = hyla_gguf_new();
     int st = w ? collect_tensors(&e) : hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
     size_t max_floats = 0, bytes = 0;
-    for (size_t i = 0; st == HYLA_OK && i < e.n; i++) {
-        const export_tensor *t = &e.t[i];
+    for (size_t i = 0; st == HYLA_OK && i < e.map.n; i++) {
+        const hyla_gguf_map_tensor *t = &e.map.t[i];
         size_t n = (size_t)(t->rows * t->ne[0]);
         max_floats = n > max_floats ? n : max_floats;
-        bytes += hyla_ggml_bytes(t->type, n);
-        if (hyla_gguf_add_tensor(w, t->name, t->n_dims, t->ne, t->type) < 0)
+        bytes += hyla_ggml_bytes(e.type[i], n);
+        if (hyla_gguf_add_tensor(w, t->name, t->n_dims, t->ne, e.type[i]) < 0)
             st = HYLA_ERR_ARG;
     }
     if (st == HYLA_OK) {
@@ -545,16 +352,15 @@ int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type
     if (st == HYLA_OK)
         st = hyla_gguf_write(w, path, fill_tensor, &e);
     if (st == HYLA_OK && info) {
-        info->n_tensors = e.n;
+        info->n_tensors = e.map.n;
         info->n_f16_fallback = e.n_fallback;
         info->bytes = bytes;
         info->arch = arch;
     }
-    for (size_t i = 0; i < e.n; i++) {
-        free(e.t[i].row_map);
-        free(e.t[i].col_map);
-    }
-    free(e.t);
+    hyla_gguf_map_free(&e.map);
+    free(e.type);
+    free(e.src);
+    free(e.src2);
     free(e.scratch);
     hyla_gguf_free(w);
     return st;

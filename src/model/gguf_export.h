@@ -31,6 +31,7 @@
 #define HYLA_MODEL_GGUF_EXPORT_H
 
 #include "io/gguf.h"
+#include "model/gguf_map.h"
 #include "model/model.h"
 
 typedef struct {
@@ -39,9 +40,6 @@ typedef struct {
     size_t bytes;           /* tensor data bytes */
     const char *arch;
 } hyla_gguf_export_info;
-
-/* "qwen3next", "qwen35" or "qwen35moe". */
-const char *hyla_gguf_arch_name(const hyla_config *cfg);
 
 /* Write `m` to `path` (atomically) with matrices in `type`. */
 int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, hyla_gguf_export_info *info);

@@ -5,7 +5,9 @@
 #include <string.h>
 
 #include "core/bf16.h"
+#include "core/error.h"
 #include "core/gemm.h"
+#include "core/quant.h"
 #include "model/lora.h"
 #include "ops/ops.h"
 
@@ -128,11 +130,38 @@ int64_t hyla_bf16_scratch_floats(const hyla_config *cfg, int64_t n)
     return n * D + hyla_bf16w_scratch_floats(n, D);
 }
 
+int64_t hyla_quant_scratch_floats(const hyla_config *cfg, int64_t n)
+{
+    return hyla_linear_q_scratch_floats(n, widest_side(cfg));
+}
+
+int64_t hyla_head_scratch_floats(const hyla_model *m, int64_t n)
+{
+    return m->qw ? hyla_linear_q_scratch_floats(n, m->cfg.hidden)
+         : m->w16 ? hyla_bf16w_scratch_floats(n, m->cfg.hidden) : 0;
+}
+
+void hyla_head_linear(const hyla_model *m, float *logits, const float *xn, int64_t n, float *scratch)
+{
+    int64_t H = m->cfg.hidden, V = m->cfg.vocab;
+    const hyla_qmat *Q = hyla_model_param_q(m, HYLA_P_LM_HEAD, -1);
+    const uint16_t *W16 = hyla_model_param_bf16(m, HYLA_P_LM_HEAD, -1);
+    if (Q)
+        hyla_linear_q(logits, xn, Q, 0, n, H, V, scratch);
+    else if (W16)
+        hyla_linear_bf16w(logits, xn, W16, n, H, V, 0, scratch);
+    else
+        hyla_linear(logits, xn, hyla_model_param(m, HYLA_P_LM_HEAD, -1), n, H, V, 0);
+}
+
 void hyla_op_linear(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *y, const float *x, int64_t n,
                     int64_t in, int64_t out)
 {
     const uint16_t *W16 = hyla_model_param_bf16(c->m, role, c->layer);
-    if (W16) /* x holds bf16 values: every projection's input is a bf16 slot, rounded by its producer */
+    const hyla_qmat *Q = hyla_model_param_q(c->m, role, c->layer);
+    if (Q) /* a GGUF model: the weights in their stored type (inference only) */
+        hyla_linear_q(y, x, Q, row0, n, in, out, c->bf16_scratch);
+    else if (W16) /* x holds bf16 values: every projection's input is a bf16 slot, rounded by its producer */
         hyla_linear_bf16w(y, x, W16 + row0 * in, n, in, out, 0, c->bf16_scratch);
     else
         hyla_linear(y, x, hyla_op_w(c, role) + row0 * in, n, in, out, 0);
@@ -145,6 +174,7 @@ void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, floa
 {
     float *dW = hyla_op_dw(c, role);
     const uint16_t *W16 = hyla_model_param_bf16(c->m, role, c->layer);
+    HYLA_ASSERT(!c->m->qw); /* GGUF models are for inference: hyla_trainer_init refuses them */
     if (W16) { /* dy as a bf16 matmul input: a rounded copy (the adapter path reads dy itself) */
         float *dyr = c->bf16_scratch, *work = dyr + n * out; /* within hyla_bf16_scratch_floats: out, in <= D */
         memcpy(dyr, dy, (size_t)(n * out) * sizeof *dyr);

@@ -153,6 +153,12 @@ int hyla_slot_is_bf16(hyla_slot s);
 /* Scratch floats a projection op needs in bf16 compute (its largest projection's rounded dy and
  * the product's widened weight rows). */
 int64_t hyla_bf16_scratch_floats(const hyla_config *cfg, int64_t n);
+/* The same for a GGUF model's stored-type products (core/quant.h), forward only. */
+int64_t hyla_quant_scratch_floats(const hyla_config *cfg, int64_t n);
+/* lm_head: logits[n, V] = xn[n, H] W^T with the model's weights as they are held (fp32, the bf16
+ * copy, or a GGUF file's type); scratch: hyla_head_scratch_floats(m, n) floats. */
+int64_t hyla_head_scratch_floats(const hyla_model *m, int64_t n);
+void hyla_head_linear(const hyla_model *m, float *logits, const float *xn, int64_t n, float *scratch);
 
 /* Parameter views for ops. */
 const float *hyla_op_w(const hyla_op_ctx *c, hyla_role role);      /* weight of this layer */

@@ -15,6 +15,7 @@
 #include "core/pages.h"
 #include "core/rng.h"
 #include "io/fileio.h"
+#include "io/gguf_read.h"
 #include "io/outdir.h"
 
 /* The fp32 arena is a zero-filled anonymous mapping: pages never written (the matrix
@@ -266,6 +267,13 @@ int hyla_model_load_bf16(hyla_model *m, const char *dir) { return model_load(m, 
 
 void hyla_model_free(hyla_model *m)
 {
+    for (int i = 0; m->qw && i < m->table.n_params; i++) {
+        free(m->qw[i].row);
+        free(m->qw[i].row_type);
+        free(m->qw[i].col_map);
+    }
+    free(m->qw);
+    hyla_gguf_close(m->gguf);
     hyla_params_free(&m->table);
     hyla_model_unmap(m->w, m->w_bytes);
     hyla_model_unmap(m->w16, m->w16_bytes);

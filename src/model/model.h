@@ -48,6 +48,11 @@ typedef struct {
      * or the optimizer's moments); NULL: everything is in place. */
     int (*fetch)(void *ctx, int vector, int layer);
     void *fetch_ctx;
+    /* A model read from a GGUF file (model/gguf_load.c): the file stays mapped and the matrix
+     * parameters are read from it in their stored types (qw[param], rows pointing into the
+     * mapping); w holds the vectors only (matrices_in_w = 0). Owned; NULL otherwise. */
+    struct hyla_gguf_file *gguf;
+    struct hyla_qmat_s *qw;     /* [table.n_params]; type < 0 rows unused: not a matrix */
 } hyla_model;
 
 enum { HYLA_FETCH_W = 0, HYLA_FETCH_M = 1, HYLA_FETCH_V = 2 };
@@ -60,6 +65,16 @@ int hyla_model_load(hyla_model *m, const char *dir);
  * error naming the tensor), never into w, so resident weight memory is half of fp32's. For
  * inference: such a model cannot be trained or saved (hyla_model_save refuses it). */
 int hyla_model_load_bf16(hyla_model *m, const char *dir);
+
+/* Load a .gguf file of architecture qwen3next, qwen35 or qwen35moe (llama.cpp's converter's
+ * layout, or hyla's export) for inference, its matrices read in place (model/gguf_load.c). Such
+ * a model cannot be trained or saved. */
+int hyla_model_load_gguf(hyla_model *m, const char *path);
+/* 1 when `path` names a GGUF file (ends in ".gguf"). */
+int hyla_is_gguf_path(const char *path);
+/* The stored-type view of a matrix parameter of a GGUF model; NULL otherwise. LM_HEAD of a tied
+ * model returns EMBED's. */
+const struct hyla_qmat_s *hyla_model_param_q(const hyla_model *m, hyla_role role, int layer);
 
 /* Create a model with spec §6 initialisation (seeded). Tensors save as `dtype`. */
 int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, uint64_t seed,

@@ -116,7 +116,7 @@ static void fused_gate_up(const hyla_op_ctx *c, hyla_role role, int64_t row0, fl
  * split well: 32 experts of [64, 1024] x [1024, 512] run at 163 GFLOP/s on 2 threads one after
  * another and at 215 side by side). Every expert writes only its own rows and its own weight
  * gradient, and a GEMM's result does not depend on its thread count, so this is the serial
- * loop's result bit for bit. The bf16 and adapter paths share per-op scratch: serial. */
+ * loop's result bit for bit. The bf16, adapter and GGUF paths share per-op scratch: serial. */
 typedef void (*expert_fn)(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, int64_t e,
                           int64_t s0, int64_t cnt);
 static void each_expert(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, expert_fn fn,
@@ -124,7 +124,7 @@ static void each_expert(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
 {
     const int32_t *offs = CI32(HYLA_S_OFFS);
     int64_t E = CFG->n_experts;
-    if (hyla_model_param_bf16(c->m, HYLA_P_MOE_GATE_UP, c->layer) || c->lora) {
+    if (hyla_model_param_bf16(c->m, HYLA_P_MOE_GATE_UP, c->layer) || c->lora || c->m->qw) {
         for (int64_t e = 0; e < E; e++)
             fn(c, t, d, scratch, e, offs[e], offs[e + 1] - offs[e]);
         return;

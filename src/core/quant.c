@@ -1,0 +1,396 @@
+/* ggml block formats: dequantization and products with weights read in place (quant.h).
+ *
+ * Products keep the activations in fp32 (llama.cpp rounds them to 8 bits per block first, Q8_0
+ * for Q8_0 / Q4_0 weights, Q8_K for the K-quants); a weight block is dequantized exactly as
+ * ggml's dequantize_row_* does and multiplied in fp32.
+ *   n <= HYLA_QUANT_SKINNY_M (decode): the output rows are split over the threads; each stored
+ *     row is read once, a piece of up to 256 values dequantized on the stack and dotted with the
+ *     n activation rows. Q8_0 has its own AVX-512 loop that widens each block in registers.
+ *   larger n (prefill): blocks of QROWS weight rows are dequantized into scratch (split over the
+ *     threads) and multiplied by the sgemm, so the cost over the sgemm is one pass over W. */
+#include "core/quant.h"
+
+#include <immintrin.h>
+#include <string.h>
+
+#include "core/gemm.h"
+#include "core/parallel.h"
+
+#define QROWS 128 /* weight rows dequantized at once for the sgemm path */
+#define PIECE 256 /* values dequantized at once on the streaming path (one K-quant super-block) */
+
+int hyla_ggml_type_supported(uint32_t t)
+{
+    switch (t) {
+    case HYLA_GGML_F32: case HYLA_GGML_F16: case HYLA_GGML_BF16: case HYLA_GGML_Q8_0: case HYLA_GGML_Q4_0:
+    case HYLA_GGML_Q4_1: case HYLA_GGML_Q5_0: case HYLA_GGML_Q5_1: case HYLA_GGML_IQ4_NL:
+    case HYLA_GGML_Q4_K: case HYLA_GGML_Q5_K: case HYLA_GGML_Q6_K:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+const char *hyla_ggml_type_name(hyla_ggml_type t)
+{
+    switch (t) {
+    case HYLA_GGML_F32: return "F32";
+    case HYLA_GGML_F16: return "F16";
+    case HYLA_GGML_BF16: return "BF16";
+    case HYLA_GGML_Q8_0: return "Q8_0";
+    case HYLA_GGML_Q4_0: return "Q4_0";
+    case HYLA_GGML_Q4_1: return "Q4_1";
+    case HYLA_GGML_Q5_0: return "Q5_0";
+    case HYLA_GGML_Q5_1: return "Q5_1";
+    case HYLA_GGML_IQ4_NL: return "IQ4_NL";
+    case HYLA_GGML_Q4_K: return "Q4_K";
+    case HYLA_GGML_Q5_K: return "Q5_K";
+    case HYLA_GGML_Q6_K: return "Q6_K";
+    }
+    return "?";
+}
+
+int64_t hyla_ggml_block_values(hyla_ggml_type t)
+{
+    switch (t) {
+    case HYLA_GGML_F32: case HYLA_GGML_F16: case HYLA_GGML_BF16: return 1;
+    case HYLA_GGML_Q8_0: case HYLA_GGML_Q4_0: case HYLA_GGML_Q4_1: case HYLA_GGML_Q5_0: case HYLA_GGML_Q5_1:
+    case HYLA_GGML_IQ4_NL:
+        return 32;
+    case HYLA_GGML_Q4_K: case HYLA_GGML_Q5_K: case HYLA_GGML_Q6_K: return HYLA_QK_K;
+    }
+    return 0;
+}
+
+int64_t hyla_ggml_block_bytes(hyla_ggml_type t)
+{
+    switch (t) {
+    case HYLA_GGML_F32: return 4;
+    case HYLA_GGML_F16: case HYLA_GGML_BF16: return 2;
+    case HYLA_GGML_Q8_0: return 34;
+    case HYLA_GGML_Q4_0: case HYLA_GGML_IQ4_NL: return 18;
+    case HYLA_GGML_Q4_1: return 20;
+    case HYLA_GGML_Q5_0: return 22;
+    case HYLA_GGML_Q5_1: return 24;
+    case HYLA_GGML_Q4_K: return 144;
+    case HYLA_GGML_Q5_K: return 176;
+    case HYLA_GGML_Q6_K: return 210;
+    }
+    return 0;
+}
+
+size_t hyla_ggml_bytes(hyla_ggml_type t, size_t n)
+{
+    int64_t bv = hyla_ggml_block_values(t);
+    return bv ? n / (size_t)bv * (size_t)hyla_ggml_block_bytes(t) : 0;
+}
+
+/* ---- dequantization (ggml's dequantize_row_*, product for product) ----------------------------- */
+
+static inline float half(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h); /* exact */
+}
+
+static inline float bf16(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void q8_0_block(float *y, const unsigned char *b)
+{
+    float d = half(b);
+    for (int j = 0; j < 32; j++)
+        y[j] = (float)(signed char)b[2 + j] * d;
+}
+
+static void q4_0_block(float *y, const unsigned char *b)
+{
+    float d = half(b);
+    const unsigned char *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)((qs[j] & 0x0F) - 8) * d;
+        y[j + 16] = (float)((qs[j] >> 4) - 8) * d;
+    }
+}
+
+static void q4_1_block(float *y, const unsigned char *b)
+{
+    float d = half(b), m = half(b + 2);
+    const unsigned char *qs = b + 4;
+    for (int j = 0; j < 16; j++) {
+        y[j] = (float)(qs[j] & 0x0F) * d + m;
+        y[j + 16] = (float)(qs[j] >> 4) * d + m;
+    }
+}
+
+static void q5_0_block(float *y, const unsigned char *b)
+{
+    float d = half(b);
+    uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
+    const unsigned char *qs = b + 6;
+    for (int j = 0; j < 16; j++) {
+        int xh0 = (int)(((qh >> j) << 4) & 0x10), xh1 = (int)((qh >> (j + 12)) & 0x10);
+        y[j] = (float)(((qs[j] & 0x0F) | xh0) - 16) * d;
+        y[j + 16] = (float)(((qs[j] >> 4) | xh1) - 16) * d;
+    }
+}
+
+static void q5_1_block(float *y, const unsigned char *b)
+{
+    float d = half(b), m = half(b + 2);
+    uint32_t qh = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 | (uint32_t)b[7] << 24;
+    const unsigned char *qs = b + 8;
+    for (int j = 0; j < 16; j++) {
+        int xh0 = (int)(((qh >> j) << 4) & 0x10), xh1 = (int)((qh >> (j + 12)) & 0x10);
+        y[j] = (float)((qs[j] & 0x0F) | xh0) * d + m;
+        y[j + 16] = (float)((qs[j] >> 4) | xh1) * d + m;
+    }
+}
+
+static void iq4_nl_block(float *y, const unsigned char *b)
+{
+    static const signed char values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    float d = half(b);
+    const unsigned char *qs = b + 2;
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * values[qs[j] & 0xF];
+        y[j + 16] = d * values[qs[j] >> 4];
+    }
+}
+
+static inline void scale_min_k4(int j, const unsigned char *q, unsigned char *d, unsigned char *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (unsigned char)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (unsigned char)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static void q4_k_block(float *y, const unsigned char *b)
+{
+    float d = half(b), dmin = half(b + 2);
+    const unsigned char *scales = b + 4, *q = b + 16;
+    int is = 0;
+    for (int j = 0; j < HYLA_QK_K; j += 64, q += 32, is += 2, y += 64) {
+        unsigned char sc, m;
+        scale_min_k4(is, scales, &sc, &m);
+        float d1 = d * sc, m1 = dmin * m;
+        scale_min_k4(is + 1, scales, &sc, &m);
+        float d2 = d * sc, m2 = dmin * m;
+        for (int l = 0; l < 32; l++)
+            y[l] = d1 * (q[l] & 0xF) - m1;
+        for (int l = 0; l < 32; l++)
+            y[32 + l] = d2 * (q[l] >> 4) - m2;
+    }
+}
+
+static void q5_k_block(float *y, const unsigned char *b)
+{
+    float d = half(b), dmin = half(b + 2);
+    const unsigned char *scales = b + 4, *qh = b + 16, *ql = b + 48;
+    int is = 0;
+    unsigned u1 = 1, u2 = 2;
+    for (int j = 0; j < HYLA_QK_K; j += 64, ql += 32, is += 2, u1 <<= 2, u2 <<= 2, y += 64) {
+        unsigned char sc, m;
+        scale_min_k4(is, scales, &sc, &m);
+        float d1 = d * sc, m1 = dmin * m;
+        scale_min_k4(is + 1, scales, &sc, &m);
+        float d2 = d * sc, m2 = dmin * m;
+        for (int l = 0; l < 32; l++)
+            y[l] = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+        for (int l = 0; l < 32; l++)
+            y[32 + l] = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+    }
+}
+
+static void q6_k_block(float *y, const unsigned char *b)
+{
+    const unsigned char *ql = b, *qh = b + 128;
+    const signed char *sc = (const signed char *)(b + 192);
+    float d = half(b + 208);
+    for (int n = 0; n < HYLA_QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
+        for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = (int)((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int q2 = (int)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int q3 = (int)((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            int q4 = (int)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * sc[is] * q1;
+            y[l + 32] = d * sc[is + 2] * q2;
+            y[l + 64] = d * sc[is + 4] * q3;
+            y[l + 96] = d * sc[is + 6] * q4;
+        }
+}
+
+void hyla_ggml_to_f32(hyla_ggml_type t, float *dst, const void *src, int64_t n)
+{
+    const unsigned char *p = src;
+    int64_t bv = hyla_ggml_block_values(t), bb = hyla_ggml_block_bytes(t);
+    switch (t) {
+    case HYLA_GGML_F32: memcpy(dst, src, (size_t)n * 4); return;
+    case HYLA_GGML_F16: for (int64_t i = 0; i < n; i++) dst[i] = half(p + 2 * i); return;
+    case HYLA_GGML_BF16: for (int64_t i = 0; i < n; i++) dst[i] = bf16(p + 2 * i); return;
+    default: break;
+    }
+    void (*block)(float *, const unsigned char *) = NULL;
+    switch (t) {
+    case HYLA_GGML_Q8_0: block = q8_0_block; break;
+    case HYLA_GGML_Q4_0: block = q4_0_block; break;
+    case HYLA_GGML_Q4_1: block = q4_1_block; break;
+    case HYLA_GGML_Q5_0: block = q5_0_block; break;
+    case HYLA_GGML_Q5_1: block = q5_1_block; break;
+    case HYLA_GGML_IQ4_NL: block = iq4_nl_block; break;
+    case HYLA_GGML_Q4_K: block = q4_k_block; break;
+    case HYLA_GGML_Q5_K: block = q5_k_block; break;
+    default: block = q6_k_block; break;
+    }
+    for (int64_t i = 0; i < n / bv; i++)
+        block(dst + i * bv, p + i * bb);
+}
+
+static inline hyla_ggml_type row_type(const hyla_qmat *W, int64_t r)
+{
+    return W->row_type ? (hyla_ggml_type)W->row_type[r] : W->type;
+}
+
+void hyla_qmat_row(const hyla_qmat *W, int64_t r, float *dst)
+{
+    hyla_ggml_type t = row_type(W, r);
+    if (!W->col_map) {
+        hyla_ggml_to_f32(t, dst, W->row[r], W->cols);
+        return;
+    }
+    float piece[PIECE];
+    int64_t step = hyla_ggml_block_values(t) > PIECE ? hyla_ggml_block_values(t) : PIECE;
+    for (int64_t k0 = 0; k0 < W->cols; k0 += step) {
+        int64_t len = W->cols - k0 < step ? W->cols - k0 : step;
+        hyla_ggml_to_f32(t, piece, W->row[r] + hyla_ggml_bytes(t, (size_t)k0), len);
+        for (int64_t j = 0; j < len; j++)
+            dst[W->col_map[k0 + j]] = piece[j];
+    }
+}
+
+/* ---- products ------------------------------------------------------------------------------------ */
+
+int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in)
+{
+    return n * in + (n > HYLA_QUANT_SKINNY_M ? QROWS * in : 0);
+}
+
+/* x rows gathered into the stored column order. */
+static const float *stored_order(const hyla_qmat *W, const float *x, int64_t n, int64_t in, float *dst)
+{
+    if (!W->col_map)
+        return x;
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * in)
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < in; j++)
+            dst[i * in + j] = x[i * in + W->col_map[j]];
+    return dst;
+}
+
+#if defined(__GNUC__) && __GNUC__ >= 10
+#define HAVE_AVX512_Q8 1
+/* y[i] = x[i] . row for i < n, a Q8_0 row of K values: each block widened to 2 x 16 floats in
+ * registers, scaled and multiplied into n accumulators; the next blocks prefetched. */
+__attribute__((target("avx512f,avx512bw"))) static void dot_q8_0_avx512(float *y, int64_t ldy, const float *x,
+                                                                         int64_t ldx, int64_t n,
+                                                                         const unsigned char *row, int64_t K)
+{
+    __m512 acc[HYLA_QUANT_SKINNY_M];
+    for (int64_t i = 0; i < n; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < K / 32; b++, row += 34) {
+        _mm_prefetch((const char *)(row + 34 * 24), _MM_HINT_T0);
+        __m512 d = _mm512_set1_ps(half(row));
+        __m128i q0 = _mm_loadu_si128((const __m128i *)(row + 2)), q1 = _mm_loadu_si128((const __m128i *)(row + 18));
+        __m512 w0 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), d);
+        __m512 w1 = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1)), d);
+        for (int64_t i = 0; i < n; i++) {
+            const float *xi = x + i * ldx + b * 32;
+            acc[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xi), acc[i]);
+            acc[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), acc[i]);
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
+}
+#endif
+
+/* The same for any type: pieces of the row dequantized on the stack. */
+static void dot_generic(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, hyla_ggml_type t,
+                        const unsigned char *row, int64_t K)
+{
+    float piece[PIECE], acc[HYLA_QUANT_SKINNY_M] = {0};
+    int64_t step = hyla_ggml_block_values(t) > PIECE ? hyla_ggml_block_values(t) : PIECE;
+    for (int64_t k0 = 0; k0 < K; k0 += step) {
+        int64_t len = K - k0 < step ? K - k0 : step;
+        hyla_ggml_to_f32(t, piece, row + hyla_ggml_bytes(t, (size_t)k0), len);
+        for (int64_t i = 0; i < n; i++) {
+            const float *xi = x + i * ldx + k0;
+            float s = 0;
+#pragma omp simd reduction(+ : s)
+            for (int64_t j = 0; j < len; j++)
+                s += piece[j] * xi[j];
+            acc[i] += s;
+        }
+    }
+    for (int64_t i = 0; i < n; i++)
+        y[i * ldy] = acc[i];
+}
+
+static void linear_q_skinny(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in,
+                            int64_t out)
+{
+#ifdef HAVE_AVX512_Q8
+    static int q8_kernel = -1;
+    if (q8_kernel < 0)
+        q8_kernel = __builtin_cpu_supports("avx512bw");
+    int fast_q8 = q8_kernel;
+#else
+    int fast_q8 = 0;
+#endif
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * out * in)
+    for (int64_t o = 0; o < out; o++) {
+        hyla_ggml_type t = row_type(W, row0 + o);
+#ifdef HAVE_AVX512_Q8
+        if (fast_q8 && t == HYLA_GGML_Q8_0) {
+            dot_q8_0_avx512(y + o, out, x, in, n, W->row[row0 + o], in);
+            continue;
+        }
+#endif
+        (void)fast_q8;
+        dot_generic(y + o, out, x, in, n, t, W->row[row0 + o], in);
+    }
+}
+
+void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in, int64_t out,
+                   float *scratch)
+{
+    if (n <= 0 || out <= 0)
+        return;
+    x = stored_order(W, x, n, in, scratch);
+    if (n <= HYLA_QUANT_SKINNY_M) {
+        linear_q_skinny(y, x, W, row0, n, in, out);
+        return;
+    }
+    float *tile = scratch + n * in;
+    for (int64_t o0 = 0; o0 < out; o0 += QROWS) {
+        int64_t rows = out - o0 < QROWS ? out - o0 : QROWS;
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(rows * in)
+        for (int64_t r = 0; r < rows; r++)
+            hyla_ggml_to_f32(row_type(W, row0 + o0 + r), tile + r * in, W->row[row0 + o0 + r], in);
+        hyla_gemm(0, 1, n, rows, in, 1.0f, x, in, tile, in, 0.0f, y + o0, out);
+    }
+}

@@ -1,0 +1,87 @@
+/* ggml's tensor types (the storage of a GGUF file's tensors) and products with weights stored in
+ * them, read in place.
+ *
+ * Block formats (ggml-common.h; every type stores a row of ne[0] values as ne[0] / block_values
+ * blocks, a block's bytes little-endian, f16 = IEEE half):
+ *   F32, F16, BF16  one value per element
+ *   Q8_0   32 values, 34 bytes: f16 d; int8 q[32]                     x = d q
+ *   Q4_0   32 values, 18 bytes: f16 d; u8 qs[16]                      x[j] = d ((qs[j] & 15) - 8),
+ *                                                                     x[j + 16] = d ((qs[j] >> 4) - 8)
+ *   Q4_1   32 values, 20 bytes: f16 d, m; u8 qs[16]                   x = d q + m, q 4 bits as Q4_0's
+ *   Q5_0   32 values, 22 bytes: f16 d; u8 qh[4]; u8 qs[16]            x = d (q - 16), q = 4 bits | fifth bit
+ *                                                                     (bit j of qh, le u32, for value j)
+ *   Q5_1   32 values, 24 bytes: f16 d, m; u8 qh[4]; u8 qs[16]         x = d q + m
+ *   IQ4_NL 32 values, 18 bytes: f16 d; u8 qs[16]                      x = d table[q] (a fixed non-linear
+ *                                                                     16-entry table), q as Q4_0's
+ * (llama.cpp's quantizer writes Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL for tensors whose rows are not
+ * whole 256-value blocks when a K-quant was asked for.)
+ *   Q4_K  256 values, 144 bytes: f16 d, dmin; u8 scales[12]; u8 qs[128]: 8 sub-blocks of 32 with
+ *         6-bit scale sc and min m each (packed in scales[12]); x = d sc q - dmin m, q 4 bits
+ *   Q5_K  256 values, 176 bytes: f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]: Q4_K with a
+ *         fifth bit per value in qh
+ *   Q6_K  256 values, 210 bytes: u8 ql[128]; u8 qh[64]; int8 scales[16]; f16 d: 16 sub-blocks of 16
+ *         with an 8-bit scale each; x = d sc (q - 32), q 6 bits
+ * Dequantization is exactly ggml's dequantize_row_* (the same products in the same order). */
+#ifndef HYLA_CORE_QUANT_H
+#define HYLA_CORE_QUANT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    HYLA_GGML_F32 = 0,
+    HYLA_GGML_F16 = 1,
+    HYLA_GGML_Q4_0 = 2,
+    HYLA_GGML_Q4_1 = 3,
+    HYLA_GGML_Q5_0 = 6,
+    HYLA_GGML_Q5_1 = 7,
+    HYLA_GGML_Q8_0 = 8,
+    HYLA_GGML_Q4_K = 12,
+    HYLA_GGML_Q5_K = 13,
+    HYLA_GGML_Q6_K = 14,
+    HYLA_GGML_IQ4_NL = 20,
+    HYLA_GGML_BF16 = 30,
+} hyla_ggml_type;
+
+#define HYLA_Q8_0_BLOCK 32
+#define HYLA_QK_K 256
+
+/* 1 when hyla reads type t (a ggml type id from a file); 0 otherwise. */
+int hyla_ggml_type_supported(uint32_t t);
+/* "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q5_K", "Q6_K";
+ * "?" otherwise. */
+const char *hyla_ggml_type_name(hyla_ggml_type t);
+/* Values per block and bytes per block (1 and 4/2 for F32/F16/BF16); 0 for an unknown type. */
+int64_t hyla_ggml_block_values(hyla_ggml_type t);
+int64_t hyla_ggml_block_bytes(hyla_ggml_type t);
+/* Bytes of n values of type t (n a multiple of the block size). */
+size_t hyla_ggml_bytes(hyla_ggml_type t, size_t n);
+/* dst[0..n) = the values of the n stored ones at src (n a multiple of the block size). */
+void hyla_ggml_to_f32(hyla_ggml_type t, float *dst, const void *src, int64_t n);
+
+/* A weight matrix [rows, cols] stored in a ggml type, its rows anywhere (each row is contiguous
+ * blocks; rows may be a permutation or a merge of a file's tensors): row[r] is row r's first
+ * byte (row_type[r] its type when rows differ). col_map, when set, says the stored columns are permuted: stored column j holds logical
+ * column col_map[j], and a product reads x[col_map[j]] against it. */
+typedef struct hyla_qmat_s {
+    hyla_ggml_type type;       /* of every row, unless row_type */
+    int64_t rows, cols;
+    const unsigned char **row; /* [rows] */
+    unsigned char *row_type;   /* [rows] each row's hyla_ggml_type (a parameter merged from tensors of
+                                * different types, e.g. gate and up of a mixed-type file), or NULL */
+    int32_t *col_map;          /* [cols] or NULL */
+} hyla_qmat;
+
+/* Rows up to this go through the streaming kernel (each stored block read once for all rows);
+ * more: blocks of rows dequantized to fp32 and multiplied by the sgemm. */
+#define HYLA_QUANT_SKINNY_M 8
+
+/* y[n, out] = x[n, in] W[row0 .. row0 + out, :]^T, fp32 x and y (in = W->cols). scratch:
+ * hyla_linear_q_scratch_floats(n, in) floats. */
+int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in);
+void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in, int64_t out,
+                   float *scratch);
+/* dst[0..cols) = logical row r of W (an embedding lookup). */
+void hyla_qmat_row(const hyla_qmat *W, int64_t r, float *dst);
+
+#endif

@@ -1,0 +1,364 @@
+/* GGUF reading and the ggml block types. Exits non-zero on any failure.
+ *
+ *   dequantization: every type hyla reads against tests/data/ggml_dequant_golden.bin, made by the
+ *     `gguf` package's numpy dequantizers (tests/gguf/make_dequant_golden.py): bit-identical (both
+ *     evaluate ggml's products in the same order in float32, without fused multiply-adds).
+ *   products: hyla_linear_q on those blocks (streaming kernel, n <= 8, and the dequantize + sgemm
+ *     path) against a double-precision sum over the dequantized values; permuted columns and rows
+ *     of mixed types.
+ *   reader: files built byte by byte here (independently of hyla's writer): a good one parses and
+ *     reads back; every truncation of it, and a table of lying files (counts, lengths, types,
+ *     dimensions, offsets, alignment, duplicates), fails with an error naming what is wrong. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "core/error.h"
+#include "core/quant.h"
+#include "io/gguf_read.h"
+
+/* ---- golden dequantization ------------------------------------------------------------------ */
+
+typedef struct {
+    hyla_ggml_type type;
+    int64_t n;
+    unsigned char *bytes;
+    float *values;
+} golden;
+
+static int read_golden(golden *g, int max, const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        CHECK(0, "cannot open %s", path);
+        return 0;
+    }
+    int n = 0;
+    uint32_t hdr[2];
+    while (n < max && fread(hdr, 4, 2, f) == 2) {
+        g[n].type = (hyla_ggml_type)hdr[0];
+        g[n].n = hdr[1];
+        size_t nb = hyla_ggml_bytes(g[n].type, (size_t)g[n].n);
+        CHECK(hyla_ggml_type_supported(hdr[0]) && nb > 0, "golden type %u unknown to hyla", hdr[0]);
+        g[n].bytes = malloc(nb);
+        g[n].values = malloc((size_t)g[n].n * sizeof(float));
+        if (fread(g[n].bytes, 1, nb, f) != nb || fread(g[n].values, 4, (size_t)g[n].n, f) != (size_t)g[n].n) {
+            CHECK(0, "%s: truncated", path);
+            break;
+        }
+        n++;
+    }
+    fclose(f);
+    return n;
+}
+
+static void test_dequant(const golden *g, int n)
+{
+    for (int i = 0; i < n; i++) {
+        float *got = malloc((size_t)g[i].n * sizeof(float));
+        hyla_ggml_to_f32(g[i].type, got, g[i].bytes, g[i].n);
+        int64_t bad = 0;
+        for (int64_t j = 0; j < g[i].n; j++)
+            bad += memcmp(&got[j], &g[i].values[j], 4) != 0;
+        CHECK(bad == 0, "%s: %lld of %lld values differ from the gguf package's dequantization",
+              hyla_ggml_type_name(g[i].type), (long long)bad, (long long)g[i].n);
+        free(got);
+    }
+}
+
+/* ---- products --------------------------------------------------------------------------------- */
+
+/* Rows of K values cut from a golden type's blocks (cycled), as a qmat; row r's logical values in
+ * dense[r * K ..] (col_map applied). */
+static void make_qmat(hyla_qmat *W, const golden *g, int64_t rows, int64_t K, int permute, float *dense)
+{
+    size_t row_bytes = hyla_ggml_bytes(g->type, (size_t)K), total = hyla_ggml_bytes(g->type, (size_t)g->n);
+    W->type = g->type;
+    W->rows = rows;
+    W->cols = K;
+    W->row = malloc((size_t)rows * sizeof *W->row);
+    W->row_type = NULL;
+    W->col_map = NULL;
+    int64_t rows_in_golden = (int64_t)(total / row_bytes);
+    for (int64_t r = 0; r < rows; r++)
+        W->row[r] = g->bytes + (size_t)(r % rows_in_golden) * row_bytes;
+    if (permute) { /* blocks of 32 columns reversed, as a value-head reorder does */
+        W->col_map = malloc((size_t)K * sizeof *W->col_map);
+        for (int64_t j = 0; j < K; j++)
+            W->col_map[j] = (int32_t)((K / 32 - 1 - j / 32) * 32 + j % 32);
+    }
+    for (int64_t r = 0; r < rows; r++)
+        hyla_qmat_row(W, r, dense + r * K);
+}
+
+static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int64_t K, int64_t rows,
+                          const char *what)
+{
+    float *x = malloc((size_t)(n * K) * sizeof *x), *y = malloc((size_t)(n * rows) * sizeof *y);
+    float *scratch = malloc((size_t)hyla_linear_q_scratch_floats(n, K) * sizeof *scratch);
+    for (int64_t i = 0; i < n * K; i++)
+        x[i] = (float)sin(0.37 * (double)i + 1.0);
+    int64_t row0 = rows > 4 ? 2 : 0, out = rows - row0;
+    hyla_linear_q(y, x, W, row0, n, K, out, scratch);
+    double worst = 0;
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t o = 0; o < out; o++) {
+            double ref = 0, mag = 0;
+            for (int64_t k = 0; k < K; k++) {
+                ref += (double)x[i * K + k] * dense[(row0 + o) * K + k];
+                mag += fabs((double)x[i * K + k] * dense[(row0 + o) * K + k]);
+            }
+            /* fp32 accumulation of K products (exact dequantized weights, fp32 products): the error of
+             * a K-term sum in any order is <= (K + 1) u sum|x w|, u = 2^-24 */
+            double err = fabs(y[i * out + o] - ref), bound = (double)(K + 1) * 0x1p-24 * mag + 1e-30;
+            worst = err / bound > worst ? err / bound : worst;
+        }
+    CHECK(worst <= 1.0, "%s %s n=%lld: error %.3g of the fp32 summation bound", hyla_ggml_type_name(W->type), what,
+          (long long)n, worst);
+    free(x);
+    free(y);
+    free(scratch);
+}
+
+static void test_products(const golden *g, int ng)
+{
+    for (int i = 0; i < ng; i++) {
+        int64_t bv = hyla_ggml_block_values(g[i].type);
+        int64_t K = bv == 1 ? 64 : bv == 32 ? 128 : 256;
+        int64_t rows = 24;
+        float *dense = malloc((size_t)(rows * K) * sizeof *dense);
+        for (int permute = 0; permute < 2; permute++) {
+            hyla_qmat W;
+            make_qmat(&W, &g[i], rows, K, permute, dense);
+            static const int64_t ns[] = {1, 3, 8, 9, 20};
+            for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+                check_product(&W, dense, ns[k], K, rows, permute ? "permuted columns" : "plain");
+            free(W.row);
+            free(W.col_map);
+        }
+        free(dense);
+    }
+    /* rows of two types in one matrix (gate and up of a mixed file): Q8_0 and Q4_0 rows of 128 */
+    const golden *q8 = NULL, *q4 = NULL;
+    for (int i = 0; i < ng; i++) {
+        q8 = g[i].type == HYLA_GGML_Q8_0 ? &g[i] : q8;
+        q4 = g[i].type == HYLA_GGML_Q4_0 ? &g[i] : q4;
+    }
+    CHECK(q8 && q4, "golden file lacks Q8_0 / Q4_0");
+    if (q8 && q4) {
+        int64_t K = 128, rows = 12;
+        float *dense = malloc((size_t)(rows * K) * sizeof *dense);
+        hyla_qmat W = {.type = HYLA_GGML_Q8_0, .rows = rows, .cols = K};
+        W.row = malloc((size_t)rows * sizeof *W.row);
+        W.row_type = malloc((size_t)rows);
+        for (int64_t r = 0; r < rows; r++) {
+            const golden *s = r % 2 ? q4 : q8;
+            W.row_type[r] = (unsigned char)s->type;
+            W.row[r] = s->bytes + (size_t)(r / 2) * hyla_ggml_bytes(s->type, (size_t)K);
+            hyla_qmat_row(&W, r, dense + r * K);
+        }
+        for (int64_t n = 1; n <= 16; n += 15)
+            check_product(&W, dense, n, K, rows, "mixed row types");
+        free(W.row);
+        free(W.row_type);
+        free(dense);
+    }
+}
+
+/* ---- reader: files built byte by byte ----------------------------------------------------------- */
+
+typedef struct {
+    unsigned char b[8192];
+    size_t n;
+} buf;
+
+static void put(buf *o, const void *p, size_t n)
+{
+    memcpy(o->b + o->n, p, n);
+    o->n += n;
+}
+static void u32(buf *o, uint32_t v) { put(o, &v, 4); }
+static void u64(buf *o, uint64_t v) { put(o, &v, 8); }
+static void str(buf *o, const char *s)
+{
+    u64(o, strlen(s));
+    put(o, s, strlen(s));
+}
+
+/* What a test file may vary. */
+typedef struct {
+    uint32_t version;
+    uint64_t n_tensors_claimed, n_kv_claimed; /* 0: the true counts */
+    uint64_t str_len_lie;                     /* nonzero: the architecture string claims this length */
+    uint64_t array_count_lie;                 /* nonzero: the token array claims this count */
+    uint32_t kv_type_lie;                     /* nonzero: the architecture's value type */
+    uint32_t elem_type;                       /* the array's element type (default I32) */
+    int duplicate_key, duplicate_tensor;
+    uint32_t tensor_type;                     /* of the second tensor (default Q8_0) */
+    uint64_t dim0, dim1;                      /* of the second tensor (default 64 x 2) */
+    uint32_t n_dims;                          /* of the second tensor (default 2; UINT32_MAX: 0) */
+    uint64_t offset2;                         /* of the second tensor (default 64) */
+    uint32_t alignment;                       /* written as general.alignment when nonzero */
+    size_t data_bytes;                        /* default: exactly what the tensors need */
+} spec;
+
+static void build(buf *o, const spec *s)
+{
+    memset(o, 0, sizeof *o);
+    put(o, "GGUF", 4);
+    u32(o, s->version ? s->version : 3);
+    uint64_t n_t = 2, n_kv = 2 + (s->alignment != 0) + (s->duplicate_key != 0);
+    u64(o, s->n_tensors_claimed ? s->n_tensors_claimed : n_t);
+    u64(o, s->n_kv_claimed ? s->n_kv_claimed : n_kv);
+    str(o, "general.architecture");
+    u32(o, s->kv_type_lie ? s->kv_type_lie : HYLA_GGUF_STRING);
+    if (s->str_len_lie) {
+        u64(o, s->str_len_lie);
+        put(o, "qwen35", 6);
+    } else
+        str(o, "qwen35");
+    str(o, "tok.ids");
+    u32(o, HYLA_GGUF_ARRAY);
+    u32(o, s->elem_type ? s->elem_type : HYLA_GGUF_I32);
+    u64(o, s->array_count_lie ? s->array_count_lie : 3);
+    for (int32_t i = 0; i < 3; i++)
+        put(o, &(int32_t){7 * i - 1}, 4);
+    if (s->alignment) {
+        str(o, "general.alignment");
+        u32(o, HYLA_GGUF_U32);
+        u32(o, s->alignment);
+    }
+    if (s->duplicate_key) {
+        str(o, "tok.ids");
+        u32(o, HYLA_GGUF_U32);
+        u32(o, 1);
+    }
+    /* tensor 0: F32 [16] at 0 (64 bytes); tensor 1: Q8_0 [64, 2] at 64 (2 x 2 blocks of 34 = 136) */
+    str(o, "a.weight");
+    u32(o, 1);
+    u64(o, 16);
+    u32(o, HYLA_GGML_F32);
+    u64(o, 0);
+    str(o, s->duplicate_tensor ? "a.weight" : "b.weight");
+    uint32_t nd = s->n_dims == UINT32_MAX ? 0 : s->n_dims ? s->n_dims : 2;
+    u32(o, nd);
+    u64(o, s->dim0 ? s->dim0 : 64);
+    if (nd >= 2)
+        u64(o, s->dim1 ? s->dim1 : 2);
+    for (uint32_t d = 2; d < nd && d < 8; d++)
+        u64(o, 1);
+    u32(o, s->tensor_type ? s->tensor_type : HYLA_GGML_Q8_0);
+    u64(o, s->offset2 ? s->offset2 : 64);
+    uint32_t align = s->alignment ? s->alignment : 32;
+    while (o->n % align)
+        o->b[o->n++] = 0;
+    size_t data = s->data_bytes ? s->data_bytes : 64 + 136;
+    for (size_t i = 0; i < data && o->n < sizeof o->b; i++)
+        o->b[o->n++] = (unsigned char)(i * 13 + 1);
+}
+
+static void expect_error(const spec *s, const char *needle, const char *what)
+{
+    buf o;
+    build(&o, s);
+    hyla_gguf_file *f = NULL;
+    int st = hyla_gguf_parse(&f, o.b, o.n, "t.gguf");
+    CHECK(st != HYLA_OK, "%s: parsed", what);
+    CHECK(st == HYLA_OK || strstr(hyla_error_message(), needle), "%s: error '%s' does not mention '%s'", what,
+          hyla_error_message(), needle);
+    CHECK(st == HYLA_OK || strstr(hyla_error_message(), "t.gguf"), "%s: error does not name the file", what);
+    hyla_gguf_close(f);
+}
+
+static void test_reader(void)
+{
+    spec good = {0};
+    buf o;
+    build(&o, &good);
+    hyla_gguf_file *f;
+    int st = hyla_gguf_parse(&f, o.b, o.n, "t.gguf");
+    CHECK(st == HYLA_OK, "good file: %s", hyla_error_message());
+    if (st == HYLA_OK) {
+        const char *s;
+        size_t n;
+        CHECK(hyla_gguf_get_str(f, "general.architecture", 1, &s, &n) == HYLA_OK && n == 6 && !memcmp(s, "qwen35", 6),
+              "architecture");
+        const hyla_gguf_kv *kv = hyla_gguf_find_kv(f, "tok.ids");
+        CHECK(kv && kv->count == 3 && hyla_gguf_arr_int(kv, 2) == 13 && hyla_gguf_arr_int(kv, 0) == -1, "array");
+        const hyla_gguf_tensor *t = hyla_gguf_find_tensor(f, "b.weight");
+        CHECK(t && t->type == HYLA_GGML_Q8_0 && t->ne[0] == 64 && t->ne[1] == 2 && t->nbytes == 136 &&
+                  t->data == o.b + (hyla_gguf_find_tensor(f, "a.weight")->data - o.b) + 64,
+              "tensor b");
+        int64_t v;
+        CHECK(hyla_gguf_get_int(f, "missing.key", 1, &v) != HYLA_OK && strstr(hyla_error_message(), "missing.key"),
+              "missing key named");
+        CHECK(hyla_gguf_get_int(f, "general.architecture", 1, &v) != HYLA_OK, "string read as an integer");
+        hyla_gguf_close(f);
+    }
+    /* every truncation fails cleanly (the data block's end included) */
+    for (size_t len = 0; len < o.n; len++) {
+        st = hyla_gguf_parse(&f, o.b, len, "t.gguf");
+        CHECK(st != HYLA_OK, "truncated to %zu of %zu bytes: parsed", len, o.n);
+        hyla_gguf_close(st == HYLA_OK ? f : NULL);
+    }
+    struct { spec s; const char *needle, *what; } bad[] = {
+        {{.version = 1}, "version 1", "GGUF v1"},
+        {{.version = 4}, "version 4", "GGUF v4"},
+        {{.n_tensors_claimed = (uint64_t)1 << 60}, "cannot fit", "huge tensor count"},
+        {{.n_kv_claimed = (uint64_t)1 << 62}, "cannot fit", "huge key-value count"},
+        {{.n_kv_claimed = 9}, "key", "more key-values than written"},
+        {{.str_len_lie = (uint64_t)1 << 40}, "truncated", "string longer than the file"},
+        {{.str_len_lie = UINT64_MAX}, "truncated", "string length 2^64-1"},
+        {{.array_count_lie = (uint64_t)1 << 61}, "does not fit", "array count overflowing its byte size"},
+        {{.array_count_lie = 4000}, "does not fit", "array longer than the file"},
+        {{.elem_type = HYLA_GGUF_ARRAY}, "arrays of value type 9", "array of arrays"},
+        {{.elem_type = 77}, "value type 77", "array of an unknown type"},
+        {{.kv_type_lie = 13}, "unknown value type 13", "unknown value type"},
+        {{.duplicate_key = 1}, "tok.ids appears twice", "duplicate key"},
+        {{.duplicate_tensor = 1}, "a.weight appears twice", "duplicate tensor"},
+        {{.tensor_type = 15}, "ggml type 15", "an unsupported ggml type (Q8_K)"},
+        {{.tensor_type = 99}, "ggml type 99", "an unknown ggml type"},
+        {{.dim0 = 48}, "not whole Q8_0 blocks", "a row that is not whole blocks"},
+        {{.dim1 = (uint64_t)1 << 62}, "dimension 1", "dimensions whose product overflows"},
+        {{.n_dims = 5}, "5 dimensions", "five dimensions"},
+        {{.n_dims = UINT32_MAX}, "0 dimensions", "zero dimensions"},
+        {{.offset2 = 72}, "not a multiple of the alignment", "misaligned offset"},
+        {{.offset2 = 1 << 20}, "past the end", "offset past the end"},
+        {{.offset2 = 32}, "overlap", "overlapping tensors"},
+        {{.data_bytes = 150}, "past the end", "data block shorter than the tensors"},
+        {{.alignment = 48}, "general.alignment is 48", "alignment not a power of two"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        expect_error(&bad[i].s, bad[i].needle, bad[i].what);
+    /* a larger power-of-two alignment is honoured */
+    spec al = {.alignment = 64, .offset2 = 64};
+    build(&o, &al);
+    st = hyla_gguf_parse(&f, o.b, o.n, "t.gguf");
+    CHECK(st == HYLA_OK, "alignment 64: %s", hyla_error_message());
+    if (st == HYLA_OK) {
+        CHECK((hyla_gguf_find_tensor(f, "a.weight")->data - o.b) % 64 == 0, "data block aligned to 64");
+        hyla_gguf_close(f);
+    }
+}
+
+int main(void)
+{
+    golden g[32];
+    int n = read_golden(g, 32, "tests/data/ggml_dequant_golden.bin");
+    CHECK(n >= 11, "golden file has %d types", n);
+    test_dequant(g, n);
+    test_products(g, n);
+    test_reader();
+    for (int i = 0; i < n; i++) {
+        free(g[i].bytes);
+        free(g[i].values);
+    }
+    if (failures)
+        printf("%d failure(s)\n", failures);
+    else
+        printf("test_gguf: all passed\n");
+    return failures != 0;
+}
