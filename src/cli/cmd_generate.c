@@ -131,9 +131,10 @@ int hyla_cmd_generate(int argc, char **argv)
     hyla_cli_set_threads(threads);
     char default_tok[4200];
     snprintf(default_tok, sizeof default_tok, "%s/tokenizer.json", pos[0]);
-    if (!tok_path && hyla_file_exists(default_tok))
+    int gguf = hyla_is_gguf_path(pos[0]);
+    if (!tok_path && !gguf && hyla_file_exists(default_tok))
         tok_path = default_tok;
-    if (!tok_path && prompt) /* never silently: a Hugging Face directory may hold vocab.json + merges.txt only */
+    if (!tok_path && !gguf && prompt) /* never silently: a Hugging Face directory may hold vocab.json + merges.txt only */
         fprintf(stderr, "hyla generate: no tokenizer.json in %s (and no --tokenizer): prompt and output are raw bytes\n",
                 pos[0]);
     hyla_tokenizer *tok = NULL;
@@ -150,7 +151,8 @@ int hyla_cmd_generate(int argc, char **argv)
     }
     hyla_adapter_info ai;
     size_t rss_before_load = 0;
-    if (tok_path && hyla_tokenizer_load(&tok, tok_path)) {
+    if (tok_path ? hyla_tokenizer_load(&tok, tok_path) != HYLA_OK
+                 : gguf && (prompt || chat) && hyla_tokenizer_load_gguf(&tok, pos[0]) != HYLA_OK) {
         rc = hyla_cli_fail("generate");
         goto done;
     }

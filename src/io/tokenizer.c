@@ -532,6 +532,25 @@ static int load_from_json(hyla_tokenizer *t, const cJSON *root)
     return build_added_index(t);
 }
 
+int hyla_tokenizer_from_json(hyla_tokenizer **out, const cJSON *root, const char *origin)
+{
+    *out = NULL;
+    if (!cJSON_IsObject(root))
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: not a JSON object", origin);
+    hyla_tokenizer *t = calloc(1, sizeof *t);
+    if (!t || !(t->path = strdup(origin))) {
+        free(t);
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: cannot allocate tokenizer", origin);
+    }
+    int st = load_from_json(t, root);
+    if (st != HYLA_OK) {
+        hyla_tokenizer_free(t);
+        return st;
+    }
+    *out = t;
+    return HYLA_OK;
+}
+
 int hyla_tokenizer_load(hyla_tokenizer **out, const char *path)
 {
     *out = NULL;
@@ -542,25 +561,11 @@ int hyla_tokenizer_load(hyla_tokenizer **out, const char *path)
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
     size_t err_at = end ? (size_t)(end - text) : 0;
     free(text);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return root ? hyla_error_set(HYLA_ERR_FORMAT, "%s: not a JSON object", path)
-                    : hyla_error_set(HYLA_ERR_FORMAT, "%s: invalid JSON near byte %zu", path, err_at);
-    }
-    hyla_tokenizer *t = calloc(1, sizeof *t);
-    if (!t || !(t->path = strdup(path))) {
-        free(t);
-        cJSON_Delete(root);
-        return hyla_error_set(HYLA_ERR_NOMEM, "%s: cannot allocate tokenizer", path);
-    }
-    int st = load_from_json(t, root);
+    if (!root)
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: invalid JSON near byte %zu", path, err_at);
+    int st = hyla_tokenizer_from_json(out, root, path);
     cJSON_Delete(root);
-    if (st != HYLA_OK) {
-        hyla_tokenizer_free(t);
-        return st;
-    }
-    *out = t;
-    return HYLA_OK;
+    return st;
 }
 
 void hyla_tokenizer_free(hyla_tokenizer *t)

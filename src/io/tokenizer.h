@@ -80,6 +80,15 @@ size_t hyla_tokenizer_merges(const hyla_tokenizer *t, int32_t *pairs);
  * ByteLevel), or NULL when there is none. */
 const char *hyla_tokenizer_pattern(const hyla_tokenizer *t);
 
+/* The vocabulary of a GGUF file (tokenizer.ggml.*, io/tokenizer_gguf.c): the tokenizer.json it
+ * stands for, checked as one; errors name the file and key. */
+struct hyla_gguf_file;
+int hyla_tokenizer_from_gguf(hyla_tokenizer **out, const struct hyla_gguf_file *f);
+/* The same from the file at `path` (opened, read and closed). */
+int hyla_tokenizer_load_gguf(hyla_tokenizer **out, const char *path);
+/* llama.cpp's name for a pre-tokenizer split regex ("qwen2", "qwen35", "gpt-2"), or NULL. */
+const char *hyla_tokenizer_pre_name(const char *pattern);
+
 /* One more than the largest id (vocab and added tokens), e.g. 151669 for Qwen3. */
 size_t hyla_tokenizer_vocab_size(const hyla_tokenizer *t);
 

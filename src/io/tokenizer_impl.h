@@ -69,6 +69,11 @@ struct hyla_tokenizer {
     int ignore_merges;     /* model.ignore_merges: a piece found whole in the vocab is one id */
 };
 
+/* A tokenizer from a parsed tokenizer.json (`origin` names it in messages); io/tokenizer_gguf.c
+ * builds one for a GGUF file's vocabulary. */
+struct cJSON;
+int hyla_tokenizer_from_json(hyla_tokenizer **out, const struct cJSON *root, const char *origin);
+
 /* ---- lookups shared by loading and encoding -------------------------------------------------- */
 
 static inline uint64_t hash_bytes(const void *p, size_t n)

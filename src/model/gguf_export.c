@@ -66,31 +66,6 @@ static int fill_tensor(void *ctx, size_t index, void *dst, size_t nbytes)
     return HYLA_OK;
 }
 
-/* ---- refusals: what llama.cpp's graphs cannot express ------------------------------------------- */
-
-static int check_supported(const hyla_config *c, const char *arch)
-{
-    int has_linear = 0;
-    for (int l = 0; l < c->n_layers; l++)
-        has_linear |= c->layer_kind[l] == HYLA_LAYER_LINEAR;
-    if (has_linear && c->lin_k_dim != c->lin_v_dim)
-        return hyla_error_set(HYLA_ERR_ARG, "gguf export (%s): linear_key_head_dim %lld != linear_value_head_dim %lld; "
-                              "llama.cpp uses one head size for both", arch, (long long)c->lin_k_dim, (long long)c->lin_v_dim);
-    if (c->family == HYLA_FAMILY_QWEN3_5)
-        return HYLA_OK;
-    for (int l = 0; l < c->n_layers; l++)
-        if (!c->layer_is_moe[l])
-            return hyla_error_set(HYLA_ERR_ARG, "gguf export (%s): layer %d is a dense MLP (mlp_only_layers / "
-                                  "decoder_sparse_step); llama.cpp's %s needs MoE in every layer", arch, l, arch);
-    if (c->shared_inter <= 0)
-        return hyla_error_set(HYLA_ERR_ARG, "gguf export (%s): no shared expert (shared_expert_intermediate_size); "
-                              "llama.cpp's %s needs one", arch, arch);
-    if (!c->norm_topk_prob)
-        return hyla_error_set(HYLA_ERR_ARG, "gguf export (%s): norm_topk_prob is false; llama.cpp's %s always "
-                              "renormalises the top-k weights", arch, arch);
-    return HYLA_OK;
-}
-
 /* ---- metadata ---------------------------------------------------------------------------------- */
 
 static uint32_t file_type(hyla_ggml_type t)
@@ -177,15 +152,6 @@ static void write_hparams(hyla_gguf_writer *w, const hyla_model *m, const char *
 
 /* ---- tokenizer ----------------------------------------------------------------------------------- */
 
-/* llama.cpp's pre-tokenizer names, recognised by the split regex as written in tokenizer.json. */
-static const struct { const char *pre, *pattern; } known_pre[] = {
-    {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
-    {"qwen35", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
-               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
-    {"gpt-2", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
-};
-
 /* The converter's "looks special" rule for added tokens not marked special. */
 static int looks_special(const char *s, size_t n)
 {
@@ -258,10 +224,7 @@ static int write_tokenizer(hyla_gguf_writer *w, const hyla_model *m)
     hyla_tokenizer *tok;
     HYLA_TRY(hyla_tokenizer_load(&tok, path));
     int64_t V = m->cfg.vocab;
-    const char *pattern = hyla_tokenizer_pattern(tok), *pre = NULL;
-    for (size_t i = 0; pattern && i < sizeof known_pre / sizeof *known_pre; i++)
-        if (!strcmp(pattern, known_pre[i].pattern))
-            pre = known_pre[i].pre;
+    const char *pre = hyla_tokenizer_pre_name(hyla_tokenizer_pattern(tok));
     int st = HYLA_OK;
     if ((int64_t)hyla_tokenizer_vocab_size(tok) > V)
         st = hyla_error_set(HYLA_ERR_ARG, "gguf export: %s has %zu tokens, more than the model's vocab_size %lld", path,
@@ -330,7 +293,7 @@ static int write_tokenizer(hyla_gguf_writer *w, const hyla_model *m)
 int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, hyla_gguf_export_info *info)
 {
     const char *arch = hyla_gguf_arch_name(&m->cfg);
-    HYLA_TRY(check_supported(&m->cfg, arch));
+    HYLA_TRY(hyla_gguf_map_check(&m->cfg, arch));
     exporter e = {.m = m, .want = type};
     hyla_gguf_writer *w = hyla_gguf_new();
     int st = w ? collect_tensors(&e) : hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");

@@ -168,15 +168,28 @@ static int same_shape(const hyla_gguf_tensor *g, const hyla_gguf_map_tensor *t)
     return 1;
 }
 
+/* The parameter and row a map row lands in; an error if the table has no such place (a map and a
+ * table built from one checked config always agree: this guards the invariant). */
+static int dest(const hyla_model *m, const hyla_gguf_map_tensor *t, int64_t row, int *param, int64_t *irow)
+{
+    *param = hyla_param_find(&m->table, row >= 0 ? t->role : t->role2, t->layer);
+    *irow = row >= 0 ? row : -1 - row;
+    const hyla_param *p = *param >= 0 ? &m->table.params[*param] : NULL;
+    if (!p || *irow >= p->numel / p->shape[p->ndim - 1] || p->shape[p->ndim - 1] != t->ne[0])
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: tensor %s does not fit the parameters its metadata describes",
+                              hyla_gguf_path(m->gguf), t->name);
+    return HYLA_OK;
+}
+
 static int load_vector(hyla_model *m, const hyla_gguf_map_tensor *t, const hyla_gguf_tensor *g, float *buf)
 {
     int64_t C = t->ne[0];
     hyla_ggml_to_f32(g->type, buf, g->data, t->rows * C);
     for (int64_t r = 0; r < t->rows; r++) {
-        int64_t row = t->row_map ? t->row_map[r] : t->row0 + r;
-        hyla_role role = row >= 0 ? t->role : t->role2;
-        int p = hyla_param_find(&m->table, role, t->layer);
-        float *dst = m->w + m->table.params[p].offset + (row >= 0 ? row : -1 - row) * C;
+        int p;
+        int64_t ir;
+        HYLA_TRY(dest(m, t, t->row_map ? t->row_map[r] : t->row0 + r, &p, &ir));
+        float *dst = m->w + m->table.params[p].offset + ir * C;
         for (int64_t j = 0; j < C; j++) {
             float v = buf[r * C + j];
             if (t->op == HYLA_GGUF_NEG_EXP && !(v < 0))
@@ -196,11 +209,10 @@ static int point_matrix(hyla_model *m, const hyla_gguf_map_tensor *t, const hyla
 {
     size_t row_bytes = hyla_ggml_bytes(g->type, (size_t)t->ne[0]);
     for (int64_t r = 0; r < t->rows; r++) {
-        int64_t row = t->row_map ? t->row_map[r] : t->row0 + r;
-        hyla_role role = row >= 0 ? t->role : t->role2;
-        int p = hyla_param_find(&m->table, role, t->layer);
+        int p;
+        int64_t ir;
+        HYLA_TRY(dest(m, t, t->row_map ? t->row_map[r] : t->row0 + r, &p, &ir));
         hyla_qmat *q = &m->qw[p];
-        int64_t ir = row >= 0 ? row : -1 - row;
         if (q->row[ir])
             return hyla_error_set(HYLA_ERR_MODEL, "%s: tensor %s: row %lld written twice", hyla_gguf_path(m->gguf),
                                   t->name, (long long)ir);
@@ -209,8 +221,11 @@ static int point_matrix(hyla_model *m, const hyla_gguf_map_tensor *t, const hyla
         covered[p]++;
     }
     if (t->col_map) {
-        int p = hyla_param_find(&m->table, t->role, t->layer);
+        int p;
+        int64_t ir;
+        HYLA_TRY(dest(m, t, 0, &p, &ir));
         hyla_qmat *q = &m->qw[p];
+        free(q->col_map);
         if (!(q->col_map = malloc((size_t)t->ne[0] * sizeof *q->col_map)))
             return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", hyla_gguf_path(m->gguf));
         for (int64_t j = 0; j < t->ne[0]; j++)
@@ -307,6 +322,24 @@ static int load_tensors(hyla_model *m)
     return st;
 }
 
+/* Every parameter element comes from one element of the file: a config claiming more than the
+ * file holds is refused before anything sized by the config is allocated (so what is allocated is
+ * bounded by the file's size). */
+static int check_sizes(const hyla_model *m)
+{
+    uint64_t need = 0, have = 0;
+    for (int i = 0; i < m->table.n_params; i++)
+        need += (uint64_t)m->table.params[i].numel;
+    for (size_t i = 0; i < hyla_gguf_n_tensors(m->gguf); i++) {
+        const hyla_gguf_tensor *t = hyla_gguf_tensor_at(m->gguf, i);
+        have += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+    if (need > have)
+        return hyla_error_set(HYLA_ERR_MODEL, "%s: the metadata describes %llu parameters, the file's tensors hold %llu",
+                              hyla_gguf_path(m->gguf), (unsigned long long)need, (unsigned long long)have);
+    return HYLA_OK;
+}
+
 int hyla_model_load_gguf(hyla_model *m, const char *path)
 {
     memset(m, 0, sizeof *m);
@@ -315,11 +348,15 @@ int hyla_model_load_gguf(hyla_model *m, const char *path)
     m->gguf = f;
     int st = read_config(f, &m->cfg, &m->config_json);
     if (st == HYLA_OK)
+        st = hyla_gguf_map_check(&m->cfg, hyla_gguf_arch_name(&m->cfg));
+    if (st == HYLA_OK)
         hyla_schedule_build(&m->sched, &m->cfg);
     hyla_layout lay;
     hyla_default_layout(&m->cfg, &lay);
     if (st == HYLA_OK)
         st = hyla_params_build(&m->table, &m->cfg, &lay);
+    if (st == HYLA_OK)
+        st = check_sizes(m);
     if (st == HYLA_OK) {
         m->w_bytes = m->table.total_floats * sizeof(float);
         /* small pages: only the vectors are written, scattered over the arena */

@@ -193,6 +193,31 @@ int hyla_gguf_map_build(hyla_gguf_map *e, const hyla_config *c)
     return HYLA_OK;
 }
 
+/* ---- refusals: what llama.cpp's graphs cannot express ------------------------------------------- */
+
+int hyla_gguf_map_check(const hyla_config *c, const char *arch)
+{
+    int has_linear = 0;
+    for (int l = 0; l < c->n_layers; l++)
+        has_linear |= c->layer_kind[l] == HYLA_LAYER_LINEAR;
+    if (has_linear && c->lin_k_dim != c->lin_v_dim)
+        return hyla_error_set(HYLA_ERR_ARG, "gguf (%s): linear_key_head_dim %lld != linear_value_head_dim %lld; "
+                              "llama.cpp uses one head size for both", arch, (long long)c->lin_k_dim, (long long)c->lin_v_dim);
+    if (c->family == HYLA_FAMILY_QWEN3_5)
+        return HYLA_OK;
+    for (int l = 0; l < c->n_layers; l++)
+        if (!c->layer_is_moe[l])
+            return hyla_error_set(HYLA_ERR_ARG, "gguf (%s): layer %d is a dense MLP (mlp_only_layers / "
+                                  "decoder_sparse_step); llama.cpp's %s needs MoE in every layer", arch, l, arch);
+    if (c->shared_inter <= 0)
+        return hyla_error_set(HYLA_ERR_ARG, "gguf (%s): no shared expert (shared_expert_intermediate_size); "
+                              "llama.cpp's %s needs one", arch, arch);
+    if (!c->norm_topk_prob)
+        return hyla_error_set(HYLA_ERR_ARG, "gguf (%s): norm_topk_prob is false; llama.cpp's %s always "
+                              "renormalises the top-k weights", arch, arch);
+    return HYLA_OK;
+}
+
 void hyla_gguf_map_free(hyla_gguf_map *map)
 {
     for (size_t i = 0; i < map->n; i++) {

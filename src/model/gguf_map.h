@@ -45,6 +45,11 @@ typedef struct {
 int hyla_gguf_map_build(hyla_gguf_map *map, const hyla_config *cfg);
 void hyla_gguf_map_free(hyla_gguf_map *map);
 
+/* What llama.cpp's graphs for `arch` cannot express (value head dim != key head dim; for the MoE
+ * architectures a dense layer, no shared expert, or top-k weights not renormalised): an error
+ * with the reason, else HYLA_OK. The map assumes a config that passes. */
+int hyla_gguf_map_check(const hyla_config *cfg, const char *arch);
+
 /* "qwen3next", "qwen35" or "qwen35moe". */
 const char *hyla_gguf_arch_name(const hyla_config *cfg);
 

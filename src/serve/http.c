@@ -584,10 +584,14 @@ int serve_run(const serve_options *o)
     sv.m = &m;
     char path[4096];
     int rc = hyla_path_join(path, sizeof path, o->model_dir, "tokenizer.json");
-    if (rc == HYLA_OK && !hyla_file_exists(path))
-        rc = hyla_error_set(HYLA_ERR_ARG, "%s is missing: the server needs the model's tokenizer", path);
-    if (rc == HYLA_OK)
-        rc = hyla_tokenizer_load(&sv.tok, path);
+    if (hyla_is_gguf_path(o->model_dir)) /* its vocabulary: tokenizer.ggml.* */
+        rc = hyla_tokenizer_load_gguf(&sv.tok, o->model_dir);
+    else {
+        if (rc == HYLA_OK && !hyla_file_exists(path))
+            rc = hyla_error_set(HYLA_ERR_ARG, "%s is missing: the server needs the model's tokenizer", path);
+        if (rc == HYLA_OK)
+            rc = hyla_tokenizer_load(&sv.tok, path);
+    }
     if (rc == HYLA_OK && (int64_t)hyla_tokenizer_vocab_size(sv.tok) > m.cfg.vocab)
         rc = hyla_error_set(HYLA_ERR_ARG, "%s has more tokens than the model's vocab_size %lld", path, (long long)m.cfg.vocab);
     if (rc != HYLA_OK) {

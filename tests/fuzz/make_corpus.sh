@@ -17,7 +17,7 @@ export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hyla-corpus-XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 rm -rf "$OUT"
-for h in safetensors model_load st_index config tokenizer tokenizer_encode tokens routing checkpoint_state jsonl; do
+for h in safetensors model_load st_index config tokenizer tokenizer_encode tokens routing checkpoint_state jsonl gguf gguf_model; do
     mkdir -p "$OUT/fuzz_$h"
 done
 q() { "$@" >/dev/null 2>"$WORK/err" || { echo "make_corpus: failed: $*" >&2; cat "$WORK/err" >&2; exit 1; }; }
@@ -91,6 +91,27 @@ q "$HYLA" train --config "$TINY" --steps 2 --batch 1 --seq 8 --threads 1 --save 
 { printf '\0'; cat "$WORK/ckpt/trainer_state.json"; } > "$OUT/fuzz_checkpoint_state/state.bin"
 { printf '\1'; cat "$WORK/ckpt/optimizer/model.safetensors"; } > "$OUT/fuzz_checkpoint_state/moments.bin"
 cp "$WORK/ckpt/optimizer/model.safetensors" "$OUT/fuzz_safetensors/moments.safetensors"
+
+# ---- GGUF: hyla's own export of small models (vocabulary = make_qwen_tokenizer.py's 459 tokens):
+# the tiny Qwen3-Next config (rows of 8: Q8_0 falls back to F16), and a Qwen3.5 one with rows of 32
+sed -e 's/"vocab_size":32/"vocab_size":459/' "$TINY" > "$WORK/tiny459.json"
+q "$HYLA" init --config "$WORK/tiny459.json" --out "$WORK/g-next" --seed 5
+"$PY" tests/data/make_qwen_tokenizer.py "$WORK/g-next" --pattern qwen2 >/dev/null
+cat > "$WORK/q35.json" <<'JSON'
+{"model_type":"qwen3_5","tie_word_embeddings":true,"text_config":{"model_type":"qwen3_5_text","vocab_size":459,
+ "hidden_size":32,"num_hidden_layers":2,"full_attention_interval":2,"num_attention_heads":2,"num_key_value_heads":1,
+ "head_dim":32,"partial_rotary_factor":0.25,"rope_theta":10000000.0,"linear_num_key_heads":1,"linear_num_value_heads":2,
+ "linear_key_head_dim":32,"linear_value_head_dim":32,"linear_conv_kernel_dim":2,"intermediate_size":64,
+ "rms_norm_eps":1e-6,"tie_word_embeddings":true,"max_position_embeddings":64,"hidden_act":"silu"}}
+JSON
+q "$HYLA" init --config "$WORK/q35.json" --out "$WORK/g-35" --seed 5
+"$PY" tests/data/make_qwen_tokenizer.py "$WORK/g-35" --pattern qwen35 >/dev/null
+for m in next 35; do
+    for t in f32 q8_0; do
+        q "$HYLA" convert "$WORK/g-$m" "$OUT/fuzz_gguf/$m-$t.gguf" --to gguf --type "$t"
+        cp "$OUT/fuzz_gguf/$m-$t.gguf" "$OUT/fuzz_gguf_model/"
+    done
+done
 
 n=$(find "$OUT" -type f | wc -l)
 echo "make_corpus: $n seeds in $OUT"

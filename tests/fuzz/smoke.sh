@@ -22,6 +22,8 @@ HARNESSES=(
     "fuzz_routing 4096"
     "fuzz_checkpoint_state 32768"
     "fuzz_jsonl 8192"
+    "fuzz_gguf 65536"
+    "fuzz_gguf_model 65536"
 )
 
 mkdir -p build-fuzz

@@ -1,0 +1,177 @@
+/* A GGUF file's vocabulary as a tokenizer (tokenizer.h, hyla_tokenizer_from_gguf): the
+ * tokenizer.json it stands for, built from tokenizer.ggml.* and loaded by the same checks.
+ *
+ *   tokenizer.ggml.model   must be "gpt2" (byte-level BPE, what llama.cpp's converter writes for
+ *                          Qwen); anything else is refused naming it.
+ *   tokenizer.ggml.tokens  id -> spelling. Types (tokenizer.ggml.token_type, llama_token_type):
+ *                          NORMAL 1, UNKNOWN 2 and BYTE 6 are model.vocab entries; CONTROL 3 an
+ *                          added special token; USER_DEFINED 4 an added token; UNUSED 5 (the
+ *                          converter's [PADn] fillers) no token.
+ *   tokenizer.ggml.merges  "left right" strings in rank order.
+ *   tokenizer.ggml.pre     the pre-tokenizer by llama.cpp's name: "qwen2", "qwen35" and "gpt-2",
+ *                          each the split regex of the Hugging Face tokenizer it was made from,
+ *                          then ByteLevel; Qwen's tokenizers normalise NFC, so the two Qwen names
+ *                          do too (as transformers does for the source model). */
+#include "io/tokenizer_impl.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+
+#include "core/error.h"
+#include "io/gguf_read.h"
+
+static const struct { const char *pre, *pattern; int nfc; } known_pre[] = {
+    {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 1},
+    {"qwen35", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
+               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 1},
+    {"gpt-2", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", 0},
+};
+
+const char *hyla_tokenizer_pre_name(const char *pattern)
+{
+    for (size_t i = 0; pattern && i < sizeof known_pre / sizeof *known_pre; i++)
+        if (!strcmp(pattern, known_pre[i].pattern))
+            return known_pre[i].pre;
+    return NULL;
+}
+
+/* A NUL-terminated copy of a GGUF string (NULL when it holds a NUL byte or memory runs out). */
+static char *cstr(const char *s, size_t n)
+{
+    if (memchr(s, 0, n))
+        return NULL;
+    char *c = malloc(n + 1);
+    if (c) {
+        memcpy(c, s, n);
+        c[n] = '\0';
+    }
+    return c;
+}
+
+static int add_tokens(cJSON *vocab, cJSON *added, const hyla_gguf_file *f, const hyla_gguf_kv *tokens,
+                      const hyla_gguf_kv *types)
+{
+    const char *path = hyla_gguf_path(f);
+    for (uint64_t id = 0; id < tokens->count; id++) {
+        size_t n;
+        const char *s = hyla_gguf_arr_str(tokens, id, &n);
+        int64_t type = types ? hyla_gguf_arr_int(types, id) : 1;
+        if (type == 5)
+            continue;
+        char *c = s ? cstr(s, n) : NULL;
+        if (!c)
+            return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.tokens[%llu] holds a NUL byte (or memory ran out)",
+                                  path, (unsigned long long)id);
+        int ok;
+        if (type == 3 || type == 4) {
+            cJSON *a = cJSON_CreateObject();
+            ok = a && cJSON_AddNumberToObject(a, "id", (double)id) && cJSON_AddStringToObject(a, "content", c) &&
+                 cJSON_AddBoolToObject(a, "special", type == 3) && cJSON_AddItemToArray(added, a);
+        } else if (type == 1 || type == 2 || type == 6) {
+            ok = cJSON_GetObjectItemCaseSensitive(vocab, c) == NULL;
+            if (!ok) {
+                free(c);
+                return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.tokens[%llu] repeats an earlier token", path,
+                                      (unsigned long long)id);
+            }
+            ok = cJSON_AddNumberToObject(vocab, c, (double)id) != NULL;
+        } else {
+            free(c);
+            return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.token_type[%llu] is %lld (1..6)", path,
+                                  (unsigned long long)id, (long long)type);
+        }
+        free(c);
+        if (!ok)
+            return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory for the vocabulary", path);
+    }
+    return HYLA_OK;
+}
+
+static int build_json(cJSON *root, const hyla_gguf_file *f)
+{
+    const char *path = hyla_gguf_path(f), *s;
+    size_t n;
+    HYLA_TRY(hyla_gguf_get_str(f, "tokenizer.ggml.model", 1, &s, &n));
+    if (n != 4 || memcmp(s, "gpt2", 4))
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.model is \"%.*s\"; hyla reads \"gpt2\" (byte-level "
+                              "BPE)", path, (int)(n < 64 ? n : 64), s);
+    HYLA_TRY(hyla_gguf_get_str(f, "tokenizer.ggml.pre", 1, &s, &n));
+    int pre = -1;
+    for (int i = 0; i < (int)(sizeof known_pre / sizeof *known_pre); i++)
+        if (n == strlen(known_pre[i].pre) && !memcmp(s, known_pre[i].pre, n))
+            pre = i;
+    if (pre < 0)
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.pre \"%.*s\" is not one hyla knows (qwen2, qwen35, "
+                              "gpt-2)", path, (int)(n < 64 ? n : 64), s);
+    const hyla_gguf_kv *tokens = hyla_gguf_find_kv(f, "tokenizer.ggml.tokens");
+    const hyla_gguf_kv *types = hyla_gguf_find_kv(f, "tokenizer.ggml.token_type");
+    const hyla_gguf_kv *merges = hyla_gguf_find_kv(f, "tokenizer.ggml.merges");
+    if (!tokens || tokens->type != HYLA_GGUF_ARRAY || tokens->elem_type != HYLA_GGUF_STRING)
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.tokens: missing, or not an array of strings", path);
+    if (!merges || merges->type != HYLA_GGUF_ARRAY || merges->elem_type != HYLA_GGUF_STRING)
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.merges: missing, or not an array of strings", path);
+    if (types && (types->type != HYLA_GGUF_ARRAY || types->elem_type == HYLA_GGUF_STRING || types->count != tokens->count))
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.token_type must be %llu integers", path,
+                              (unsigned long long)tokens->count);
+    cJSON *model = cJSON_AddObjectToObject(root, "model"), *vocab = model ? cJSON_AddObjectToObject(model, "vocab") : NULL;
+    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
+    cJSON *mlist = model ? cJSON_AddArrayToObject(model, "merges") : NULL;
+    if (!vocab || !added || !mlist || !cJSON_AddStringToObject(model, "type", "BPE"))
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+    HYLA_TRY(add_tokens(vocab, added, f, tokens, types));
+    for (uint64_t i = 0; i < merges->count; i++) {
+        const char *m = hyla_gguf_arr_str(merges, i, &n);
+        char *c = cstr(m, n);
+        int ok = c && cJSON_AddItemToArray(mlist, cJSON_CreateString(c));
+        free(c);
+        if (!ok)
+            return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu] holds a NUL byte (or memory ran out)",
+                                  path, (unsigned long long)i);
+    }
+    /* every object is attached to root as soon as it exists, so deleting root frees all of them */
+    cJSON *seq = cJSON_AddObjectToObject(root, "pre_tokenizer");
+    cJSON *steps = seq ? cJSON_AddArrayToObject(seq, "pretokenizers") : NULL;
+    cJSON *split = steps && cJSON_AddItemToArray(steps, cJSON_CreateObject()) ? cJSON_GetArrayItem(steps, 0) : NULL;
+    cJSON *bl = split && cJSON_AddItemToArray(steps, cJSON_CreateObject()) ? cJSON_GetArrayItem(steps, 1) : NULL;
+    cJSON *pat = split ? cJSON_AddObjectToObject(split, "pattern") : NULL;
+    cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
+    int ok = bl && pat && dec && cJSON_AddStringToObject(seq, "type", "Sequence") &&
+             cJSON_AddStringToObject(split, "type", "Split") && cJSON_AddStringToObject(pat, "Regex", known_pre[pre].pattern) &&
+             cJSON_AddStringToObject(split, "behavior", "Isolated") && cJSON_AddBoolToObject(split, "invert", 0) &&
+             cJSON_AddStringToObject(bl, "type", "ByteLevel") && cJSON_AddBoolToObject(bl, "add_prefix_space", 0) &&
+             cJSON_AddBoolToObject(bl, "use_regex", 0) && cJSON_AddStringToObject(dec, "type", "ByteLevel");
+    if (ok && known_pre[pre].nfc) {
+        cJSON *norm = cJSON_AddObjectToObject(root, "normalizer");
+        ok = norm && cJSON_AddStringToObject(norm, "type", "NFC");
+    }
+    if (!ok)
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+    return HYLA_OK;
+}
+
+int hyla_tokenizer_from_gguf(hyla_tokenizer **out, const struct hyla_gguf_file *f)
+{
+    *out = NULL;
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", hyla_gguf_path(f));
+    int st = build_json(root, f);
+    if (st == HYLA_OK) {
+        char origin[4200];
+        snprintf(origin, sizeof origin, "%s (tokenizer.ggml.*)", hyla_gguf_path(f));
+        st = hyla_tokenizer_from_json(out, root, origin);
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+int hyla_tokenizer_load_gguf(hyla_tokenizer **out, const char *path)
+{
+    *out = NULL;
+    hyla_gguf_file *f;
+    HYLA_TRY(hyla_gguf_open(&f, path));
+    int st = hyla_tokenizer_from_gguf(out, f);
+    hyla_gguf_close(f);
+    return st;
+}
