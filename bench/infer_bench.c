@@ -7,6 +7,8 @@
  * prefill_profile_ms: milliseconds of one SEQ-token prefill by op, from a run with the timers on.
  * DTYPE bf16: the model's matrices read straight into bf16 (hyla_model_load_bf16), bf16 compute;
  * the resident set after loading is reported either way.
+ * MODEL_DIR may be a .gguf file: its tensors are read in place in their stored types (DTYPE is then
+ * "gguf"), and the weight bytes per token are the stored bytes of the rows a token reads.
  * usage: infer_bench MODEL_DIR [SEQ=512] [NEW=128] [DTYPE=f32|bf16]   (one JSON object) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+#include "core/quant.h"
 #include "dram_bandwidth.h"
 #include "infer/generate.h"
 #include "model/model.h"
@@ -42,9 +45,9 @@ int main(int argc, char **argv)
     int64_t T = argc > 2 ? atoll(argv[2]) : 512, NEW = argc > 3 ? atoll(argv[3]) : 128;
     const char *bw_env = getenv("HYLA_DRAM_GBS");
     double dram = bw_env ? atof(bw_env) : dram_read_gbs(); /* (again after the runs: the better of the two) */
-    int bf16 = argc > 4 && !strcmp(argv[4], "bf16");
+    int bf16 = argc > 4 && !strcmp(argv[4], "bf16"), gguf = hyla_is_gguf_path(argv[1]);
     hyla_model m;
-    if (bf16 ? hyla_model_load_bf16(&m, argv[1]) : hyla_model_load(&m, argv[1])) {
+    if (gguf ? hyla_model_load_gguf(&m, argv[1]) : bf16 ? hyla_model_load_bf16(&m, argv[1]) : hyla_model_load(&m, argv[1])) {
         fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
         return 1;
     }
@@ -99,12 +102,28 @@ int main(int argc, char **argv)
     double bytes_per_token = wbytes * (double)(pc.active - m.cfg.vocab * m.cfg.hidden + m.cfg.hidden);
     if (m.cfg.tie_word_embeddings)
         bytes_per_token += wbytes * (double)(m.cfg.vocab * m.cfg.hidden);
+    if (gguf) { /* the stored bytes of every row a token reads: all of each matrix, k / E of the routed
+                 * experts', lm_head whole (the tied embedding's), one embedding row (neglected) */
+        bytes_per_token = 0;
+        for (int i = 0; i < m.table.n_params; i++) {
+            const hyla_qmat *q = &m.qw[i];
+            hyla_role role = m.table.params[i].role;
+            if (!q->row || (role == HYLA_P_EMBED && !m.cfg.tie_word_embeddings))
+                continue;
+            double b = 0;
+            for (int64_t r = 0; r < q->rows; r++)
+                b += (double)hyla_ggml_bytes(q->row_type ? (hyla_ggml_type)q->row_type[r] : q->type, (size_t)q->cols);
+            if (role == HYLA_P_MOE_GATE_UP || role == HYLA_P_MOE_DOWN)
+                b *= (double)m.cfg.top_k / (double)m.cfg.n_experts;
+            bytes_per_token += b;
+        }
+    }
     double pf = best.prefill_tokens / best.prefill_seconds, dc = best.decode_tokens / best.decode_seconds;
     printf("{\"engine\": \"hyla\", \"dtype\": \"%s\", \"resident_bytes_after_load\": %.0f, \"seq\": %lld, \"new\": %lld, \"params_total\": %lld, \"params_active\": %lld, "
            "\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f, \"decode_weight_bytes_per_token\": %.4g, "
            "\"decode_bandwidth_gbs\": %.1f, \"decode_pct_of_dram_bw\": %.1f, \"dram_gbs\": %.1f, \"dram_measured\": %s, "
            "\"decode_profile_ms_per_token\": {",
-           bf16 ? "bf16" : "f32", rss_after_load, (long long)T, (long long)NEW, (long long)pc.total, (long long)pc.active, pf, dc, bytes_per_token,
+           gguf ? "gguf" : bf16 ? "bf16" : "f32", rss_after_load, (long long)T, (long long)NEW, (long long)pc.total, (long long)pc.active, pf, dc, bytes_per_token,
            dc * bytes_per_token / 1e9, 100.0 * dc * bytes_per_token / 1e9 / dram, dram, bw_env ? "false" : "true");
     for (int i = 0; i < hyla_prof.n; i++)
         printf("%s\"%s\": %.4f", i ? ", " : "", hyla_prof.name[i], 1e3 * hyla_prof.seconds[i] / tokens);
