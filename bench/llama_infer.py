@@ -1,6 +1,11 @@
 """llama.cpp peer of bench/infer_bench.c (llama-cpp-python): prefill of the same SEQ-token prompt
 and DECODE_STEPS greedy decode steps on a GGUF export of the same weights, THREADS threads; the
-best of 2 timed runs after a warm-up. usage: llama_infer.py MODEL.gguf SEQ DECODE_STEPS THREADS"""
+best of 2 timed runs after a warm-up. usage: llama_infer.py MODEL.gguf SEQ DECODE_STEPS THREADS
+
+llama.cpp's CPU "extra buffer types" (weights repacked at load into interleaved layouts for its
+AVX-512 GEMMs) are turned off: the llama.cpp 0.3.36 build on this VM segfaults in that path for a
+prompt of more than one token on quantized files (Q8_0 and Q4_K_M seen; the same files run with
+them off); "extra_bufts": false in the JSON says so."""
 import json
 import sys
 import time
@@ -18,6 +23,14 @@ def main():
     global QUIET  # the ctypes callback must outlive every llama.cpp call
     QUIET = llama_cpp.llama_log_callback(lambda level, text, data: None)
     llama_cpp.llama_log_set(QUIET, None)
+    default_params = llama_cpp.llama_model_default_params
+
+    def without_repack():
+        p = default_params()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama_model_default_params = without_repack
+    llama_cpp.llama.llama_cpp.llama_model_default_params = without_repack
     # logits of the last position only, as hyla's prefill computes them (llama.cpp's default; read
     # straight from the context), and llama.cpp's default micro-batch of 512 tokens
     llm = llama_cpp.Llama(model_path=path, n_ctx=T + steps + 8, n_batch=T, n_ubatch=min(T, 512), n_threads=threads,
@@ -40,7 +53,7 @@ def main():
             best_p, best_d = min(best_p, prefill), min(best_d, decode)
     llm.close()  # free the context now, not during interpreter teardown
     print(json.dumps({"engine": f"llama.cpp (llama-cpp-python {llama_cpp.__version__})", "gguf": path,
-                      "threads": threads, "prefill_tokens_per_s": T / best_p, "decode_tokens_per_s": (steps - 1) / best_d}))
+                      "threads": threads, "extra_bufts": False, "prefill_tokens_per_s": T / best_p, "decode_tokens_per_s": (steps - 1) / best_d}))
 
 
 if __name__ == "__main__":
