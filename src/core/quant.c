@@ -4,8 +4,9 @@
  * for Q8_0 / Q4_0 weights, Q8_K for the K-quants); a weight block is dequantized exactly as
  * ggml's dequantize_row_* does and multiplied in fp32.
  *   n <= HYLA_QUANT_SKINNY_M (decode): the output rows are split over the threads; each stored
- *     row is read once, a piece of up to 256 values dequantized on the stack and dotted with the
- *     n activation rows. Q8_0 has its own AVX-512 loop that widens each block in registers.
+ *     row is read once and dotted with the n activation rows: Q8_0 and the K-quants by the AVX-512
+ *     kernels of core/quant_avx512.c (blocks widened in registers), the other types by pieces of
+ *     up to 256 values dequantized on the stack.
  *   larger n (prefill): blocks of QROWS weight rows are dequantized into scratch (split over the
  *     threads) and multiplied by the sgemm, so the cost over the sgemm is one pass over W. */
 #include "core/quant.h"
@@ -15,6 +16,7 @@
 
 #include "core/gemm.h"
 #include "core/parallel.h"
+#include "core/quant_kernels.h"
 
 #define QROWS 128 /* weight rows dequantized at once for the sgemm path */
 #define PIECE 256 /* values dequantized at once on the streaming path (one K-quant super-block) */
@@ -300,56 +302,7 @@ static const float *stored_order(const hyla_qmat *W, const float *x, int64_t n, 
     return dst;
 }
 
-#if defined(__GNUC__) && __GNUC__ >= 10
-#define HAVE_AVX512_Q8 1
-/* y[i] = x[i] . row for i < N, a Q8_0 row of K values: each block widened to 2 x 16 floats in
- * registers, scaled and multiplied into N accumulators; the next blocks prefetched. N is a
- * compile-time constant in each instance (dot_q8_0_avx512 dispatches), so the accumulators stay
- * in registers: with a run-time count they went through the stack and the lm_head-sized product
- * read 14 GB/s instead of 30. */
-__attribute__((target("avx512f,avx512bw"), always_inline)) static inline void
-dot_q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
-{
-    __m512 acc[HYLA_QUANT_SKINNY_M];
-    for (int i = 0; i < N; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < K / 32; b++, row += 34) {
-        /* 4 KB ahead into L2: 31 GB/s on 2 threads for an lm_head-sized product read from the
-         * mapped file (the DRAM's rate here), 18-20 with T0, 12 at 8 blocks ahead */
-        _mm_prefetch((const char *)(row + 34 * 128), _MM_HINT_T1);
-        __m512 d = _mm512_set1_ps(half(row));
-        __m128i q0 = _mm_loadu_si128((const __m128i *)(row + 2)), q1 = _mm_loadu_si128((const __m128i *)(row + 18));
-        __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
-        if (N == 1) { /* q . x, then scaled: one multiply fewer per block than scaling the weights */
-            __m512 s = _mm512_mul_ps(w0, _mm512_loadu_ps(x + b * 32));
-            s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + b * 32 + 16), s);
-            acc[0] = _mm512_fmadd_ps(s, d, acc[0]);
-            continue;
-        }
-        w0 = _mm512_mul_ps(w0, d), w1 = _mm512_mul_ps(w1, d);
-        for (int i = 0; i < N; i++) {
-            const float *xi = x + i * ldx + b * 32;
-            acc[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xi), acc[i]);
-            acc[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), acc[i]);
-        }
-    }
-    for (int i = 0; i < N; i++)
-        y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
-}
 
-#define DOT_Q8_0(N)                                                                                                    \
-    __attribute__((target("avx512f,avx512bw"))) static void dot_q8_0_##N(float *y, int64_t ldy, const float *x,       \
-                                                                         int64_t ldx, const unsigned char *row,       \
-                                                                         int64_t K)                                   \
-    {                                                                                                                  \
-        dot_q8_0_n(N, y, ldy, x, ldx, row, K);                                                                         \
-    }
-DOT_Q8_0(1) DOT_Q8_0(2) DOT_Q8_0(3) DOT_Q8_0(4) DOT_Q8_0(5) DOT_Q8_0(6) DOT_Q8_0(7) DOT_Q8_0(8)
-
-typedef void (*dot_q8_fn)(float *, int64_t, const float *, int64_t, const unsigned char *, int64_t);
-static const dot_q8_fn dot_q8_0_avx512[HYLA_QUANT_SKINNY_M + 1] = {
-    NULL, dot_q8_0_1, dot_q8_0_2, dot_q8_0_3, dot_q8_0_4, dot_q8_0_5, dot_q8_0_6, dot_q8_0_7, dot_q8_0_8};
-#endif
 
 /* The same for any type: pieces of the row dequantized on the stack. */
 static void dot_generic(float *y, int64_t ldy, const float *x, int64_t ldx, int64_t n, hyla_ggml_type t,
@@ -376,25 +329,16 @@ static void dot_generic(float *y, int64_t ldy, const float *x, int64_t ldx, int6
 static void linear_q_skinny(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in,
                             int64_t out)
 {
-#ifdef HAVE_AVX512_Q8
-    static int q8_kernel = -1;
-    if (q8_kernel < 0)
-        q8_kernel = __builtin_cpu_supports("avx512bw");
-    int fast_q8 = q8_kernel;
-#else
-    int fast_q8 = 0;
-#endif
+    hyla_qdot_fn one = W->row_type ? NULL : hyla_qdot_avx512(W->type, n); /* one type: the kernel for it */
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * out * in)
     for (int64_t o = 0; o < out; o++) {
+        const unsigned char *row = W->row[row0 + o];
         hyla_ggml_type t = row_type(W, row0 + o);
-#ifdef HAVE_AVX512_Q8
-        if (fast_q8 && t == HYLA_GGML_Q8_0) {
-            dot_q8_0_avx512[n](y + o, out, x, in, W->row[row0 + o], in);
-            continue;
-        }
-#endif
-        (void)fast_q8;
-        dot_generic(y + o, out, x, in, n, t, W->row[row0 + o], in);
+        hyla_qdot_fn dot = one ? one : W->row_type ? hyla_qdot_avx512(t, n) : NULL;
+        if (dot)
+            dot(y + o, out, x, in, row, in);
+        else
+            dot_generic(y + o, out, x, in, n, t, row, in);
     }
 }
 

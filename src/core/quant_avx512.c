@@ -1,0 +1,223 @@
+/* AVX-512 streaming dot kernels for weights stored in ggml block types (quant_kernels.h).
+ *
+ * Decode reads each weight once per token, so these kernels exist to keep the read at the
+ * memory's rate: every block is loaded once, widened to fp32 in registers (16 values per zmm) and
+ * multiplied into one accumulator per activation row; the next blocks are prefetched into L2 a few
+ * KB ahead (31 GB/s on 2 threads for a Q8_0 lm_head read from the mapped file, the DRAM's rate
+ * here; 18-20 prefetching into L1, 12 at a few hundred bytes ahead). The row count N is a
+ * compile-time constant in each instance, so the accumulators stay in registers (with a run-time
+ * count they went through the stack: 14 GB/s instead of 30).
+ *
+ * Values: Q8_0 w = d q (exact in fp32); Q6_K w = (d sc) (q - 32), ggml's two roundings; Q4_K /
+ * Q5_K w = fma(d sc, q, -dmin m), one rounding where ggml's d1 * q - m1 has two (<= 1 ulp of w
+ * apart). Q8_0 with one row folds the scale after the block's products instead (q . x then times
+ * d: one multiply fewer per block; a block's products are summed in fp32 either way). */
+#include "core/quant_kernels.h"
+
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
+#include <immintrin.h>
+#define HAVE_KERNELS 1
+#define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
+#define INLINE __attribute__((target("avx512f,avx512bw,avx512vl,f16c"), always_inline)) static inline
+
+INLINE float half(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* 16 bytes (u8) -> 16 floats, minus `bias` */
+INLINE __m512 widen_u8(__m128i v, int bias)
+{
+    __m512i i = _mm512_cvtepu8_epi32(v);
+    return _mm512_cvtepi32_ps(bias ? _mm512_sub_epi32(i, _mm512_set1_epi32(bias)) : i);
+}
+
+/* acc[i] += w . x[i][k0 .. k0 + 16] */
+#define FMA_ROWS(N, w, k0)                                                                                             \
+    for (int i = 0; i < (N); i++)                                                                                      \
+    acc[i] = _mm512_fmadd_ps((w), _mm512_loadu_ps(x + i * ldx + (k0)), acc[i])
+
+#define FINISH(N)                                                                                                      \
+    for (int i = 0; i < (N); i++)                                                                                      \
+    y[i * ldy] = _mm512_reduce_add_ps(acc[i])
+
+/* ---- Q8_0: 34-byte blocks of 32 -------------------------------------------------------------- */
+
+INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
+{
+    __m512 acc[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < K / 32; b++, row += 34) {
+        _mm_prefetch((const char *)(row + 34 * 128), _MM_HINT_T1);
+        __m512 d = _mm512_set1_ps(half(row));
+        __m128i q0 = _mm_loadu_si128((const __m128i *)(row + 2)), q1 = _mm_loadu_si128((const __m128i *)(row + 18));
+        __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
+        if (N == 1) {
+            __m512 s = _mm512_mul_ps(w0, _mm512_loadu_ps(x + b * 32));
+            s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + b * 32 + 16), s);
+            acc[0] = _mm512_fmadd_ps(s, d, acc[0]);
+            continue;
+        }
+        w0 = _mm512_mul_ps(w0, d), w1 = _mm512_mul_ps(w1, d);
+        FMA_ROWS(N, w0, b * 32);
+        FMA_ROWS(N, w1, b * 32 + 16);
+    }
+    FINISH(N);
+}
+
+/* ---- Q4_K / Q5_K: 256 values in 8 sub-blocks of 32, 6-bit scales and mins ------------------------- */
+
+INLINE void scale_min(int j, const unsigned char *q, int *d, int *m)
+{
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* One super-block of Q4_K (bytes 144, qh NULL) or Q5_K (176, qh = the fifth bits). */
+INLINE void k4_block(const int N, __m512 *acc, const float *x, int64_t ldx, const unsigned char *b,
+                     const unsigned char *qs, const unsigned char *qh)
+{
+    float d = half(b), dmin = half(b + 2);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    for (int p = 0; p < 4; p++) {
+        int sc0, m0, sc1, m1;
+        scale_min(2 * p, b + 4, &sc0, &m0);
+        scale_min(2 * p + 1, b + 4, &sc1, &m1);
+        __m512 d0 = _mm512_set1_ps(d * (float)sc0), n0 = _mm512_set1_ps(dmin * (float)m0);
+        __m512 d1 = _mm512_set1_ps(d * (float)sc1), n1 = _mm512_set1_ps(dmin * (float)m1);
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        if (qh) { /* bit 2p of qh[l] is value l's fifth bit, bit 2p + 1 value 32 + l's */
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p + 1), one), 4));
+        }
+        __m512 w0 = _mm512_fmsub_ps(d0, widen_u8(_mm256_castsi256_si128(lo), 0), n0);
+        __m512 w1 = _mm512_fmsub_ps(d0, widen_u8(_mm256_extracti128_si256(lo, 1), 0), n0);
+        __m512 w2 = _mm512_fmsub_ps(d1, widen_u8(_mm256_castsi256_si128(hi), 0), n1);
+        __m512 w3 = _mm512_fmsub_ps(d1, widen_u8(_mm256_extracti128_si256(hi, 1), 0), n1);
+        FMA_ROWS(N, w0, 64 * p);
+        FMA_ROWS(N, w1, 64 * p + 16);
+        FMA_ROWS(N, w2, 64 * p + 32);
+        FMA_ROWS(N, w3, 64 * p + 48);
+    }
+}
+
+INLINE void q4_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
+{
+    __m512 acc[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++, row += 144) {
+        _mm_prefetch((const char *)(row + 144 * 24), _MM_HINT_T1);
+        _mm_prefetch((const char *)(row + 144 * 24 + 64), _MM_HINT_T1);
+        _mm_prefetch((const char *)(row + 144 * 24 + 128), _MM_HINT_T1);
+        k4_block(N, acc, x + b * 256, ldx, row, row + 16, NULL);
+    }
+    FINISH(N);
+}
+
+INLINE void q5_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
+{
+    __m512 acc[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++, row += 176) {
+        for (int l = 0; l < 176; l += 64)
+            _mm_prefetch((const char *)(row + 176 * 20 + l), _MM_HINT_T1);
+        k4_block(N, acc, x + b * 256, ldx, row, row + 48, row + 16);
+    }
+    FINISH(N);
+}
+
+/* ---- Q6_K: 256 values in 16 sub-blocks of 16, int8 scales ------------------------------------------ */
+
+INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
+{
+    __m512 acc[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc[i] = _mm512_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
+    for (int64_t b = 0; b < K / 256; b++, row += 210) {
+        for (int l = 0; l < 210; l += 64)
+            _mm_prefetch((const char *)(row + 210 * 16 + l), _MM_HINT_T1);
+        float d = half(row + 208);
+        const signed char *sc = (const signed char *)(row + 192);
+        for (int h = 0; h < 2; h++) { /* values 128 h .. 128 h + 127 */
+            const unsigned char *ql = row + 64 * h, *qh = row + 128 + 32 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), low2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4));
+            for (int g = 0; g < 4; g++) { /* values 128 h + 32 g + l, scales sc[8 h + 2 g + l / 16] */
+                const float *xk = x + b * 256 + 128 * h + 32 * g;
+                __m512 s0 = _mm512_set1_ps(d * (float)sc[8 * h + 2 * g]);
+                __m512 s1 = _mm512_set1_ps(d * (float)sc[8 * h + 2 * g + 1]);
+                __m512 w0 = _mm512_mul_ps(widen_u8(_mm256_castsi256_si128(q[g]), 32), s0);
+                __m512 w1 = _mm512_mul_ps(widen_u8(_mm256_extracti128_si256(q[g], 1), 32), s1);
+                for (int i = 0; i < N; i++) {
+                    acc[i] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xk + i * ldx), acc[i]);
+                    acc[i] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xk + i * ldx + 16), acc[i]);
+                }
+            }
+        }
+    }
+    FINISH(N);
+}
+
+/* ---- instances and dispatch -------------------------------------------------------------------- */
+
+#define INSTANCE(type, N)                                                                                              \
+    TARGET static void type##_##N(float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row,        \
+                                  int64_t K)                                                                           \
+    {                                                                                                                  \
+        type##_n(N, y, ldy, x, ldx, row, K);                                                                           \
+    }
+#define INSTANCES(type)                                                                                                \
+    INSTANCE(type, 1) INSTANCE(type, 2) INSTANCE(type, 3) INSTANCE(type, 4) INSTANCE(type, 5) INSTANCE(type, 6)       \
+    INSTANCE(type, 7) INSTANCE(type, 8)                                                                                \
+    static const hyla_qdot_fn type##_by_n[HYLA_QUANT_SKINNY_M + 1] = {NULL,       type##_1, type##_2, type##_3,        \
+                                                                       type##_4,   type##_5, type##_6, type##_7, type##_8};
+INSTANCES(q8_0)
+INSTANCES(q4_k)
+INSTANCES(q5_k)
+INSTANCES(q6_k)
+#endif
+
+hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n)
+{
+#ifdef HAVE_KERNELS
+    static int have = -1;
+    if (have < 0)
+        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+    if (!have || n < 1 || n > HYLA_QUANT_SKINNY_M)
+        return NULL;
+    switch (t) {
+    case HYLA_GGML_Q8_0: return q8_0_by_n[n];
+    case HYLA_GGML_Q4_K: return q4_k_by_n[n];
+    case HYLA_GGML_Q5_K: return q5_k_by_n[n];
+    case HYLA_GGML_Q6_K: return q6_k_by_n[n];
+    default: return NULL;
+    }
+#else
+    (void)t, (void)n;
+    return NULL;
+#endif
+}
