@@ -3,9 +3,10 @@
  *   dequantization: every type hyla reads against tests/data/ggml_dequant_golden.bin, made by the
  *     `gguf` package's numpy dequantizers (tests/gguf/make_dequant_golden.py): bit-identical (both
  *     evaluate ggml's products in the same order in float32, without fused multiply-adds).
- *   products: hyla_linear_q on those blocks (streaming kernel, n <= 8, and the dequantize + sgemm
- *     path) against a double-precision sum over the dequantized values; permuted columns and rows
- *     of mixed types.
+ *   products: hyla_linear_q on those blocks (streaming kernels, n <= 8, with fp32 and with int8
+ *     activations, and the dequantize + sgemm path) against a double-precision sum over the
+ *     dequantized values, within the fp32 summation bound plus (int8) the activations' rounding;
+ *     permuted columns and rows of mixed types.
  *   reader: files built byte by byte here (independently of hyla's writer): a good one parses and
  *     reads back; every truncation of it, and a table of lying files (counts, lengths, types,
  *     dimensions, offsets, alignment, duplicates), fails with an error naming what is wrong. */
@@ -103,21 +104,35 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
         x[i] = (float)sin(0.37 * (double)i + 1.0);
     int64_t row0 = rows > 4 ? 2 : 0, out = rows - row0;
     hyla_linear_q(y, x, W, row0, n, K, out, scratch);
+    /* the K-quants' decode products round x to int8 per block of 32 first (quant.h) */
+    int int8 = hyla_quant_int8_activations && n <= HYLA_QUANT_SKINNY_M && !W->row_type &&
+               (W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K || W->type == HYLA_GGML_Q6_K);
     double worst = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t o = 0; o < out; o++) {
-            double ref = 0, mag = 0;
+            double ref = 0, mag = 0, rounding = 0;
             for (int64_t k = 0; k < K; k++) {
-                ref += (double)x[i * K + k] * dense[(row0 + o) * K + k];
-                mag += fabs((double)x[i * K + k] * dense[(row0 + o) * K + k]);
+                double w = dense[(row0 + o) * K + k];
+                ref += (double)x[i * K + k] * w;
+                mag += fabs((double)x[i * K + k] * w);
             }
-            /* fp32 accumulation of K products (exact dequantized weights, fp32 products): the error of
-             * a K-term sum in any order is <= (K + 1) u sum|x w|, u = 2^-24 */
-            double err = fabs(y[i * out + o] - ref), bound = (double)(K + 1) * 0x1p-24 * mag + 1e-30;
+            for (int64_t b = 0; int8 && b < K / 32; b++) { /* |x - d q| <= d / 2, d = max |x| / 127 */
+                double amax = 0, wsum = 0;
+                for (int64_t k = 32 * b; k < 32 * b + 32; k++) {
+                    amax = fmax(amax, fabs((double)x[i * K + k]));
+                    wsum += fabs((double)dense[(row0 + o) * K + k]);
+                }
+                rounding += amax / 127.0 / 2.0 * wsum * (1 + 0x1p-20); /* d itself rounded to fp32 */
+            }
+            /* fp32 accumulation of K products (the dequantized weights formed with at most one extra
+             * rounding): a K-term sum in any order is within (K + 2) u sum|x w| of the exact one,
+             * u = 2^-24; with int8 activations, plus the rounding of x, sum_b d_b / 2 sum |w| */
+            double err = fabs(y[i * out + o] - ref);
+            double bound = (double)(K + 2) * 0x1p-24 * (mag + rounding) + rounding + 1e-30;
             worst = err / bound > worst ? err / bound : worst;
         }
-    CHECK(worst <= 1.0, "%s %s n=%lld: error %.3g of the fp32 summation bound", hyla_ggml_type_name(W->type), what,
-          (long long)n, worst);
+    CHECK(worst <= 1.0, "%s %s n=%lld%s: error %.3g of the bound", hyla_ggml_type_name(W->type), what, (long long)n,
+          int8 ? " (int8 activations)" : "", worst);
     free(x);
     free(y);
     free(scratch);
@@ -134,8 +149,11 @@ static void test_products(const golden *g, int ng)
             hyla_qmat W;
             make_qmat(&W, &g[i], rows, K, permute, dense);
             static const int64_t ns[] = {1, 3, 8, 9, 20};
-            for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
-                check_product(&W, dense, ns[k], K, rows, permute ? "permuted columns" : "plain");
+            for (int int8 = 0; int8 < 2; int8++) { /* both activation modes of the decode path */
+                hyla_quant_int8_activations = int8;
+                for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
+                    check_product(&W, dense, ns[k], K, rows, permute ? "permuted columns" : "plain");
+            }
             free(W.row);
             free(W.col_map);
         }

@@ -285,9 +285,11 @@ void hyla_qmat_row(const hyla_qmat *W, int64_t r, float *dst)
 
 /* ---- products ------------------------------------------------------------------------------------ */
 
+int hyla_quant_int8_activations = 1;
+
 int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in)
 {
-    return n * in + (n > HYLA_QUANT_SKINNY_M ? QROWS * in : 0);
+    return n * in + (n > HYLA_QUANT_SKINNY_M ? QROWS * in : hyla_qx_floats(n, in));
 }
 
 /* x rows gathered into the stored column order. */
@@ -327,15 +329,23 @@ static void dot_generic(float *y, int64_t ldy, const float *x, int64_t ldx, int6
 }
 
 static void linear_q_skinny(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in,
-                            int64_t out)
+                            int64_t out, float *scratch)
 {
+    hyla_qx xq; /* x rounded to int8 blocks, for the types whose products run on VNNI */
+    int int8 = hyla_quant_int8_activations && (W->row_type || hyla_qdot_i8_avx512(W->type, n));
+    if (int8)
+        hyla_quantize_x(&xq, x, n, in, scratch);
     hyla_qdot_fn one = W->row_type ? NULL : hyla_qdot_avx512(W->type, n); /* one type: the kernel for it */
+    hyla_qdot_i8_fn one_i8 = W->row_type || !int8 ? NULL : hyla_qdot_i8_avx512(W->type, n);
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * out * in)
     for (int64_t o = 0; o < out; o++) {
         const unsigned char *row = W->row[row0 + o];
         hyla_ggml_type t = row_type(W, row0 + o);
-        hyla_qdot_fn dot = one ? one : W->row_type ? hyla_qdot_avx512(t, n) : NULL;
-        if (dot)
+        hyla_qdot_i8_fn dot_i8 = one_i8 ? one_i8 : W->row_type && int8 ? hyla_qdot_i8_avx512(t, n) : NULL;
+        hyla_qdot_fn dot = dot_i8 || one_i8 ? NULL : one ? one : W->row_type ? hyla_qdot_avx512(t, n) : NULL;
+        if (dot_i8)
+            dot_i8(y + o, out, &xq, row);
+        else if (dot)
             dot(y + o, out, x, in, row, in);
         else
             dot_generic(y + o, out, x, in, n, t, row, in);
@@ -349,7 +359,7 @@ void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, i
         return;
     x = stored_order(W, x, n, in, scratch);
     if (n <= HYLA_QUANT_SKINNY_M) {
-        linear_q_skinny(y, x, W, row0, n, in, out);
+        linear_q_skinny(y, x, W, row0, n, in, out, scratch + n * in);
         return;
     }
     float *tile = scratch + n * in;

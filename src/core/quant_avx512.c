@@ -14,6 +14,7 @@
  * d: one multiply fewer per block; a block's products are summed in fp32 either way). */
 #include "core/quant_kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 #if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
@@ -181,6 +182,125 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
     FINISH(N);
 }
 
+/* ---- int8 activations (VNNI): Q4_K, Q5_K, Q6_K ------------------------------------------------------ */
+
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
+#define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
+
+VNNI_INLINE float hsum8(__m256 v)
+{
+    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
+    return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
+}
+
+/* Q4_K (qh NULL) / Q5_K super-block b of a row: integer products of 32 weights and 32 int8
+ * activations per sub-block, scaled by d sc dx; the mins against the exact sums. */
+VNNI_INLINE void k4_block_i8(const int N, __m256 *acc, float *off, const hyla_qx *x, int64_t b,
+                             const unsigned char *blk, const unsigned char *qs, const unsigned char *qh)
+{
+    float d = half(blk), dmin = half(blk + 2);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1), zero = _mm256_setzero_si256();
+    __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : zero;
+    int64_t K = x->K;
+    for (int p = 0; p < 4; p++) {
+        int sc0, m0, sc1, m1;
+        scale_min(2 * p, blk + 4, &sc0, &m0);
+        scale_min(2 * p + 1, blk + 4, &sc1, &m1);
+        float ds0 = d * (float)sc0, ds1 = d * (float)sc1, dm0 = dmin * (float)m0, dm1 = dmin * (float)m1;
+        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+        __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+        if (qh) {
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p + 1), one), 4));
+        }
+        int64_t k0 = b * 256 + 64 * p;
+        for (int i = 0; i < N; i++) {
+            const int8_t *xq = x->q + i * K + k0;
+            const float *xd = x->d + i * (K / 32) + k0 / 32, *xs = x->s16 + i * (K / 16) + k0 / 16;
+            __m256i s0 = _mm256_dpbusd_epi32(zero, lo, _mm256_loadu_si256((const __m256i *)xq));
+            __m256i s1 = _mm256_dpbusd_epi32(zero, hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(ds0 * xd[0]), acc[i]);
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_set1_ps(ds1 * xd[1]), acc[i]);
+            off[i] += dm0 * (xs[0] + xs[1]) + dm1 * (xs[2] + xs[3]);
+        }
+    }
+}
+
+VNNI_INLINE void q4_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+{
+    __m256 acc[HYLA_QUANT_SKINNY_M];
+    float off[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc[i] = _mm256_setzero_ps(), off[i] = 0;
+    for (int64_t b = 0; b < x->K / 256; b++, row += 144) {
+        for (int l = 0; l < 144; l += 64)
+            _mm_prefetch((const char *)(row + 144 * 24 + l), _MM_HINT_T1);
+        k4_block_i8(N, acc, off, x, b, row, row + 16, NULL);
+    }
+    for (int i = 0; i < N; i++)
+        y[i * ldy] = hsum8(acc[i]) - off[i];
+}
+
+VNNI_INLINE void q5_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+{
+    __m256 acc[HYLA_QUANT_SKINNY_M];
+    float off[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc[i] = _mm256_setzero_ps(), off[i] = 0;
+    for (int64_t b = 0; b < x->K / 256; b++, row += 176) {
+        for (int l = 0; l < 176; l += 64)
+            _mm_prefetch((const char *)(row + 176 * 20 + l), _MM_HINT_T1);
+        k4_block_i8(N, acc, off, x, b, row, row + 48, row + 16);
+    }
+    for (int i = 0; i < N; i++)
+        y[i * ldy] = hsum8(acc[i]) - off[i];
+}
+
+VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+{
+    __m256 acc[HYLA_QUANT_SKINNY_M];
+    float off[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc[i] = _mm256_setzero_ps(), off[i] = 0;
+    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03), zero = _mm256_setzero_si256();
+    int64_t K = x->K;
+    for (int64_t b = 0; b < K / 256; b++, row += 210) {
+        for (int l = 0; l < 210; l += 64)
+            _mm_prefetch((const char *)(row + 210 * 16 + l), _MM_HINT_T1);
+        float d = half(row + 208);
+        const signed char *sc = (const signed char *)(row + 192);
+        for (int h = 0; h < 2; h++) {
+            const unsigned char *ql = row + 64 * h, *qh = row + 128 + 32 * h;
+            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), low2), 4));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4));
+            for (int g = 0; g < 4; g++) { /* lanes 0-3 of a product: values 0-15 (scale sc0), 4-7: 16-31 (sc1) */
+                int64_t k0 = b * 256 + 128 * h + 32 * g;
+                float s0 = d * (float)sc[8 * h + 2 * g], s1 = d * (float)sc[8 * h + 2 * g + 1];
+                for (int i = 0; i < N; i++) {
+                    const int8_t *xq = x->q + i * K + k0;
+                    float xd = x->d[i * (K / 32) + k0 / 32];
+                    const float *xs = x->s16 + i * (K / 16) + k0 / 16;
+                    __m256i p = _mm256_dpbusd_epi32(zero, q[g], _mm256_loadu_si256((const __m256i *)xq));
+                    __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(s0 * xd)), _mm_set1_ps(s1 * xd), 1);
+                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[i]);
+                    off[i] += 32.0f * (s0 * xs[0] + s1 * xs[1]);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < N; i++)
+        y[i * ldy] = hsum8(acc[i]) - off[i];
+}
+
 /* ---- instances and dispatch -------------------------------------------------------------------- */
 
 #define INSTANCE(type, N)                                                                                              \
@@ -198,7 +318,49 @@ INSTANCES(q8_0)
 INSTANCES(q4_k)
 INSTANCES(q5_k)
 INSTANCES(q6_k)
+
+#define INSTANCE_I8(type, N)                                                                                           \
+    VNNI_TARGET static void type##_i8_##N(float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)          \
+    {                                                                                                                  \
+        type##_i8_n(N, y, ldy, x, row);                                                                                \
+    }
+#define INSTANCES_I8(type)                                                                                             \
+    INSTANCE_I8(type, 1) INSTANCE_I8(type, 2) INSTANCE_I8(type, 3) INSTANCE_I8(type, 4) INSTANCE_I8(type, 5)          \
+    INSTANCE_I8(type, 6) INSTANCE_I8(type, 7) INSTANCE_I8(type, 8)                                                    \
+    static const hyla_qdot_i8_fn type##_i8_by_n[HYLA_QUANT_SKINNY_M + 1] = {                                          \
+        NULL, type##_i8_1, type##_i8_2, type##_i8_3, type##_i8_4, type##_i8_5, type##_i8_6, type##_i8_7, type##_i8_8};
+INSTANCES_I8(q4_k)
+INSTANCES_I8(q5_k)
+INSTANCES_I8(q6_k)
 #endif
+
+int64_t hyla_qx_floats(int64_t n, int64_t K) { return (n * K + 3) / 4 + n * (K / 32) + n * (K / 16) + 16; }
+
+void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch)
+{
+    float *d = scratch, *s16 = d + n * (K / 32);
+    int8_t *q = (int8_t *)(s16 + n * (K / 16));
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < K / 32; b++) {
+            const float *xb = x + i * K + b * 32;
+            float amax = 0;
+            for (int j = 0; j < 32; j++)
+                amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+            float db = amax / 127.0f, id = db > 0 ? 1.0f / db : 0.0f;
+            d[i * (K / 32) + b] = db;
+            for (int j = 0; j < 32; j++) {
+                float v = nearbyintf(xb[j] * id);
+                q[i * K + b * 32 + j] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+            for (int g = 0; g < 2; g++) {
+                float s = 0;
+                for (int j = 0; j < 16; j++)
+                    s += xb[16 * g + j];
+                s16[i * (K / 16) + 2 * b + g] = s;
+            }
+        }
+    out->q = q, out->d = d, out->s16 = s16, out->K = K;
+}
 
 hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n)
 {
@@ -214,6 +376,27 @@ hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n)
     case HYLA_GGML_Q4_K: return q4_k_by_n[n];
     case HYLA_GGML_Q5_K: return q5_k_by_n[n];
     case HYLA_GGML_Q6_K: return q6_k_by_n[n];
+    default: return NULL;
+    }
+#else
+    (void)t, (void)n;
+    return NULL;
+#endif
+}
+
+hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n)
+{
+#ifdef HAVE_KERNELS
+    static int have = -1;
+    if (have < 0)
+        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+    if (!have || n < 1 || n > HYLA_QUANT_SKINNY_M)
+        return NULL;
+    switch (t) {
+    case HYLA_GGML_Q4_K: return q4_k_i8_by_n[n];
+    case HYLA_GGML_Q5_K: return q5_k_i8_by_n[n];
+    case HYLA_GGML_Q6_K: return q6_k_i8_by_n[n];
     default: return NULL;
     }
 #else
