@@ -408,6 +408,41 @@ PYEOF
 "$HYLA" init --config "$T/kv_mismatch.json" --out "$T/kv_mismatch" >/dev/null && $PY tests/data/make_qwen_tokenizer.py "$T/kv_mismatch" >/dev/null
 expect_error "gguf export of dk != dv" "linear_key_head_dim 32 != linear_value_head_dim 64" "$HYLA" convert "$T/kv_mismatch" "$T/x.gguf" --to gguf
 
+# GGUF models: hyla's own export read back (forward, generate with the file's vocabulary, convert
+# to a Hugging Face directory), and files that lie get one clear line and no crash
+copy_model gg && $PY tests/data/make_qwen_tokenizer.py "$T/gg" >/dev/null
+"$HYLA" convert "$T/gg" "$T/m.gguf" --to gguf --type q8_0 >/dev/null || fail "export for the GGUF-model tests"
+"$HYLA" forward "$T/m.gguf" --tokens 1,2,3,4 --json >"$T/gguf_fwd.json" || fail "forward on a .gguf file"
+"$HYLA" generate "$T/m.gguf" --prompt "hello" --max-new 3 >"$T/gguf_gen.out" 2>&1 || fail "generate on a .gguf file (its tokenizer.ggml.*)"
+"$HYLA" convert "$T/m.gguf" "$T/m_dequant" >/dev/null && [ -f "$T/m_dequant/model.safetensors" ] \
+    && "$HYLA" forward "$T/m_dequant" --tokens 1,2,3,4 >/dev/null && echo "  ok  GGUF model: forward, generate, convert to safetensors" \
+    || fail "convert a .gguf file to a Hugging Face directory"
+expect_error "gguf: --adapter" "--adapter needs a Hugging Face model directory" "$HYLA" forward "$T/m.gguf" --tokens 1 --adapter "$T/none"
+expect_error "gguf: --act-dtype bf16" "a GGUF model computes with its tensors' stored types" "$HYLA" forward "$T/m.gguf" --tokens 1 --act-dtype bf16
+expect_error "gguf to gguf" "a GGUF input converts to a Hugging Face directory" "$HYLA" convert "$T/m.gguf" "$T/m2.gguf" --to gguf
+head -c 4000 "$T/m.gguf" > "$T/trunc.gguf"
+expect_error "gguf: truncated in the header" "trunc.gguf: .*cannot fit in 3976 bytes" "$HYLA" forward "$T/trunc.gguf" --tokens 1
+head -c $(( $(stat -c %s "$T/m.gguf") / 2 )) "$T/m.gguf" > "$T/half.gguf"
+expect_error "gguf: truncated in the data" "half.gguf: tensor .* lie past the end of the file" "$HYLA" forward "$T/half.gguf" --tokens 1
+$PY - "$T/m.gguf" "$T" <<'PYEOF'
+import sys
+d = open(sys.argv[1], "rb").read()
+def put(name, b): open(f"{sys.argv[2]}/{name}.gguf", "wb").write(b)
+put("badmagic", b"GGUX" + d[4:])
+put("v1", d[:4] + (1).to_bytes(4, "little") + d[8:])
+put("hugecount", d[:8] + (1 << 60).to_bytes(8, "little") + d[16:])
+i = d.index(b"qwen3next")         # the architecture's value: another name of the same length
+put("arch", d[:i] + b"llama3xyz" + d[i + 9:])
+j = d.index(b"blk.0.attn_norm.weight") + len(b"blk.0.attn_norm.weight")
+put("dims", d[:j + 4] + (77).to_bytes(8, "little") + d[j + 12:])   # attn_norm's first dimension
+PYEOF
+expect_error "gguf: bad magic" "badmagic.gguf: not a GGUF file" "$HYLA" forward "$T/badmagic.gguf" --tokens 1
+expect_error "gguf: version 1" "v1.gguf: GGUF version 1" "$HYLA" forward "$T/v1.gguf" --tokens 1
+expect_error "gguf: lying tensor count" "cannot fit" "$HYLA" forward "$T/hugecount.gguf" --tokens 1
+expect_error "gguf: another architecture" "general.architecture is \"llama3xyz\"" "$HYLA" forward "$T/arch.gguf" --tokens 1
+expect_error "gguf: a mis-shaped tensor" "tensor blk.0.attn_norm.weight is \[77, 1, 1, 1\]" "$HYLA" forward "$T/dims.gguf" --tokens 1
+expect_error "gguf: a token id out of range" "out of range" "$HYLA" forward "$T/m.gguf" --tokens 1,99999
+
 # resume remembers the run's settings; a changed setting is applied with a notice or refused
 head -c 4000 data/kjv.txt > "$T/kjv_small.txt"
 "$HYLA" train --model "$T/good" --text "$T/kjv_small.txt" --steps 2 --batch 2 --seq 16 --lr 2e-3 --schedule constant \

@@ -1,6 +1,8 @@
 /* hyla convert IN OUT: re-save a model in another tensor layout or sharding (dtype-preserving),
  * or in another dtype (--dtype: round to nearest even; config.json's torch_dtype follows);
- * --to gguf writes OUT as one GGUF file for llama.cpp (model/gguf_export.h). */
+ * --to gguf writes OUT as one GGUF file for llama.cpp (model/gguf_export.h). IN may be a .gguf
+ * file: its tensors dequantized to fp32 (the values its blocks hold), saved as a Hugging Face
+ * directory (config.json from its metadata; no tokenizer files). */
 #include <string.h>
 
 #include "cli/commands.h"
@@ -63,6 +65,10 @@ int hyla_cmd_convert(int argc, char **argv)
         return 2;
     }
     int gguf = to && !strcmp(to, "gguf");
+    if (gguf && hyla_is_gguf_path(pos[0])) {
+        fprintf(stderr, "hyla convert: a GGUF input converts to a Hugging Face directory (--to safetensors)\n");
+        return 2;
+    }
     const char *bad = gguf ? (gdn ? "--gdn-layout" : experts ? "--experts" : prefix ? "--prefix" : dtype_s ? "--dtype"
                               : shard_mb ? "--shard-mb" : NULL)
                            : (type_s ? "--type" : NULL);
@@ -88,7 +94,8 @@ int hyla_cmd_convert(int argc, char **argv)
     if (dtype_s && hyla_parse_dtype_flag("convert", "--dtype", dtype_s, &dtype))
         return 2;
     hyla_model m;
-    if (hyla_model_load(&m, pos[0]))
+    if (hyla_is_gguf_path(pos[0]) ? hyla_model_load_gguf(&m, pos[0]) || hyla_model_gguf_dequantize(&m)
+                                  : hyla_model_load(&m, pos[0]))
         return hyla_cli_fail("convert");
     if (dtype_s)
         hyla_model_set_save_dtype(&m, dtype);

@@ -70,6 +70,9 @@ int hyla_model_load_bf16(hyla_model *m, const char *dir);
  * layout, or hyla's export) for inference, its matrices read in place (model/gguf_load.c). Such
  * a model cannot be trained or saved. */
 int hyla_model_load_gguf(hyla_model *m, const char *path);
+/* A GGUF model's matrices dequantized into w (fp32, the values its stored blocks hold), the file
+ * closed: an ordinary fp32 model from then on (it can be saved as a Hugging Face directory). */
+int hyla_model_gguf_dequantize(hyla_model *m);
 /* 1 when `path` names a GGUF file (ends in ".gguf"). */
 int hyla_is_gguf_path(const char *path);
 /* The stored-type view of a matrix parameter of a GGUF model; NULL otherwise. LM_HEAD of a tied

@@ -1,6 +1,8 @@
-# GGUF export conformance: hyla convert --to gguf, read back by the official `gguf` package and
-# run by llama.cpp itself (llama-cpp-python), for the three architectures llama.cpp knows
-# (qwen3next, qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0.
+# GGUF conformance: hyla convert --to gguf, read back by the official `gguf` package and run by
+# llama.cpp itself (llama-cpp-python), for the three architectures llama.cpp knows (qwen3next,
+# qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0; and the same files (plus files
+# llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, on a model
+# whose rows are whole 256-value blocks) run by hyla as models, read in place.
 #
 # usage: conformance.py HYLA WORKDIR [--json OUT]     (python with gguf, llama_cpp and numpy)
 #
@@ -26,6 +28,21 @@
 #             agreement (max difference, argmax agreement) is reported.
 #      Random-init MoE routers are near ties, so a tiny perturbation can switch an expert: that is
 #      why the reduced-precision bounds are tied to the measured sensitivity, not to unit roundoff.
+#   3. hyla runs each GGUF file as a model (its tensors in their stored types, in place) and, as the
+#      reference, the Hugging Face directory `hyla convert FILE.gguf DIR` makes of it (every tensor
+#      dequantized to fp32: the values the file's blocks hold, checked bit for bit against the gguf
+#      package's dequantizers in tests/test_gguf.c). Same weight values, fp32 activations on both
+#      sides (HYLA_INT8_ACTIVATIONS=0), so only the products' summation order differs: bound
+#      2^-14 * scale (measured <= 3.5e-6 * scale). A wrong scale, nibble order, row or column
+#      mapping changes logits by O(scale). For an F32 file the reference must also equal the
+#      original model (the export's transformations inverted): bound 2^-16 * scale (measured: equal).
+#      (A 24-token forward multiplies 24 rows at once: the dequantize + sgemm path. The decode
+#      kernels, and their int8 activations, are checked by tests/test_gguf.c.)
+#   4. llama.cpp on the same file against hyla on it: both sides have the file's weights; llama.cpp
+#      rounds the activations (F16 / BF16 for those files, Q8_0 / Q8_K blocks for the quantized
+#      ones), hyla keeps them fp32. Bound: the F32 / F16 / BF16 bounds of 2., and for the quantized
+#      types 16 * delta_w(bf16) + scale / 4096 (block-max int8 rounding of activations is ~6x
+#      bf16's per-value rounding in RMS, on one side or both). Reported with the argmax agreement.
 import argparse, json, os, subprocess, sys, tempfile
 
 import gguf
@@ -62,6 +79,15 @@ MODELS = {
                                   "full_attention_interval": 4, "linear_num_value_heads": 4,
                                   "tie_word_embeddings": False, "attn_output_gate": True}},
 }
+# rows of 256 values everywhere, so llama.cpp's K-quants apply to every matrix (no fallbacks)
+MODELS["qwen35k"] = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+                     "tie_word_embeddings": True,
+                     "text_config": {"model_type": "qwen3_5_text", **COMMON, **ROPE35, "hidden_size": 256,
+                                     "head_dim": 64, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+                                     "num_hidden_layers": 4, "full_attention_interval": 2,
+                                     "linear_num_value_heads": 4, "intermediate_size": 512,
+                                     "tie_word_embeddings": True, "attn_output_gate": True}}
+LLAMA_QUANTS = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q4_0": 2}  # llama_ftype
 TYPES = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
          "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}
 
@@ -185,13 +211,55 @@ def check_file(path, arch, c, qtype, errors):
         errors.append(f"{path}: {n_tok} tokens, the embedding has {c['vocab_size']} rows")
 
 
-def hyla_logits(hyla, model, tokens, out):
+def hyla_logits(hyla, model, tokens, out, int8=True):
+    env = dict(os.environ, HYLA_INT8_ACTIVATIONS="1" if int8 else "0")
     subprocess.run([hyla, "forward", model, "--tokens", ",".join(map(str, tokens)), "--logits-out", out], check=True,
-                   stdout=subprocess.DEVNULL)
+                   stdout=subprocess.DEVNULL, env=env)
     return np.fromfile(out, dtype=np.float32).reshape(len(tokens), -1)
 
 
+def llama_quantize(src, dst, ftype):
+    p = llama_cpp.llama_model_quantize_default_params()
+    p.ftype = ftype
+    p.nthread = 2
+    if llama_cpp.llama_model_quantize(src.encode(), dst.encode(), p) != 0:
+        raise RuntimeError(f"llama_model_quantize {src} -> {dst} failed")
+
+
+def check_as_model(hyla, work, arch, qtype, path, tokens, ref, scale, errors, report):
+    """hyla on the file in place against hyla on its dequantized copy (and, F32, the original)."""
+    deq = path + ".dequantized"
+    subprocess.run(["rm", "-rf", deq], check=True)
+    subprocess.run([hyla, "convert", path, deq], check=True, stdout=subprocess.DEVNULL)
+    base = hyla_logits(hyla, deq, tokens, os.path.join(work, "d.bin"))
+    inplace = hyla_logits(hyla, path, tokens, os.path.join(work, "p.bin"), int8=False)
+    diff = float(np.abs(inplace - base).max())
+    ok = diff <= scale * 2 ** -14
+    row = {"arch": arch, "type": qtype, "check": "hyla in place vs dequantized", "max_abs_diff": diff,
+           "bound": scale * 2 ** -14, "logit_scale": scale, "ok": ok}
+    if qtype == "f32":
+        row["dequantized_vs_original_max_abs_diff"] = float(np.abs(base - ref).max())
+        ok = ok and row["dequantized_vs_original_max_abs_diff"] <= scale * 2 ** -16
+        row["ok"] = ok
+    report.append(row)
+    print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:6s}: hyla in place vs dequantized max |diff| {diff:.3g} "
+          f"(bound {scale * 2 ** -14:.3g})"
+          + (f"; dequantized vs original {row['dequantized_vs_original_max_abs_diff']:.3g}" if qtype == "f32" else ""))
+    if not ok:
+        errors.append(f"{arch} {qtype}: hyla's in-place GGUF model differs from its dequantized copy ({row})")
+    return inplace
+
+
 def llama_logits(path, tokens, batch=64):
+    # llama.cpp's CPU repack buffers off: its 0.3.36 build here segfaults in them on quantized
+    # prompts of more than one token (bench/llama_infer.py); with them off, batches work for every type
+    default = llama_cpp.llama_model_default_params
+
+    def without_repack():
+        p = default()
+        p.use_extra_bufts = False
+        return p
+    llama_cpp.llama.llama_cpp.llama_model_default_params = without_repack
     llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_batch=batch, n_ubatch=batch, logits_all=True, flash_attn=False,
                           n_threads=2, n_threads_batch=2, type_k=0, type_v=0, verbose=False)  # type 0 = GGML_TYPE_F32 KV cache
     llm.eval(tokens)
@@ -227,28 +295,32 @@ def main():
             rd = d + "." + dt
             subprocess.run([a.hyla, "convert", d, rd, "--dtype", dt], check=True, stdout=subprocess.DEVNULL)
             delta_w[dt] = float(np.abs(hyla_logits(a.hyla, rd, tokens, os.path.join(a.work, "r.bin")) - ref).max())
-        for qtype in TYPES:
+        types = list(TYPES) if arch != "qwen35k" else ["f32"] + list(LLAMA_QUANTS)
+        for qtype in types:
             path = os.path.join(a.work, f"{arch}-{qtype}.gguf")
-            subprocess.run([a.hyla, "convert", d, path, "--to", "gguf", "--type", qtype], check=True, stdout=subprocess.DEVNULL)
-            check_file(path, arch, c, qtype, errors)
-            # Q8_0 one token per batch: llama.cpp 0.3.36 built for this VM's CPU segfaults in its batched
-            # Q8_0 matmul (n_batch 64; a llama.cpp kernel, not the file: the same file evaluates token by
-            # token); the per-token path is llama.cpp's own vec-dot kernel, the same arithmetic per row
-            got = llama_logits(path, tokens, 1 if qtype == "q8_0" else 64)
-            if qtype in ("f16", "bf16"):
-                base = hyla_logits(a.hyla, d + "." + qtype, tokens, os.path.join(a.work, "r.bin"))
-                bound = 4 * delta_w[qtype] + scale / 4096
+            if qtype in LLAMA_QUANTS:  # llama.cpp's quantizer on hyla's F32 export
+                llama_quantize(os.path.join(a.work, f"{arch}-f32.gguf"), path, LLAMA_QUANTS[qtype])
             else:
-                base = ref
-                bound = scale / 4096 if qtype == "f32" else 16 * delta_w["bf16"]
-            diff = float(np.abs(got - base).max()) if np.isfinite(got).all() else float("inf")
-            agree = float((got.argmax(1) == base.argmax(1)).mean())
+                subprocess.run([a.hyla, "convert", d, path, "--to", "gguf", "--type", qtype], check=True,
+                               stdout=subprocess.DEVNULL)
+                if arch != "qwen35k":
+                    check_file(path, arch, c, qtype, errors)
+            inplace = check_as_model(a.hyla, a.work, arch, qtype, path, tokens, ref, scale, errors, report)
+            got = llama_logits(path, tokens)
+            if qtype in ("f16", "bf16"):
+                bound = 4 * delta_w[qtype] + scale / 4096
+            elif qtype == "f32":
+                bound = scale / 4096
+            else:
+                bound = 16 * delta_w["bf16"] + scale / 4096
+            diff = float(np.abs(got - inplace).max()) if np.isfinite(got).all() else float("inf")
+            agree = float((got.argmax(1) == inplace.argmax(1)).mean())
             ok = diff <= bound
-            report.append({"arch": arch, "type": qtype, "max_abs_diff": diff, "bound": bound, "logit_scale": scale,
-                           "argmax_agreement": agree, "weights_only_delta": delta_w.get(qtype, delta_w["bf16"]),
-                           "ok": ok})
-            print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:4s}: llama.cpp vs hyla max |diff| {diff:.3g} "
-                  f"(bound {bound:.3g}, logits up to {scale:.3g}), argmax agreement {agree:.0%}")
+            report.append({"arch": arch, "type": qtype, "check": "llama.cpp vs hyla, same file", "max_abs_diff": diff,
+                           "bound": bound, "logit_scale": scale, "argmax_agreement": agree,
+                           "weights_only_delta": delta_w.get(qtype, delta_w["bf16"]), "ok": ok})
+            print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:6s}: llama.cpp vs hyla on the same file max |diff| "
+                  f"{diff:.3g} (bound {bound:.3g}, logits up to {scale:.3g}), argmax agreement {agree:.0%}")
             if not ok:
                 errors.append(f"{arch} {qtype}: llama.cpp logits differ from hyla's by {diff:.3g} > {bound:.3g}")
     if a.json:
