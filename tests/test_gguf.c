@@ -104,7 +104,7 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
         x[i] = (float)sin(0.37 * (double)i + 1.0);
     int64_t row0 = rows > 4 ? 2 : 0, out = rows - row0;
     hyla_linear_q(y, x, W, row0, n, K, out, scratch);
-    /* the K-quants' decode products round x to int8 per block of 32 first (quant.h) */
+    /* the K-quants' decode products round x to int8 per block of 256 first, as llama.cpp (quant.h) */
     int int8 = hyla_quant_int8_activations && n <= HYLA_QUANT_SKINNY_M && !W->row_type &&
                (W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K || W->type == HYLA_GGML_Q6_K);
     double worst = 0;
@@ -116,9 +116,9 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
                 ref += (double)x[i * K + k] * w;
                 mag += fabs((double)x[i * K + k] * w);
             }
-            for (int64_t b = 0; int8 && b < K / 32; b++) { /* |x - d q| <= d / 2, d = max |x| / 127 */
+            for (int64_t b = 0; int8 && b < K / 256; b++) { /* |x - d q| <= d / 2, d = max |x| / 127 per 256 */
                 double amax = 0, wsum = 0;
-                for (int64_t k = 32 * b; k < 32 * b + 32; k++) {
+                for (int64_t k = 256 * b; k < 256 * b + 256; k++) {
                     amax = fmax(amax, fabs((double)x[i * K + k]));
                     wsum += fabs((double)dense[(row0 + o) * K + k]);
                 }
@@ -126,7 +126,8 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
             }
             /* fp32 accumulation of K products (the dequantized weights formed with at most one extra
              * rounding): a K-term sum in any order is within (K + 2) u sum|x w| of the exact one,
-             * u = 2^-24; with int8 activations, plus the rounding of x, sum_b d_b / 2 sum |w| */
+             * u = 2^-24; with int8 activations, plus the rounding of x, sum_b d_b / 2 sum |w| (the
+             * integer products and scales are exact) */
             double err = fabs(y[i * out + o] - ref);
             double bound = (double)(K + 2) * 0x1p-24 * (mag + rounding) + rounding + 1e-30;
             worst = err / bound > worst ? err / bound : worst;

@@ -332,7 +332,7 @@ static void linear_q_skinny(float *y, const float *x, const hyla_qmat *W, int64_
                             int64_t out, float *scratch)
 {
     hyla_qx xq; /* x rounded to int8 blocks, for the types whose products run on VNNI */
-    int int8 = hyla_quant_int8_activations && (W->row_type || hyla_qdot_i8_avx512(W->type, n));
+    int int8 = hyla_quant_int8_activations && in % 256 == 0 && (W->row_type || hyla_qdot_i8_avx512(W->type, n));
     if (int8)
         hyla_quantize_x(&xq, x, n, in, scratch);
     hyla_qdot_fn one = W->row_type ? NULL : hyla_qdot_avx512(W->type, n); /* one type: the kernel for it */

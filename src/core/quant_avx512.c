@@ -182,7 +182,7 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
     FINISH(N);
 }
 
-/* ---- int8 activations (VNNI): Q4_K, Q5_K, Q6_K ------------------------------------------------------ */
+/* ---- int8 activations (VNNI): Q4_K, Q5_K, Q6_K against llama.cpp's Q8_K ------------------------- */
 
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
 #define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
@@ -194,36 +194,57 @@ VNNI_INLINE float hsum8(__m256 v)
     return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
 }
 
-/* Q4_K (qh NULL) / Q5_K super-block b of a row: integer products of 32 weights and 32 int8
- * activations per sub-block, scaled by d sc dx; the mins against the exact sums. */
+/* The 8 6-bit scales and 8 mins of a Q4_K / Q5_K block, as bytes: sc[0..7], m[0..7] (ggml's
+ * get_scale_min_k4 for all j at once, by 32-bit words). */
+VNNI_INLINE void k4_scales(const unsigned char *packed, uint8_t sc[8], uint8_t m[8])
+{
+    uint32_t u[4];
+    memcpy(u, packed, 12);
+    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+    uint32_t m_lo = u[1] & k1, m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+    uint32_t s_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4), s_lo = u[0] & k1;
+    memcpy(sc, &s_lo, 4), memcpy(sc + 4, &s_hi, 4), memcpy(m, &m_lo, 4), memcpy(m + 4, &m_hi, 4);
+}
+
+/* Q4_K (qh NULL) / Q5_K block b of a row against N activation rows: sum_j sc_j (q_w . q_x over
+ * sub-block j) in int32 (u8 x s8 pairs to int16, then times the scale into int32: no overflow,
+ * |q_w q_x| <= 31 * 127), then d_w d_x once per block; the mins against the int sums of q_x. */
 VNNI_INLINE void k4_block_i8(const int N, __m256 *acc, float *off, const hyla_qx *x, int64_t b,
                              const unsigned char *blk, const unsigned char *qs, const unsigned char *qh)
 {
     float d = half(blk), dmin = half(blk + 2);
-    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1), zero = _mm256_setzero_si256();
-    __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : zero;
+    uint8_t sc[8], mn[8];
+    k4_scales(blk + 4, sc, mn);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    __m256i sumi[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        sumi[i] = _mm256_setzero_si256();
     int64_t K = x->K;
     for (int p = 0; p < 4; p++) {
-        int sc0, m0, sc1, m1;
-        scale_min(2 * p, blk + 4, &sc0, &m0);
-        scale_min(2 * p + 1, blk + 4, &sc1, &m1);
-        float ds0 = d * (float)sc0, ds1 = d * (float)sc1, dm0 = dmin * (float)m0, dm1 = dmin * (float)m1;
         __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
         __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        if (qh) {
+        if (qh) { /* bit 2p of qh[l] is value l's fifth bit, bit 2p + 1 value 32 + l's */
             lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p), one), 4));
             hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p + 1), one), 4));
         }
-        int64_t k0 = b * 256 + 64 * p;
+        __m256i s0 = _mm256_set1_epi16(sc[2 * p]), s1 = _mm256_set1_epi16(sc[2 * p + 1]);
         for (int i = 0; i < N; i++) {
-            const int8_t *xq = x->q + i * K + k0;
-            const float *xd = x->d + i * (K / 32) + k0 / 32, *xs = x->s16 + i * (K / 16) + k0 / 16;
-            __m256i s0 = _mm256_dpbusd_epi32(zero, lo, _mm256_loadu_si256((const __m256i *)xq));
-            __m256i s1 = _mm256_dpbusd_epi32(zero, hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(ds0 * xd[0]), acc[i]);
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1), _mm256_set1_ps(ds1 * xd[1]), acc[i]);
-            off[i] += dm0 * (xs[0] + xs[1]) + dm1 * (xs[2] + xs[3]);
+            const int8_t *xq = x->q + i * K + b * 256 + 64 * p;
+            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
+            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
+            sumi[i] = _mm256_dpwssd_epi32(sumi[i], p0, s0);
+            sumi[i] = _mm256_dpwssd_epi32(sumi[i], p1, s1);
         }
+    }
+    for (int i = 0; i < N; i++) {
+        float xd = x->d[i * (K / 256) + b];
+        const int16_t *bs = x->bsums + i * (K / 16) + b * 16;
+        int32_t mins = 0;
+        for (int j = 0; j < 8; j++)
+            mins += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
+        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[i]), _mm256_set1_ps(d * xd), acc[i]);
+        off[i] += dmin * xd * (float)mins;
     }
 }
 
@@ -257,19 +278,23 @@ VNNI_INLINE void q5_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
         y[i * ldy] = hsum8(acc[i]) - off[i];
 }
 
+/* Q6_K: sum over 16 sub-blocks of sc_j (q . q_x) with q in 0..63 (u8 x s8 pairs to int16: |.| <=
+ * 2 * 63 * 127), minus 32 sum_j sc_j bsum_j for the -32 offset, times d_w d_x once per block. */
 VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
 {
     __m256 acc[HYLA_QUANT_SKINNY_M];
-    float off[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
-        acc[i] = _mm256_setzero_ps(), off[i] = 0;
-    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03), zero = _mm256_setzero_si256();
+        acc[i] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
     int64_t K = x->K;
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
             _mm_prefetch((const char *)(row + 210 * 16 + l), _MM_HINT_T1);
         float d = half(row + 208);
         const signed char *sc = (const signed char *)(row + 192);
+        __m256i sumi[HYLA_QUANT_SKINNY_M];
+        for (int i = 0; i < N; i++)
+            sumi[i] = _mm256_setzero_si256();
         for (int h = 0; h < 2; h++) {
             const unsigned char *ql = row + 64 * h, *qh = row + 128 + 32 * h;
             __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
@@ -282,23 +307,28 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4));
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4));
-            for (int g = 0; g < 4; g++) { /* lanes 0-3 of a product: values 0-15 (scale sc0), 4-7: 16-31 (sc1) */
-                int64_t k0 = b * 256 + 128 * h + 32 * g;
-                float s0 = d * (float)sc[8 * h + 2 * g], s1 = d * (float)sc[8 * h + 2 * g + 1];
+            for (int g = 0; g < 4; g++) { /* int16 lanes 0-7: values 0-15 (scale sc0), 8-15: 16-31 (sc1) */
+                __m256i s = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[8 * h + 2 * g])),
+                                                    _mm_set1_epi16(sc[8 * h + 2 * g + 1]), 1);
                 for (int i = 0; i < N; i++) {
-                    const int8_t *xq = x->q + i * K + k0;
-                    float xd = x->d[i * (K / 32) + k0 / 32];
-                    const float *xs = x->s16 + i * (K / 16) + k0 / 16;
-                    __m256i p = _mm256_dpbusd_epi32(zero, q[g], _mm256_loadu_si256((const __m256i *)xq));
-                    __m256 scale = _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_set1_ps(s0 * xd)), _mm_set1_ps(s1 * xd), 1);
-                    acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), scale, acc[i]);
-                    off[i] += 32.0f * (s0 * xs[0] + s1 * xs[1]);
+                    const int8_t *xq = x->q + i * K + b * 256 + 128 * h + 32 * g;
+                    __m256i p = _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)xq));
+                    sumi[i] = _mm256_dpwssd_epi32(sumi[i], p, s);
                 }
             }
         }
+        for (int i = 0; i < N; i++) {
+            const int16_t *bs = x->bsums + i * (K / 16) + b * 16;
+            int32_t offs = 0;
+            for (int j = 0; j < 16; j++)
+                offs += sc[j] * bs[j];
+            float dd = d * x->d[i * (K / 256) + b];
+            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[i]), _mm256_set1_ps(dd), acc[i]);
+            acc[i] = _mm256_add_ps(acc[i], _mm256_setr_ps(-32.0f * dd * (float)offs, 0, 0, 0, 0, 0, 0, 0));
+        }
     }
     for (int i = 0; i < N; i++)
-        y[i * ldy] = hsum8(acc[i]) - off[i];
+        y[i * ldy] = hsum8(acc[i]);
 }
 
 /* ---- instances and dispatch -------------------------------------------------------------------- */
@@ -334,32 +364,43 @@ INSTANCES_I8(q5_k)
 INSTANCES_I8(q6_k)
 #endif
 
-int64_t hyla_qx_floats(int64_t n, int64_t K) { return (n * K + 3) / 4 + n * (K / 32) + n * (K / 16) + 16; }
+int64_t hyla_qx_floats(int64_t n, int64_t K) { return (n * K + 3) / 4 + n * (K / 256) + (n * (K / 16) + 1) / 2 + 16; }
 
+/* llama.cpp's quantize_row_q8_K_ref, value for value: the block's value of largest magnitude
+ * `max` (the first one on ties), iscale = -127 / max, q = nearest(iscale x) capped at 127,
+ * d = 1 / iscale; bsums the sums of 16 q. */
 void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch)
 {
-    float *d = scratch, *s16 = d + n * (K / 32);
-    int8_t *q = (int8_t *)(s16 + n * (K / 16));
+    float *d = scratch;
+    int16_t *bsums = (int16_t *)(d + n * (K / 256));
+    int8_t *q = (int8_t *)(bsums + n * (K / 16) + 1);
     for (int64_t i = 0; i < n; i++)
-        for (int64_t b = 0; b < K / 32; b++) {
-            const float *xb = x + i * K + b * 32;
-            float amax = 0;
-            for (int j = 0; j < 32; j++)
-                amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
-            float db = amax / 127.0f, id = db > 0 ? 1.0f / db : 0.0f;
-            d[i * (K / 32) + b] = db;
-            for (int j = 0; j < 32; j++) {
-                float v = nearbyintf(xb[j] * id);
-                q[i * K + b * 32 + j] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        for (int64_t b = 0; b < K / 256; b++) {
+            const float *xb = x + i * K + b * 256;
+            int8_t *qb = q + i * K + b * 256;
+            float amax = 0, max = 0;
+            for (int j = 0; j < 256; j++)
+                if (fabsf(xb[j]) > amax)
+                    amax = fabsf(xb[j]), max = xb[j];
+            if (amax == 0) {
+                d[i * (K / 256) + b] = 0;
+                memset(qb, 0, 256);
+            } else {
+                float iscale = -127.0f / max;
+                for (int j = 0; j < 256; j++) {
+                    int v = (int)nearbyintf(iscale * xb[j]);
+                    qb[j] = (int8_t)(v < 127 ? v : 127);
+                }
+                d[i * (K / 256) + b] = 1.0f / iscale;
             }
-            for (int g = 0; g < 2; g++) {
-                float s = 0;
+            for (int g = 0; g < 16; g++) {
+                int s = 0;
                 for (int j = 0; j < 16; j++)
-                    s += xb[16 * g + j];
-                s16[i * (K / 16) + 2 * b + g] = s;
+                    s += qb[16 * g + j];
+                bsums[i * (K / 16) + b * 16 + g] = (int16_t)s;
             }
         }
-    out->q = q, out->d = d, out->s16 = s16, out->K = K;
+    out->q = q, out->d = d, out->bsums = bsums, out->K = K;
 }
 
 hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n)

@@ -16,23 +16,22 @@ typedef void (*hyla_qdot_fn)(float *y, int64_t ldy, const float *x, int64_t ldx,
  * the CPU lacks AVX-512 (the caller falls back to dequantizing pieces). */
 hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n);
 
-/* Activations rounded to int8 per block of 32 (as llama.cpp does before its quantized products,
- * with a finer block than its Q8_K's 256): for row i, block b: d[i][b] = max |x| / 127 (0 for an
- * all-zero block), q = x / d rounded to nearest even, so |x - d q| <= d / 2; s16[i][g] = the fp32
- * sum of the ORIGINAL x over values 16 g .. 16 g + 15 (for the K-quants' offsets: the mins of
- * Q4_K / Q5_K, Q6_K's -32). K a multiple of 32. */
+/* Activations rounded to int8 as llama.cpp rounds them for its K-quant products (Q8_K): per row
+ * and block of 256 values, d = max / -127 where max is the value of largest magnitude, q = x / d
+ * rounded to nearest (even), capped at 127, so |x - d q| <= |d| / 2; bsums the sums of 16 q.
+ * K a multiple of 256. */
 typedef struct {
-    const int8_t *q; /* [n][K] */
-    const float *d;  /* [n][K / 32] */
-    const float *s16; /* [n][K / 16] */
+    const int8_t *q;      /* [n][K] */
+    const float *d;       /* [n][K / 256] */
+    const int16_t *bsums; /* [n][K / 16] */
     int64_t K;
 } hyla_qx;
 /* Floats of scratch hyla_quantize_x needs for n rows of K. */
 int64_t hyla_qx_floats(int64_t n, int64_t K);
 void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch);
 
-/* y[i * ldy] = sum_k w_k (d q)[i][k] + the offset terms with the exact sums: the integer products
- * q_w q_x by VNNI (exact), one fp32 scale per 32 (Q4_K / Q5_K) or 16 (Q6_K) values. */
+/* y[i * ldy] = sum_k w_k (d q)[i][k] as ggml's vec_dot_q*_K_q8_K computes it: integer products and
+ * scales (exact, in int32), d_w d_x and the mins / offsets in fp32 once per block. */
 typedef void (*hyla_qdot_i8_fn)(float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row);
 /* For Q4_K, Q5_K, Q6_K with AVX-512 VNNI; NULL otherwise. */
 hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n);
