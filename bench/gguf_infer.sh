@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Quantized GGUF inference, hyla beside llama.cpp on the SAME file (issue: quantized inference):
+# prefill SEQ tokens and decode NEW tokens, batch 1, THREADS threads, for
+#   the Qwen3.5-0.8B shape (configs/qwen3.5-0.8b.json) and the Qwen3-Next-shaped MoE
+#   (bench/configs/qwen3-next-0.6b-moe.json), random weights from hyla init (seed 1),
+#   as Q8_0 (hyla's export, the same blocks llama.cpp's converter writes) and Q4_K_M (llama.cpp's
+#   own quantizer, llama_model_quantize, on hyla's F32 export).
+# hyla runs each file in place (bench/infer_bench.c: weight bytes read per token, % of the DRAM
+# bandwidth measured in the same run); llama.cpp through llama-cpp-python (bench/llama_infer.py;
+# its CPU repack buffers off, see there). The two alternate per file. One JSON on stdout.
+# Needs .venv with llama-cpp-python (scripts/pydeps.sh). Files: build/bench-models/*.gguf (~7 GB
+# with the F32 intermediates). usage: bench/gguf_infer.sh [THREADS=2] [SEQ=512] [NEW=32]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+THREADS=${1:-2} SEQ=${2:-512} NEW=${3:-32}
+export OMP_NUM_THREADS=$THREADS
+PY=.venv/bin/python
+"$PY" -c "import llama_cpp" 2>/dev/null || { echo "gguf_infer.sh: needs llama-cpp-python in .venv (scripts/pydeps.sh)" >&2; exit 1; }
+make -j"$(nproc)" build/hyla build/bench/infer_bench >/dev/null
+D=build/bench-models
+mkdir -p "$D"
+quantize() { # F32.gguf OUT.gguf FTYPE (llama_ftype)
+    "$PY" - "$@" <<'PY'
+import sys, llama_cpp
+p = llama_cpp.llama_model_quantize_default_params()
+p.ftype, p.nthread = int(sys.argv[3]), 2
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))
+PY
+}
+results=()
+for shape in q35-08b:configs/qwen3.5-0.8b.json next-moe:bench/configs/qwen3-next-0.6b-moe.json; do
+    name=${shape%%:*} config=${shape#*:}
+    if [ ! -f "$D/$name/model.safetensors" ]; then
+        rm -rf "$D/$name"
+        ./build/hyla init --config "$config" --out "$D/$name" --dtype bf16 --seed 1 >/dev/null
+    fi
+    [ -f "$D/$name/tokenizer.json" ] || { [ -f tests/tokenizer/qwen3/tokenizer.json ] || gunzip -c tests/tokenizer/qwen3/tokenizer.json.gz > tests/tokenizer/qwen3/tokenizer.json; cp tests/tokenizer/qwen3/tokenizer.json "$D/$name/"; }
+    [ -f "$D/$name-q8_0.gguf" ] || ./build/hyla convert "$D/$name" "$D/$name-q8_0.gguf" --to gguf --type q8_0 >/dev/null
+    if [ ! -f "$D/$name-q4_k_m.gguf" ]; then
+        [ -f "$D/$name-f32.gguf" ] || ./build/hyla convert "$D/$name" "$D/$name-f32.gguf" --to gguf --type f32 >/dev/null
+        quantize "$D/$name-f32.gguf" "$D/$name-q4_k_m.gguf" 15 >/dev/null 2>&1
+    fi
+    for type in q8_0 q4_k_m; do
+        f=$D/$name-$type.gguf
+        h=$(./build/bench/infer_bench "$f" "$SEQ" "$NEW")
+        l=$("$PY" bench/llama_infer.py "$f" "$SEQ" "$NEW" "$THREADS")
+        results+=("{\"model\": \"$name\", \"type\": \"$type\", \"file_bytes\": $(stat -c %s "$f"), \"hyla\": $h, \"llama_cpp\": $l}")
+    done
+done
+printf '%s\n' "${results[@]}" | "$PY" - "$THREADS" "$SEQ" "$NEW" 3<&0 <<'PY'
+import json, os, sys
+runs = [json.loads(l) for l in os.fdopen(3) if l.strip()]
+for r in runs:
+    h, l = r["hyla"], r["llama_cpp"]
+    r["prefill_ratio"] = h["prefill_tokens_per_s"] / l["prefill_tokens_per_s"]
+    r["decode_ratio"] = h["decode_tokens_per_s"] / l["decode_tokens_per_s"]
+    print("  %-9s %-7s prefill hyla %6.1f llama.cpp %6.1f (%.2fx)  decode hyla %5.1f llama.cpp %5.1f (%.2fx), "
+          "hyla reads %.0f%% of DRAM" % (r["model"], r["type"], h["prefill_tokens_per_s"], l["prefill_tokens_per_s"],
+                                        r["prefill_ratio"], h["decode_tokens_per_s"], l["decode_tokens_per_s"],
+                                        r["decode_ratio"], h["decode_pct_of_dram_bw"]), file=sys.stderr)
+print(json.dumps({"benchmark": "gguf_inference", "threads": int(sys.argv[1]), "seq": int(sys.argv[2]),
+                  "new": int(sys.argv[3]), "runs": runs}, indent=1))
+PY
