@@ -226,6 +226,38 @@ def llama_quantize(src, dst, ftype):
         raise RuntimeError(f"llama_model_quantize {src} -> {dst} failed")
 
 
+def mean_kl(p_logits, q_logits):
+    """mean over positions of KL(softmax(p) || softmax(q)), in float64"""
+    p = p_logits.astype(np.float64) - p_logits.max(1, keepdims=True)
+    q = q_logits.astype(np.float64) - q_logits.max(1, keepdims=True)
+    lp = p - np.log(np.exp(p).sum(1, keepdims=True))
+    lq = q - np.log(np.exp(q).sum(1, keepdims=True))
+    return float((np.exp(lp) * (lp - lq)).sum(1).mean())
+
+
+def check_quality(hyla, work, arch, types, errors, report):
+    """KL of each quantized file's next-token distribution from the F32 file's, over 2048 positions,
+    hyla (in place) against llama.cpp (same files, same tokens)."""
+    tokens = [(i * 7919 + 13) % 459 for i in range(2048)]
+    f32 = os.path.join(work, f"{arch}-f32.gguf")
+    h_ref = hyla_logits(hyla, f32, tokens, os.path.join(work, "kl_ref.bin"))
+    l_ref = llama_logits(f32, tokens, batch=512, n_ctx=2048)
+    for qtype in types:
+        path = os.path.join(work, f"{arch}-{qtype}.gguf")
+        h = mean_kl(h_ref, hyla_logits(hyla, path, tokens, os.path.join(work, "kl.bin")))
+        l = mean_kl(l_ref, llama_logits(path, tokens, batch=512, n_ctx=2048))
+        # hyla keeps fp32 activations in a 2048-token forward (llama.cpp rounds them to 8 bits per
+        # block), so its distribution should be at least as close to the F32 model's; 25% slack for
+        # positions where a near-tie in a random model's logits goes one way or the other
+        ok = h <= 1.25 * l + 1e-6
+        report.append({"arch": arch, "type": qtype, "check": "mean KL from F32 over 2048 positions",
+                       "hyla": h, "llama_cpp": l, "ok": ok})
+        print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:6s}: mean KL from the F32 model over 2048 positions: "
+              f"hyla {h:.3g}, llama.cpp {l:.3g}")
+        if not ok:
+            errors.append(f"{arch} {qtype}: hyla's KL from F32 {h:.3g} > 1.25 x llama.cpp's {l:.3g}")
+
+
 def check_as_model(hyla, work, arch, qtype, path, tokens, ref, scale, errors, report):
     """hyla on the file in place against hyla on its dequantized copy (and, F32, the original)."""
     deq = path + ".dequantized"
@@ -250,7 +282,7 @@ def check_as_model(hyla, work, arch, qtype, path, tokens, ref, scale, errors, re
     return inplace
 
 
-def llama_logits(path, tokens, batch=64):
+def llama_logits(path, tokens, batch=64, n_ctx=64):
     # llama.cpp's CPU repack buffers off: its 0.3.36 build here segfaults in them on quantized
     # prompts of more than one token (bench/llama_infer.py); with them off, batches work for every type
     default = llama_cpp.llama_model_default_params
@@ -260,7 +292,7 @@ def llama_logits(path, tokens, batch=64):
         p.use_extra_bufts = False
         return p
     llama_cpp.llama.llama_cpp.llama_model_default_params = without_repack
-    llm = llama_cpp.Llama(model_path=path, n_ctx=64, n_batch=batch, n_ubatch=batch, logits_all=True, flash_attn=False,
+    llm = llama_cpp.Llama(model_path=path, n_ctx=n_ctx, n_batch=batch, n_ubatch=batch, logits_all=True, flash_attn=False,
                           n_threads=2, n_threads_batch=2, type_k=0, type_v=0, verbose=False)  # type 0 = GGML_TYPE_F32 KV cache
     llm.eval(tokens)
     got = np.array(llm.scores[:len(tokens)], dtype=np.float32)
@@ -295,7 +327,7 @@ def main():
             rd = d + "." + dt
             subprocess.run([a.hyla, "convert", d, rd, "--dtype", dt], check=True, stdout=subprocess.DEVNULL)
             delta_w[dt] = float(np.abs(hyla_logits(a.hyla, rd, tokens, os.path.join(a.work, "r.bin")) - ref).max())
-        types = list(TYPES) if arch != "qwen35k" else ["f32"] + list(LLAMA_QUANTS)
+        types = list(TYPES) if arch != "qwen35k" else ["f32", "q8_0"] + list(LLAMA_QUANTS)
         for qtype in types:
             path = os.path.join(a.work, f"{arch}-{qtype}.gguf")
             if qtype in LLAMA_QUANTS:  # llama.cpp's quantizer on hyla's F32 export
@@ -323,6 +355,7 @@ def main():
                   f"{diff:.3g} (bound {bound:.3g}, logits up to {scale:.3g}), argmax agreement {agree:.0%}")
             if not ok:
                 errors.append(f"{arch} {qtype}: llama.cpp logits differ from hyla's by {diff:.3g} > {bound:.3g}")
+    check_quality(a.hyla, a.work, "qwen35k", ["q8_0"] + list(LLAMA_QUANTS), errors, report)
     if a.json:
         json.dump({"llama_cpp_python": llama_cpp.__version__, "gguf": getattr(gguf, "__version__", "?"),
                    "results": report}, open(a.json, "w"), indent=1)
