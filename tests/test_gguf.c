@@ -176,7 +176,8 @@ static void test_products(const golden *g, int ng)
         for (int64_t r = 0; r < rows; r++) {
             const golden *s = r % 2 ? q4 : q8;
             W.row_type[r] = (unsigned char)s->type;
-            W.row[r] = s->bytes + (size_t)(r / 2) * hyla_ggml_bytes(s->type, (size_t)K);
+            size_t row_bytes = hyla_ggml_bytes(s->type, (size_t)K), have = hyla_ggml_bytes(s->type, (size_t)s->n) / row_bytes;
+            W.row[r] = s->bytes + (size_t)(r / 2) % have * row_bytes;
             hyla_qmat_row(&W, r, dense + r * K);
         }
         for (int64_t n = 1; n <= 16; n += 15)

@@ -187,13 +187,6 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
 #define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
 
-VNNI_INLINE float hsum8(__m256 v)
-{
-    __m128 r = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    r = _mm_add_ps(r, _mm_movehl_ps(r, r));
-    return _mm_cvtss_f32(_mm_add_ss(r, _mm_movehdup_ps(r)));
-}
-
 /* The 8 6-bit scales and 8 mins of a Q4_K / Q5_K block, as bytes: sc[0..7], m[0..7] (ggml's
  * get_scale_min_k4 for all j at once, by 32-bit words). */
 VNNI_INLINE void k4_scales(const unsigned char *packed, uint8_t sc[8], uint8_t m[8])
@@ -209,7 +202,7 @@ VNNI_INLINE void k4_scales(const unsigned char *packed, uint8_t sc[8], uint8_t m
 /* Q4_K (qh NULL) / Q5_K block b of a row against N activation rows: sum_j sc_j (q_w . q_x over
  * sub-block j) in int32 (u8 x s8 pairs to int16, then times the scale into int32: no overflow,
  * |q_w q_x| <= 31 * 127), then d_w d_x once per block; the mins against the int sums of q_x. */
-VNNI_INLINE void k4_block_i8(const int N, __m256 *acc, float *off, const hyla_qx *x, int64_t b,
+VNNI_INLINE void k4_block_i8(const int N, __m512 *acc, float *off, const hyla_qx *x, int64_t b,
                              const unsigned char *blk, const unsigned char *qs, const unsigned char *qh)
 {
     float d = half(blk), dmin = half(blk + 2);
@@ -217,24 +210,25 @@ VNNI_INLINE void k4_block_i8(const int N, __m256 *acc, float *off, const hyla_qx
     k4_scales(blk + 4, sc, mn);
     const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
     __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
-    __m256i sumi[HYLA_QUANT_SKINNY_M];
+    __m512i sumi[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
-        sumi[i] = _mm256_setzero_si256();
+        sumi[i] = _mm512_setzero_si512();
     int64_t K = x->K;
-    for (int p = 0; p < 4; p++) {
+    for (int p = 0; p < 4; p++) { /* values 64 p .. 64 p + 63: sub-blocks 2p (low nibbles), 2p + 1 (high) */
         __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
         __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
         if (qh) { /* bit 2p of qh[l] is value l's fifth bit, bit 2p + 1 value 32 + l's */
             lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p), one), 4));
             hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p + 1), one), 4));
         }
-        __m256i s0 = _mm256_set1_epi16(sc[2 * p]), s1 = _mm256_set1_epi16(sc[2 * p + 1]);
+        /* one zmm holds both sub-blocks, in the order of x: 64 u8 x s8 pairs to 32 int16, then times
+         * the two scales (16 lanes each) into 16 int32 */
+        __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+        __m512i s = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(sc[2 * p])),
+                                       _mm256_set1_epi16(sc[2 * p + 1]), 1);
         for (int i = 0; i < N; i++) {
             const int8_t *xq = x->q + i * K + b * 256 + 64 * p;
-            __m256i p0 = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)xq));
-            __m256i p1 = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(xq + 32)));
-            sumi[i] = _mm256_dpwssd_epi32(sumi[i], p0, s0);
-            sumi[i] = _mm256_dpwssd_epi32(sumi[i], p1, s1);
+            sumi[i] = _mm512_dpwssd_epi32(sumi[i], _mm512_maddubs_epi16(w, _mm512_loadu_si512((const void *)xq)), s);
         }
     }
     for (int i = 0; i < N; i++) {
@@ -243,48 +237,48 @@ VNNI_INLINE void k4_block_i8(const int N, __m256 *acc, float *off, const hyla_qx
         int32_t mins = 0;
         for (int j = 0; j < 8; j++)
             mins += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-        acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[i]), _mm256_set1_ps(d * xd), acc[i]);
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[i]), _mm512_set1_ps(d * xd), acc[i]);
         off[i] += dmin * xd * (float)mins;
     }
 }
 
 VNNI_INLINE void q4_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
 {
-    __m256 acc[HYLA_QUANT_SKINNY_M];
+    __m512 acc[HYLA_QUANT_SKINNY_M];
     float off[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
-        acc[i] = _mm256_setzero_ps(), off[i] = 0;
+        acc[i] = _mm512_setzero_ps(), off[i] = 0;
     for (int64_t b = 0; b < x->K / 256; b++, row += 144) {
         for (int l = 0; l < 144; l += 64)
             _mm_prefetch((const char *)(row + 144 * 24 + l), _MM_HINT_T1);
         k4_block_i8(N, acc, off, x, b, row, row + 16, NULL);
     }
     for (int i = 0; i < N; i++)
-        y[i * ldy] = hsum8(acc[i]) - off[i];
+        y[i * ldy] = _mm512_reduce_add_ps(acc[i]) - off[i];
 }
 
 VNNI_INLINE void q5_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
 {
-    __m256 acc[HYLA_QUANT_SKINNY_M];
+    __m512 acc[HYLA_QUANT_SKINNY_M];
     float off[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
-        acc[i] = _mm256_setzero_ps(), off[i] = 0;
+        acc[i] = _mm512_setzero_ps(), off[i] = 0;
     for (int64_t b = 0; b < x->K / 256; b++, row += 176) {
         for (int l = 0; l < 176; l += 64)
             _mm_prefetch((const char *)(row + 176 * 20 + l), _MM_HINT_T1);
         k4_block_i8(N, acc, off, x, b, row, row + 48, row + 16);
     }
     for (int i = 0; i < N; i++)
-        y[i * ldy] = hsum8(acc[i]) - off[i];
+        y[i * ldy] = _mm512_reduce_add_ps(acc[i]) - off[i];
 }
 
 /* Q6_K: sum over 16 sub-blocks of sc_j (q . q_x) with q in 0..63 (u8 x s8 pairs to int16: |.| <=
  * 2 * 63 * 127), minus 32 sum_j sc_j bsum_j for the -32 offset, times d_w d_x once per block. */
 VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
 {
-    __m256 acc[HYLA_QUANT_SKINNY_M];
+    __m512 acc[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
-        acc[i] = _mm256_setzero_ps();
+        acc[i] = _mm512_setzero_ps();
     const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
     int64_t K = x->K;
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
@@ -292,9 +286,9 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
             _mm_prefetch((const char *)(row + 210 * 16 + l), _MM_HINT_T1);
         float d = half(row + 208);
         const signed char *sc = (const signed char *)(row + 192);
-        __m256i sumi[HYLA_QUANT_SKINNY_M];
+        __m512i sumi[HYLA_QUANT_SKINNY_M];
         for (int i = 0; i < N; i++)
-            sumi[i] = _mm256_setzero_si256();
+            sumi[i] = _mm512_setzero_si512();
         for (int h = 0; h < 2; h++) {
             const unsigned char *ql = row + 64 * h, *qh = row + 128 + 32 * h;
             __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
@@ -307,13 +301,15 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4));
             q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
                                    _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4));
-            for (int g = 0; g < 4; g++) { /* int16 lanes 0-7: values 0-15 (scale sc0), 8-15: 16-31 (sc1) */
-                __m256i s = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(sc[8 * h + 2 * g])),
-                                                    _mm_set1_epi16(sc[8 * h + 2 * g + 1]), 1);
+            for (int g = 0; g < 4; g += 2) { /* values 128 h + 32 g .. + 63; int16 lane j: values 2j, 2j + 1 */
+                const signed char *s4 = sc + 8 * h + 2 * g;
+                __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(q[g]), q[g + 1], 1);
+                __m256i sa = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(s4[0])), _mm_set1_epi16(s4[1]), 1);
+                __m256i sb = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(s4[2])), _mm_set1_epi16(s4[3]), 1);
+                __m512i s = _mm512_inserti64x4(_mm512_castsi256_si512(sa), sb, 1);
                 for (int i = 0; i < N; i++) {
                     const int8_t *xq = x->q + i * K + b * 256 + 128 * h + 32 * g;
-                    __m256i p = _mm256_maddubs_epi16(q[g], _mm256_loadu_si256((const __m256i *)xq));
-                    sumi[i] = _mm256_dpwssd_epi32(sumi[i], p, s);
+                    sumi[i] = _mm512_dpwssd_epi32(sumi[i], _mm512_maddubs_epi16(w, _mm512_loadu_si512((const void *)xq)), s);
                 }
             }
         }
@@ -323,12 +319,12 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
             for (int j = 0; j < 16; j++)
                 offs += sc[j] * bs[j];
             float dd = d * x->d[i * (K / 256) + b];
-            acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[i]), _mm256_set1_ps(dd), acc[i]);
-            acc[i] = _mm256_add_ps(acc[i], _mm256_setr_ps(-32.0f * dd * (float)offs, 0, 0, 0, 0, 0, 0, 0));
+            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[i], _mm512_zextsi128_si512(_mm_cvtsi32_si128(32 * offs))));
+            acc[i] = _mm512_fmadd_ps(v, _mm512_set1_ps(dd), acc[i]);
         }
     }
     for (int i = 0; i < N; i++)
-        y[i * ldy] = hsum8(acc[i]);
+        y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
 }
 
 /* ---- instances and dispatch -------------------------------------------------------------------- */
