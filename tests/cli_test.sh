@@ -255,8 +255,12 @@ PYEOF
 "$HYLA" init --config "$T/bigvocab.json" --seed 2 --out "$T/bigvocab" >/dev/null || fail "init big-vocabulary model"
 ids=$($PY -c "print(','.join(str((i * 7919 + 13) % 248320) for i in range(4096)))")
 sanitized=0; case "$HYLA" in *asan*) sanitized=1 ;; esac  # ASan's shadow memory and quarantine are not the plan's
-for dt in f32 bf16; do
-    "$HYLA" generate "$T/bigvocab" --prompt-tokens "$ids" --max-new 4 --json --param-dtype $dt >"$T/bigvocab_$dt.json" \
+# the same as a Q8_0 GGUF model: the file's tensor bytes (mapped) + caches + working set
+cp -r "$T/bigvocab" "$T/bigvocab_tok" && $PY tests/data/make_qwen_tokenizer.py "$T/bigvocab_tok" --pattern qwen35 >/dev/null \
+    && "$HYLA" convert "$T/bigvocab_tok" "$T/bigvocab.gguf" --to gguf --type q8_0 >/dev/null || fail "GGUF export of the big-vocabulary model"
+for dt in f32 bf16 gguf; do
+    if [ $dt = gguf ]; then model=("$T/bigvocab.gguf"); else model=("$T/bigvocab" --param-dtype $dt); fi
+    "$HYLA" generate "${model[@]}" --prompt-tokens "$ids" --max-new 4 --json >"$T/bigvocab_$dt.json" \
         || fail "generate 4096 tokens on the big-vocabulary model ($dt)"
     [ $sanitized -eq 1 ] && continue
     $PY - "$T/bigvocab_$dt.json" $dt <<'PYEOF' || fail "prefill memory ($dt) differs from the plan"

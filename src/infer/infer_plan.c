@@ -4,6 +4,8 @@
 
 #include "core/arena.h"
 #include "core/error.h"
+#include "core/quant.h"
+#include "io/gguf_read.h"
 #include "engine/executor.h"
 #include "infer/generate.h"
 #include "model/infer_state.h"
@@ -23,6 +25,25 @@ static size_t weight_bytes(const hyla_param_table *t, int weights_bf16, int comp
             b16 += (size_t)p->numel * sizeof(uint16_t);
     }
     return f32 + b16;
+}
+
+/* A GGUF model (model/gguf_load.c): the vectors in the fp32 arena, the matrices' rows in the mapped
+ * file (resident once read: every decode step reads them all), the row tables pointing at them,
+ * and the file's metadata (its header pages, the vocabulary's string tables). */
+static size_t gguf_weight_bytes(const hyla_model *m)
+{
+    size_t bytes = hyla_gguf_metadata_bytes(m->gguf);
+    for (int i = 0; i < m->table.n_params; i++) {
+        const hyla_qmat *q = &m->qw[i];
+        if (!q->row) {
+            bytes += (size_t)m->table.params[i].numel * sizeof(float);
+            continue;
+        }
+        for (int64_t r = 0; r < q->rows; r++)
+            bytes += hyla_ggml_bytes(q->row_type ? (hyla_ggml_type)q->row_type[r] : q->type, (size_t)q->cols);
+        bytes += (size_t)q->rows * (sizeof *q->row + (q->row_type ? 1 : 0)) + (q->col_map ? (size_t)q->cols * 4 : 0);
+    }
+    return bytes;
 }
 
 /* A model whose compute dtype is bf16 plans bf16 scratch; the planning pass reads only that. */
@@ -51,7 +72,7 @@ int hyla_infer_plan_make(const hyla_model *m, int weights_bf16, int compute_bf16
     const hyla_config *cfg = &m->cfg;
     hyla_model view = *m; /* the planning pass reads the config, the table and the compute dtype */
     int bf16 = weights_bf16 || compute_bf16;
-    out->weights = weight_bytes(&m->table, weights_bf16, compute_bf16);
+    out->weights = m->qw ? gguf_weight_bytes(m) : weight_bytes(&m->table, weights_bf16, compute_bf16);
     out->caches = hyla_infer_state_bytes(cfg, B, prompt + max_new);
     size_t V = (size_t)cfg->vocab;
     out->sampling = (size_t)B * V * sizeof(float) + V * (sizeof(float) + sizeof(int32_t)) +

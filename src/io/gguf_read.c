@@ -24,6 +24,7 @@ struct hyla_gguf_file {
     size_t n_kv;
     hyla_gguf_tensor *tensors;
     size_t n_tensors;
+    size_t data_offset;        /* where the data block starts: the header, key-values and tensor infos before it */
 };
 
 typedef struct {
@@ -207,6 +208,7 @@ static int place_tensors(hyla_gguf_file *f, cursor *c)
         return hyla_error_set(HYLA_ERR_FORMAT, "%s: truncated: the data block would start at byte %zu of %zu", f->path,
                               data, f->len);
     size_t avail = data <= f->len ? f->len - data : 0;
+    f->data_offset = data;
     hyla_gguf_tensor **order = malloc((f->n_tensors + 1) * sizeof *order);
     if (!order)
         return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", f->path);
@@ -344,6 +346,14 @@ void hyla_gguf_close(hyla_gguf_file *f)
 }
 
 const char *hyla_gguf_path(const hyla_gguf_file *f) { return f->path; }
+
+size_t hyla_gguf_metadata_bytes(const hyla_gguf_file *f)
+{
+    size_t bytes = f->data_offset + (f->n_kv + f->n_tensors) * 64; /* the mapped header, the parsed tables */
+    for (size_t i = 0; i < f->n_kv; i++)
+        bytes += f->kv[i].strs ? (size_t)f->kv[i].count * sizeof *f->kv[i].strs : 0;
+    return bytes;
+}
 uint32_t hyla_gguf_version(const hyla_gguf_file *f) { return f->version; }
 size_t hyla_gguf_n_kv(const hyla_gguf_file *f) { return f->n_kv; }
 const hyla_gguf_kv *hyla_gguf_kv_at(const hyla_gguf_file *f, size_t i) { return i < f->n_kv ? &f->kv[i] : NULL; }

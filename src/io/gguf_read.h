@@ -55,6 +55,9 @@ int hyla_gguf_parse(hyla_gguf_file **out, const void *bytes, size_t len, const c
 void hyla_gguf_close(hyla_gguf_file *f);
 
 const char *hyla_gguf_path(const hyla_gguf_file *f);
+/* Resident bytes of the parsed file besides its tensors: the header's pages (read while parsing)
+ * and the tables built from it (about 64 bytes per key and tensor, a pointer per array string). */
+size_t hyla_gguf_metadata_bytes(const hyla_gguf_file *f);
 uint32_t hyla_gguf_version(const hyla_gguf_file *f);
 size_t hyla_gguf_n_kv(const hyla_gguf_file *f);
 const hyla_gguf_kv *hyla_gguf_kv_at(const hyla_gguf_file *f, size_t i);
