@@ -10,8 +10,9 @@
  *
  * Values: Q8_0 w = d q (exact in fp32); Q6_K w = (d sc) (q - 32), ggml's two roundings; Q4_K /
  * Q5_K w = fma(d sc, q, -dmin m), one rounding where ggml's d1 * q - m1 has two (<= 1 ulp of w
- * apart). Q8_0 with one row folds the scale after the block's products instead (q . x then times
- * d: one multiply fewer per block; a block's products are summed in fp32 either way). */
+ * apart). Q8_0 folds the scale after the block's products (q . x, then times d: one multiply fewer
+ * per block than scaling the weights). Every kernel does the same operations for a row whatever the
+ * number of rows N, so a batched decode step gives each sequence the logits it gets alone. */
 #include "core/quant_kernels.h"
 
 #include <math.h>
@@ -58,15 +59,12 @@ INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
         __m512 d = _mm512_set1_ps(half(row));
         __m128i q0 = _mm_loadu_si128((const __m128i *)(row + 2)), q1 = _mm_loadu_si128((const __m128i *)(row + 18));
         __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
-        if (N == 1) {
-            __m512 s = _mm512_mul_ps(w0, _mm512_loadu_ps(x + b * 32));
-            s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + b * 32 + 16), s);
-            acc[0] = _mm512_fmadd_ps(s, d, acc[0]);
-            continue;
+        for (int i = 0; i < N; i++) { /* q . x, then times d: each row's arithmetic whatever N */
+            const float *xi = x + i * ldx + b * 32;
+            __m512 s = _mm512_mul_ps(w0, _mm512_loadu_ps(xi));
+            s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), s);
+            acc[i] = _mm512_fmadd_ps(s, d, acc[i]);
         }
-        w0 = _mm512_mul_ps(w0, d), w1 = _mm512_mul_ps(w1, d);
-        FMA_ROWS(N, w0, b * 32);
-        FMA_ROWS(N, w1, b * 32 + 16);
     }
     FINISH(N);
 }
