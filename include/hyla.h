@@ -15,7 +15,9 @@ extern "C" {
 
 typedef struct hyla_engine hyla_engine;
 
-/* Load a Hugging Face model directory (config.json + safetensors, single or sharded). */
+/* Load a Hugging Face model directory (config.json + safetensors, single or sharded), or a .gguf
+ * file (architectures qwen3next / qwen35 / qwen35moe; its tensors used in place in their stored
+ * types, its tokenizer from tokenizer.ggml.*; such an engine is for inference only). */
 int hyla_open(const char *model_dir, hyla_engine **out);
 /* The same for bf16 inference (hyla --param-dtype bf16): the weight matrices are read straight
  * into bf16 (BF16 tensors as stored; half the resident weight memory), activations are bf16

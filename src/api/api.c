@@ -25,14 +25,19 @@ static int open_engine(const char *model_dir, int bf16, hyla_engine **out)
     if (!e)
         return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     e->tok = NULL;
-    int st = bf16 ? hyla_model_load_bf16(&e->model, model_dir) : hyla_model_load(&e->model, model_dir);
+    int gguf = hyla_is_gguf_path(model_dir); /* a GGUF file: its tensors in place, its vocabulary */
+    int st = gguf && bf16 ? hyla_error_set(HYLA_ERR_ARG, "%s: hyla_open_bf16: a GGUF model computes with its "
+                                           "tensors' stored types (use hyla_open)", model_dir)
+           : gguf ? hyla_model_load_gguf(&e->model, model_dir)
+           : bf16 ? hyla_model_load_bf16(&e->model, model_dir) : hyla_model_load(&e->model, model_dir);
     if (st) {
         free(e);
         return st;
     }
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", model_dir);
-    if (hyla_file_exists(path) && (st = hyla_tokenizer_load(&e->tok, path)) != HYLA_OK) {
+    if (gguf ? (st = hyla_tokenizer_load_gguf(&e->tok, model_dir)) != HYLA_OK
+             : hyla_file_exists(path) && (st = hyla_tokenizer_load(&e->tok, path)) != HYLA_OK) {
         hyla_close(e);
         return st;
     }
