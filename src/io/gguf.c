@@ -34,30 +34,6 @@ struct hyla_gguf_writer {
     int failed;          /* an add failed: the error is already set */
 };
 
-static void q8_0_from_f32(unsigned char *dst, const float *src, size_t n)
-{
-    for (size_t b = 0; b < n / HYLA_Q8_0_BLOCK; b++, src += HYLA_Q8_0_BLOCK, dst += 2 + HYLA_Q8_0_BLOCK) {
-        float amax = 0;
-        for (int i = 0; i < HYLA_Q8_0_BLOCK; i++)
-            amax = fmaxf(amax, fabsf(src[i]));
-        float d = amax / 127.0f, id = d != 0 ? 1.0f / d : 0.0f;
-        hyla_dtype_from_f32(dst, &d, HYLA_DT_F16, 1);
-        for (int i = 0; i < HYLA_Q8_0_BLOCK; i++)
-            dst[2 + i] = (unsigned char)(signed char)roundf(src[i] * id); /* half away from zero */
-    }
-}
-
-void hyla_ggml_from_f32(hyla_ggml_type t, void *dst, const float *src, size_t n)
-{
-    switch (t) {
-    case HYLA_GGML_F32: memcpy(dst, src, 4 * n); break;
-    case HYLA_GGML_F16: hyla_dtype_from_f32(dst, src, HYLA_DT_F16, n); break;
-    case HYLA_GGML_BF16: hyla_dtype_from_f32(dst, src, HYLA_DT_BF16, n); break;
-    case HYLA_GGML_Q8_0: q8_0_from_f32(dst, src, n); break;
-    default: break; /* the writer is only given the types above (hyla_gguf_add_tensor checks) */
-    }
-}
-
 /* ---- encoding ------------------------------------------------------------------------------------ */
 
 static void put(byte_buf *b, const void *data, size_t n)
@@ -191,15 +167,16 @@ int hyla_gguf_add_tensor(hyla_gguf_writer *w, const char *name, int n_dims, cons
         }
         n *= (size_t)ne[d];
     }
-    if (type != HYLA_GGML_F32 && type != HYLA_GGML_F16 && type != HYLA_GGML_BF16 && type != HYLA_GGML_Q8_0) {
+    if (type != HYLA_GGML_F32 && type != HYLA_GGML_F16 && type != HYLA_GGML_BF16 && type != HYLA_GGML_Q8_0 &&
+        type != HYLA_GGML_Q6_K) {
         w->failed = 1;
         return hyla_error_set(HYLA_ERR_ARG, "gguf tensor %s: the writer does not quantize to %s", name,
                               hyla_ggml_type_name(type)), -1;
     }
-    if (type == HYLA_GGML_Q8_0 && ne[0] % HYLA_Q8_0_BLOCK) {
+    if (ne[0] % hyla_ggml_block_values(type)) {
         w->failed = 1;
-        return hyla_error_set(HYLA_ERR_ARG, "gguf tensor %s: Q8_0 needs rows of a multiple of %d values (got %lld)", name,
-                              HYLA_Q8_0_BLOCK, (long long)ne[0]), -1;
+        return hyla_error_set(HYLA_ERR_ARG, "gguf tensor %s: %s needs rows of a multiple of %lld values (got %lld)", name,
+                              hyla_ggml_type_name(type), (long long)hyla_ggml_block_values(type), (long long)ne[0]), -1;
     }
     if (w->n_tensors == w->cap_tensors) {
         size_t cap = w->cap_tensors ? 2 * w->cap_tensors : 64;

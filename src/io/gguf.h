@@ -23,8 +23,9 @@
 
 #define HYLA_GGUF_ALIGNMENT 32
 
-/* Convert n float32 values to type t (F32, F16, BF16 or Q8_0; n a multiple of 32 for Q8_0;
- * f16/bf16 round to nearest even). */
+/* Convert n float32 values to type t (F32, F16, BF16, Q8_0 or Q6_K; n a whole number of blocks;
+ * f16/bf16 round to nearest even; the quantized types as llama.cpp's reference quantizers,
+ * io/gguf_quantize.c). */
 void hyla_ggml_from_f32(hyla_ggml_type t, void *dst, const float *src, size_t n);
 
 typedef struct hyla_gguf_writer hyla_gguf_writer;

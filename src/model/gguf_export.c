@@ -38,9 +38,13 @@ static int collect_tensors(exporter *e)
         if (!e->src[i] || !e->src2[i])
             return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no parameter for %s", t->name);
         e->type[i] = t->keep_f32 ? HYLA_GGML_F32 : e->want;
+        if (e->type[i] == HYLA_GGML_Q6_K && t->ne[0] % HYLA_QK_K) { /* llama.cpp's fallback for Q6_K */
+            e->type[i] = HYLA_GGML_Q8_0;
+            e->n_fallback++;
+        }
         if (e->type[i] == HYLA_GGML_Q8_0 && t->ne[0] % HYLA_Q8_0_BLOCK) {
             e->type[i] = HYLA_GGML_F16;
-            e->n_fallback++;
+            e->n_fallback += e->want == HYLA_GGML_Q8_0;
         }
     }
     return HYLA_OK;
@@ -70,8 +74,8 @@ static int fill_tensor(void *ctx, size_t index, void *dst, size_t nbytes)
 
 static uint32_t file_type(hyla_ggml_type t)
 {
-    /* llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_BF16 32 */
-    return t == HYLA_GGML_F16 ? 1 : t == HYLA_GGML_Q8_0 ? 7 : t == HYLA_GGML_BF16 ? 32 : 0;
+    /* llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_Q6_K 18, MOSTLY_BF16 32 */
+    return t == HYLA_GGML_F16 ? 1 : t == HYLA_GGML_Q8_0 ? 7 : t == HYLA_GGML_Q6_K ? 18 : t == HYLA_GGML_BF16 ? 32 : 0;
 }
 
 /* rope_parameters / rope_scaling mrope_section of the (text_)config, else Qwen3.5's [11, 11, 10]. */
