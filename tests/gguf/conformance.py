@@ -2,7 +2,8 @@
 # llama.cpp itself (llama-cpp-python), for the three architectures llama.cpp knows (qwen3next,
 # qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0; and the same files (plus files
 # llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, on a model
-# whose rows are whole 256-value blocks) run by hyla as models, read in place.
+# whose rows are whole 256-value blocks) run by hyla as models, read in place; and hyla's Q8_0 /
+# Q6_K export byte-identical to llama.cpp's quantizer.
 #
 # usage: conformance.py HYLA WORKDIR [--json OUT]     (python with gguf, llama_cpp and numpy)
 #
@@ -235,6 +236,26 @@ def mean_kl(p_logits, q_logits):
     return float((np.exp(lp) * (lp - lq)).sum(1).mean())
 
 
+def check_quantizer(hyla, work, arch, d, errors, report):
+    """hyla's quantized export against llama.cpp's own quantizer on hyla's F32 export: the same
+    blocks, byte for byte, on every tensor (the reference quantizers are deterministic)."""
+    for qtype, ftype in (("q8_0", 7), ("q6_k", 18)):
+        mine, theirs = os.path.join(work, f"{arch}-hyla-{qtype}.gguf"), os.path.join(work, f"{arch}-llama-{qtype}.gguf")
+        subprocess.run([hyla, "convert", d, mine, "--to", "gguf", "--type", qtype], check=True, stdout=subprocess.DEVNULL)
+        llama_quantize(os.path.join(work, f"{arch}-f32.gguf"), theirs, ftype)
+        a = {t.name: t for t in gguf.GGUFReader(mine).tensors}
+        b = {t.name: t for t in gguf.GGUFReader(theirs).tensors}
+        bad = sorted(n for n in set(a) | set(b) if n not in a or n not in b or a[n].tensor_type != b[n].tensor_type
+                     or np.asarray(a[n].data).tobytes() != np.asarray(b[n].data).tobytes())
+        ok = not bad
+        report.append({"arch": arch, "type": qtype, "check": "export == llama_model_quantize, byte for byte",
+                       "tensors": len(a), "differing": bad, "ok": ok})
+        print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:6s}: hyla convert --type {qtype} == llama.cpp's quantizer on "
+              f"{len(a) - len(bad)} of {len(a)} tensors, byte for byte")
+        if not ok:
+            errors.append(f"{arch} {qtype}: quantized export differs from llama.cpp's on {bad[:5]}")
+
+
 def check_quality(hyla, work, arch, types, errors, report):
     """KL of each quantized file's next-token distribution from the F32 file's, over 2048 positions,
     hyla (in place) against llama.cpp (same files, same tokens)."""
@@ -356,6 +377,7 @@ def main():
             if not ok:
                 errors.append(f"{arch} {qtype}: llama.cpp logits differ from hyla's by {diff:.3g} > {bound:.3g}")
     check_quality(a.hyla, a.work, "qwen35k", ["q8_0"] + list(LLAMA_QUANTS), errors, report)
+    check_quantizer(a.hyla, a.work, "qwen35k", os.path.join(a.work, "qwen35k"), errors, report)
     if a.json:
         json.dump({"llama_cpp_python": llama_cpp.__version__, "gguf": getattr(gguf, "__version__", "?"),
                    "results": report}, open(a.json, "w"), indent=1)
