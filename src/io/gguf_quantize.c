@@ -74,6 +74,66 @@ static float grid_scale(int n, int nmax, const float *x, signed char *L)
     return scale;
 }
 
+/* The scale and min (returned as -min >= 0 in *neg_min) of n values on the levels 0 .. nmax,
+ * minimising sum w |x - (scale l + min)|^2 over nstep + 1 grids (rmin + rdelta k + nmax) / (max -
+ * min), each refined by the weighted least-squares scale and min of its levels (min <= 0). */
+static float grid_scale_min(int n, int nmax, const float *x, const float *w, unsigned char *L, float *neg_min,
+                            unsigned char *Laux, float rmin, float rdelta, int nstep)
+{
+    float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
+    for (int i = 1; i < n; i++) {
+        min = x[i] < min ? x[i] : min;
+        max = x[i] > max ? x[i] : max;
+        sum_w += w[i];
+        sum_x += w[i] * x[i];
+    }
+    if (min > 0)
+        min = 0;
+    if (max == min) {
+        memset(L, 0, (size_t)n);
+        *neg_min = -min;
+        return 0;
+    }
+    float iscale = nmax / (max - min), scale = 1 / iscale, best = 0;
+    for (int i = 0; i < n; i++) {
+        L[i] = (unsigned char)clamp(nearest(iscale * (x[i] - min)), 0, nmax);
+        float diff = scale * L[i] + min - x[i];
+        best += w[i] * (diff * diff);
+    }
+    for (int k = 0; k <= nstep; k++) {
+        iscale = (rmin + rdelta * k + nmax) / (max - min);
+        float sum_l = 0, sum_l2 = 0, sum_xl = 0;
+        for (int i = 0; i < n; i++) {
+            int l = clamp(nearest(iscale * (x[i] - min)), 0, nmax);
+            Laux[i] = (unsigned char)l;
+            sum_l += w[i] * l;
+            sum_l2 += w[i] * l * l;
+            sum_xl += w[i] * l * x[i];
+        }
+        float D = sum_w * sum_l2 - sum_l * sum_l;
+        if (D > 0) {
+            float this_scale = (sum_w * sum_xl - sum_x * sum_l) / D, this_min = (sum_l2 * sum_x - sum_l * sum_xl) / D;
+            if (this_min > 0) {
+                this_min = 0;
+                this_scale = sum_xl / sum_l2;
+            }
+            float err = 0;
+            for (int i = 0; i < n; i++) {
+                float diff = this_scale * Laux[i] + this_min - x[i];
+                err += w[i] * (diff * diff);
+            }
+            if (err < best) {
+                memcpy(L, Laux, (size_t)n);
+                best = err;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    *neg_min = -min;
+    return scale;
+}
+
 static float half_to_f32(const unsigned char *p)
 {
     float f;
@@ -117,6 +177,79 @@ static void q6_k_from_f32(unsigned char *dst, const float *x, size_t n)
     }
 }
 
+/* Q4_K (nmax 15, 144-byte blocks) and Q5_K (nmax 31, 176): per 32-value sub-block a scale and
+ * min from grid_scale_min (weights mean(|x|^2)^(1/2) + |x|), the 8 scales and 8 mins as 6-bit
+ * fractions of their largest (d, dmin in f16), every value re-rounded against d sc and dmin m. */
+static void k4_from_f32(unsigned char *dst, const float *x, size_t n, int nmax)
+{
+    size_t bytes = nmax == 15 ? 144 : 176;
+    for (size_t b = 0; b < n / HYLA_QK_K; b++, x += HYLA_QK_K, dst += bytes) {
+        unsigned char L[HYLA_QK_K], Laux[32], *sc = dst + 4;
+        float w[32], mins[8], scales[8], max_scale = 0, max_min = 0;
+        for (int j = 0; j < 8; j++) {
+            float sum_x2 = 0;
+            for (int l = 0; l < 32; l++)
+                sum_x2 += x[32 * j + l] * x[32 * j + l];
+            float av_x = sqrtf(sum_x2 / 32);
+            for (int l = 0; l < 32; l++)
+                w[l] = av_x + fabsf(x[32 * j + l]);
+            scales[j] = nmax == 15 ? grid_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20)
+                                   : grid_scale_min(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15);
+            max_scale = scales[j] > max_scale ? scales[j] : max_scale;
+            max_min = mins[j] > max_min ? mins[j] : max_min;
+        }
+        memset(dst, 0, bytes);
+        float inv_scale = max_scale > 0 ? 63.0f / max_scale : 0.0f, inv_min = max_min > 0 ? 63.0f / max_min : 0.0f;
+        for (int j = 0; j < 8; j++) {
+            unsigned char ls = (unsigned char)nearest(inv_scale * scales[j]), lm = (unsigned char)nearest(inv_min * mins[j]);
+            ls = ls < 63 ? ls : 63;
+            lm = lm < 63 ? lm : 63;
+            if (j < 4) {
+                sc[j] = ls;
+                sc[j + 4] = lm;
+            } else {
+                sc[j + 4] = (unsigned char)((ls & 0xF) | ((lm & 0xF) << 4));
+                sc[j - 4] |= (unsigned char)((ls >> 4) << 6);
+                sc[j] |= (unsigned char)((lm >> 4) << 6);
+            }
+        }
+        float d = max_scale / 63.0f, dmin = max_min / 63.0f;
+        hyla_dtype_from_f32(dst, &d, HYLA_DT_F16, 1);
+        hyla_dtype_from_f32(dst + 2, &dmin, HYLA_DT_F16, 1);
+        float dh = half_to_f32(dst), dminh = half_to_f32(dst + 2);
+        for (int j = 0; j < 8; j++) {
+            int s, m;
+            if (j < 4)
+                s = sc[j] & 63, m = sc[j + 4] & 63;
+            else
+                s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4), m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+            float dj = dh * (float)s;
+            if (!dj)
+                continue;
+            float dm = dminh * (float)m;
+            for (int i = 0; i < 32; i++)
+                L[32 * j + i] = (unsigned char)clamp(nearest((x[32 * j + i] + dm) / dj), 0, nmax);
+        }
+        if (nmax == 15) {
+            unsigned char *q = dst + 16;
+            for (int j = 0; j < HYLA_QK_K; j += 64, q += 32)
+                for (int l = 0; l < 32; l++)
+                    q[l] = (unsigned char)(L[j + l] | (L[j + l + 32] << 4));
+        } else {
+            unsigned char *qh = dst + 16, *ql = dst + 48, m1 = 1, m2 = 2;
+            for (int j = 0; j < HYLA_QK_K; j += 64, ql += 32, m1 <<= 2, m2 <<= 2)
+                for (int l = 0; l < 32; l++) {
+                    int l1 = L[j + l], l2 = L[j + l + 32];
+                    if (l1 > 15)
+                        l1 -= 16, qh[l] |= m1;
+                    if (l2 > 15)
+                        l2 -= 16, qh[l] |= m2;
+                    ql[l] = (unsigned char)(l1 | (l2 << 4));
+                }
+        }
+    }
+}
+
 void hyla_ggml_from_f32(hyla_ggml_type t, void *dst, const float *src, size_t n)
 {
     switch (t) {
@@ -125,6 +258,8 @@ void hyla_ggml_from_f32(hyla_ggml_type t, void *dst, const float *src, size_t n)
     case HYLA_GGML_BF16: hyla_dtype_from_f32(dst, src, HYLA_DT_BF16, n); break;
     case HYLA_GGML_Q8_0: q8_0_from_f32(dst, src, n); break;
     case HYLA_GGML_Q6_K: q6_k_from_f32(dst, src, n); break;
+    case HYLA_GGML_Q4_K: k4_from_f32(dst, src, n, 15); break;
+    case HYLA_GGML_Q5_K: k4_from_f32(dst, src, n, 31); break;
     default: break; /* the writer is only given the types above (hyla_gguf_add_tensor checks) */
     }
 }

@@ -38,7 +38,8 @@ static int collect_tensors(exporter *e)
         if (!e->src[i] || !e->src2[i])
             return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no parameter for %s", t->name);
         e->type[i] = t->keep_f32 ? HYLA_GGML_F32 : e->want;
-        if (e->type[i] == HYLA_GGML_Q6_K && t->ne[0] % HYLA_QK_K) { /* llama.cpp's fallback for Q6_K */
+        if ((e->type[i] == HYLA_GGML_Q6_K || e->type[i] == HYLA_GGML_Q5_K || e->type[i] == HYLA_GGML_Q4_K) &&
+            t->ne[0] % HYLA_QK_K) { /* llama.cpp's fallback for Q6_K (it takes Q5_1 / Q5_0 for Q5_K / Q4_K) */
             e->type[i] = HYLA_GGML_Q8_0;
             e->n_fallback++;
         }
@@ -74,8 +75,10 @@ static int fill_tensor(void *ctx, size_t index, void *dst, size_t nbytes)
 
 static uint32_t file_type(hyla_ggml_type t)
 {
-    /* llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_Q6_K 18, MOSTLY_BF16 32 */
-    return t == HYLA_GGML_F16 ? 1 : t == HYLA_GGML_Q8_0 ? 7 : t == HYLA_GGML_Q6_K ? 18 : t == HYLA_GGML_BF16 ? 32 : 0;
+    /* llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16, MOSTLY_Q6_K 18,
+     * MOSTLY_BF16 32 (plain q4_k / q5_k: every matrix that type, the _S presets' nearest name) */
+    return t == HYLA_GGML_F16 ? 1 : t == HYLA_GGML_Q8_0 ? 7 : t == HYLA_GGML_Q4_K ? 14 : t == HYLA_GGML_Q5_K ? 16
+         : t == HYLA_GGML_Q6_K ? 18 : t == HYLA_GGML_BF16 ? 32 : 0;
 }
 
 /* rope_parameters / rope_scaling mrope_section of the (text_)config, else Qwen3.5's [11, 11, 10]. */

@@ -3,7 +3,7 @@
 # qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0; and the same files (plus files
 # llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, on a model
 # whose rows are whole 256-value blocks) run by hyla as models, read in place; and hyla's Q8_0 /
-# Q6_K export byte-identical to llama.cpp's quantizer.
+# Q6_K / Q5_K / Q4_K export byte-identical to llama.cpp's quantizer.
 #
 # usage: conformance.py HYLA WORKDIR [--json OUT]     (python with gguf, llama_cpp and numpy)
 #
@@ -238,22 +238,32 @@ def mean_kl(p_logits, q_logits):
 
 def check_quantizer(hyla, work, arch, d, errors, report):
     """hyla's quantized export against llama.cpp's own quantizer on hyla's F32 export: the same
-    blocks, byte for byte, on every tensor (the reference quantizers are deterministic)."""
-    for qtype, ftype in (("q8_0", 7), ("q6_k", 18)):
-        mine, theirs = os.path.join(work, f"{arch}-hyla-{qtype}.gguf"), os.path.join(work, f"{arch}-llama-{qtype}.gguf")
+    blocks, byte for byte (the reference quantizers are deterministic). Q8_0 and Q6_K: every
+    tensor. Q4_K and Q5_K: hyla writes every matrix in that type, llama.cpp's Q4_K_M / Q5_K_M mix
+    bumps a few tensors to Q5_K / Q6_K (the mix is not implemented yet), so the tensors of the same
+    type are compared, and the rest counted."""
+    for qtype, ftype, whole in (("q8_0", 7, True), ("q6_k", 18, True), ("q4_k", 15, False), ("q5_k", 17, False)):
+        mine, theirs = os.path.join(work, f"{arch}-hyla-{qtype}.gguf"), os.path.join(work, f"{arch}-llama-{ftype}.gguf")
         subprocess.run([hyla, "convert", d, mine, "--to", "gguf", "--type", qtype], check=True, stdout=subprocess.DEVNULL)
-        llama_quantize(os.path.join(work, f"{arch}-f32.gguf"), theirs, ftype)
+        if not os.path.exists(theirs):
+            llama_quantize(os.path.join(work, f"{arch}-f32.gguf"), theirs, ftype)
         a = {t.name: t for t in gguf.GGUFReader(mine).tensors}
         b = {t.name: t for t in gguf.GGUFReader(theirs).tensors}
-        bad = sorted(n for n in set(a) | set(b) if n not in a or n not in b or a[n].tensor_type != b[n].tensor_type
-                     or np.asarray(a[n].data).tobytes() != np.asarray(b[n].data).tobytes())
-        ok = not bad
+        other = sorted(n for n in a if n in b and a[n].tensor_type != b[n].tensor_type)
+        bad = sorted(n for n in set(a) | set(b) if n not in a or n not in b or
+                     (a[n].tensor_type == b[n].tensor_type and
+                      np.asarray(a[n].data).tobytes() != np.asarray(b[n].data).tobytes()))
+        if whole:
+            bad += other
+        ok = not bad and len(other) <= len(a) // 5
+        compared = len(a) - len(other)
         report.append({"arch": arch, "type": qtype, "check": "export == llama_model_quantize, byte for byte",
-                       "tensors": len(a), "differing": bad, "ok": ok})
+                       "tensors": len(a), "compared": compared, "other_type_in_llama_mix": other, "differing": bad, "ok": ok})
         print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:6s}: hyla convert --type {qtype} == llama.cpp's quantizer on "
-              f"{len(a) - len(bad)} of {len(a)} tensors, byte for byte")
+              f"{compared - len(bad)} of {compared} tensors, byte for byte"
+              + (f" ({len(other)} others typed differently by llama.cpp's _M mix)" if other else ""))
         if not ok:
-            errors.append(f"{arch} {qtype}: quantized export differs from llama.cpp's on {bad[:5]}")
+            errors.append(f"{arch} {qtype}: quantized export differs from llama.cpp's on {bad[:5]} ({len(other)} retyped)")
 
 
 def check_quality(hyla, work, arch, types, errors, report):
