@@ -12,25 +12,26 @@
 
 static int convert_to_gguf(const char *in, const char *out, const char *type_s)
 {
-    static const struct { const char *name; hyla_ggml_type type; } types[] = {
-        {"f32", HYLA_GGML_F32}, {"f16", HYLA_GGML_F16}, {"bf16", HYLA_GGML_BF16}, {"q8_0", HYLA_GGML_Q8_0},
-        {"q6_k", HYLA_GGML_Q6_K}, {"q5_k", HYLA_GGML_Q5_K}, {"q4_k", HYLA_GGML_Q4_K}};
+    static const struct { const char *name; hyla_ggml_type type; int k_m; } types[] = {
+        {"f32", HYLA_GGML_F32, 0}, {"f16", HYLA_GGML_F16, 0}, {"bf16", HYLA_GGML_BF16, 0}, {"q8_0", HYLA_GGML_Q8_0, 0},
+        {"q6_k", HYLA_GGML_Q6_K, 0}, {"q5_k_m", HYLA_GGML_Q5_K, 1}, {"q4_k_m", HYLA_GGML_Q4_K, 1},
+        {"q5_k", HYLA_GGML_Q5_K, 0}, {"q4_k", HYLA_GGML_Q4_K, 0}};
     int found = -1;
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 9; i++)
         if (!strcmp(type_s ? type_s : "f32", types[i].name))
             found = i;
     if (found < 0) {
-        fprintf(stderr, "hyla convert: --type must be f32, f16, bf16, q8_0, q6_k, q5_k or q4_k, got '%s'\n", type_s);
+        fprintf(stderr, "hyla convert: --type must be f32, f16, bf16, q8_0, q6_k, q5_k_m, q4_k_m, q5_k or q4_k, got '%s'\n", type_s);
         return 2;
     }
     hyla_model m;
     if (hyla_model_load(&m, in))
         return hyla_cli_fail("convert");
     hyla_gguf_export_info info;
-    int rc = hyla_model_export_gguf(&m, out, types[found].type, &info) ? hyla_cli_fail("convert") : 0;
+    int rc = hyla_model_export_gguf(&m, out, types[found].type, types[found].k_m, &info) ? hyla_cli_fail("convert") : 0;
     if (!rc) {
-        printf("wrote %s (GGUF, architecture %s, %zu tensors, %.1f MB, matrices %s", out, info.arch, info.n_tensors,
-               info.bytes / 1e6, hyla_ggml_type_name(types[found].type));
+        printf("wrote %s (GGUF, architecture %s, %zu tensors, %.1f MB, matrices %s%s", out, info.arch, info.n_tensors,
+               info.bytes / 1e6, hyla_ggml_type_name(types[found].type), types[found].k_m ? " with llama.cpp's _M mix" : "");
         if (info.n_f16_fallback)
             printf("; %zu with rows not whole blocks as %s", info.n_f16_fallback,
                    types[found].type == HYLA_GGML_Q8_0 ? "F16" : "Q8_0 (or F16)");
@@ -52,7 +53,7 @@ int hyla_cmd_convert(int argc, char **argv)
         {"--dtype", OPT_STRING, &dtype_s, "f32|bf16|f16", "save every tensor in this dtype (default: as loaded)", 0, 0},
         {"--to", OPT_STRING, &to, "safetensors|gguf", "output format (default safetensors: a Hugging Face directory; "
                                                       "gguf: one file for llama.cpp)", 0, 0},
-        {"--type", OPT_STRING, &type_s, "f32|f16|bf16|q8_0|q6_k|q5_k|q4_k", "--to gguf: type of the matrices (default f32; q8_0 and q6_k quantized as llama.cpp's quantizer does)", 0, 0},
+        {"--type", OPT_STRING, &type_s, "f32|f16|bf16|q8_0|q6_k|q5_k_m|q4_k_m|q5_k|q4_k", "--to gguf: type of the matrices (default f32; q8_0 and q6_k quantized as llama.cpp's quantizer does)", 0, 0},
         {0},
     };
     const hyla_command_spec spec = {"convert", "IN OUT [options]",

@@ -9,12 +9,14 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "io/tokenizer.h"
+#include "model/gguf_mix.h"
 
 /* ---- tensors: the map's tensors (model/gguf_map.h), each given a type and its source data ------- */
 
 typedef struct {
     const hyla_model *m;
     hyla_ggml_type want;
+    int k_m;               /* llama.cpp's _M mix over want */
     hyla_gguf_map map;
     hyla_ggml_type *type;  /* [map.n] */
     const float **src, **src2; /* [map.n] the parameters' fp32 data */
@@ -38,8 +40,17 @@ static int collect_tensors(exporter *e)
         if (!e->src[i] || !e->src2[i])
             return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no parameter for %s", t->name);
         e->type[i] = t->keep_f32 ? HYLA_GGML_F32 : e->want;
-        if ((e->type[i] == HYLA_GGML_Q6_K || e->type[i] == HYLA_GGML_Q5_K || e->type[i] == HYLA_GGML_Q4_K) &&
-            t->ne[0] % HYLA_QK_K) { /* llama.cpp's fallback for Q6_K (it takes Q5_1 / Q5_0 for Q5_K / Q4_K) */
+    }
+    if (e->k_m && hyla_gguf_k_m_types(&e->map, &e->m->cfg, e->want, e->type))
+        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const hyla_gguf_map_tensor *t = &e->map.t[i];
+        if ((e->k_m || e->want == HYLA_GGML_Q4_K || e->want == HYLA_GGML_Q5_K) &&
+            (e->type[i] == HYLA_GGML_Q4_K || e->type[i] == HYLA_GGML_Q5_K) && t->ne[0] % HYLA_QK_K)
+            return hyla_error_set(HYLA_ERR_ARG, "gguf export: %s has rows of %lld values, not whole 256-value blocks: "
+                                  "llama.cpp falls back to Q5_0 / Q5_1 there, which hyla does not write", t->name,
+                                  (long long)t->ne[0]);
+        if (e->type[i] == HYLA_GGML_Q6_K && t->ne[0] % HYLA_QK_K) { /* llama.cpp's fallback for Q6_K */
             e->type[i] = HYLA_GGML_Q8_0;
             e->n_fallback++;
         }
@@ -73,8 +84,10 @@ static int fill_tensor(void *ctx, size_t index, void *dst, size_t nbytes)
 
 /* ---- metadata ---------------------------------------------------------------------------------- */
 
-static uint32_t file_type(hyla_ggml_type t)
+static uint32_t file_type(hyla_ggml_type t, int k_m)
 {
+    if (k_m) /* llama_ftype MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17 */
+        return t == HYLA_GGML_Q4_K ? 15 : 17;
     /* llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16, MOSTLY_Q6_K 18,
      * MOSTLY_BF16 32 (plain q4_k / q5_k: every matrix that type, the _S presets' nearest name) */
     return t == HYLA_GGML_F16 ? 1 : t == HYLA_GGML_Q8_0 ? 7 : t == HYLA_GGML_Q4_K ? 14 : t == HYLA_GGML_Q5_K ? 16
@@ -104,7 +117,7 @@ static void mrope_sections(const char *config_json, int32_t out[4])
     cJSON_Delete(root);
 }
 
-static void write_hparams(hyla_gguf_writer *w, const hyla_model *m, const char *arch, hyla_ggml_type type)
+static void write_hparams(hyla_gguf_writer *w, const hyla_model *m, const char *arch, hyla_ggml_type type, int k_m)
 {
     const hyla_config *c = &m->cfg;
     char key[128];
@@ -113,7 +126,7 @@ static void write_hparams(hyla_gguf_writer *w, const hyla_model *m, const char *
     hyla_gguf_kv_str(w, "general.type", "model");
     const char *name = m->source_dir ? strrchr(m->source_dir, '/') : NULL;
     hyla_gguf_kv_str(w, "general.name", name && name[1] ? name + 1 : m->source_dir ? m->source_dir : "hyla model");
-    hyla_gguf_kv_u32(w, "general.file_type", file_type(type));
+    hyla_gguf_kv_u32(w, "general.file_type", file_type(type, k_m));
     hyla_gguf_kv_u32(w, "general.quantization_version", 2);
     hyla_gguf_kv_u32(w, KEY("block_count"), (uint32_t)c->n_layers);
     if (c->max_position_embeddings > 0)
@@ -297,11 +310,12 @@ static int write_tokenizer(hyla_gguf_writer *w, const hyla_model *m)
 
 /* ---- the export ---------------------------------------------------------------------------------- */
 
-int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, hyla_gguf_export_info *info)
+int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, int k_m,
+                           hyla_gguf_export_info *info)
 {
     const char *arch = hyla_gguf_arch_name(&m->cfg);
     HYLA_TRY(hyla_gguf_map_check(&m->cfg, arch));
-    exporter e = {.m = m, .want = type};
+    exporter e = {.m = m, .want = type, .k_m = k_m};
     hyla_gguf_writer *w = hyla_gguf_new();
     int st = w ? collect_tensors(&e) : hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
     size_t max_floats = 0, bytes = 0;
@@ -314,7 +328,7 @@ int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type
             st = HYLA_ERR_ARG;
     }
     if (st == HYLA_OK) {
-        write_hparams(w, m, arch, type);
+        write_hparams(w, m, arch, type, k_m);
         st = write_tokenizer(w, m);
     }
     if (st == HYLA_OK && !(e.scratch = malloc((max_floats ? max_floats : 1) * sizeof(float))))

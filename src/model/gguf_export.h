@@ -41,7 +41,9 @@ typedef struct {
     const char *arch;
 } hyla_gguf_export_info;
 
-/* Write `m` to `path` (atomically) with matrices in `type`. */
-int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, hyla_gguf_export_info *info);
+/* Write `m` to `path` (atomically) with matrices in `type`; k_m: llama.cpp's Q4_K_M / Q5_K_M
+ * per-tensor mix over base `type` Q4_K / Q5_K (model/gguf_mix.h). */
+int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, int k_m,
+                           hyla_gguf_export_info *info);
 
 #endif

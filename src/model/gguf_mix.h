@@ -1,0 +1,13 @@
+/* llama.cpp's per-tensor type mix for the Q4_K_M / Q5_K_M presets (model/gguf_mix.c). */
+#ifndef HYLA_MODEL_GGUF_MIX_H
+#define HYLA_MODEL_GGUF_MIX_H
+
+#include "core/quant.h"
+#include "model/gguf_map.h"
+
+/* types[i] for the map's tensors: those already F32 stay; the others get the preset's choice for
+ * base Q4_K (Q4_K_M) or Q5_K (Q5_K_M). -1 when out of memory. Rows that are not whole blocks of
+ * the chosen type are the caller's to handle. */
+int hyla_gguf_k_m_types(const hyla_gguf_map *map, const hyla_config *cfg, hyla_ggml_type base, hyla_ggml_type *types);
+
+#endif
