@@ -41,7 +41,7 @@ static int collect_tensors(exporter *e)
             return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no parameter for %s", t->name);
         e->type[i] = t->keep_f32 ? HYLA_GGML_F32 : e->want;
     }
-    if (e->k_m && hyla_gguf_k_m_types(&e->map, &e->m->cfg, e->want, e->type))
+    if ((e->k_m || e->want == HYLA_GGML_Q6_K) && hyla_gguf_k_m_types(&e->map, &e->m->cfg, e->want, e->k_m, e->type))
         return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
     for (size_t i = 0; i < n; i++) {
         const hyla_gguf_map_tensor *t = &e->map.t[i];

@@ -1,14 +1,15 @@
-/* llama.cpp's per-tensor type mix for its Q4_K_M / Q5_K_M presets (gguf_mix.h), importance-matrix
- * free, as its quantizer (llama-quant.cpp) chooses for the qwen3next / qwen35 / qwen35moe tensors:
+/* llama.cpp's per-tensor type mix for its Q4_K_M / Q5_K_M presets, and the part of it every preset
+ * applies (Q6_K's), importance-matrix free, as its quantizer chooses for the qwen3next / qwen35 /
+ * qwen35moe tensors (gguf_mix.h); "(_M)" marks what only the _M presets do:
  *   - the output matrix, or the embedding when it is tied to the output: Q6_K;
  *   - attention-value-like matrices (attn_v, and attn_qkv: the linear layers' fused q|k|v), counted
- *     in the quantizer's tensor order: Q6_K for "more bits" positions i of n (i < n/8, i >= 7n/8,
+ *     in the quantizer's tensor order: (_M) Q6_K for "more bits" positions i of n (i < n/8, i >= 7n/8,
  *     or (i - n/8) % 3 == 2); with exactly 8 experts, Q8_0 for all of them;
  *   - attn_k: Q8_0 with exactly 8 experts;
- *   - every tensor whose name holds "ffn_down" (dense, routed, shared): Q6_K at "more bits" layers,
+ *   - every tensor whose name holds "ffn_down" (dense, routed, shared): (_M) Q6_K at "more bits" layers,
  *     the layer being its block number in an MoE model and its position among the ffn_down tensors
  *     in a dense one (of block_count);
- *   - attn_output: Q5_K with exactly 8 experts (Q4_K_M only);
+ *   - attn_output: (Q4_K_M) Q5_K with exactly 8 experts;
  *   - the rest: the preset's base type.
  * The quantizer visits tensors by block number, then by name (its loader's tensor order), which is
  * the order the position counters follow here too. */
@@ -42,7 +43,8 @@ static int by_block_then_name(const void *a, const void *b)
     return bx != by ? (bx < by ? -1 : 1) : strcmp(x, y);
 }
 
-int hyla_gguf_k_m_types(const hyla_gguf_map *map, const hyla_config *cfg, hyla_ggml_type base, hyla_ggml_type *types)
+int hyla_gguf_k_m_types(const hyla_gguf_map *map, const hyla_config *cfg, hyla_ggml_type base, int k_m,
+                        hyla_ggml_type *types)
 {
     size_t n = map->n;
     size_t *order = malloc((n + 1) * sizeof *order);
@@ -71,7 +73,7 @@ int hyla_gguf_k_m_types(const hyla_gguf_map *map, const hyla_config *cfg, hyla_g
         else if (!strcmp(name, "token_embd.weight"))
             type = base;
         else if (attn_v_like(name)) {
-            if (more_bits(i_wv, n_wv))
+            if (k_m && more_bits(i_wv, n_wv))
                 type = HYLA_GGML_Q6_K;
             if (n_expert == 8)
                 type = HYLA_GGML_Q8_0;
@@ -80,11 +82,11 @@ int hyla_gguf_k_m_types(const hyla_gguf_map *map, const hyla_config *cfg, hyla_g
             if (n_expert == 8)
                 type = HYLA_GGML_Q8_0;
         } else if (has(name, "attn_output.weight")) {
-            if (n_expert == 8 && base == HYLA_GGML_Q4_K)
+            if (k_m && n_expert == 8 && base == HYLA_GGML_Q4_K)
                 type = HYLA_GGML_Q5_K;
         } else if (has(name, "ffn_down")) {
             int layer = n_expert > 1 ? block_of(name) : i_down;
-            if (more_bits(layer, n_layers))
+            if (k_m && more_bits(layer, n_layers))
                 type = HYLA_GGML_Q6_K;
             i_down++;
         }

@@ -3,7 +3,7 @@
 # qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0; and the same files (plus files
 # llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, on a model
 # whose rows are whole 256-value blocks) run by hyla as models, read in place; and hyla's Q8_0 /
-# Q6_K / Q5_K / Q4_K export byte-identical to llama.cpp's quantizer.
+# Q6_K / Q5_K_M / Q4_K_M export byte-identical to llama.cpp's quantizer (types and blocks).
 #
 # usage: conformance.py HYLA WORKDIR [--json OUT]     (python with gguf, llama_cpp and numpy)
 #
@@ -238,11 +238,9 @@ def mean_kl(p_logits, q_logits):
 
 def check_quantizer(hyla, work, arch, d, errors, report):
     """hyla's quantized export against llama.cpp's own quantizer on hyla's F32 export: the same
-    blocks, byte for byte (the reference quantizers are deterministic). Q8_0 and Q6_K: every
-    tensor. Q4_K and Q5_K: hyla writes every matrix in that type, llama.cpp's Q4_K_M / Q5_K_M mix
-    bumps a few tensors to Q5_K / Q6_K (the mix is not implemented yet), so the tensors of the same
-    type are compared, and the rest counted."""
-    for qtype, ftype, whole in (("q8_0", 7, True), ("q6_k", 18, True), ("q4_k", 15, False), ("q5_k", 17, False)):
+    tensor types and blocks, byte for byte, on every tensor (the reference quantizers and the
+    _M presets' per-tensor mix are deterministic without an importance matrix)."""
+    for qtype, ftype, whole in (("q8_0", 7, True), ("q6_k", 18, True), ("q4_k_m", 15, True), ("q5_k_m", 17, True)):
         mine, theirs = os.path.join(work, f"{arch}-hyla-{qtype}.gguf"), os.path.join(work, f"{arch}-llama-{ftype}.gguf")
         subprocess.run([hyla, "convert", d, mine, "--to", "gguf", "--type", qtype], check=True, stdout=subprocess.DEVNULL)
         if not os.path.exists(theirs):
@@ -388,6 +386,17 @@ def main():
                 errors.append(f"{arch} {qtype}: llama.cpp logits differ from hyla's by {diff:.3g} > {bound:.3g}")
     check_quality(a.hyla, a.work, "qwen35k", ["q8_0"] + list(LLAMA_QUANTS), errors, report)
     check_quantizer(a.hyla, a.work, "qwen35k", os.path.join(a.work, "qwen35k"), errors, report)
+    # the _M mix's MoE rules (exactly 8 experts: attn_v / attn_qkv / attn_k Q8_0, attn_output Q5_K;
+    # ffn_down by block number) and its tensor order past 10 blocks, on a 12-layer Qwen3-Next
+    moe = dict(MODELS["qwen3next"], hidden_size=256, head_dim=64, linear_key_head_dim=64, linear_value_head_dim=64,
+               moe_intermediate_size=256, shared_expert_intermediate_size=256, num_hidden_layers=12)
+    d = os.path.join(a.work, "qwen3nextk")
+    json.dump(moe, open(d + ".json", "w"))
+    subprocess.run([a.hyla, "init", "--out", d, "--config", d + ".json", "--seed", "7"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "data", "make_qwen_tokenizer.py"), d, "--pattern", "qwen2"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([a.hyla, "convert", d, d + "-f32.gguf", "--to", "gguf", "--type", "f32"], check=True, stdout=subprocess.DEVNULL)
+    check_quantizer(a.hyla, a.work, "qwen3nextk", d, errors, report)
     if a.json:
         json.dump({"llama_cpp_python": llama_cpp.__version__, "gguf": getattr(gguf, "__version__", "?"),
                    "results": report}, open(a.json, "w"), indent=1)
