@@ -423,6 +423,7 @@ copy_model gg && $PY tests/data/make_qwen_tokenizer.py "$T/gg" >/dev/null
     || fail "convert a .gguf file to a Hugging Face directory"
 expect_error "gguf: --adapter" "--adapter needs a Hugging Face model directory" "$HYLA" forward "$T/m.gguf" --tokens 1 --adapter "$T/none"
 expect_error "gguf: --act-dtype bf16" "a GGUF model computes with its tensors' stored types" "$HYLA" forward "$T/m.gguf" --tokens 1 --act-dtype bf16
+expect_error "gguf: train" "a GGUF file is a model for inference" "$HYLA" train --model "$T/m.gguf" --synthetic --steps 1
 expect_error "gguf to gguf" "a GGUF input converts to a Hugging Face directory" "$HYLA" convert "$T/m.gguf" "$T/m2.gguf" --to gguf
 head -c 4000 "$T/m.gguf" > "$T/trunc.gguf"
 expect_error "gguf: truncated in the header" "trunc.gguf: .*cannot fit in 3976 bytes" "$HYLA" forward "$T/trunc.gguf" --tokens 1

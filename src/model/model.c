@@ -213,6 +213,9 @@ static int keep_carried(hyla_model *m, hyla_st_set *set)
 static int model_load(hyla_model *m, const char *dir, int bf16_weights)
 {
     memset(m, 0, sizeof *m);
+    if (hyla_is_gguf_path(dir))
+        return hyla_error_set(HYLA_ERR_ARG, "%s: a GGUF file is a model for inference (forward, generate, serve, "
+                              "eval); for this, convert it to a directory first: hyla convert %s DIR", dir, dir);
     char path[4096];
     HYLA_TRY(hyla_path_join(path, sizeof path, dir, "config.json"));
     size_t len;
