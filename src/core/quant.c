@@ -363,6 +363,17 @@ void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, i
         return;
     }
     float *tile = scratch + n * in;
+    if (hyla_quant_int8_activations && !W->row_type && in % 256 == 0 && hyla_qgemm_supported(W->type)) {
+        /* K-quants: the int8 GEMM (activations as Q8_K, the decode path's rounding) */
+        hyla_qx xq;
+        hyla_quantize_x(&xq, x, n, in, tile);
+        float *pack = tile + hyla_qx_floats(n, in);
+        for (int64_t o0 = 0; o0 < out; o0 += HYLA_QGEMM_TILE) {
+            int64_t rows = out - o0 < HYLA_QGEMM_TILE ? out - o0 : HYLA_QGEMM_TILE;
+            hyla_qgemm_tile(y + o0, out, &xq, n, W->type, W->row + row0 + o0, rows, pack);
+        }
+        return;
+    }
     for (int64_t o0 = 0; o0 < out; o0 += QROWS) {
         int64_t rows = out - o0 < QROWS ? out - o0 : QROWS;
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(rows * in)

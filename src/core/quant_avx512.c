@@ -18,6 +18,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/parallel.h"
+
 #if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
 #include <immintrin.h>
 #define HAVE_KERNELS 1
@@ -325,6 +327,174 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
         y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
 }
 
+/* ---- prefill: int8 GEMM over a tile of weight rows (VNNI), K-quants against Q8_K activations ---- */
+
+/* The tile's levels, repacked once so that one vpdpbusd multiplies 16 weight rows by 4 values of
+ * one activation row: for 16-row group g, unit u (the K-quant's scale group: 32 values for Q4_K /
+ * Q5_K, 16 for Q6_K) and quad t, 64 bytes holding row r's 4 levels at 4 r. With each unit, the
+ * 16 rows' scale d sc and offset (Q4_K / Q5_K: dmin m, Q6_K: 32 d sc) in floats. */
+#define TILE_GROUPS (HYLA_QGEMM_TILE / 16)
+
+static int unit_len(hyla_ggml_type t) { return t == HYLA_GGML_Q6_K ? 16 : 32; }
+
+int64_t hyla_qgemm_scratch_floats(int64_t K) { return (HYLA_QGEMM_TILE * K) / 4 + 2 * (HYLA_QGEMM_TILE * K) / 16 + 64; }
+
+/* Levels and scales of one stored row: L[K] (0..15 / 0..31 / 0..63), sc[K / ul], off[K / ul]. */
+static void row_levels(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_t *L, float *sc, float *off)
+{
+    for (int64_t b = 0; b < K / 256; b++) {
+        uint8_t *l = L + b * 256;
+        if (t == HYLA_GGML_Q6_K) {
+            const unsigned char *blk = row + b * 210, *ql = blk, *qh = blk + 128;
+            const signed char *s = (const signed char *)(blk + 192);
+            uint16_t h;
+            memcpy(&h, blk + 208, 2);
+            float d = _cvtsh_ss(h);
+            for (int half_ = 0; half_ < 2; half_++, ql += 64, qh += 32)
+                for (int i = 0; i < 32; i++) {
+                    l[128 * half_ + i] = (uint8_t)((ql[i] & 0xF) | (((qh[i] >> 0) & 3) << 4));
+                    l[128 * half_ + i + 32] = (uint8_t)((ql[i + 32] & 0xF) | (((qh[i] >> 2) & 3) << 4));
+                    l[128 * half_ + i + 64] = (uint8_t)((ql[i] >> 4) | (((qh[i] >> 4) & 3) << 4));
+                    l[128 * half_ + i + 96] = (uint8_t)((ql[i + 32] >> 4) | (((qh[i] >> 6) & 3) << 4));
+                }
+            for (int j = 0; j < 16; j++) {
+                sc[b * 16 + j] = d * (float)s[j];
+                off[b * 16 + j] = 32.0f * (d * (float)s[j]);
+            }
+            continue;
+        }
+        int q5 = t == HYLA_GGML_Q5_K;
+        const unsigned char *blk = row + b * (q5 ? 176 : 144), *qs = blk + (q5 ? 48 : 16), *qh = blk + 16;
+        uint16_t h0, h1;
+        memcpy(&h0, blk, 2), memcpy(&h1, blk + 2, 2);
+        float d = _cvtsh_ss(h0), dmin = _cvtsh_ss(h1);
+        uint8_t s8[8], m8[8];
+        uint32_t u[4];
+        memcpy(u, blk + 4, 12);
+        const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
+        uint32_t m_lo = u[1] & k1, m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
+        uint32_t s_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4), s_lo = u[0] & k1;
+        memcpy(s8, &s_lo, 4), memcpy(s8 + 4, &s_hi, 4), memcpy(m8, &m_lo, 4), memcpy(m8 + 4, &m_hi, 4);
+        for (int p = 0; p < 4; p++)
+            for (int i = 0; i < 32; i++) {
+                int lo = qs[32 * p + i] & 0xF, hi = qs[32 * p + i] >> 4;
+                if (q5) {
+                    lo |= ((qh[i] >> (2 * p)) & 1) << 4;
+                    hi |= ((qh[i] >> (2 * p + 1)) & 1) << 4;
+                }
+                l[64 * p + i] = (uint8_t)lo;
+                l[64 * p + 32 + i] = (uint8_t)hi;
+            }
+        for (int j = 0; j < 8; j++) {
+            sc[b * 8 + j] = d * (float)s8[j];
+            off[b * 8 + j] = dmin * (float)m8[j];
+        }
+    }
+}
+
+/* Repack rows [0, rows) (rows <= HYLA_QGEMM_TILE; missing rows of the last group are zero). */
+static void pack_tile(hyla_ggml_type t, const unsigned char *const *rowp, int64_t rows, int64_t K, float *scratch)
+{
+    int ul = unit_len(t);
+    int64_t units = K / ul, groups = (rows + 15) / 16;
+    uint8_t *U = (uint8_t *)scratch;
+    float *SC = scratch + (HYLA_QGEMM_TILE * K) / 4, *OFF = SC + (HYLA_QGEMM_TILE * K) / 16;
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(groups * 16 * K)
+    for (int64_t gr = 0; gr < groups * 16; gr++) {
+        int64_t g = gr / 16, r = gr % 16, row = gr;
+        uint8_t L[4096];
+        float sc[4096 / 16], off[4096 / 16];
+        for (int64_t k0 = 0; k0 < K; k0 += 4096) { /* pieces of 4096 values (16 super-blocks) */
+                int64_t len = K - k0 < 4096 ? K - k0 : 4096;
+                if (row < rows) {
+                    size_t bb = t == HYLA_GGML_Q6_K ? 210 : t == HYLA_GGML_Q5_K ? 176 : 144;
+                    row_levels(t, rowp[row] + (size_t)(k0 / 256) * bb, len, L, sc, off);
+                } else {
+                    memset(L, 0, (size_t)len);
+                    memset(sc, 0, sizeof sc), memset(off, 0, sizeof off);
+                }
+                for (int64_t u = 0; u < len / ul; u++) {
+                    int64_t gu = g * units + (k0 / ul + u);
+                    SC[gu * 16 + r] = sc[u];
+                    OFF[gu * 16 + r] = off[u];
+                    for (int q = 0; q < ul / 4; q++)
+                        memcpy(U + ((gu * (ul / 4) + q) * 16 + r) * 4, L + u * ul + 4 * q, 4);
+                }
+        }
+    }
+}
+
+/* y[i * ldy + r] for activation rows i0 + i (i < NI) and the 16 rows r of group g. */
+#define QG_ROWS 4
+VNNI_INLINE void tile_group(const int NI, float *y, int64_t ldy, const hyla_qx *x, int64_t i0, const float *scratch,
+                            int64_t g, const int ul, int64_t K)
+{
+    int64_t units = K / ul, per_block = 256 / ul;
+    const uint8_t *U = (const uint8_t *)scratch;
+    const float *SC = scratch + (HYLA_QGEMM_TILE * K) / 4, *OFF = SC + (HYLA_QGEMM_TILE * K) / 16;
+    __m512 accf[QG_ROWS];
+#pragma GCC unroll 8
+    for (int i = 0; i < NI; i++)
+        accf[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < K / 256; b++) {
+        float dx[QG_ROWS];
+    #pragma GCC unroll 8
+    for (int i = 0; i < NI; i++)
+            dx[i] = x->d[(i0 + i) * (K / 256) + b];
+        for (int64_t uu = 0; uu < per_block; uu++) {
+            int64_t u = b * per_block + uu, gu = g * units + u;
+            __m512i acc[QG_ROWS];
+        #pragma GCC unroll 8
+    for (int i = 0; i < NI; i++)
+                acc[i] = _mm512_setzero_si512();
+            const uint8_t *A = U + gu * (ul / 4) * 64;
+#pragma GCC unroll 8
+            for (int q = 0; q < ul / 4; q++) {
+                __m512i w = _mm512_loadu_si512((const void *)(A + 64 * q));
+            #pragma GCC unroll 8
+    for (int i = 0; i < NI; i++) {
+                    int32_t v;
+                    memcpy(&v, x->q + (i0 + i) * K + u * ul + 4 * q, 4);
+                    acc[i] = _mm512_dpbusd_epi32(acc[i], w, _mm512_set1_epi32(v));
+                }
+            }
+            __m512 scv = _mm512_loadu_ps(SC + gu * 16), ofv = _mm512_loadu_ps(OFF + gu * 16);
+        #pragma GCC unroll 8
+    for (int i = 0; i < NI; i++) {
+                const int16_t *bs = x->bsums + (i0 + i) * (K / 16) + u * ul / 16;
+                int xs = ul == 32 ? bs[0] + bs[1] : bs[0];
+                accf[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_mul_ps(scv, _mm512_set1_ps(dx[i])), accf[i]);
+                accf[i] = _mm512_fnmadd_ps(ofv, _mm512_set1_ps(dx[i] * (float)xs), accf[i]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NI; i++)
+        _mm512_storeu_ps(y + i * ldy, accf[i]);
+}
+
+#define TILE_CASE(NI, UL) tile_group(NI, y, ldy, x, i0, scratch, g, UL, K)
+VNNI_TARGET static void tile_rows(float *y, int64_t ldy, const hyla_qx *x, int64_t i0, int64_t ni, const float *scratch,
+                                  int64_t g, int ul, int64_t K)
+{
+    /* row count and scale-group length as constants: the accumulators stay in registers */
+    if (ul == 32) {
+        switch (ni) {
+        case 4: TILE_CASE(4, 32); break;
+        case 3: TILE_CASE(3, 32); break;
+        case 2: TILE_CASE(2, 32); break;
+        default: TILE_CASE(1, 32); break;
+        }
+    } else {
+        switch (ni) {
+        case 4: TILE_CASE(4, 16); break;
+        case 3: TILE_CASE(3, 16); break;
+        case 2: TILE_CASE(2, 16); break;
+        default: TILE_CASE(1, 16); break;
+        }
+    }
+}
+
 /* ---- instances and dispatch -------------------------------------------------------------------- */
 
 #define INSTANCE(type, N)                                                                                              \
@@ -437,5 +607,40 @@ hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n)
 #else
     (void)t, (void)n;
     return NULL;
+#endif
+}
+
+int hyla_qgemm_supported(hyla_ggml_type t)
+{
+#ifdef HAVE_KERNELS
+    return hyla_qdot_i8_avx512(t, 1) != NULL;
+#else
+    (void)t;
+    return 0;
+#endif
+}
+
+void hyla_qgemm_tile(float *y, int64_t ldy, const hyla_qx *x, int64_t n, hyla_ggml_type t,
+                     const unsigned char *const *rows, int64_t nrows, float *scratch)
+{
+#ifdef HAVE_KERNELS
+    int64_t K = x->K, groups = (nrows + 15) / 16;
+    pack_tile(t, rows, nrows, K, scratch);
+    float tail[QG_ROWS * 16];
+    int64_t tasks = (n + QG_ROWS - 1) / QG_ROWS;
+#pragma omp parallel for schedule(static) private(tail) HYLA_PAR_IF(n * nrows * K)
+    for (int64_t task = 0; task < tasks * groups; task++) {
+        int64_t g = task % groups, i0 = task / groups * QG_ROWS, ni = n - i0 < QG_ROWS ? n - i0 : QG_ROWS;
+        if (16 * g + 16 <= nrows) {
+            tile_rows(y + i0 * ldy + 16 * g, ldy, x, i0, ni, scratch, g, unit_len(t), K);
+            continue;
+        }
+        /* a partial last group: into a small buffer, then the rows that exist */
+        tile_rows(tail, 16, x, i0, ni, scratch, g, unit_len(t), K);
+        for (int64_t i = 0; i < ni; i++)
+            memcpy(y + (i0 + i) * ldy + 16 * g, tail + i * 16, (size_t)(nrows - 16 * g) * sizeof(float));
+    }
+#else
+    (void)y, (void)ldy, (void)x, (void)n, (void)t, (void)rows, (void)nrows, (void)scratch;
 #endif
 }
