@@ -104,9 +104,11 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
         x[i] = (float)sin(0.37 * (double)i + 1.0);
     int64_t row0 = rows > 4 ? 2 : 0, out = rows - row0;
     hyla_linear_q(y, x, W, row0, n, K, out, scratch);
-    /* the K-quants' decode products round x to int8 per block of 256 first, as llama.cpp (quant.h) */
-    int int8 = hyla_quant_int8_activations && n <= HYLA_QUANT_SKINNY_M && !W->row_type &&
-               (W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K || W->type == HYLA_GGML_Q6_K);
+    /* the K-quants' products (decode kernels and the prefill GEMM) round x to int8 per block of 256
+     * first, as llama.cpp (quant.h) */
+    int int8 = hyla_quant_int8_activations && K % 256 == 0 && !W->row_type &&
+               (W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K || W->type == HYLA_GGML_Q6_K ||
+                (W->type == HYLA_GGML_Q8_0 && n > HYLA_QUANT_SKINNY_M)); /* Q8_0: the prefill GEMM only */
     double worst = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t o = 0; o < out; o++) {
@@ -164,7 +166,7 @@ static void test_products(const golden *g, int ng)
 {
     for (int i = 0; i < ng; i++) {
         int64_t bv = hyla_ggml_block_values(g[i].type);
-        int64_t K = bv == 1 ? 64 : bv == 32 ? 128 : 512; /* two super-blocks per K-quant row */
+        int64_t K = bv == 1 ? 64 : bv == 32 ? 256 : 512; /* whole 256-blocks (the int8 paths), two per K-quant row */
         int64_t rows = 24;
         float *dense = malloc((size_t)(rows * K) * sizeof *dense);
         for (int permute = 0; permute < 2; permute++) {

@@ -337,6 +337,11 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
 
 static int unit_len(hyla_ggml_type t) { return t == HYLA_GGML_Q6_K ? 16 : 32; }
 
+static size_t block_bytes(hyla_ggml_type t)
+{
+    return t == HYLA_GGML_Q6_K ? 210 : t == HYLA_GGML_Q5_K ? 176 : t == HYLA_GGML_Q8_0 ? 34 * 8 : 144;
+}
+
 int64_t hyla_qgemm_scratch_floats(int64_t K) { return (HYLA_QGEMM_TILE * K) / 4 + 2 * (HYLA_QGEMM_TILE * K) / 16 + 64; }
 
 /* Levels and scales of one stored row: L[K] (0..15 / 0..31 / 0..63), sc[K / ul], off[K / ul]. */
@@ -344,6 +349,19 @@ static void row_levels(hyla_ggml_type t, const unsigned char *row, int64_t K, ui
 {
     for (int64_t b = 0; b < K / 256; b++) {
         uint8_t *l = L + b * 256;
+        if (t == HYLA_GGML_Q8_0) { /* 8 blocks of 32: levels q + 128 (unsigned for vpdpbusd), the 128 back as an offset */
+            for (int j = 0; j < 8; j++) {
+                const unsigned char *blk = row + (b * 8 + j) * 34;
+                uint16_t h;
+                memcpy(&h, blk, 2);
+                float d = _cvtsh_ss(h);
+                for (int i = 0; i < 32; i++)
+                    l[32 * j + i] = (uint8_t)((signed char)blk[2 + i] + 128);
+                sc[b * 8 + j] = d;
+                off[b * 8 + j] = 128.0f * d;
+            }
+            continue;
+        }
         if (t == HYLA_GGML_Q6_K) {
             const unsigned char *blk = row + b * 210, *ql = blk, *qh = blk + 128;
             const signed char *s = (const signed char *)(blk + 192);
@@ -407,8 +425,7 @@ static void pack_tile(hyla_ggml_type t, const unsigned char *const *rowp, int64_
         for (int64_t k0 = 0; k0 < K; k0 += 4096) { /* pieces of 4096 values (16 super-blocks) */
                 int64_t len = K - k0 < 4096 ? K - k0 : 4096;
                 if (row < rows) {
-                    size_t bb = t == HYLA_GGML_Q6_K ? 210 : t == HYLA_GGML_Q5_K ? 176 : 144;
-                    row_levels(t, rowp[row] + (size_t)(k0 / 256) * bb, len, L, sc, off);
+                    row_levels(t, rowp[row] + (size_t)(k0 / 256) * block_bytes(t), len, L, sc, off);
                 } else {
                     memset(L, 0, (size_t)len);
                     memset(sc, 0, sizeof sc), memset(off, 0, sizeof off);
@@ -432,40 +449,39 @@ VNNI_INLINE void tile_group(const int NI, float *y, int64_t ldy, const hyla_qx *
     int64_t units = K / ul, per_block = 256 / ul;
     const uint8_t *U = (const uint8_t *)scratch;
     const float *SC = scratch + (HYLA_QGEMM_TILE * K) / 4, *OFF = SC + (HYLA_QGEMM_TILE * K) / 16;
+    int per32 = x->block == 32; /* one activation scale per unit of 32 (Q8_0), else per 256 */
     __m512 accf[QG_ROWS];
 #pragma GCC unroll 8
     for (int i = 0; i < NI; i++)
         accf[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < K / 256; b++) {
+    for (int64_t u = 0; u < units; u++) {
+        int64_t gu = g * units + u;
         float dx[QG_ROWS];
-    #pragma GCC unroll 8
-    for (int i = 0; i < NI; i++)
-            dx[i] = x->d[(i0 + i) * (K / 256) + b];
-        for (int64_t uu = 0; uu < per_block; uu++) {
-            int64_t u = b * per_block + uu, gu = g * units + u;
-            __m512i acc[QG_ROWS];
-        #pragma GCC unroll 8
-    for (int i = 0; i < NI; i++)
-                acc[i] = _mm512_setzero_si512();
-            const uint8_t *A = U + gu * (ul / 4) * 64;
 #pragma GCC unroll 8
-            for (int q = 0; q < ul / 4; q++) {
-                __m512i w = _mm512_loadu_si512((const void *)(A + 64 * q));
-            #pragma GCC unroll 8
-    for (int i = 0; i < NI; i++) {
-                    int32_t v;
-                    memcpy(&v, x->q + (i0 + i) * K + u * ul + 4 * q, 4);
-                    acc[i] = _mm512_dpbusd_epi32(acc[i], w, _mm512_set1_epi32(v));
-                }
+        for (int i = 0; i < NI; i++)
+            dx[i] = per32 ? x->d[(i0 + i) * (K / 32) + u] : x->d[(i0 + i) * (K / 256) + u / per_block];
+        __m512i acc[QG_ROWS];
+#pragma GCC unroll 8
+        for (int i = 0; i < NI; i++)
+            acc[i] = _mm512_setzero_si512();
+        const uint8_t *A = U + gu * (ul / 4) * 64;
+#pragma GCC unroll 8
+        for (int q = 0; q < ul / 4; q++) {
+            __m512i w = _mm512_loadu_si512((const void *)(A + 64 * q));
+#pragma GCC unroll 8
+            for (int i = 0; i < NI; i++) {
+                int32_t v;
+                memcpy(&v, x->q + (i0 + i) * K + u * ul + 4 * q, 4);
+                acc[i] = _mm512_dpbusd_epi32(acc[i], w, _mm512_set1_epi32(v));
             }
-            __m512 scv = _mm512_loadu_ps(SC + gu * 16), ofv = _mm512_loadu_ps(OFF + gu * 16);
-        #pragma GCC unroll 8
-    for (int i = 0; i < NI; i++) {
-                const int16_t *bs = x->bsums + (i0 + i) * (K / 16) + u * ul / 16;
-                int xs = ul == 32 ? bs[0] + bs[1] : bs[0];
-                accf[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_mul_ps(scv, _mm512_set1_ps(dx[i])), accf[i]);
-                accf[i] = _mm512_fnmadd_ps(ofv, _mm512_set1_ps(dx[i] * (float)xs), accf[i]);
-            }
+        }
+        __m512 scv = _mm512_loadu_ps(SC + gu * 16), ofv = _mm512_loadu_ps(OFF + gu * 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < NI; i++) {
+            const int16_t *bs = x->bsums + (i0 + i) * (K / 16) + u * ul / 16;
+            int xs = ul == 32 ? bs[0] + bs[1] : bs[0];
+            accf[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_mul_ps(scv, _mm512_set1_ps(dx[i])), accf[i]);
+            accf[i] = _mm512_fnmadd_ps(ofv, _mm512_set1_ps(dx[i] * (float)xs), accf[i]);
         }
     }
 #pragma GCC unroll 8
@@ -528,7 +544,33 @@ INSTANCES_I8(q5_k)
 INSTANCES_I8(q6_k)
 #endif
 
-int64_t hyla_qx_floats(int64_t n, int64_t K) { return (n * K + 3) / 4 + n * (K / 256) + (n * (K / 16) + 1) / 2 + 16; }
+int64_t hyla_qx_floats(int64_t n, int64_t K) { return (n * K + 3) / 4 + n * (K / 32) + (n * (K / 16) + 1) / 2 + 16; }
+
+void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch)
+{
+    float *d = scratch;
+    int16_t *bsums = (int16_t *)(d + n * (K / 32));
+    int8_t *q = (int8_t *)(bsums + n * (K / 16) + 1);
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < K / 32; b++) {
+            const float *xb = x + i * K + b * 32;
+            int8_t *qb = q + i * K + b * 32;
+            float amax = 0;
+            for (int j = 0; j < 32; j++)
+                amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+            float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
+            d[i * (K / 32) + b] = db;
+            for (int j = 0; j < 32; j++)
+                qb[j] = (int8_t)roundf(xb[j] * id);
+            for (int g = 0; g < 2; g++) {
+                int s = 0;
+                for (int j = 0; j < 16; j++)
+                    s += qb[16 * g + j];
+                bsums[i * (K / 16) + 2 * b + g] = (int16_t)s;
+            }
+        }
+    out->q = q, out->d = d, out->bsums = bsums, out->K = K, out->block = 32;
+}
 
 /* llama.cpp's quantize_row_q8_K_ref, value for value: the block's value of largest magnitude
  * `max` (the first one on ties), iscale = -127 / max, q = nearest(iscale x) capped at 127,
@@ -564,7 +606,7 @@ void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *
                 bsums[i * (K / 16) + b * 16 + g] = (int16_t)s;
             }
         }
-    out->q = q, out->d = d, out->bsums = bsums, out->K = K;
+    out->q = q, out->d = d, out->bsums = bsums, out->K = K, out->block = 256;
 }
 
 hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n)
@@ -613,7 +655,7 @@ hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n)
 int hyla_qgemm_supported(hyla_ggml_type t)
 {
 #ifdef HAVE_KERNELS
-    return hyla_qdot_i8_avx512(t, 1) != NULL;
+    return hyla_qdot_i8_avx512(t, 1) != NULL || (t == HYLA_GGML_Q8_0 && hyla_qdot_i8_avx512(HYLA_GGML_Q4_K, 1));
 #else
     (void)t;
     return 0;

@@ -22,13 +22,17 @@ hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n);
  * K a multiple of 256. */
 typedef struct {
     const int8_t *q;      /* [n][K] */
-    const float *d;       /* [n][K / 256] */
+    const float *d;       /* [n][K / block] */
     const int16_t *bsums; /* [n][K / 16] */
     int64_t K;
+    int block;            /* 256 (Q8_K, hyla_quantize_x) or 32 (Q8_0, hyla_quantize_x_q8_0) */
 } hyla_qx;
 /* Floats of scratch hyla_quantize_x needs for n rows of K. */
 int64_t hyla_qx_floats(int64_t n, int64_t K);
 void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch);
+/* The same rounding per block of 32 as llama.cpp's Q8_0 activations (d = max |x| / 127, q = round(x
+ * / d), halves away from zero): what the Q8_0 prefill GEMM multiplies (block = 32). */
+void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch);
 
 /* y[i * ldy] = sum_k w_k (d q)[i][k] as ggml's vec_dot_q*_K_q8_K computes it: integer products and
  * scales (exact, in int32), d_w d_x and the mins / offsets in fp32 once per block. */
@@ -36,7 +40,7 @@ typedef void (*hyla_qdot_i8_fn)(float *y, int64_t ldy, const hyla_qx *x, const u
 /* For Q4_K, Q5_K, Q6_K with AVX-512 VNNI; NULL otherwise. */
 hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n);
 
-/* Prefill products with K-quant weights (Q4_K, Q5_K, Q6_K) on VNNI: a tile of up to
+/* Prefill products with K-quant or Q8_0 weights (Q4_K, Q5_K, Q6_K, Q8_0) on VNNI: a tile of up to
  * HYLA_QGEMM_TILE weight rows repacked once into levels and float scales, then every activation
  * row (rounded as Q8_K) against it, 16 weight rows per vpdpbusd; y[i * ldy + r] for r < nrows.
  * Per row the same arithmetic as the decode kernels' up to summation order: integer products per
