@@ -110,9 +110,7 @@ int main(int argc, char **argv)
             hyla_role role = m.table.params[i].role;
             if (!q->row || (role == HYLA_P_EMBED && !m.cfg.tie_word_embeddings))
                 continue;
-            double b = 0;
-            for (int64_t r = 0; r < q->rows; r++)
-                b += (double)hyla_ggml_bytes(q->row_type ? (hyla_ggml_type)q->row_type[r] : q->type, (size_t)q->cols);
+            double b = (double)hyla_qmat_bytes(q);
             if (role == HYLA_P_MOE_GATE_UP || role == HYLA_P_MOE_DOWN)
                 b *= (double)m.cfg.top_k / (double)m.cfg.n_experts;
             bytes_per_token += b;

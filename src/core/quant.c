@@ -89,13 +89,6 @@ size_t hyla_ggml_bytes(hyla_ggml_type t, size_t n)
 
 /* ---- dequantization (ggml's dequantize_row_*, product for product) ----------------------------- */
 
-static inline float half(const unsigned char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h); /* exact */
-}
-
 static inline float bf16(const unsigned char *p)
 {
     uint16_t h;
@@ -108,14 +101,14 @@ static inline float bf16(const unsigned char *p)
 
 static void q8_0_block(float *y, const unsigned char *b)
 {
-    float d = half(b);
+    float d = hyla_half_at(b);
     for (int j = 0; j < 32; j++)
         y[j] = (float)(signed char)b[2 + j] * d;
 }
 
 static void q4_0_block(float *y, const unsigned char *b)
 {
-    float d = half(b);
+    float d = hyla_half_at(b);
     const unsigned char *qs = b + 2;
     for (int j = 0; j < 16; j++) {
         y[j] = (float)((qs[j] & 0x0F) - 8) * d;
@@ -125,7 +118,7 @@ static void q4_0_block(float *y, const unsigned char *b)
 
 static void q4_1_block(float *y, const unsigned char *b)
 {
-    float d = half(b), m = half(b + 2);
+    float d = hyla_half_at(b), m = hyla_half_at(b + 2);
     const unsigned char *qs = b + 4;
     for (int j = 0; j < 16; j++) {
         y[j] = (float)(qs[j] & 0x0F) * d + m;
@@ -135,7 +128,7 @@ static void q4_1_block(float *y, const unsigned char *b)
 
 static void q5_0_block(float *y, const unsigned char *b)
 {
-    float d = half(b);
+    float d = hyla_half_at(b);
     uint32_t qh = (uint32_t)b[2] | (uint32_t)b[3] << 8 | (uint32_t)b[4] << 16 | (uint32_t)b[5] << 24;
     const unsigned char *qs = b + 6;
     for (int j = 0; j < 16; j++) {
@@ -147,7 +140,7 @@ static void q5_0_block(float *y, const unsigned char *b)
 
 static void q5_1_block(float *y, const unsigned char *b)
 {
-    float d = half(b), m = half(b + 2);
+    float d = hyla_half_at(b), m = hyla_half_at(b + 2);
     uint32_t qh = (uint32_t)b[4] | (uint32_t)b[5] << 8 | (uint32_t)b[6] << 16 | (uint32_t)b[7] << 24;
     const unsigned char *qs = b + 8;
     for (int j = 0; j < 16; j++) {
@@ -160,7 +153,7 @@ static void q5_1_block(float *y, const unsigned char *b)
 static void iq4_nl_block(float *y, const unsigned char *b)
 {
     static const signed char values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
-    float d = half(b);
+    float d = hyla_half_at(b);
     const unsigned char *qs = b + 2;
     for (int j = 0; j < 16; j++) {
         y[j] = d * values[qs[j] & 0xF];
@@ -168,28 +161,27 @@ static void iq4_nl_block(float *y, const unsigned char *b)
     }
 }
 
-static inline void scale_min_k4(int j, const unsigned char *q, unsigned char *d, unsigned char *m)
+void hyla_k4_scales(const unsigned char *packed, uint8_t sc[8], uint8_t m[8])
 {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (unsigned char)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-        *m = (unsigned char)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    for (int j = 0; j < 8; j++) {
+        if (j < 4) {
+            sc[j] = packed[j] & 63;
+            m[j] = packed[j + 4] & 63;
+        } else {
+            sc[j] = (uint8_t)((packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4));
+            m[j] = (uint8_t)((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
+        }
     }
 }
 
 static void q4_k_block(float *y, const unsigned char *b)
 {
-    float d = half(b), dmin = half(b + 2);
-    const unsigned char *scales = b + 4, *q = b + 16;
-    int is = 0;
-    for (int j = 0; j < HYLA_QK_K; j += 64, q += 32, is += 2, y += 64) {
-        unsigned char sc, m;
-        scale_min_k4(is, scales, &sc, &m);
-        float d1 = d * sc, m1 = dmin * m;
-        scale_min_k4(is + 1, scales, &sc, &m);
-        float d2 = d * sc, m2 = dmin * m;
+    float d = hyla_half_at(b), dmin = hyla_half_at(b + 2);
+    const unsigned char *q = b + 16;
+    uint8_t sc[8], m[8];
+    hyla_k4_scales(b + 4, sc, m);
+    for (int is = 0; is < 8; is += 2, q += 32, y += 64) {
+        float d1 = d * sc[is], m1 = dmin * m[is], d2 = d * sc[is + 1], m2 = dmin * m[is + 1];
         for (int l = 0; l < 32; l++)
             y[l] = d1 * (q[l] & 0xF) - m1;
         for (int l = 0; l < 32; l++)
@@ -199,16 +191,13 @@ static void q4_k_block(float *y, const unsigned char *b)
 
 static void q5_k_block(float *y, const unsigned char *b)
 {
-    float d = half(b), dmin = half(b + 2);
-    const unsigned char *scales = b + 4, *qh = b + 16, *ql = b + 48;
-    int is = 0;
+    float d = hyla_half_at(b), dmin = hyla_half_at(b + 2);
+    const unsigned char *qh = b + 16, *ql = b + 48;
+    uint8_t sc[8], m[8];
+    hyla_k4_scales(b + 4, sc, m);
     unsigned u1 = 1, u2 = 2;
-    for (int j = 0; j < HYLA_QK_K; j += 64, ql += 32, is += 2, u1 <<= 2, u2 <<= 2, y += 64) {
-        unsigned char sc, m;
-        scale_min_k4(is, scales, &sc, &m);
-        float d1 = d * sc, m1 = dmin * m;
-        scale_min_k4(is + 1, scales, &sc, &m);
-        float d2 = d * sc, m2 = dmin * m;
+    for (int is = 0; is < 8; is += 2, ql += 32, u1 <<= 2, u2 <<= 2, y += 64) {
+        float d1 = d * sc[is], m1 = dmin * m[is], d2 = d * sc[is + 1], m2 = dmin * m[is + 1];
         for (int l = 0; l < 32; l++)
             y[l] = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
         for (int l = 0; l < 32; l++)
@@ -220,7 +209,7 @@ static void q6_k_block(float *y, const unsigned char *b)
 {
     const unsigned char *ql = b, *qh = b + 128;
     const signed char *sc = (const signed char *)(b + 192);
-    float d = half(b + 208);
+    float d = hyla_half_at(b + 208);
     for (int n = 0; n < HYLA_QK_K; n += 128, y += 128, ql += 64, qh += 32, sc += 8)
         for (int l = 0; l < 32; l++) {
             int is = l / 16;
@@ -241,7 +230,7 @@ void hyla_ggml_to_f32(hyla_ggml_type t, float *dst, const void *src, int64_t n)
     int64_t bv = hyla_ggml_block_values(t), bb = hyla_ggml_block_bytes(t);
     switch (t) {
     case HYLA_GGML_F32: memcpy(dst, src, (size_t)n * 4); return;
-    case HYLA_GGML_F16: for (int64_t i = 0; i < n; i++) dst[i] = half(p + 2 * i); return;
+    case HYLA_GGML_F16: for (int64_t i = 0; i < n; i++) dst[i] = hyla_half_at(p + 2 * i); return;
     case HYLA_GGML_BF16: for (int64_t i = 0; i < n; i++) dst[i] = bf16(p + 2 * i); return;
     default: break;
     }
@@ -264,6 +253,14 @@ void hyla_ggml_to_f32(hyla_ggml_type t, float *dst, const void *src, int64_t n)
 static inline hyla_ggml_type row_type(const hyla_qmat *W, int64_t r)
 {
     return W->row_type ? (hyla_ggml_type)W->row_type[r] : W->type;
+}
+
+size_t hyla_qmat_bytes(const hyla_qmat *W)
+{
+    size_t bytes = 0;
+    for (int64_t r = 0; r < W->rows; r++)
+        bytes += hyla_ggml_bytes(row_type(W, r), (size_t)W->cols);
+    return bytes;
 }
 
 void hyla_qmat_row(const hyla_qmat *W, int64_t r, float *dst)
@@ -335,14 +332,15 @@ static void linear_q_skinny(float *y, const float *x, const hyla_qmat *W, int64_
     int int8 = hyla_quant_int8_activations && in % 256 == 0 && (W->row_type || hyla_qdot_i8_avx512(W->type, n));
     if (int8)
         hyla_quantize_x(&xq, x, n, in, scratch);
-    hyla_qdot_fn one = W->row_type ? NULL : hyla_qdot_avx512(W->type, n); /* one type: the kernel for it */
-    hyla_qdot_i8_fn one_i8 = W->row_type || !int8 ? NULL : hyla_qdot_i8_avx512(W->type, n);
+    /* the kernel for the matrix's type, looked up once; per row only for a matrix of mixed types */
+    hyla_qdot_i8_fn one_i8 = int8 ? hyla_qdot_i8_avx512(W->type, n) : NULL;
+    hyla_qdot_fn one = one_i8 ? NULL : hyla_qdot_avx512(W->type, n);
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * out * in)
     for (int64_t o = 0; o < out; o++) {
         const unsigned char *row = W->row[row0 + o];
         hyla_ggml_type t = row_type(W, row0 + o);
-        hyla_qdot_i8_fn dot_i8 = one_i8 ? one_i8 : W->row_type && int8 ? hyla_qdot_i8_avx512(t, n) : NULL;
-        hyla_qdot_fn dot = dot_i8 || one_i8 ? NULL : one ? one : W->row_type ? hyla_qdot_avx512(t, n) : NULL;
+        hyla_qdot_i8_fn dot_i8 = !W->row_type ? one_i8 : int8 ? hyla_qdot_i8_avx512(t, n) : NULL;
+        hyla_qdot_fn dot = !W->row_type ? one : dot_i8 ? NULL : hyla_qdot_avx512(t, n);
         if (dot_i8)
             dot_i8(y + o, out, &xq, row);
         else if (dot)

@@ -56,6 +56,9 @@ int64_t hyla_ggml_block_values(hyla_ggml_type t);
 int64_t hyla_ggml_block_bytes(hyla_ggml_type t);
 /* Bytes of n values of type t (n a multiple of the block size). */
 size_t hyla_ggml_bytes(hyla_ggml_type t, size_t n);
+/* The 8 6-bit scales and 8 mins packed in a Q4_K / Q5_K block's 12 scale bytes (ggml's
+ * get_scale_min_k4 for j = 0..7). */
+void hyla_k4_scales(const unsigned char *packed, uint8_t sc[8], uint8_t m[8]);
 /* dst[0..n) = the values of the n stored ones at src (n a multiple of the block size). */
 void hyla_ggml_to_f32(hyla_ggml_type t, float *dst, const void *src, int64_t n);
 
@@ -87,6 +90,8 @@ extern int hyla_quant_int8_activations;
 int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in);
 void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in, int64_t out,
                    float *scratch);
+/* Stored bytes of W's rows. */
+size_t hyla_qmat_bytes(const hyla_qmat *W);
 /* dst[0..cols) = logical row r of W (an embedding lookup). */
 void hyla_qmat_row(const hyla_qmat *W, int64_t r, float *dst);
 

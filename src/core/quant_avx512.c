@@ -26,13 +26,6 @@
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 #define INLINE __attribute__((target("avx512f,avx512bw,avx512vl,f16c"), always_inline)) static inline
 
-INLINE float half(const unsigned char *p)
-{
-    uint16_t h;
-    memcpy(&h, p, 2);
-    return _cvtsh_ss(h);
-}
-
 /* 16 bytes (u8) -> 16 floats, minus `bias` */
 INLINE __m512 widen_u8(__m128i v, int bias)
 {
@@ -58,7 +51,7 @@ INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
         acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < K / 32; b++, row += 34) {
         _mm_prefetch((const char *)(row + 34 * 128), _MM_HINT_T1);
-        __m512 d = _mm512_set1_ps(half(row));
+        __m512 d = _mm512_set1_ps(hyla_half_at(row));
         __m128i q0 = _mm_loadu_si128((const __m128i *)(row + 2)), q1 = _mm_loadu_si128((const __m128i *)(row + 18));
         __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
         for (int i = 0; i < N; i++) { /* q . x, then times d: each row's arithmetic whatever N */
@@ -73,36 +66,37 @@ INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
 
 /* ---- Q4_K / Q5_K: 256 values in 8 sub-blocks of 32, 6-bit scales and mins ------------------------- */
 
-INLINE void scale_min(int j, const unsigned char *q, int *d, int *m)
+/* Levels of values 64 p .. 64 p + 63 of a Q4_K / Q5_K block: lo (sub-block 2p, low nibbles) and hi
+ * (2p + 1, high nibbles), 32 bytes each; Q5_K's fifth bits from hbits (bit 2p of qh[l] for value
+ * l, bit 2p + 1 for value 32 + l). */
+INLINE void k4_levels(const unsigned char *qs, __m256i hbits, int q5, int p, __m256i *lo, __m256i *hi)
 {
-    if (j < 4) {
-        *d = q[j] & 63;
-        *m = q[j + 4] & 63;
-    } else {
-        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+    __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
+    *lo = _mm256_and_si256(q, low4);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+    if (q5) {
+        *lo = _mm256_or_si256(*lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p), one), 4));
+        *hi = _mm256_or_si256(*hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p + 1), one), 4));
     }
 }
 
-/* One super-block of Q4_K (bytes 144, qh NULL) or Q5_K (176, qh = the fifth bits). */
-INLINE void k4_block(const int N, __m512 *acc, const float *x, int64_t ldx, const unsigned char *b,
-                     const unsigned char *qs, const unsigned char *qh)
+/* Where a Q4_K / Q5_K block keeps its parts: bytes, the quants, the fifth bits (Q5_K). */
+#define K4_BYTES(q5) ((q5) ? 176 : 144)
+#define K4_QS(q5) ((q5) ? 48 : 16)
+
+/* One super-block of Q4_K or Q5_K (q5). */
+INLINE void k4_block(const int N, const int q5, __m512 *acc, const float *x, int64_t ldx, const unsigned char *b)
 {
-    float d = half(b), dmin = half(b + 2);
-    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    float d = hyla_half_at(b), dmin = hyla_half_at(b + 2);
+    uint8_t sc[8], mn[8];
+    hyla_k4_scales(b + 4, sc, mn);
+    __m256i hbits = q5 ? _mm256_loadu_si256((const __m256i *)(b + 16)) : _mm256_setzero_si256();
     for (int p = 0; p < 4; p++) {
-        int sc0, m0, sc1, m1;
-        scale_min(2 * p, b + 4, &sc0, &m0);
-        scale_min(2 * p + 1, b + 4, &sc1, &m1);
-        __m512 d0 = _mm512_set1_ps(d * (float)sc0), n0 = _mm512_set1_ps(dmin * (float)m0);
-        __m512 d1 = _mm512_set1_ps(d * (float)sc1), n1 = _mm512_set1_ps(dmin * (float)m1);
-        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-        __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        if (qh) { /* bit 2p of qh[l] is value l's fifth bit, bit 2p + 1 value 32 + l's */
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p + 1), one), 4));
-        }
+        __m512 d0 = _mm512_set1_ps(d * (float)sc[2 * p]), n0 = _mm512_set1_ps(dmin * (float)mn[2 * p]);
+        __m512 d1 = _mm512_set1_ps(d * (float)sc[2 * p + 1]), n1 = _mm512_set1_ps(dmin * (float)mn[2 * p + 1]);
+        __m256i lo, hi;
+        k4_levels(b + K4_QS(q5), hbits, q5, p, &lo, &hi);
         __m512 w0 = _mm512_fmsub_ps(d0, widen_u8(_mm256_castsi256_si128(lo), 0), n0);
         __m512 w1 = _mm512_fmsub_ps(d0, widen_u8(_mm256_extracti128_si256(lo, 1), 0), n0);
         __m512 w2 = _mm512_fmsub_ps(d1, widen_u8(_mm256_castsi256_si128(hi), 0), n1);
@@ -114,31 +108,28 @@ INLINE void k4_block(const int N, __m512 *acc, const float *x, int64_t ldx, cons
     }
 }
 
-INLINE void q4_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
+INLINE void k4_row(const int N, const int q5, float *y, int64_t ldy, const float *x, int64_t ldx,
+                   const unsigned char *row, int64_t K)
 {
     __m512 acc[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
         acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < K / 256; b++, row += 144) {
-        _mm_prefetch((const char *)(row + 144 * 24), _MM_HINT_T1);
-        _mm_prefetch((const char *)(row + 144 * 24 + 64), _MM_HINT_T1);
-        _mm_prefetch((const char *)(row + 144 * 24 + 128), _MM_HINT_T1);
-        k4_block(N, acc, x + b * 256, ldx, row, row + 16, NULL);
+    for (int64_t b = 0; b < K / 256; b++, row += K4_BYTES(q5)) {
+        for (int l = 0; l < K4_BYTES(q5); l += 64)
+            _mm_prefetch((const char *)(row + 3456 + l), _MM_HINT_T1); /* ~3.5 KB ahead */
+        k4_block(N, q5, acc, x + b * 256, ldx, row);
     }
     FINISH(N);
 }
 
+INLINE void q4_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
+{
+    k4_row(N, 0, y, ldy, x, ldx, row, K);
+}
+
 INLINE void q5_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
 {
-    __m512 acc[HYLA_QUANT_SKINNY_M];
-    for (int i = 0; i < N; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < K / 256; b++, row += 176) {
-        for (int l = 0; l < 176; l += 64)
-            _mm_prefetch((const char *)(row + 176 * 20 + l), _MM_HINT_T1);
-        k4_block(N, acc, x + b * 256, ldx, row, row + 48, row + 16);
-    }
-    FINISH(N);
+    k4_row(N, 1, y, ldy, x, ldx, row, K);
 }
 
 /* ---- Q6_K: 256 values in 16 sub-blocks of 16, int8 scales ------------------------------------------ */
@@ -152,7 +143,7 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
             _mm_prefetch((const char *)(row + 210 * 16 + l), _MM_HINT_T1);
-        float d = half(row + 208);
+        float d = hyla_half_at(row + 208);
         const signed char *sc = (const signed char *)(row + 192);
         for (int h = 0; h < 2; h++) { /* values 128 h .. 128 h + 127 */
             const unsigned char *ql = row + 64 * h, *qh = row + 128 + 32 * h;
@@ -187,40 +178,23 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
 #define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
 
-/* The 8 6-bit scales and 8 mins of a Q4_K / Q5_K block, as bytes: sc[0..7], m[0..7] (ggml's
- * get_scale_min_k4 for all j at once, by 32-bit words). */
-VNNI_INLINE void k4_scales(const unsigned char *packed, uint8_t sc[8], uint8_t m[8])
-{
-    uint32_t u[4];
-    memcpy(u, packed, 12);
-    const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
-    uint32_t m_lo = u[1] & k1, m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-    uint32_t s_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4), s_lo = u[0] & k1;
-    memcpy(sc, &s_lo, 4), memcpy(sc + 4, &s_hi, 4), memcpy(m, &m_lo, 4), memcpy(m + 4, &m_hi, 4);
-}
-
-/* Q4_K (qh NULL) / Q5_K block b of a row against N activation rows: sum_j sc_j (q_w . q_x over
+/* Q4_K / Q5_K (q5) block b of a row against N activation rows: sum_j sc_j (q_w . q_x over
  * sub-block j) in int32 (u8 x s8 pairs to int16, then times the scale into int32: no overflow,
  * |q_w q_x| <= 31 * 127), then d_w d_x once per block; the mins against the int sums of q_x. */
-VNNI_INLINE void k4_block_i8(const int N, __m512 *acc, float *off, const hyla_qx *x, int64_t b,
-                             const unsigned char *blk, const unsigned char *qs, const unsigned char *qh)
+VNNI_INLINE void k4_block_i8(const int N, const int q5, __m512 *acc, float *off, const hyla_qx *x, int64_t b,
+                             const unsigned char *blk)
 {
-    float d = half(blk), dmin = half(blk + 2);
+    float d = hyla_half_at(blk), dmin = hyla_half_at(blk + 2);
     uint8_t sc[8], mn[8];
-    k4_scales(blk + 4, sc, mn);
-    const __m256i low4 = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-    __m256i hbits = qh ? _mm256_loadu_si256((const __m256i *)qh) : _mm256_setzero_si256();
+    hyla_k4_scales(blk + 4, sc, mn);
+    __m256i hbits = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
     __m512i sumi[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
         sumi[i] = _mm512_setzero_si512();
     int64_t K = x->K;
     for (int p = 0; p < 4; p++) { /* values 64 p .. 64 p + 63: sub-blocks 2p (low nibbles), 2p + 1 (high) */
-        __m256i q = _mm256_loadu_si256((const __m256i *)(qs + 32 * p));
-        __m256i lo = _mm256_and_si256(q, low4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-        if (qh) { /* bit 2p of qh[l] is value l's fifth bit, bit 2p + 1 value 32 + l's */
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hbits, 2 * p + 1), one), 4));
-        }
+        __m256i lo, hi;
+        k4_levels(blk + K4_QS(q5), hbits, q5, p, &lo, &hi);
         /* one zmm holds both sub-blocks, in the order of x: 64 u8 x s8 pairs to 32 int16, then times
          * the two scales (16 lanes each) into 16 int32 */
         __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -242,34 +216,29 @@ VNNI_INLINE void k4_block_i8(const int N, __m512 *acc, float *off, const hyla_qx
     }
 }
 
-VNNI_INLINE void q4_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+VNNI_INLINE void k4_row_i8(const int N, const int q5, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
 {
     __m512 acc[HYLA_QUANT_SKINNY_M];
     float off[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
         acc[i] = _mm512_setzero_ps(), off[i] = 0;
-    for (int64_t b = 0; b < x->K / 256; b++, row += 144) {
-        for (int l = 0; l < 144; l += 64)
-            _mm_prefetch((const char *)(row + 144 * 24 + l), _MM_HINT_T1);
-        k4_block_i8(N, acc, off, x, b, row, row + 16, NULL);
+    for (int64_t b = 0; b < x->K / 256; b++, row += K4_BYTES(q5)) {
+        for (int l = 0; l < K4_BYTES(q5); l += 64)
+            _mm_prefetch((const char *)(row + 3456 + l), _MM_HINT_T1); /* ~3.5 KB ahead */
+        k4_block_i8(N, q5, acc, off, x, b, row);
     }
     for (int i = 0; i < N; i++)
         y[i * ldy] = _mm512_reduce_add_ps(acc[i]) - off[i];
 }
 
+VNNI_INLINE void q4_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+{
+    k4_row_i8(N, 0, y, ldy, x, row);
+}
+
 VNNI_INLINE void q5_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
 {
-    __m512 acc[HYLA_QUANT_SKINNY_M];
-    float off[HYLA_QUANT_SKINNY_M];
-    for (int i = 0; i < N; i++)
-        acc[i] = _mm512_setzero_ps(), off[i] = 0;
-    for (int64_t b = 0; b < x->K / 256; b++, row += 176) {
-        for (int l = 0; l < 176; l += 64)
-            _mm_prefetch((const char *)(row + 176 * 20 + l), _MM_HINT_T1);
-        k4_block_i8(N, acc, off, x, b, row, row + 48, row + 16);
-    }
-    for (int i = 0; i < N; i++)
-        y[i * ldy] = _mm512_reduce_add_ps(acc[i]) - off[i];
+    k4_row_i8(N, 1, y, ldy, x, row);
 }
 
 /* Q6_K: sum over 16 sub-blocks of sc_j (q . q_x) with q in 0..63 (u8 x s8 pairs to int16: |.| <=
@@ -284,7 +253,7 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
             _mm_prefetch((const char *)(row + 210 * 16 + l), _MM_HINT_T1);
-        float d = half(row + 208);
+        float d = hyla_half_at(row + 208);
         const signed char *sc = (const signed char *)(row + 192);
         __m512i sumi[HYLA_QUANT_SKINNY_M];
         for (int i = 0; i < N; i++)
@@ -337,11 +306,6 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
 
 static int unit_len(hyla_ggml_type t) { return t == HYLA_GGML_Q6_K ? 16 : 32; }
 
-static size_t block_bytes(hyla_ggml_type t)
-{
-    return t == HYLA_GGML_Q6_K ? 210 : t == HYLA_GGML_Q5_K ? 176 : t == HYLA_GGML_Q8_0 ? 34 * 8 : 144;
-}
-
 int64_t hyla_qgemm_scratch_floats(int64_t K) { return (HYLA_QGEMM_TILE * K) / 4 + 2 * (HYLA_QGEMM_TILE * K) / 16 + 64; }
 
 /* Levels and scales of one stored row: L[K] (0..15 / 0..31 / 0..63), sc[K / ul], off[K / ul]. */
@@ -352,9 +316,7 @@ static void row_levels(hyla_ggml_type t, const unsigned char *row, int64_t K, ui
         if (t == HYLA_GGML_Q8_0) { /* 8 blocks of 32: levels q + 128 (unsigned for vpdpbusd), the 128 back as an offset */
             for (int j = 0; j < 8; j++) {
                 const unsigned char *blk = row + (b * 8 + j) * 34;
-                uint16_t h;
-                memcpy(&h, blk, 2);
-                float d = _cvtsh_ss(h);
+                float d = hyla_half_at(blk);
                 for (int i = 0; i < 32; i++)
                     l[32 * j + i] = (uint8_t)((signed char)blk[2 + i] + 128);
                 sc[b * 8 + j] = d;
@@ -365,9 +327,7 @@ static void row_levels(hyla_ggml_type t, const unsigned char *row, int64_t K, ui
         if (t == HYLA_GGML_Q6_K) {
             const unsigned char *blk = row + b * 210, *ql = blk, *qh = blk + 128;
             const signed char *s = (const signed char *)(blk + 192);
-            uint16_t h;
-            memcpy(&h, blk + 208, 2);
-            float d = _cvtsh_ss(h);
+            float d = hyla_half_at(blk + 208);
             for (int half_ = 0; half_ < 2; half_++, ql += 64, qh += 32)
                 for (int i = 0; i < 32; i++) {
                     l[128 * half_ + i] = (uint8_t)((ql[i] & 0xF) | (((qh[i] >> 0) & 3) << 4));
@@ -382,17 +342,10 @@ static void row_levels(hyla_ggml_type t, const unsigned char *row, int64_t K, ui
             continue;
         }
         int q5 = t == HYLA_GGML_Q5_K;
-        const unsigned char *blk = row + b * (q5 ? 176 : 144), *qs = blk + (q5 ? 48 : 16), *qh = blk + 16;
-        uint16_t h0, h1;
-        memcpy(&h0, blk, 2), memcpy(&h1, blk + 2, 2);
-        float d = _cvtsh_ss(h0), dmin = _cvtsh_ss(h1);
+        const unsigned char *blk = row + b * K4_BYTES(q5), *qs = blk + K4_QS(q5), *qh = blk + 16;
+        float d = hyla_half_at(blk), dmin = hyla_half_at(blk + 2);
         uint8_t s8[8], m8[8];
-        uint32_t u[4];
-        memcpy(u, blk + 4, 12);
-        const uint32_t k1 = 0x3f3f3f3f, k2 = 0x0f0f0f0f, k3 = 0x03030303;
-        uint32_t m_lo = u[1] & k1, m_hi = ((u[2] >> 4) & k2) | (((u[1] >> 6) & k3) << 4);
-        uint32_t s_hi = (u[2] & k2) | (((u[0] >> 6) & k3) << 4), s_lo = u[0] & k1;
-        memcpy(s8, &s_lo, 4), memcpy(s8 + 4, &s_hi, 4), memcpy(m8, &m_lo, 4), memcpy(m8 + 4, &m_hi, 4);
+        hyla_k4_scales(blk + 4, s8, m8);
         for (int p = 0; p < 4; p++)
             for (int i = 0; i < 32; i++) {
                 int lo = qs[32 * p + i] & 0xF, hi = qs[32 * p + i] >> 4;
@@ -425,7 +378,7 @@ static void pack_tile(hyla_ggml_type t, const unsigned char *const *rowp, int64_
         for (int64_t k0 = 0; k0 < K; k0 += 4096) { /* pieces of 4096 values (16 super-blocks) */
                 int64_t len = K - k0 < 4096 ? K - k0 : 4096;
                 if (row < rows) {
-                    row_levels(t, rowp[row] + (size_t)(k0 / 256) * block_bytes(t), len, L, sc, off);
+                    row_levels(t, rowp[row] + (size_t)(k0 / 256) * hyla_ggml_bytes(t, 256), len, L, sc, off);
                 } else {
                     memset(L, 0, (size_t)len);
                     memset(sc, 0, sizeof sc), memset(off, 0, sizeof off);
@@ -551,6 +504,7 @@ void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, fl
     float *d = scratch;
     int16_t *bsums = (int16_t *)(d + n * (K / 32));
     int8_t *q = (int8_t *)(bsums + n * (K / 16) + 1);
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * K * 8)
     for (int64_t i = 0; i < n; i++)
         for (int64_t b = 0; b < K / 32; b++) {
             const float *xb = x + i * K + b * 32;
@@ -580,6 +534,7 @@ void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *
     float *d = scratch;
     int16_t *bsums = (int16_t *)(d + n * (K / 256));
     int8_t *q = (int8_t *)(bsums + n * (K / 16) + 1);
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * K * 8)
     for (int64_t i = 0; i < n; i++)
         for (int64_t b = 0; b < K / 256; b++) {
             const float *xb = x + i * K + b * 256;

@@ -6,9 +6,19 @@
 #ifndef HYLA_CORE_QUANT_KERNELS_H
 #define HYLA_CORE_QUANT_KERNELS_H
 
+#include <immintrin.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/quant.h"
+
+/* A block's f16 field (exact). */
+static inline float hyla_half_at(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
 
 typedef void (*hyla_qdot_fn)(float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K);
 

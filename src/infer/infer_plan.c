@@ -39,9 +39,7 @@ static size_t gguf_weight_bytes(const hyla_model *m)
             bytes += (size_t)m->table.params[i].numel * sizeof(float);
             continue;
         }
-        for (int64_t r = 0; r < q->rows; r++)
-            bytes += hyla_ggml_bytes(q->row_type ? (hyla_ggml_type)q->row_type[r] : q->type, (size_t)q->cols);
-        bytes += (size_t)q->rows * (sizeof *q->row + (q->row_type ? 1 : 0)) + (q->col_map ? (size_t)q->cols * 4 : 0);
+        bytes += hyla_qmat_bytes(q) + (size_t)q->rows * (sizeof *q->row + (q->row_type ? 1 : 0)) + (q->col_map ? (size_t)q->cols * 4 : 0);
     }
     return bytes;
 }

@@ -217,16 +217,13 @@ static void k4_from_f32(unsigned char *dst, const float *x, size_t n, int nmax)
         hyla_dtype_from_f32(dst, &d, HYLA_DT_F16, 1);
         hyla_dtype_from_f32(dst + 2, &dmin, HYLA_DT_F16, 1);
         float dh = half_to_f32(dst), dminh = half_to_f32(dst + 2);
+        uint8_t s8[8], m8[8];
+        hyla_k4_scales(sc, s8, m8); /* the 6-bit values as stored */
         for (int j = 0; j < 8; j++) {
-            int s, m;
-            if (j < 4)
-                s = sc[j] & 63, m = sc[j + 4] & 63;
-            else
-                s = (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4), m = (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-            float dj = dh * (float)s;
+            float dj = dh * (float)s8[j];
             if (!dj)
                 continue;
-            float dm = dminh * (float)m;
+            float dm = dminh * (float)m8[j];
             for (int i = 0; i < 32; i++)
                 L[32 * j + i] = (unsigned char)clamp(nearest((x[32 * j + i] + dm) / dj), 0, nmax);
         }
