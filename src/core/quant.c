@@ -163,14 +163,11 @@ static void iq4_nl_block(float *y, const unsigned char *b)
 
 void hyla_k4_scales(const unsigned char *packed, uint8_t sc[8], uint8_t m[8])
 {
+    uint32_t w[4];
+    hyla_k4_scales_words(packed, w);
     for (int j = 0; j < 8; j++) {
-        if (j < 4) {
-            sc[j] = packed[j] & 63;
-            m[j] = packed[j + 4] & 63;
-        } else {
-            sc[j] = (uint8_t)((packed[j + 4] & 0xF) | ((packed[j - 4] >> 6) << 4));
-            m[j] = (uint8_t)((packed[j + 4] >> 4) | ((packed[j] >> 6) << 4));
-        }
+        sc[j] = (uint8_t)(w[j / 4] >> (8 * (j % 4)));
+        m[j] = (uint8_t)(w[2 + j / 4] >> (8 * (j % 4)));
     }
 }
 
@@ -286,7 +283,12 @@ int hyla_quant_int8_activations = 1;
 
 int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in)
 {
-    return n * in + (n > HYLA_QUANT_SKINNY_M ? QROWS * in : hyla_qx_floats(n, in));
+    if (n <= HYLA_QUANT_SKINNY_M) /* x gathered; x rounded to int8; the int8 x in the K-quant order */
+        return n * in + hyla_qx_floats(n, in) + (n * in + 3) / 4;
+    /* the larger of the sgemm path's dequantized rows and the int8 GEMM's rounded activations +
+     * repacked tile */
+    int64_t sgemm = QROWS * in, int8 = hyla_qx_floats(n, in) + hyla_qgemm_scratch_floats(in);
+    return n * in + (sgemm > int8 ? sgemm : int8);
 }
 
 /* x rows gathered into the stored column order. */
@@ -330,8 +332,12 @@ static void linear_q_skinny(float *y, const float *x, const hyla_qmat *W, int64_
 {
     hyla_qx xq; /* x rounded to int8 blocks, for the types whose products run on VNNI */
     int int8 = hyla_quant_int8_activations && in % 256 == 0 && (W->row_type || hyla_qdot_i8_avx512(W->type, n));
-    if (int8)
+    if (int8) {
         hyla_quantize_x(&xq, x, n, in, scratch);
+        int k4 = W->row_type || W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K;
+        if (k4) /* the Q4_K / Q5_K kernels read x in their blocks' order */
+            hyla_qx_k4_order(&xq, n, (int8_t *)(scratch + hyla_qx_floats(n, in)));
+    }
     /* the kernel for the matrix's type, looked up once; per row only for a matrix of mixed types */
     hyla_qdot_i8_fn one_i8 = int8 ? hyla_qdot_i8_avx512(W->type, n) : NULL;
     hyla_qdot_fn one = one_i8 ? NULL : hyla_qdot_avx512(W->type, n);

@@ -59,6 +59,20 @@ size_t hyla_ggml_bytes(hyla_ggml_type t, size_t n);
 /* The 8 6-bit scales and 8 mins packed in a Q4_K / Q5_K block's 12 scale bytes (ggml's
  * get_scale_min_k4 for j = 0..7). */
 void hyla_k4_scales(const unsigned char *packed, uint8_t sc[8], uint8_t m[8]);
+/* The same as four words, the way a SIMD kernel wants them: the bytes of w[0], w[1] (little
+ * endian) are sc[0..7], those of w[2], w[3] m[0..7]. Scale j < 4 is the low 6 bits of byte j (min:
+ * byte j + 4); j >= 4 takes its low 4 bits from byte j + 4 (min: its high 4 bits) and its top 2
+ * bits from the top of byte j - 4 (min: byte j). */
+static inline void hyla_k4_scales_words(const unsigned char *packed, uint32_t w[4])
+{
+    uint32_t a = (uint32_t)packed[0] | (uint32_t)packed[1] << 8 | (uint32_t)packed[2] << 16 | (uint32_t)packed[3] << 24;
+    uint32_t b = (uint32_t)packed[4] | (uint32_t)packed[5] << 8 | (uint32_t)packed[6] << 16 | (uint32_t)packed[7] << 24;
+    uint32_t c = (uint32_t)packed[8] | (uint32_t)packed[9] << 8 | (uint32_t)packed[10] << 16 | (uint32_t)packed[11] << 24;
+    w[0] = a & 0x3F3F3F3Fu;
+    w[1] = (c & 0x0F0F0F0Fu) | ((a >> 6) & 0x03030303u) << 4;
+    w[2] = b & 0x3F3F3F3Fu;
+    w[3] = ((c >> 4) & 0x0F0F0F0Fu) | ((b >> 6) & 0x03030303u) << 4;
+}
 /* dst[0..n) = the values of the n stored ones at src (n a multiple of the block size). */
 void hyla_ggml_to_f32(hyla_ggml_type t, float *dst, const void *src, int64_t n);
 

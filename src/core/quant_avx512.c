@@ -178,57 +178,82 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
 #define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
 
-/* Q4_K / Q5_K (q5) block b of a row against N activation rows: sum_j sc_j (q_w . q_x over
- * sub-block j) in int32 (u8 x s8 pairs to int16, then times the scale into int32: no overflow,
- * |q_w q_x| <= 31 * 127), then d_w d_x once per block; the mins against the int sums of q_x. */
-VNNI_INLINE void k4_block_i8(const int N, const int q5, __m512 *acc, float *off, const hyla_qx *x, int64_t b,
-                             const unsigned char *blk)
+/* For zmm j of a K-quant-ordered block (sub-blocks 0 | 2, 1 | 3, 4 | 6, 5 | 7): the pshufb
+ * selectors that spread scale s (bytes 2s, 2s + 1 of the 8 scales widened to int16, in every
+ * 128-bit lane) over its sub-block's lanes, and the qh bit (bit s for sub-block s) of Q5_K. */
+#define SEL4(s) 2 * (s), 2 * (s) + 1, 2 * (s), 2 * (s) + 1, 2 * (s), 2 * (s) + 1, 2 * (s), 2 * (s) + 1
+#define SEL32(s) SEL4(s), SEL4(s), SEL4(s), SEL4(s)
+static const int8_t k4_scale_sel[4][64] = {{SEL32(0), SEL32(2)}, {SEL32(1), SEL32(3)}, {SEL32(4), SEL32(6)},
+                                           {SEL32(5), SEL32(7)}};
+#define BIT8(v) v, v, v, v, v, v, v, v
+#define BIT32(v) BIT8(v), BIT8(v), BIT8(v), BIT8(v)
+static const uint8_t k4_fifth_sel[4][64] = {{BIT32(0x01), BIT32(0x04)}, {BIT32(0x02), BIT32(0x08)},
+                                            {BIT32(0x10), BIT32(0x40)}, {BIT32(0x20), BIT32(0x80)}};
+
+/* Q4_K / Q5_K (q5) rows against N activation rows whose 256-value blocks are in the K-quant
+ * order (hyla_qx_k4_order: sub-blocks 0 2 1 3 4 6 5 7), so that the low / high nibbles of 64
+ * stored bytes are 64 values of x in a row: two 64-byte loads give a block's 256 levels in four
+ * zmm with two ands and two shifts. Per block: sum_j sc_j (q_w . q_x over sub-block j) in int32
+ * (u8 x s8 pairs to int16, |.| <= 2 * 31 * 127, then times the scales as int16 into int32), then
+ * d_w d_x once; the mins against the sums of q_x per 32 (exact in int32), times dmin d_x, in four
+ * fp32 lanes. */
+VNNI_INLINE void k4_row_i8(const int N, const int q5, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
 {
-    float d = hyla_half_at(blk), dmin = hyla_half_at(blk + 2);
-    uint8_t sc[8], mn[8];
-    hyla_k4_scales(blk + 4, sc, mn);
-    __m256i hbits = q5 ? _mm256_loadu_si256((const __m256i *)(blk + 16)) : _mm256_setzero_si256();
-    __m512i sumi[HYLA_QUANT_SKINNY_M];
+    const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
+    __m512i sel[4], hsel[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        sel[j] = _mm512_loadu_si512((const void *)k4_scale_sel[j]);
+        hsel[j] = _mm512_loadu_si512((const void *)k4_fifth_sel[j]);
+    }
+    __m512 acc[HYLA_QUANT_SKINNY_M];
+    __m128 accm[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
-        sumi[i] = _mm512_setzero_si512();
+        acc[i] = _mm512_setzero_ps(), accm[i] = _mm_setzero_ps();
     int64_t K = x->K;
-    for (int p = 0; p < 4; p++) { /* values 64 p .. 64 p + 63: sub-blocks 2p (low nibbles), 2p + 1 (high) */
-        __m256i lo, hi;
-        k4_levels(blk + K4_QS(q5), hbits, q5, p, &lo, &hi);
-        /* one zmm holds both sub-blocks, in the order of x: 64 u8 x s8 pairs to 32 int16, then times
-         * the two scales (16 lanes each) into 16 int32 */
-        __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-        __m512i s = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(sc[2 * p])),
-                                       _mm256_set1_epi16(sc[2 * p + 1]), 1);
+    for (int64_t b = 0; b < K / 256; b++, row += K4_BYTES(q5)) {
+        for (int l = 0; l < K4_BYTES(q5); l += 64)
+            _mm_prefetch((const char *)(row + 3456 + l), _MM_HINT_T1); /* ~3.5 KB ahead */
+        float d = hyla_half_at(row), dmin = hyla_half_at(row + 2);
+        uint32_t words[4];
+        hyla_k4_scales_words(row + 4, words);
+        __m128i sm = _mm_loadu_si128((const __m128i *)words);
+        __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
+        __m128i mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+        const unsigned char *qs = row + K4_QS(q5);
+        __m512i A = _mm512_loadu_si512((const void *)qs), B = _mm512_loadu_si512((const void *)(qs + 64));
+        __m512i w[4] = {_mm512_and_si512(A, low4), _mm512_and_si512(_mm512_srli_epi16(A, 4), low4),
+                        _mm512_and_si512(B, low4), _mm512_and_si512(_mm512_srli_epi16(B, 4), low4)};
+        if (q5) {
+            __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + 16)));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                w[j] = _mm512_mask_add_epi8(w[j], _mm512_test_epi8_mask(H, hsel[j]), w[j], sixteen);
+        }
+        __m512i s[4];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            s[j] = _mm512_shuffle_epi8(sc16, sel[j]);
         for (int i = 0; i < N; i++) {
-            const int8_t *xq = x->q + i * K + b * 256 + 64 * p;
-            sumi[i] = _mm512_dpwssd_epi32(sumi[i], _mm512_maddubs_epi16(w, _mm512_loadu_si512((const void *)xq)), s);
+            const int8_t *xq = x->q_k4 + i * K + b * 256;
+            __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                               _mm512_maddubs_epi16(w[0], _mm512_loadu_si512((const void *)xq)), s[0]);
+#pragma GCC unroll 4
+            for (int j = 1; j < 4; j++)
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w[j], _mm512_loadu_si512((const void *)(xq + 64 * j))),
+                                           s[j]);
+            float xd = x->d[i * (K / 256) + b];
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d * xd), acc[i]);
+            const __m128i *bs = (const __m128i *)(x->bsums + i * (K / 16) + b * 16);
+            __m128i pair = _mm_hadd_epi16(_mm_loadu_si128(bs), _mm_loadu_si128(bs + 1)); /* sums per 32 */
+            accm[i] = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(mins16, pair)), _mm_set1_ps(dmin * xd), accm[i]);
         }
     }
     for (int i = 0; i < N; i++) {
-        float xd = x->d[i * (K / 256) + b];
-        const int16_t *bs = x->bsums + i * (K / 16) + b * 16;
-        int32_t mins = 0;
-        for (int j = 0; j < 8; j++)
-            mins += mn[j] * (bs[2 * j] + bs[2 * j + 1]);
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi[i]), _mm512_set1_ps(d * xd), acc[i]);
-        off[i] += dmin * xd * (float)mins;
+        __m128 m = _mm_add_ps(accm[i], _mm_movehl_ps(accm[i], accm[i]));
+        m = _mm_add_ss(m, _mm_movehdup_ps(m));
+        y[i * ldy] = _mm512_reduce_add_ps(acc[i]) - _mm_cvtss_f32(m);
     }
-}
-
-VNNI_INLINE void k4_row_i8(const int N, const int q5, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
-{
-    __m512 acc[HYLA_QUANT_SKINNY_M];
-    float off[HYLA_QUANT_SKINNY_M];
-    for (int i = 0; i < N; i++)
-        acc[i] = _mm512_setzero_ps(), off[i] = 0;
-    for (int64_t b = 0; b < x->K / 256; b++, row += K4_BYTES(q5)) {
-        for (int l = 0; l < K4_BYTES(q5); l += 64)
-            _mm_prefetch((const char *)(row + 3456 + l), _MM_HINT_T1); /* ~3.5 KB ahead */
-        k4_block_i8(N, q5, acc, off, x, b, row);
-    }
-    for (int i = 0; i < N; i++)
-        y[i * ldy] = _mm512_reduce_add_ps(acc[i]) - off[i];
 }
 
 VNNI_INLINE void q4_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
@@ -523,7 +548,17 @@ void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, fl
                 bsums[i * (K / 16) + 2 * b + g] = (int16_t)s;
             }
         }
-    out->q = q, out->d = d, out->bsums = bsums, out->K = K, out->block = 32;
+    out->q = q, out->q_k4 = NULL, out->d = d, out->bsums = bsums, out->K = K, out->block = 32;
+}
+
+void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst)
+{
+    static const int from[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t b = 0; b < x->K / 256; b++)
+            for (int j = 0; j < 8; j++)
+                memcpy(dst + i * x->K + b * 256 + 32 * j, x->q + i * x->K + b * 256 + 32 * from[j], 32);
+    x->q_k4 = dst;
 }
 
 /* llama.cpp's quantize_row_q8_K_ref, value for value: the block's value of largest magnitude
@@ -561,7 +596,7 @@ void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *
                 bsums[i * (K / 16) + b * 16 + g] = (int16_t)s;
             }
         }
-    out->q = q, out->d = d, out->bsums = bsums, out->K = K, out->block = 256;
+    out->q = q, out->q_k4 = NULL, out->d = d, out->bsums = bsums, out->K = K, out->block = 256;
 }
 
 hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n)

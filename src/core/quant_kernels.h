@@ -32,6 +32,7 @@ hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n);
  * K a multiple of 256. */
 typedef struct {
     const int8_t *q;      /* [n][K] */
+    const int8_t *q_k4;   /* [n][K] the same in the K-quant order (hyla_qx_k4_order), or NULL */
     const float *d;       /* [n][K / block] */
     const int16_t *bsums; /* [n][K / 16] */
     int64_t K;
@@ -40,6 +41,10 @@ typedef struct {
 /* Floats of scratch hyla_quantize_x needs for n rows of K. */
 int64_t hyla_qx_floats(int64_t n, int64_t K);
 void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch);
+/* dst[n][K] = x->q with each block of 256 in the order the Q4_K / Q5_K decode kernels read it --
+ * sub-blocks of 32 as 0 2 1 3 4 6 5 7, the order of the low and high nibbles of a block's stored
+ * bytes -- and x->q_k4 = dst. */
+void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst);
 /* The same rounding per block of 32 as llama.cpp's Q8_0 activations (d = max |x| / 127, q = round(x
  * / d), halves away from zero): what the Q8_0 prefill GEMM multiplies (block = 32). */
 void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch);

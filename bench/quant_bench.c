@@ -1,0 +1,140 @@
+/* The quantized-weight product kernels alone (core/quant.c, core/quant_avx512.c), against the
+ * machine's peaks measured in the same run:
+ *   decode  y[1, R] = x[1, K] W[R, K]^T with W far larger than the caches (R x K values of each
+ *           type, ~150-300 MB): GB/s of stored weight bytes and % of the DRAM read bandwidth
+ *           (bench/dram_bandwidth.h) -- the figure a decode step's weight reads can reach;
+ *   prefill y[M, R] = x[M, K] W[R, K]^T, M = 512, at a projection's shape: GMAC/s and % of the
+ *           int8 VNNI peak (a register-only loop of independent vpdpbusd chains per thread: 64
+ *           multiply-adds per instruction).
+ * W holds random values quantized by hyla's reference quantizers (io/gguf_quantize.c), in
+ * anonymous memory mapped as hyla maps its buffers (core/pages.c). Best of REPS passes (a shared
+ * VM loses its cores for a while). usage: quant_bench [REPS=5] [TYPE]   (one JSON object; TYPE: only
+ * that one, e.g. Q4_K) */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/pages.h"
+#include "core/quant.h"
+#include "core/rng.h"
+#include "dram_bandwidth.h"
+#include "io/gguf.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define VNNI_ITERS 40000000L
+/* 24 independent vpdpbusd chains, no memory: what one thread can retire. */
+__attribute__((target("avx512f,avx512vnni"))) static int vnni_chains(void)
+{
+    __m512i acc[24], a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(1);
+    for (int i = 0; i < 24; i++)
+        acc[i] = _mm512_setzero_si512();
+    for (long it = 0; it < VNNI_ITERS; it++) {
+#pragma GCC unroll 24
+        for (int i = 0; i < 24; i++)
+            acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+        __asm__ volatile("" : "+v"(a));
+    }
+    int s = 0;
+    for (int i = 0; i < 24; i++)
+        s += _mm512_reduce_add_epi32(acc[i]);
+    return s;
+}
+static double vnni_peak_gmacs(void)
+{
+    if (!__builtin_cpu_supports("avx512vnni"))
+        return 0.0;
+    double best = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        double t0 = omp_get_wtime();
+        long sink = 0;
+#pragma omp parallel reduction(+ : sink)
+        sink += vnni_chains();
+        double dt = omp_get_wtime() - t0, g = (double)omp_get_max_threads() * VNNI_ITERS * 24 * 64 / dt * 1e-9;
+        if (sink == 12345)
+            printf(" ");
+        best = g > best ? g : best;
+    }
+    return best;
+}
+#else
+static double vnni_peak_gmacs(void) { return 0.0; }
+#endif
+
+/* A [rows, K] matrix of type t: `distinct` rows quantized from random values, repeated (the
+ * reference quantizers take ~10 us a row; the kernels read every row from memory either way). */
+static hyla_qmat make_matrix(hyla_ggml_type t, int64_t rows, int64_t K, int64_t distinct, unsigned char **store)
+{
+    size_t rb = hyla_ggml_bytes(t, (size_t)K);
+    *store = hyla_pages_map((size_t)rows * rb);
+    float *v = malloc((size_t)K * sizeof(float));
+    hyla_rng rng;
+    hyla_rng_seed(&rng, 7);
+    for (int64_t r = 0; r < distinct; r++) {
+        for (int64_t k = 0; k < K; k++)
+            v[k] = (float)hyla_rng_normal(&rng) * 0.02f;
+        hyla_ggml_from_f32(t, *store + (size_t)r * rb, v, (size_t)K);
+    }
+    for (int64_t r = distinct; r < rows; r++)
+        memcpy(*store + (size_t)r * rb, *store + (size_t)(r % distinct) * rb, rb);
+    free(v);
+    hyla_qmat W = {.type = t, .rows = rows, .cols = K};
+    W.row = malloc((size_t)rows * sizeof *W.row);
+    for (int64_t r = 0; r < rows; r++)
+        W.row[r] = *store + (size_t)r * rb;
+    return W;
+}
+
+static double best_seconds(const hyla_qmat *W, float *y, const float *x, int64_t M, float *scratch, int reps)
+{
+    double best = 1e30;
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = omp_get_wtime();
+        hyla_linear_q(y, x, W, 0, M, W->cols, W->rows, scratch);
+        double dt = omp_get_wtime() - t0;
+        best = dt < best ? dt : best;
+    }
+    return best;
+}
+
+int main(int argc, char **argv)
+{
+    int reps = argc > 1 ? atoi(argv[1]) : 5;
+    double dram = dram_read_gbs(), vnni = vnni_peak_gmacs();
+    const hyla_ggml_type types[] = {HYLA_GGML_Q8_0, HYLA_GGML_Q4_K, HYLA_GGML_Q5_K, HYLA_GGML_Q6_K};
+    const int64_t K = 1024, decode_bytes = (int64_t)256 << 20, M = 512, R_prefill = 4096;
+    printf("{\"threads\": %d, \"dram_gbs\": %.1f, \"vnni_peak_gmacs\": %.0f, \"kernels\": [", omp_get_max_threads(), dram,
+           vnni);
+    int printed = 0;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        hyla_ggml_type t = types[i];
+        if (argc > 2 && strcmp(argv[2], hyla_ggml_type_name(t)))
+            continue;
+        int64_t R = decode_bytes / (int64_t)hyla_ggml_bytes(t, (size_t)K);
+        unsigned char *store;
+        hyla_qmat W = make_matrix(t, R, K, 512, &store);
+        float *x = malloc((size_t)M * K * sizeof(float)), *y = malloc((size_t)(M > R ? M : R) * R_prefill * sizeof(float));
+        float *scratch = malloc((size_t)hyla_linear_q_scratch_floats(M, K) * sizeof(float));
+        hyla_rng rng;
+        hyla_rng_seed(&rng, 3);
+        for (int64_t k = 0; k < M * K; k++)
+            x[k] = (float)hyla_rng_normal(&rng);
+        double dec = best_seconds(&W, y, x, 1, scratch, reps);
+        double gbs = (double)hyla_qmat_bytes(&W) / dec * 1e-9;
+        W.rows = R_prefill; /* the prefill shape: the first R_prefill rows */
+        double pre = best_seconds(&W, y, x, M, scratch, reps);
+        double gmacs = (double)M * R_prefill * K / pre * 1e-9;
+        printf("%s\n {\"type\": \"%s\", \"decode_rows\": %ld, \"K\": %ld, \"decode_ms\": %.3f, \"decode_gbs\": %.1f, "
+               "\"decode_pct_of_dram\": %.1f, \"prefill_shape\": [%ld, %ld, %ld], \"prefill_ms\": %.2f, "
+               "\"prefill_gmacs\": %.1f, \"prefill_pct_of_vnni_peak\": %.1f}",
+               printed++ ? "," : "", hyla_ggml_type_name(t), (long)R, (long)K, dec * 1e3, gbs, 100 * gbs / dram, (long)M,
+               (long)R_prefill, (long)K, pre * 1e3, gmacs, vnni > 0 ? 100 * gmacs / vnni : 0.0);
+        fflush(stdout);
+        W.rows = R;
+        hyla_pages_unmap(store, (size_t)R * hyla_ggml_bytes(t, (size_t)K));
+        free(W.row), free(x), free(y), free(scratch);
+    }
+    printf("\n]}\n");
+    return 0;
+}
