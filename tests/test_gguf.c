@@ -95,6 +95,16 @@ static void make_qmat(hyla_qmat *W, const golden *g, int64_t rows, int64_t K, in
         hyla_qmat_row(W, r, dense + r * K);
 }
 
+static int is_kquant(hyla_ggml_type t) { return t == HYLA_GGML_Q4_K || t == HYLA_GGML_Q5_K || t == HYLA_GGML_Q6_K; }
+
+static int all_kquant_rows(const hyla_qmat *W)
+{
+    for (int64_t r = 0; r < W->rows; r++)
+        if (!is_kquant((hyla_ggml_type)W->row_type[r]))
+            return 0;
+    return 1;
+}
+
 static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int64_t K, int64_t rows,
                           const char *what)
 {
@@ -106,9 +116,10 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
     hyla_linear_q(y, x, W, row0, n, K, out, scratch);
     /* the K-quants' products (decode kernels and the prefill GEMM) round x to int8 per block of 256
      * first, as llama.cpp (quant.h) */
-    int int8 = hyla_quant_int8_activations && K % 256 == 0 && !W->row_type &&
-               (W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K || W->type == HYLA_GGML_Q6_K ||
-                (W->type == HYLA_GGML_Q8_0 && n > HYLA_QUANT_SKINNY_M)); /* Q8_0: the prefill GEMM only */
+    int int8 = hyla_quant_int8_activations && K % 256 == 0 &&
+               (W->row_type ? n <= HYLA_QUANT_SKINNY_M && all_kquant_rows(W) /* mixed: the decode kernels per row */
+                            : W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K || W->type == HYLA_GGML_Q6_K ||
+                                  (W->type == HYLA_GGML_Q8_0 && n > HYLA_QUANT_SKINNY_M)); /* Q8_0: the prefill GEMM only */
     double worst = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t o = 0; o < out; o++) {
@@ -184,28 +195,36 @@ static void test_products(const golden *g, int ng)
         }
         free(dense);
     }
-    /* rows of two types in one matrix (gate and up of a mixed file): Q8_0 and Q4_0 rows of 128 */
-    const golden *q8 = NULL, *q4 = NULL;
+    /* rows of two types in one matrix (gate and up of a mixed file): Q8_0 and Q4_0 rows of 128; and
+     * Q6_K and Q4_K / Q5_K rows of 512 (a Q4_K_M file's GDN input projection: the Q4_K / Q5_K kernels
+     * read x in their own block order, the Q6_K kernel in x's) */
+    const golden *q8 = NULL, *q4 = NULL, *q6k = NULL, *q4k = NULL, *q5k = NULL;
     for (int i = 0; i < ng; i++) {
         q8 = g[i].type == HYLA_GGML_Q8_0 ? &g[i] : q8;
         q4 = g[i].type == HYLA_GGML_Q4_0 ? &g[i] : q4;
+        q6k = g[i].type == HYLA_GGML_Q6_K ? &g[i] : q6k;
+        q4k = g[i].type == HYLA_GGML_Q4_K ? &g[i] : q4k;
+        q5k = g[i].type == HYLA_GGML_Q5_K ? &g[i] : q5k;
     }
-    CHECK(q8 && q4, "golden file lacks Q8_0 / Q4_0");
-    if (q8 && q4) {
-        int64_t K = 128, rows = 12;
+    CHECK(q8 && q4 && q6k && q4k && q5k, "golden file lacks Q8_0 / Q4_0 / Q6_K / Q4_K / Q5_K");
+    const golden *mixes[][3] = {{q8, q4, NULL}, {q6k, q4k, q5k}};
+    for (int mix = 0; mix < 2 && q8 && q4 && q6k && q4k && q5k; mix++) {
+        int64_t K = mix ? 512 : 128, rows = 12;
         float *dense = malloc((size_t)(rows * K) * sizeof *dense);
-        hyla_qmat W = {.type = HYLA_GGML_Q8_0, .rows = rows, .cols = K};
+        hyla_qmat W = {.type = mixes[mix][0]->type, .rows = rows, .cols = K};
         W.row = malloc((size_t)rows * sizeof *W.row);
         W.row_type = malloc((size_t)rows);
         for (int64_t r = 0; r < rows; r++) {
-            const golden *s = r % 2 ? q4 : q8;
+            const golden *s = mixes[mix][r % 2 ? 1 + (mix && r % 4 == 3) : 0];
             W.row_type[r] = (unsigned char)s->type;
             size_t row_bytes = hyla_ggml_bytes(s->type, (size_t)K), have = hyla_ggml_bytes(s->type, (size_t)s->n) / row_bytes;
             W.row[r] = s->bytes + (size_t)(r / 2) % have * row_bytes;
             hyla_qmat_row(&W, r, dense + r * K);
         }
-        for (int64_t n = 1; n <= 16; n += 15)
+        for (int64_t n = 1; n <= 16; n += mix ? 1 : 15)
             check_product(&W, dense, n, K, rows, "mixed row types");
+        if (mix)
+            check_rows_independent(&W, K, rows);
         free(W.row);
         free(W.row_type);
         free(dense);

@@ -267,54 +267,61 @@ VNNI_INLINE void q5_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
 }
 
 /* Q6_K: sum over 16 sub-blocks of sc_j (q . q_x) with q in 0..63 (u8 x s8 pairs to int16: |.| <=
- * 2 * 63 * 127), minus 32 sum_j sc_j bsum_j for the -32 offset, times d_w d_x once per block. */
+ * 2 * 63 * 127), minus 32 sum_j sc_j bsum_j for the -32 offset -- all exact in int32 (|.| < 2^29)
+ * -- times d_w d_x once per block. A block's 64 bytes of low nibbles ql[64 h ..] hold values
+ * 128 h .. + 63 (low halves) and + 64 .. + 127 (high halves) in x's order; their two high bits
+ * come from qh[32 h + l] at bits 0-1, 2-3 (values l, 32 + l) and 4-5, 6-7 (64 + l, 96 + l),
+ * moved to bits 4-5 by one variable shift per 16-bit lane. Each zmm of 64 values covers 4
+ * sub-blocks of 16, one per 128-bit lane: its int16 scales come from one vpermw. */
+static const int16_t q6_shift_lo[32] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4,
+                                        2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+static const int16_t q6_shift_hi[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                                        2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
+#define REP8(v) v, v, v, v, v, v, v, v
+static const int16_t q6_scale_idx[4][32] = {{REP8(0), REP8(1), REP8(2), REP8(3)},
+                                            {REP8(4), REP8(5), REP8(6), REP8(7)},
+                                            {REP8(8), REP8(9), REP8(10), REP8(11)},
+                                            {REP8(12), REP8(13), REP8(14), REP8(15)}};
 VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
 {
+    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
+    const __m512i sh_lo = _mm512_loadu_si512((const void *)q6_shift_lo), sh_hi = _mm512_loadu_si512((const void *)q6_shift_hi);
+    __m512i sidx[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        sidx[k] = _mm512_loadu_si512((const void *)q6_scale_idx[k]);
     __m512 acc[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
         acc[i] = _mm512_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
     int64_t K = x->K;
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
             _mm_prefetch((const char *)(row + 210 * 16 + l), _MM_HINT_T1);
         float d = hyla_half_at(row + 208);
-        const signed char *sc = (const signed char *)(row + 192);
-        __m512i sumi[HYLA_QUANT_SKINNY_M];
-        for (int i = 0; i < N; i++)
-            sumi[i] = _mm512_setzero_si512();
+        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 192)));
+        __m512i w[4], s[4];
+#pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const unsigned char *ql = row + 64 * h, *qh = row + 128 + 32 * h;
-            __m256i l0 = _mm256_loadu_si256((const __m256i *)ql), l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
-            __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
-            __m256i q[4];
-            q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_slli_epi16(_mm256_and_si256(hb, low2), 4));
-            q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), low2), 4));
-            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), low2), 4));
-            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
-                                   _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), low2), 4));
-            for (int g = 0; g < 4; g += 2) { /* values 128 h + 32 g .. + 63; int16 lane j: values 2j, 2j + 1 */
-                const signed char *s4 = sc + 8 * h + 2 * g;
-                __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(q[g]), q[g + 1], 1);
-                __m256i sa = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(s4[0])), _mm_set1_epi16(s4[1]), 1);
-                __m256i sb = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(s4[2])), _mm_set1_epi16(s4[3]), 1);
-                __m512i s = _mm512_inserti64x4(_mm512_castsi256_si512(sa), sb, 1);
-                for (int i = 0; i < N; i++) {
-                    const int8_t *xq = x->q + i * K + b * 256 + 128 * h + 32 * g;
-                    sumi[i] = _mm512_dpwssd_epi32(sumi[i], _mm512_maddubs_epi16(w, _mm512_loadu_si512((const void *)xq)), s);
-                }
-            }
+            __m512i L = _mm512_loadu_si512((const void *)(row + 64 * h));
+            __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + 128 + 32 * h)));
+            w[2 * h] = _mm512_or_si512(_mm512_and_si512(L, low4), _mm512_and_si512(_mm512_sllv_epi16(H, sh_lo), bits45));
+            w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), low4),
+                                           _mm512_and_si512(_mm512_srlv_epi16(H, sh_hi), bits45));
         }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            s[k] = _mm512_permutexvar_epi16(sidx[k], _mm512_castsi256_si512(sc16));
         for (int i = 0; i < N; i++) {
-            const int16_t *bs = x->bsums + i * (K / 16) + b * 16;
-            int32_t offs = 0;
-            for (int j = 0; j < 16; j++)
-                offs += sc[j] * bs[j];
-            float dd = d * x->d[i * (K / 256) + b];
-            __m512 v = _mm512_cvtepi32_ps(_mm512_sub_epi32(sumi[i], _mm512_zextsi128_si512(_mm_cvtsi32_si128(32 * offs))));
-            acc[i] = _mm512_fmadd_ps(v, _mm512_set1_ps(dd), acc[i]);
+            const int8_t *xq = x->q + i * K + b * 256;
+            __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                               _mm512_maddubs_epi16(w[0], _mm512_loadu_si512((const void *)xq)), s[0]);
+#pragma GCC unroll 4
+            for (int k = 1; k < 4; k++)
+                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w[k], _mm512_loadu_si512((const void *)(xq + 64 * k))),
+                                           s[k]);
+            __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x->bsums + i * (K / 16) + b * 16)));
+            sumi = _mm512_sub_epi32(sumi, _mm512_castsi256_si512(_mm256_slli_epi32(offs, 5)));
+            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d * x->d[i * (K / 256) + b]), acc[i]);
         }
     }
     for (int i = 0; i < N; i++)
