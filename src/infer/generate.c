@@ -25,8 +25,20 @@ int hyla_sampling_check(const hyla_sampling *s, int64_t vocab)
     return HYLA_OK;
 }
 
+/* The first index of the largest value (NaNs never win, as with x[v] > x[best]; a NaN at 0 stays).
+ * The maximum by a vectorised reduction, then its first index; the scalar loop only when a NaN
+ * made the reduction's value one that no element equals. */
 static int32_t argmax(const float *x, int64_t V)
 {
+    float m = x[0];
+    if (m != m)
+        return 0;
+#pragma omp simd reduction(max : m)
+    for (int64_t v = 1; v < V; v++)
+        m = x[v] > m ? x[v] : m;
+    for (int64_t v = 0; v < V; v++)
+        if (x[v] == m)
+            return (int32_t)v;
     int32_t best = 0;
     for (int64_t v = 1; v < V; v++)
         if (x[v] > x[best])
