@@ -4,7 +4,7 @@
  *           type, ~150-300 MB): GB/s of stored weight bytes and % of the DRAM read bandwidth
  *           (bench/dram_bandwidth.h) -- the figure a decode step's weight reads can reach;
  *   prefill y[M, R] = x[M, K] W[R, K]^T, M = 512, at a projection's shape: GMAC/s and % of the
- *           int8 VNNI peak (a register-only loop of independent vpdpbusd chains per thread: 64
+ *           int8 VNNI peak (a register-only loop of 12 independent vpdpbusd chains per thread: 64
  *           multiply-adds per instruction).
  * W holds random values quantized by hyla's reference quantizers (io/gguf_quantize.c), in
  * anonymous memory mapped as hyla maps its buffers (core/pages.c). Best of REPS passes (a shared
@@ -23,21 +23,23 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define VNNI_ITERS 40000000L
-/* 24 independent vpdpbusd chains, no memory: what one thread can retire. */
+#define VNNI_ITERS 80000000L
+#define VNNI_CHAINS 12
+/* VNNI_CHAINS independent vpdpbusd chains, no memory: what one thread can retire (12 chains cover
+ * the latency; gcc 12 keeps 24 of them on the stack, which measured half the rate). */
 __attribute__((target("avx512f,avx512vnni"))) static int vnni_chains(void)
 {
-    __m512i acc[24], a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(1);
-    for (int i = 0; i < 24; i++)
+    __m512i acc[VNNI_CHAINS], a = _mm512_set1_epi8(1), b = _mm512_set1_epi8(1);
+    for (int i = 0; i < VNNI_CHAINS; i++)
         acc[i] = _mm512_setzero_si512();
     for (long it = 0; it < VNNI_ITERS; it++) {
-#pragma GCC unroll 24
-        for (int i = 0; i < 24; i++)
+#pragma GCC unroll 12
+        for (int i = 0; i < VNNI_CHAINS; i++)
             acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
         __asm__ volatile("" : "+v"(a));
     }
     int s = 0;
-    for (int i = 0; i < 24; i++)
+    for (int i = 0; i < VNNI_CHAINS; i++)
         s += _mm512_reduce_add_epi32(acc[i]);
     return s;
 }
@@ -51,7 +53,7 @@ static double vnni_peak_gmacs(void)
         long sink = 0;
 #pragma omp parallel reduction(+ : sink)
         sink += vnni_chains();
-        double dt = omp_get_wtime() - t0, g = (double)omp_get_max_threads() * VNNI_ITERS * 24 * 64 / dt * 1e-9;
+        double dt = omp_get_wtime() - t0, g = (double)omp_get_max_threads() * VNNI_ITERS * VNNI_CHAINS * 64 / dt * 1e-9;
         if (sink == 12345)
             printf(" ");
         best = g > best ? g : best;

@@ -20,6 +20,10 @@ static inline float hyla_half_at(const unsigned char *p)
     return _cvtsh_ss(h);
 }
 
+/* Where a Q4_K / Q5_K block keeps its parts: bytes, the quants, the fifth bits (Q5_K). */
+#define K4_BYTES(q5) ((q5) ? 176 : 144)
+#define K4_QS(q5) ((q5) ? 48 : 16)
+
 typedef void (*hyla_qdot_fn)(float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K);
 
 /* The kernel for type t and n rows (1..HYLA_QUANT_SKINNY_M); NULL when there is none for t or

@@ -1,0 +1,345 @@
+/* Prefill products with quantized weights (quant_kernels.h: hyla_qgemm_tile): an int8 VNNI GEMM
+ * over a tile of up to HYLA_QGEMM_TILE weight rows, repacked once per call so that one vpdpbusd
+ * multiplies 16 weight rows by 4 values of one activation row: for 16-row group g, unit u (a
+ * scale group: 32 values for Q8_0 / Q4_K / Q5_K, 16 for Q6_K) and quad t, 64 bytes holding row
+ * r's 4 levels at 4 r.
+ *
+ * K-quants (Q4_K, Q5_K, Q6_K) against Q8_K activations (one scale d_x per 256): per super-block of
+ * 256 values, A = sum_u sc_u (L . q_x over unit u) with the integer scales (exact in int32) and
+ * M = sum_j c_j bsum_j over the 16 sums of 16 q_x (c_j = the min m of j's unit for Q4_K / Q5_K,
+ * the scale sc_j for Q6_K, whose levels carry +32), then y += d d_x A - dm d_x M in fp32 with
+ * dm = dmin (Q4_K / Q5_K) or 32 d (Q6_K): the products of the decode kernels, summed per block
+ * instead of per row. A pass covers 2 groups (32 weight rows) x 6 activation rows: 12 independent
+ * accumulator chains, each broadcast of activations feeding two weight vectors.
+ *
+ * Q8_0 against Q8_0 activations (one scale per 32 on both sides): per unit, y += d_w d_x (L .
+ * q_x) - 128 d_w d_x bsum (levels stored as q + 128, unsigned for vpdpbusd), 16 rows x 4
+ * activation rows per pass. */
+#include <string.h>
+
+#include "core/parallel.h"
+#include "core/quant_kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
+#include <immintrin.h>
+#define HAVE_KERNELS 1
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
+#define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
+
+static int unit_len(hyla_ggml_type t) { return t == HYLA_GGML_Q6_K ? 16 : 32; }
+
+/* The scratch's regions (floats): the levels, then per-unit scales, then per-block fields. */
+#define LEVELS_FLOATS(K) ((HYLA_QGEMM_TILE * (K)) / 4)
+#define UNIT_FLOATS(K) ((HYLA_QGEMM_TILE * (K)) / 16)
+
+int64_t hyla_qgemm_scratch_floats(int64_t K) { return LEVELS_FLOATS(K) + 2 * UNIT_FLOATS(K) + 64; }
+
+/* A K-quant row's fields: levels L[K] (0..15 / 0..31 / 0..63), integer unit scales sci[K / ul],
+ * per block d and dm, and the 16 per-16 weights c[16] of each block's M (see the top). */
+static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_t *L, int32_t *sci, float *dv,
+                   float *dm, int16_t *c)
+{
+    for (int64_t b = 0; b < K / 256; b++) {
+        uint8_t *l = L + b * 256;
+        if (t == HYLA_GGML_Q6_K) {
+            const unsigned char *blk = row + b * 210, *ql = blk, *qh = blk + 128;
+            const signed char *s = (const signed char *)(blk + 192);
+            for (int half_ = 0; half_ < 2; half_++, ql += 64, qh += 32)
+                for (int i = 0; i < 32; i++) {
+                    l[128 * half_ + i] = (uint8_t)((ql[i] & 0xF) | (((qh[i] >> 0) & 3) << 4));
+                    l[128 * half_ + i + 32] = (uint8_t)((ql[i + 32] & 0xF) | (((qh[i] >> 2) & 3) << 4));
+                    l[128 * half_ + i + 64] = (uint8_t)((ql[i] >> 4) | (((qh[i] >> 4) & 3) << 4));
+                    l[128 * half_ + i + 96] = (uint8_t)((ql[i + 32] >> 4) | (((qh[i] >> 6) & 3) << 4));
+                }
+            dv[b] = hyla_half_at(blk + 208);
+            dm[b] = 32.0f * dv[b]; /* exact */
+            for (int j = 0; j < 16; j++)
+                sci[b * 16 + j] = s[j], c[b * 16 + j] = s[j];
+            continue;
+        }
+        int q5 = t == HYLA_GGML_Q5_K;
+        const unsigned char *blk = row + b * K4_BYTES(q5), *qs = blk + K4_QS(q5), *qh = blk + 16;
+        uint8_t s8[8], m8[8];
+        hyla_k4_scales(blk + 4, s8, m8);
+        for (int p = 0; p < 4; p++)
+            for (int i = 0; i < 32; i++) {
+                int lo = qs[32 * p + i] & 0xF, hi = qs[32 * p + i] >> 4;
+                if (q5) {
+                    lo |= ((qh[i] >> (2 * p)) & 1) << 4;
+                    hi |= ((qh[i] >> (2 * p + 1)) & 1) << 4;
+                }
+                l[64 * p + i] = (uint8_t)lo;
+                l[64 * p + 32 + i] = (uint8_t)hi;
+            }
+        dv[b] = hyla_half_at(blk);
+        dm[b] = hyla_half_at(blk + 2);
+        for (int j = 0; j < 8; j++)
+            sci[b * 8 + j] = s8[j], c[b * 16 + 2 * j] = c[b * 16 + 2 * j + 1] = (int16_t)m8[j];
+    }
+}
+
+/* Levels (quads of 16 rows, as at the top) of one row's range of units, row r of its group. */
+static void put_levels(uint8_t *U, const uint8_t *L, int64_t gu0, int64_t units, int ul, int64_t r)
+{
+    for (int64_t u = 0; u < units; u++)
+        for (int q = 0; q < ul / 4; q++)
+            memcpy(U + (((gu0 + u) * (ul / 4) + q) * 16 + r) * 4, L + u * ul + 4 * q, 4);
+}
+
+/* K-quant tile: rows [0, rows) into groups of 16, padded with zero rows to an even count of groups
+ * (a pass covers two). Layout after the levels: SCI int32 [g][u][16]; then per group and block,
+ * DV float [16], DM float [16], C int32 [8][16] (c_2p | c_2p+1 << 16, int16 each). */
+static void pack_kq(hyla_ggml_type t, const unsigned char *const *rowp, int64_t rows, int64_t K, float *scratch)
+{
+    int ul = unit_len(t);
+    int64_t units = K / ul, nsb = K / 256, groups = ((rows + 31) / 32) * 2;
+    uint8_t *U = (uint8_t *)scratch;
+    int32_t *SCI = (int32_t *)(scratch + LEVELS_FLOATS(K));
+    float *BLK = scratch + LEVELS_FLOATS(K) + UNIT_FLOATS(K);
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(groups * 16 * K)
+    for (int64_t gr = 0; gr < groups * 16; gr++) {
+        int64_t g = gr / 16, r = gr % 16;
+        uint8_t L[4096];
+        int32_t sci[4096 / 16];
+        float dv[16], dm[16];
+        int16_t c[256];
+        for (int64_t k0 = 0; k0 < K; k0 += 4096) { /* pieces of 4096 values (16 blocks) */
+            int64_t len = K - k0 < 4096 ? K - k0 : 4096, b0 = k0 / 256;
+            if (gr < rows) {
+                kq_row(t, rowp[gr] + (size_t)b0 * hyla_ggml_bytes(t, 256), len, L, sci, dv, dm, c);
+            } else { /* a padding row: zero levels and scales */
+                memset(L, 0, (size_t)len), memset(sci, 0, sizeof sci), memset(c, 0, sizeof c);
+                memset(dv, 0, sizeof dv), memset(dm, 0, sizeof dm);
+            }
+            put_levels(U, L, g * units + k0 / ul, len / ul, ul, r);
+            for (int64_t u = 0; u < len / ul; u++)
+                SCI[(g * units + k0 / ul + u) * 16 + r] = sci[u];
+            for (int64_t b = 0; b < len / 256; b++) {
+                float *f = BLK + (g * nsb + b0 + b) * 160;
+                f[r] = dv[b];
+                f[16 + r] = dm[b];
+                int32_t *cp = (int32_t *)(f + 32);
+                for (int p = 0; p < 8; p++)
+                    cp[p * 16 + r] = (int32_t)(uint16_t)c[b * 16 + 2 * p] | (int32_t)((uint32_t)(uint16_t)c[b * 16 + 2 * p + 1] << 16);
+            }
+        }
+    }
+}
+
+/* y[i * ldy + 16 h + r] for activation rows i0 + i (i < NI) and rows r of groups g + h (h < 2):
+ * 2 NI chains of vpdpbusd (12 cover its latency at two a cycle), their unit sums scaled into A in
+ * int32; y itself (in L1) holds the fp32 sums between blocks, so the registers hold P and A. */
+#define KQ_ROWS 6
+VNNI_INLINE void kq_pass(const int NI, const int ul, float *y, int64_t ldy, const hyla_qx *x, int64_t i0,
+                         const float *scratch, int64_t g, int64_t K)
+{
+    int64_t units = K / ul, nsb = K / 256, per_block = 256 / ul;
+    const uint8_t *U = (const uint8_t *)scratch;
+    const int32_t *SCI = (const int32_t *)(scratch + LEVELS_FLOATS(K));
+    const float *BLK = scratch + LEVELS_FLOATS(K) + UNIT_FLOATS(K);
+#pragma GCC unroll 8
+    for (int i = 0; i < NI; i++) {
+        _mm512_storeu_ps(y + i * ldy, _mm512_setzero_ps());
+        _mm512_storeu_ps(y + i * ldy + 16, _mm512_setzero_ps());
+    }
+    for (int64_t b = 0; b < nsb; b++) {
+        __m512i A[2][KQ_ROWS];
+#pragma GCC unroll 8
+        for (int i = 0; i < NI; i++)
+            A[0][i] = A[1][i] = _mm512_setzero_si512();
+        for (int64_t u = b * per_block; u < (b + 1) * per_block; u++) {
+            const uint8_t *W0 = U + (g * units + u) * (ul / 4) * 64, *W1 = U + ((g + 1) * units + u) * (ul / 4) * 64;
+            __m512i P[2][KQ_ROWS];
+#pragma GCC unroll 8
+            for (int i = 0; i < NI; i++)
+                P[0][i] = P[1][i] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int q = 0; q < ul / 4; q++) {
+                __m512i w0 = _mm512_loadu_si512((const void *)(W0 + 64 * q)), w1 = _mm512_loadu_si512((const void *)(W1 + 64 * q));
+#pragma GCC unroll 8
+                for (int i = 0; i < NI; i++) {
+                    int32_t v;
+                    memcpy(&v, x->q + (i0 + i) * K + u * ul + 4 * q, 4);
+                    __m512i xv = _mm512_set1_epi32(v);
+                    P[0][i] = _mm512_dpbusd_epi32(P[0][i], w0, xv);
+                    P[1][i] = _mm512_dpbusd_epi32(P[1][i], w1, xv);
+                }
+            }
+            __m512i s0 = _mm512_loadu_si512((const void *)(SCI + (g * units + u) * 16));
+            __m512i s1 = _mm512_loadu_si512((const void *)(SCI + ((g + 1) * units + u) * 16));
+#pragma GCC unroll 8
+            for (int i = 0; i < NI; i++) {
+                A[0][i] = _mm512_add_epi32(A[0][i], _mm512_mullo_epi32(P[0][i], s0));
+                A[1][i] = _mm512_add_epi32(A[1][i], _mm512_mullo_epi32(P[1][i], s1));
+            }
+        }
+        const float *f0 = BLK + (g * nsb + b) * 160, *f1 = BLK + ((g + 1) * nsb + b) * 160;
+#pragma GCC unroll 8
+        for (int i = 0; i < NI; i++) {
+            const int16_t *bs = x->bsums + (i0 + i) * (K / 16) + b * 16;
+            __m512i M0 = _mm512_setzero_si512(), M1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int p = 0; p < 8; p++) {
+                int32_t v;
+                memcpy(&v, bs + 2 * p, 4);
+                __m512i bv = _mm512_set1_epi32(v);
+                M0 = _mm512_dpwssd_epi32(M0, _mm512_loadu_si512((const void *)(f0 + 32 + 16 * p)), bv);
+                M1 = _mm512_dpwssd_epi32(M1, _mm512_loadu_si512((const void *)(f1 + 32 + 16 * p)), bv);
+            }
+            __m512 dx = _mm512_set1_ps(x->d[(i0 + i) * nsb + b]);
+            __m512 F0 = _mm512_loadu_ps(y + i * ldy), F1 = _mm512_loadu_ps(y + i * ldy + 16);
+            F0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[0][i]), _mm512_mul_ps(_mm512_loadu_ps(f0), dx), F0);
+            F0 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M0), _mm512_mul_ps(_mm512_loadu_ps(f0 + 16), dx), F0);
+            F1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[1][i]), _mm512_mul_ps(_mm512_loadu_ps(f1), dx), F1);
+            F1 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M1), _mm512_mul_ps(_mm512_loadu_ps(f1 + 16), dx), F1);
+            _mm512_storeu_ps(y + i * ldy, F0);
+            _mm512_storeu_ps(y + i * ldy + 16, F1);
+        }
+    }
+}
+
+#define KQ_CASE(NI, UL) kq_pass(NI, UL, y, ldy, x, i0, scratch, g, K)
+#define KQ_CASES(UL)                                                                                                   \
+    switch (ni) {                                                                                                      \
+    case 6: KQ_CASE(6, UL); break;                                                                                     \
+    case 5: KQ_CASE(5, UL); break;                                                                                     \
+    case 4: KQ_CASE(4, UL); break;                                                                                     \
+    case 3: KQ_CASE(3, UL); break;                                                                                     \
+    case 2: KQ_CASE(2, UL); break;                                                                                     \
+    default: KQ_CASE(1, UL); break;                                                                                    \
+    }
+VNNI_TARGET static void kq_rows(float *y, int64_t ldy, const hyla_qx *x, int64_t i0, int64_t ni, const float *scratch,
+                                int64_t g, int ul, int64_t K)
+{
+    /* row count and unit length as constants: the accumulators stay in registers */
+    if (ul == 32)
+        KQ_CASES(32)
+    else
+        KQ_CASES(16)
+}
+
+/* ---- Q8_0 ---------------------------------------------------------------------------------------- */
+
+/* Q8_0 tile: levels q + 128 (unsigned for vpdpbusd), with each unit of 16 rows its scale d and
+ * offset 128 d in floats (after the levels). Rows [rows, 16 * groups) are zero. */
+static void pack_q8_0(const unsigned char *const *rowp, int64_t rows, int64_t K, float *scratch)
+{
+    int64_t units = K / 32, groups = (rows + 15) / 16;
+    uint8_t *U = (uint8_t *)scratch;
+    float *SC = scratch + LEVELS_FLOATS(K), *OFF = SC + UNIT_FLOATS(K);
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(groups * 16 * K)
+    for (int64_t gr = 0; gr < groups * 16; gr++) {
+        int64_t g = gr / 16, r = gr % 16;
+        uint8_t L[32];
+        for (int64_t u = 0; u < units; u++) {
+            float d = 0;
+            if (gr < rows) {
+                const unsigned char *blk = rowp[gr] + u * 34;
+                d = hyla_half_at(blk);
+                for (int i = 0; i < 32; i++)
+                    L[i] = (uint8_t)((signed char)blk[2 + i] + 128);
+            } else {
+                memset(L, 0, sizeof L);
+            }
+            SC[(g * units + u) * 16 + r] = d;
+            OFF[(g * units + u) * 16 + r] = 128.0f * d;
+            put_levels(U, L, g * units + u, 1, 32, r);
+        }
+    }
+}
+
+/* y[i * ldy + r] for activation rows i0 + i (i < NI) and the 16 rows r of group g. */
+#define QG_ROWS 4
+VNNI_INLINE void q8_0_pass(const int NI, float *y, int64_t ldy, const hyla_qx *x, int64_t i0, const float *scratch,
+                           int64_t g, int64_t K)
+{
+    int64_t units = K / 32;
+    const uint8_t *U = (const uint8_t *)scratch;
+    const float *SC = scratch + LEVELS_FLOATS(K), *OFF = SC + UNIT_FLOATS(K);
+    __m512 accf[QG_ROWS];
+#pragma GCC unroll 8
+    for (int i = 0; i < NI; i++)
+        accf[i] = _mm512_setzero_ps();
+    for (int64_t u = 0; u < units; u++) {
+        int64_t gu = g * units + u;
+        __m512i acc[QG_ROWS];
+#pragma GCC unroll 8
+        for (int i = 0; i < NI; i++)
+            acc[i] = _mm512_setzero_si512();
+        const uint8_t *A = U + gu * 8 * 64;
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) {
+            __m512i w = _mm512_loadu_si512((const void *)(A + 64 * q));
+#pragma GCC unroll 8
+            for (int i = 0; i < NI; i++) {
+                int32_t v;
+                memcpy(&v, x->q + (i0 + i) * K + u * 32 + 4 * q, 4);
+                acc[i] = _mm512_dpbusd_epi32(acc[i], w, _mm512_set1_epi32(v));
+            }
+        }
+        __m512 scv = _mm512_loadu_ps(SC + gu * 16), ofv = _mm512_loadu_ps(OFF + gu * 16);
+#pragma GCC unroll 8
+        for (int i = 0; i < NI; i++) {
+            float dx = x->d[(i0 + i) * units + u];
+            const int16_t *bs = x->bsums + (i0 + i) * (K / 16) + 2 * u;
+            accf[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_mul_ps(scv, _mm512_set1_ps(dx)), accf[i]);
+            accf[i] = _mm512_fnmadd_ps(ofv, _mm512_set1_ps(dx * (float)(bs[0] + bs[1])), accf[i]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < NI; i++)
+        _mm512_storeu_ps(y + i * ldy, accf[i]);
+}
+
+VNNI_TARGET static void q8_0_rows(float *y, int64_t ldy, const hyla_qx *x, int64_t i0, int64_t ni, const float *scratch,
+                                  int64_t g, int64_t K)
+{
+    switch (ni) {
+    case 4: q8_0_pass(4, y, ldy, x, i0, scratch, g, K); break;
+    case 3: q8_0_pass(3, y, ldy, x, i0, scratch, g, K); break;
+    case 2: q8_0_pass(2, y, ldy, x, i0, scratch, g, K); break;
+    default: q8_0_pass(1, y, ldy, x, i0, scratch, g, K); break;
+    }
+}
+#endif
+
+int hyla_qgemm_supported(hyla_ggml_type t)
+{
+#ifdef HAVE_KERNELS
+    return hyla_qdot_i8_avx512(t, 1) != NULL || (t == HYLA_GGML_Q8_0 && hyla_qdot_i8_avx512(HYLA_GGML_Q4_K, 1));
+#else
+    (void)t;
+    return 0;
+#endif
+}
+
+void hyla_qgemm_tile(float *y, int64_t ldy, const hyla_qx *x, int64_t n, hyla_ggml_type t,
+                     const unsigned char *const *rows, int64_t nrows, float *scratch)
+{
+#ifdef HAVE_KERNELS
+    int64_t K = x->K, q8 = t == HYLA_GGML_Q8_0, span = q8 ? 16 : 32; /* weight rows per pass */
+    int64_t passes = (nrows + span - 1) / span, per = q8 ? QG_ROWS : KQ_ROWS;
+    if (q8)
+        pack_q8_0(rows, nrows, K, scratch);
+    else
+        pack_kq(t, rows, nrows, K, scratch);
+    float tail[KQ_ROWS * 32]; /* >= QG_ROWS * 16 */
+    int64_t tasks = (n + per - 1) / per;
+#pragma omp parallel for schedule(static) private(tail) HYLA_PAR_IF(n * nrows * K)
+    for (int64_t task = 0; task < tasks * passes; task++) {
+        int64_t p = task % passes, i0 = task / passes * per, ni = n - i0 < per ? n - i0 : per;
+        int full = span * p + span <= nrows;
+        float *out = full ? y + i0 * ldy + span * p : tail;
+        int64_t ld = full ? ldy : span;
+        if (q8)
+            q8_0_rows(out, ld, x, i0, ni, scratch, p, K);
+        else
+            kq_rows(out, ld, x, i0, ni, scratch, 2 * p, unit_len(t), K);
+        if (!full) /* a partial last pass: into a small buffer, then the rows that exist */
+            for (int64_t i = 0; i < ni; i++)
+                memcpy(y + (i0 + i) * ldy + span * p, tail + i * span, (size_t)(nrows - span * p) * sizeof(float));
+    }
+#else
+    (void)y, (void)ldy, (void)x, (void)n, (void)t, (void)rows, (void)nrows, (void)scratch;
+#endif
+}
