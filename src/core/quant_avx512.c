@@ -175,6 +175,18 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
 #define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
 
+/* sum over a block's 256 values of s (w . xq) in 16 int32 lanes: w[j] the levels (u8) of values
+ * 64 j .. 64 j + 63 in the order of xq, s[j] the int16 scales of their lanes; u8 x s8 pairs to int16
+ * (|.| <= 2 * 63 * 127), then times the scales into int32. */
+VNNI_INLINE __m512i levels_dot(const __m512i w[4], const __m512i s[4], const int8_t *xq)
+{
+    __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++)
+        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w[j], _mm512_loadu_si512((const void *)(xq + 64 * j))), s[j]);
+    return sumi;
+}
+
 /* For zmm j of a K-quant-ordered block (sub-blocks 0 | 2, 1 | 3, 4 | 6, 5 | 7): the pshufb
  * selectors that spread scale s (bytes 2s, 2s + 1 of the 8 scales widened to int16, in every
  * 128-bit lane) over its sub-block's lanes, and the qh bit (bit s for sub-block s) of Q5_K. */
@@ -232,13 +244,7 @@ VNNI_INLINE void k4_row_i8(const int N, const int q5, float *y, int64_t ldy, con
         for (int j = 0; j < 4; j++)
             s[j] = _mm512_shuffle_epi8(sc16, sel[j]);
         for (int i = 0; i < N; i++) {
-            const int8_t *xq = x->q_k4 + i * K + b * 256;
-            __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                               _mm512_maddubs_epi16(w[0], _mm512_loadu_si512((const void *)xq)), s[0]);
-#pragma GCC unroll 4
-            for (int j = 1; j < 4; j++)
-                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w[j], _mm512_loadu_si512((const void *)(xq + 64 * j))),
-                                           s[j]);
+            __m512i sumi = levels_dot(w, s, x->q_k4 + i * K + b * 256);
             float xd = x->d[i * (K / 256) + b];
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d * xd), acc[i]);
             const __m128i *bs = (const __m128i *)(x->bsums + i * (K / 16) + b * 16);
@@ -309,13 +315,7 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
         for (int k = 0; k < 4; k++)
             s[k] = _mm512_permutexvar_epi16(sidx[k], _mm512_castsi256_si512(sc16));
         for (int i = 0; i < N; i++) {
-            const int8_t *xq = x->q + i * K + b * 256;
-            __m512i sumi = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
-                                               _mm512_maddubs_epi16(w[0], _mm512_loadu_si512((const void *)xq)), s[0]);
-#pragma GCC unroll 4
-            for (int k = 1; k < 4; k++)
-                sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w[k], _mm512_loadu_si512((const void *)(xq + 64 * k))),
-                                           s[k]);
+            __m512i sumi = levels_dot(w, s, x->q + i * K + b * 256);
             __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x->bsums + i * (K / 16) + b * 16)));
             sumi = _mm512_sub_epi32(sumi, _mm512_castsi256_si512(_mm256_slli_epi32(offs, 5)));
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d * x->d[i * (K / 256) + b]), acc[i]);

@@ -59,11 +59,11 @@ typedef void (*hyla_qdot_i8_fn)(float *y, int64_t ldy, const hyla_qx *x, const u
 /* For Q4_K, Q5_K, Q6_K with AVX-512 VNNI; NULL otherwise. */
 hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n);
 
-/* Prefill products with K-quant or Q8_0 weights (Q4_K, Q5_K, Q6_K, Q8_0) on VNNI: a tile of up to
- * HYLA_QGEMM_TILE weight rows repacked once into levels and float scales, then every activation
- * row (rounded as Q8_K) against it, 16 weight rows per vpdpbusd; y[i * ldy + r] for r < nrows.
- * Per row the same arithmetic as the decode kernels' up to summation order: integer products per
- * scale group, then d sc d_x in fp32. scratch: hyla_qgemm_scratch_floats(K) floats. */
+/* Prefill products with K-quant or Q8_0 weights (Q4_K, Q5_K, Q6_K, Q8_0) on VNNI (core/quant_gemm.c):
+ * a tile of up to HYLA_QGEMM_TILE weight rows repacked once into levels and scales, then every
+ * activation row (rounded as Q8_K, or per 32 for Q8_0) against it, 16 weight rows per vpdpbusd;
+ * y[i * ldy + r] for r < nrows. Per row the arithmetic of the decode kernels up to summation order:
+ * integer products and scales, then d d_x in fp32. scratch: hyla_qgemm_scratch_floats(K) floats. */
 #define HYLA_QGEMM_TILE 256
 int hyla_qgemm_supported(hyla_ggml_type t);
 int64_t hyla_qgemm_scratch_floats(int64_t K);
