@@ -173,6 +173,35 @@ static void check_rows_independent(const hyla_qmat *W, int64_t K, int64_t rows)
     free(x), free(y), free(y1), free(scratch);
 }
 
+/* A set of items on one matrix (a decode step's routed experts, stacked rows) in one call ==
+ * each item alone through hyla_linear_q, bit for bit: the same kernels, one parallel loop. (The
+ * golden blocks make equal rows in a single-type matrix; the mixed one tells rows apart.) */
+static void check_items(const hyla_qmat *W, int64_t K, int64_t rows)
+{
+    enum { ITEMS = 3, OUT = 4 };
+    static const int64_t ns[ITEMS] = {1, 3, 2}, row0s[ITEMS] = {4, 0, 8};
+    float *x = malloc((size_t)(8 * K) * sizeof *x), *y = malloc((size_t)(8 * OUT) * sizeof *y);
+    float *y1 = malloc((size_t)(8 * OUT) * sizeof *y1);
+    float *scratch = malloc((size_t)(hyla_linear_q_items_scratch_floats(6, ITEMS, K) + hyla_linear_q_scratch_floats(3, K)) *
+                            sizeof *scratch);
+    for (int64_t i = 0; i < 8 * K; i++)
+        x[i] = (float)sin(0.11 * (double)i + 0.5);
+    hyla_qitem items[ITEMS];
+    int64_t off = 0;
+    for (int j = 0; j < ITEMS; j++, off += ns[j - 1])
+        items[j] = (hyla_qitem){y + off * OUT, x + off * K, ns[j], row0s[j]};
+    CHECK(rows >= 12, "check_items needs 12 rows");
+    hyla_linear_q_items(W, items, ITEMS, K, OUT, scratch);
+    int bad = 0;
+    for (int j = 0; j < ITEMS; j++) {
+        hyla_linear_q(y1, items[j].x, W, items[j].row0, items[j].n, K, OUT, scratch);
+        bad += memcmp(y1, items[j].y, (size_t)(items[j].n * OUT) * sizeof *y1) != 0;
+    }
+    CHECK(bad == 0, "%s: %d of %d items of a set differ from the same product alone", hyla_ggml_type_name(W->type), bad,
+          ITEMS);
+    free(x), free(y), free(y1), free(scratch);
+}
+
 static void test_products(const golden *g, int ng)
 {
     for (int i = 0; i < ng; i++) {
@@ -189,6 +218,7 @@ static void test_products(const golden *g, int ng)
                 for (size_t k = 0; k < sizeof ns / sizeof *ns; k++)
                     check_product(&W, dense, ns[k], K, rows, permute ? "permuted columns" : "plain");
                 check_rows_independent(&W, K, rows);
+                check_items(&W, K, rows);
             }
             free(W.row);
             free(W.col_map);
@@ -223,8 +253,10 @@ static void test_products(const golden *g, int ng)
         }
         for (int64_t n = 1; n <= 16; n += mix ? 1 : 15)
             check_product(&W, dense, n, K, rows, "mixed row types");
-        if (mix)
+        if (mix) {
             check_rows_independent(&W, K, rows);
+            check_items(&W, K, rows);
+        }
         free(W.row);
         free(W.row_type);
         free(dense);

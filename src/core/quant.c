@@ -14,6 +14,7 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "core/error.h"
 #include "core/gemm.h"
 #include "core/parallel.h"
 #include "core/quant_kernels.h"
@@ -281,10 +282,13 @@ void hyla_qmat_row(const hyla_qmat *W, int64_t r, float *dst)
 
 int hyla_quant_int8_activations = 1;
 
+/* Floats of scratch skinny_prepare takes for n rows of in. */
+static int64_t skinny_floats(int64_t n, int64_t in) { return n * in + hyla_qx_floats(n, in) + (n * in + 3) / 4; }
+
 int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in)
 {
     if (n <= HYLA_QUANT_SKINNY_M) /* x gathered; x rounded to int8; the int8 x in the K-quant order */
-        return n * in + hyla_qx_floats(n, in) + (n * in + 3) / 4;
+        return skinny_floats(n, in);
     /* the larger of the sgemm path's dequantized rows and the int8 GEMM's rounded activations +
      * repacked tile */
     int64_t sgemm = QROWS * in, int8 = hyla_qx_floats(n, in) + hyla_qgemm_scratch_floats(in);
@@ -327,32 +331,72 @@ static void dot_generic(float *y, int64_t ldy, const float *x, int64_t ldx, int6
         y[i * ldy] = acc[i];
 }
 
-static void linear_q_skinny(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in,
-                            int64_t out, float *scratch)
+/* A decode-sized product's activations, prepared once for all of W's rows: x in the stored column
+ * order, rounded to int8 (and put in the Q4_K / Q5_K order) for the types whose products run on
+ * VNNI, and the kernel of W's type looked up once (per row only for a matrix of mixed types). */
+typedef struct {
+    const float *x;
+    int64_t n;
+    hyla_qx xq;
+    int int8;
+    hyla_qdot_i8_fn one_i8;
+    hyla_qdot_fn one;
+} skinny_x;
+
+
+static void skinny_prepare(skinny_x *p, const hyla_qmat *W, const float *x, int64_t n, int64_t in, float *scratch)
 {
-    hyla_qx xq; /* x rounded to int8 blocks, for the types whose products run on VNNI */
-    int int8 = hyla_quant_int8_activations && in % 256 == 0 && (W->row_type || hyla_qdot_i8_avx512(W->type, n));
-    if (int8) {
-        hyla_quantize_x(&xq, x, n, in, scratch);
-        int k4 = W->row_type || W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K;
-        if (k4) /* the Q4_K / Q5_K kernels read x in their blocks' order */
-            hyla_qx_k4_order(&xq, n, (int8_t *)(scratch + hyla_qx_floats(n, in)));
+    p->x = stored_order(W, x, n, in, scratch);
+    p->n = n;
+    scratch += n * in;
+    p->int8 = hyla_quant_int8_activations && in % 256 == 0 && (W->row_type || hyla_qdot_i8_avx512(W->type, n));
+    if (p->int8) {
+        hyla_quantize_x(&p->xq, p->x, n, in, scratch);
+        if (W->row_type || W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K) /* their kernels' order */
+            hyla_qx_k4_order(&p->xq, n, (int8_t *)(scratch + hyla_qx_floats(n, in)));
     }
-    /* the kernel for the matrix's type, looked up once; per row only for a matrix of mixed types */
-    hyla_qdot_i8_fn one_i8 = int8 ? hyla_qdot_i8_avx512(W->type, n) : NULL;
-    hyla_qdot_fn one = one_i8 ? NULL : hyla_qdot_avx512(W->type, n);
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * out * in)
-    for (int64_t o = 0; o < out; o++) {
-        const unsigned char *row = W->row[row0 + o];
-        hyla_ggml_type t = row_type(W, row0 + o);
-        hyla_qdot_i8_fn dot_i8 = !W->row_type ? one_i8 : int8 ? hyla_qdot_i8_avx512(t, n) : NULL;
-        hyla_qdot_fn dot = !W->row_type ? one : dot_i8 ? NULL : hyla_qdot_avx512(t, n);
-        if (dot_i8)
-            dot_i8(y + o, out, &xq, row);
-        else if (dot)
-            dot(y + o, out, x, in, row, in);
-        else
-            dot_generic(y + o, out, x, in, n, t, row, in);
+    p->one_i8 = p->int8 ? hyla_qdot_i8_avx512(W->type, n) : NULL;
+    p->one = p->one_i8 ? NULL : hyla_qdot_avx512(W->type, n);
+}
+
+/* y[i * ldy] = x_i . (stored row r of W), i < p->n. */
+static void skinny_row(const skinny_x *p, const hyla_qmat *W, int64_t r, float *y, int64_t ldy, int64_t in)
+{
+    const unsigned char *row = W->row[r];
+    hyla_ggml_type t = row_type(W, r);
+    hyla_qdot_i8_fn dot_i8 = !W->row_type ? p->one_i8 : p->int8 ? hyla_qdot_i8_avx512(t, p->n) : NULL;
+    hyla_qdot_fn dot = !W->row_type ? p->one : dot_i8 ? NULL : hyla_qdot_avx512(t, p->n);
+    if (dot_i8)
+        dot_i8(y, ldy, &p->xq, row);
+    else if (dot)
+        dot(y, ldy, p->x, in, row, in);
+    else
+        dot_generic(y, ldy, p->x, in, p->n, t, row, in);
+}
+
+int64_t hyla_linear_q_items_scratch_floats(int64_t rows, int64_t count, int64_t in)
+{
+    /* skinny_floats summed over items of n_j rows, sum n_j = rows: each term is linear in n_j plus
+     * at most 20 floats of rounding */
+    return skinny_floats(rows, in) + 20 * count;
+}
+
+void hyla_linear_q_items(const hyla_qmat *W, const hyla_qitem *items, int64_t count, int64_t in, int64_t out,
+                         float *scratch)
+{
+    skinny_x p[HYLA_QITEMS_MAX];
+    int64_t rows = 0;
+    HYLA_ASSERT(count <= HYLA_QITEMS_MAX);
+    for (int64_t j = 0; j < count; j++) {
+        HYLA_ASSERT(items[j].n >= 1 && items[j].n <= HYLA_QUANT_SKINNY_M);
+        skinny_prepare(&p[j], W, items[j].x, items[j].n, in, scratch);
+        scratch += skinny_floats(items[j].n, in);
+        rows += items[j].n;
+    }
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(rows * out * in)
+    for (int64_t jo = 0; jo < count * out; jo++) {
+        int64_t j = jo / out, o = jo % out;
+        skinny_row(&p[j], W, items[j].row0 + o, items[j].y + o, out, in);
     }
 }
 
@@ -361,11 +405,12 @@ void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, i
 {
     if (n <= 0 || out <= 0)
         return;
-    x = stored_order(W, x, n, in, scratch);
     if (n <= HYLA_QUANT_SKINNY_M) {
-        linear_q_skinny(y, x, W, row0, n, in, out, scratch + n * in);
+        hyla_qitem one = {y, x, n, row0};
+        hyla_linear_q_items(W, &one, 1, in, out, scratch);
         return;
     }
+    x = stored_order(W, x, n, in, scratch);
     float *tile = scratch + n * in;
     if (hyla_quant_int8_activations && !W->row_type && in % 256 == 0 && hyla_qgemm_supported(W->type)) {
         /* K-quants: the int8 GEMM (activations as Q8_K, the decode path's rounding) */

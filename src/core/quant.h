@@ -104,6 +104,21 @@ extern int hyla_quant_int8_activations;
 int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in);
 void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in, int64_t out,
                    float *scratch);
+/* A set of decode-sized products on one matrix, e.g. the routed experts of an MoE layer (W their
+ * stacked rows): y_j[n_j, out] = x_j[n_j, in] W[row0_j .. row0_j + out, :]^T for j < count, each
+ * n_j <= HYLA_QUANT_SKINNY_M, count <= HYLA_QITEMS_MAX. All items' rows go through one parallel
+ * loop (one region instead of one per item); each y_j equals hyla_linear_q's for item j alone, bit
+ * for bit (the kernels do the same operations per row whatever else runs). */
+#define HYLA_QITEMS_MAX 64
+typedef struct {
+    float *y;
+    const float *x;
+    int64_t n, row0;
+} hyla_qitem;
+/* Scratch floats for items of `rows` rows in all. */
+int64_t hyla_linear_q_items_scratch_floats(int64_t rows, int64_t count, int64_t in);
+void hyla_linear_q_items(const hyla_qmat *W, const hyla_qitem *items, int64_t count, int64_t in, int64_t out,
+                         float *scratch);
 /* Stored bytes of W's rows. */
 size_t hyla_qmat_bytes(const hyla_qmat *W);
 /* dst[0..cols) = logical row r of W (an embedding lookup). */

@@ -132,7 +132,12 @@ int64_t hyla_bf16_scratch_floats(const hyla_config *cfg, int64_t n)
 
 int64_t hyla_quant_scratch_floats(const hyla_config *cfg, int64_t n)
 {
-    return hyla_linear_q_scratch_floats(n, widest_side(cfg));
+    int64_t D = widest_side(cfg), floats = hyla_linear_q_scratch_floats(n, D);
+    if (cfg->n_experts > 0 && n <= HYLA_QUANT_SKINNY_M) { /* a decode step's routed experts as one set */
+        int64_t slots = n * cfg->top_k, items = hyla_linear_q_items_scratch_floats(slots, slots, D);
+        floats = items > floats ? items : floats;
+    }
+    return floats;
 }
 
 int64_t hyla_head_scratch_floats(const hyla_model *m, int64_t n)
@@ -167,6 +172,19 @@ void hyla_op_linear(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *y
         hyla_linear(y, x, hyla_op_w(c, role) + row0 * in, n, in, out, 0);
     if (c->lora)
         hyla_lora_fwd(c->lora, hyla_param_find(&c->m->table, role, c->layer), row0, out, y, x, n, in, c->lora_scratch);
+}
+
+int hyla_op_linear_items(const hyla_op_ctx *c, hyla_role role, const hyla_qitem *items, int64_t count, int64_t in,
+                         int64_t out)
+{
+    const hyla_qmat *Q = hyla_model_param_q(c->m, role, c->layer);
+    if (!Q || c->lora || count > HYLA_QITEMS_MAX)
+        return 0;
+    for (int64_t j = 0; j < count; j++)
+        if (items[j].n > HYLA_QUANT_SKINNY_M)
+            return 0;
+    hyla_linear_q_items(Q, items, count, in, out, c->bf16_scratch);
+    return 1;
 }
 
 void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *dx, const float *dy,

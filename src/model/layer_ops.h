@@ -14,6 +14,7 @@
 
 #include <stdint.h>
 
+#include "core/quant.h"
 #include "model/checkpoint_names.h"
 #include "model/model.h"
 
@@ -173,6 +174,12 @@ void hyla_op_linear(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *y
                     int64_t in, int64_t out);
 void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *dx, const float *dy,
                         const float *x, int64_t n, int64_t in, int64_t out);
+/* The products of a set of decode-sized items on one parameter (a GGUF model's routed experts:
+ * core/quant.h's hyla_linear_q_items), in one parallel loop; each item's y as hyla_op_linear gives
+ * it. Returns 0 (nothing done) where that path does not apply: weights not stored quantized, an
+ * adapter, too many items or an item of more than HYLA_QUANT_SKINNY_M rows. */
+int hyla_op_linear_items(const hyla_op_ctx *c, hyla_role role, const hyla_qitem *items, int64_t count, int64_t in,
+                         int64_t out);
 
 /* Linear-layer backward: dx[n,in] += dy[n,out] W[out,in]; dW[out,in] += dy^T x. */
 void hyla_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,

@@ -145,8 +145,38 @@ static void expert_up_one(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d
     fused_gate_up(c, HYLA_P_MOE_GATE_UP, e * 2 * Ie, o->p[HYLA_S_EGATE] + s0 * Ie, o->p[HYLA_S_EUP] + s0 * Ie,
                   t->p[HYLA_S_XE] + s0 * H, cnt, H, Ie, scratch + s0 * 2 * Ie);
 }
+/* A decode step of a GGUF model: the routed experts' products as one set of items (one parallel
+ * loop over all their rows, layer_ops.h); 0 where that path does not apply. y(e) and x(e): expert
+ * e's first output and input row, its rows offs[e] .. offs[e + 1]. */
+static int experts_as_items(const hyla_op_ctx *c, const hyla_tape *t, hyla_role role, float *y, int64_t ldy,
+                            const float *x, int64_t ldx, int64_t rows_per_expert, int64_t in, int64_t out)
+{
+    const int32_t *offs = CI32(HYLA_S_OFFS);
+    hyla_qitem items[HYLA_QITEMS_MAX];
+    int64_t count = 0;
+    if (!c->m->qw)
+        return 0;
+    for (int64_t e = 0; e < CFG->n_experts; e++) {
+        int64_t cnt = offs[e + 1] - offs[e];
+        if (!cnt)
+            continue;
+        if (count == HYLA_QITEMS_MAX)
+            return 0;
+        items[count++] = (hyla_qitem){y + offs[e] * ldy, x + offs[e] * ldx, cnt, e * rows_per_expert};
+    }
+    return hyla_op_linear_items(c, role, items, count, in, out);
+}
+
 static void expert_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*[n*k, 2Ie]*/)
 {
+    int64_t H = CFG->hidden, Ie = CFG->moe_inter, slots = CI32(HYLA_S_OFFS)[CFG->n_experts];
+    if (experts_as_items(c, t, HYLA_P_MOE_GATE_UP, scratch, 2 * Ie, t->p[HYLA_S_XE], H, 2 * Ie, H, 2 * Ie)) {
+        for (int64_t r = 0; r < slots; r++) { /* [gate | up] rows apart, as fused_gate_up */
+            memcpy(t->p[HYLA_S_EGATE] + r * Ie, scratch + r * 2 * Ie, (size_t)Ie * sizeof(float));
+            memcpy(t->p[HYLA_S_EUP] + r * Ie, scratch + r * 2 * Ie + Ie, (size_t)Ie * sizeof(float));
+        }
+        return;
+    }
     each_expert(c, t, t, scratch, expert_up_one, 2.0 * CFG->hidden * 2 * CFG->moe_inter);
 }
 static int64_t expert_up_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->top_k * 2 * cfg->moe_inter; }
@@ -219,6 +249,9 @@ static void expert_down_one(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape 
 }
 static void expert_down_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
+    int64_t H = CFG->hidden, Ie = CFG->moe_inter;
+    if (experts_as_items(c, t, HYLA_P_MOE_DOWN, t->p[HYLA_S_EOUT], H, t->p[HYLA_S_EH], Ie, H, Ie, H))
+        return;
     each_expert(c, t, t, scratch, expert_down_one, 2.0 * CFG->hidden * CFG->moe_inter);
 }
 static void expert_down_bwd_one(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, int64_t e,
