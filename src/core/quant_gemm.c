@@ -20,6 +20,12 @@
 #include "core/parallel.h"
 #include "core/quant_kernels.h"
 
+/* The scratch's regions (floats): the levels, then per-unit scales, then per-block fields. */
+#define LEVELS_FLOATS(K) ((HYLA_QGEMM_TILE * (K)) / 4)
+#define UNIT_FLOATS(K) ((HYLA_QGEMM_TILE * (K)) / 16)
+
+int64_t hyla_qgemm_scratch_floats(int64_t K) { return LEVELS_FLOATS(K) + 2 * UNIT_FLOATS(K) + 64; }
+
 #if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
 #include <immintrin.h>
 #define HAVE_KERNELS 1
@@ -27,12 +33,6 @@
 #define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
 
 static int unit_len(hyla_ggml_type t) { return t == HYLA_GGML_Q6_K ? 16 : 32; }
-
-/* The scratch's regions (floats): the levels, then per-unit scales, then per-block fields. */
-#define LEVELS_FLOATS(K) ((HYLA_QGEMM_TILE * (K)) / 4)
-#define UNIT_FLOATS(K) ((HYLA_QGEMM_TILE * (K)) / 16)
-
-int64_t hyla_qgemm_scratch_floats(int64_t K) { return LEVELS_FLOATS(K) + 2 * UNIT_FLOATS(K) + 64; }
 
 /* A K-quant row's fields: levels L[K] (0..15 / 0..31 / 0..63), integer unit scales sci[K / ul],
  * per block d and dm, and the 16 per-16 weights c[16] of each block's M (see the top). */

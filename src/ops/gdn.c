@@ -36,7 +36,9 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
      * wt[j][c] so the tap loop reads both operands contiguously (w[c * K + j] is a stride-K
      * gather). Per element the arithmetic is unchanged: taps j = 0..K-1 in order from 0. */
     int64_t n_cb = (C + CONV_FWD_CB - 1) / CONV_FWD_CB, row_block = 64, n_rb = (T + row_block - 1) / row_block;
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * C * K)
+    /* work: K taps and the SiLU (its exp in double, ~32 operations) per element -- a decoded token's
+     * 6,144 channels are worth both threads (their weights and window come from memory) */
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(T * C * (K + 32))
     for (int64_t task = 0; task < n_cb * n_rb; task++) {
         int64_t c0 = (task % n_cb) * CONV_FWD_CB, nc = C - c0 < CONV_FWD_CB ? C - c0 : CONV_FWD_CB;
         int64_t t0 = (task / n_cb) * row_block, t1 = T - t0 < row_block ? T : t0 + row_block;
