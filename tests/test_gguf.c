@@ -129,13 +129,18 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
                 ref += (double)x[i * K + k] * w;
                 mag += fabs((double)x[i * K + k] * w);
             }
-            for (int64_t b = 0; int8 && b < K / 256; b++) { /* |x - d q| <= d / 2, d = max |x| / 127 per 256 */
+            /* |x - d q| <= d / 2, d = max |x| / 127 per block of 256 (Q8_K, d in fp32); the Q8_0 GEMM's
+             * blocks of 32 keep d as f16 (llama.cpp's): |x - d' q| <= d / 2 + 127 |d - d'| <=
+             * d (1/2 + 127 * 2^-11) */
+            int64_t xb = W->type == HYLA_GGML_Q8_0 && !W->row_type ? 32 : 256;
+            double per = xb == 32 ? 0.5 + 127.0 * 0x1p-11 : 0.5;
+            for (int64_t b = 0; int8 && b < K / xb; b++) {
                 double amax = 0, wsum = 0;
-                for (int64_t k = 256 * b; k < 256 * b + 256; k++) {
+                for (int64_t k = xb * b; k < xb * b + xb; k++) {
                     amax = fmax(amax, fabs((double)x[i * K + k]));
                     wsum += fabs((double)dense[(row0 + o) * K + k]);
                 }
-                rounding += amax / 127.0 / 2.0 * wsum * (1 + 0x1p-20); /* d itself rounded to fp32 */
+                rounding += amax / 127.0 * per * wsum * (1 + 0x1p-20); /* d itself rounded to fp32 */
             }
             /* fp32 accumulation of K products (the dequantized weights formed with at most one extra
              * rounding): a K-term sum in any order is within (K + 2) u sum|x w| of the exact one,

@@ -373,10 +373,12 @@ void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, fl
             float amax = 0;
             for (int j = 0; j < 32; j++)
                 amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
-            float db = amax / 127.0f, id = db != 0 ? 1.0f / db : 0.0f;
-            d[i * (K / 32) + b] = db;
+            /* llama.cpp's x86 quantize_row_q8_0: the scale kept as f16 (the block stores it so), the
+             * values scaled by 127 / max and rounded to nearest, ties to even */
+            float id = amax != 0 ? 127.0f / amax : 0.0f;
+            d[i * (K / 32) + b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
             for (int j = 0; j < 32; j++)
-                qb[j] = (int8_t)roundf(xb[j] * id);
+                qb[j] = (int8_t)nearbyintf(xb[j] * id);
             for (int g = 0; g < 2; g++) {
                 int s = 0;
                 for (int j = 0; j < 16; j++)

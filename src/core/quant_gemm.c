@@ -12,9 +12,9 @@
  * instead of per row. A pass covers 2 groups (32 weight rows) x 6 activation rows: 12 independent
  * accumulator chains, each broadcast of activations feeding two weight vectors.
  *
- * Q8_0 against Q8_0 activations (one scale per 32 on both sides): per unit, y += d_w d_x (L .
- * q_x) - 128 d_w d_x bsum (levels stored as q + 128, unsigned for vpdpbusd), 16 rows x 4
- * activation rows per pass. */
+ * Q8_0 against Q8_0 activations (one scale per 32 on both sides): per unit, y += (d_w d_x) (L .
+ * q_x - 128 bsum), the integer sum exact (levels stored as q + 128, unsigned for vpdpbusd): the
+ * per-block value of ggml's vec_dot_q8_0_q8_0. 16 rows x 4 activation rows per pass. */
 #include <string.h>
 
 #include "core/parallel.h"
@@ -220,13 +220,13 @@ VNNI_TARGET static void kq_rows(float *y, int64_t ldy, const hyla_qx *x, int64_t
 
 /* ---- Q8_0 ---------------------------------------------------------------------------------------- */
 
-/* Q8_0 tile: levels q + 128 (unsigned for vpdpbusd), with each unit of 16 rows its scale d and
- * offset 128 d in floats (after the levels). Rows [rows, 16 * groups) are zero. */
+/* Q8_0 tile: levels q + 128 (unsigned for vpdpbusd), with each unit of 16 rows its scale d in
+ * floats (after the levels). Rows [rows, 16 * groups) are zero. */
 static void pack_q8_0(const unsigned char *const *rowp, int64_t rows, int64_t K, float *scratch)
 {
     int64_t units = K / 32, groups = (rows + 15) / 16;
     uint8_t *U = (uint8_t *)scratch;
-    float *SC = scratch + LEVELS_FLOATS(K), *OFF = SC + UNIT_FLOATS(K);
+    float *SC = scratch + LEVELS_FLOATS(K);
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(groups * 16 * K)
     for (int64_t gr = 0; gr < groups * 16; gr++) {
         int64_t g = gr / 16, r = gr % 16;
@@ -242,7 +242,6 @@ static void pack_q8_0(const unsigned char *const *rowp, int64_t rows, int64_t K,
                 memset(L, 0, sizeof L);
             }
             SC[(g * units + u) * 16 + r] = d;
-            OFF[(g * units + u) * 16 + r] = 128.0f * d;
             put_levels(U, L, g * units + u, 1, 32, r);
         }
     }
@@ -255,7 +254,7 @@ VNNI_INLINE void q8_0_pass(const int NI, float *y, int64_t ldy, const hyla_qx *x
 {
     int64_t units = K / 32;
     const uint8_t *U = (const uint8_t *)scratch;
-    const float *SC = scratch + LEVELS_FLOATS(K), *OFF = SC + UNIT_FLOATS(K);
+    const float *SC = scratch + LEVELS_FLOATS(K);
     __m512 accf[QG_ROWS];
 #pragma GCC unroll 8
     for (int i = 0; i < NI; i++)
@@ -264,8 +263,10 @@ VNNI_INLINE void q8_0_pass(const int NI, float *y, int64_t ldy, const hyla_qx *x
         int64_t gu = g * units + u;
         __m512i acc[QG_ROWS];
 #pragma GCC unroll 8
-        for (int i = 0; i < NI; i++)
-            acc[i] = _mm512_setzero_si512();
+        for (int i = 0; i < NI; i++) { /* levels carry +128: start from -128 sum(q_x), exact in int32 */
+            const int16_t *bs = x->bsums + (i0 + i) * (K / 16) + 2 * u;
+            acc[i] = _mm512_set1_epi32(-128 * (bs[0] + bs[1]));
+        }
         const uint8_t *A = U + gu * 8 * 64;
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) {
@@ -277,14 +278,11 @@ VNNI_INLINE void q8_0_pass(const int NI, float *y, int64_t ldy, const hyla_qx *x
                 acc[i] = _mm512_dpbusd_epi32(acc[i], w, _mm512_set1_epi32(v));
             }
         }
-        __m512 scv = _mm512_loadu_ps(SC + gu * 16), ofv = _mm512_loadu_ps(OFF + gu * 16);
+        __m512 scv = _mm512_loadu_ps(SC + gu * 16);
 #pragma GCC unroll 8
-        for (int i = 0; i < NI; i++) {
-            float dx = x->d[(i0 + i) * units + u];
-            const int16_t *bs = x->bsums + (i0 + i) * (K / 16) + 2 * u;
-            accf[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_mul_ps(scv, _mm512_set1_ps(dx)), accf[i]);
-            accf[i] = _mm512_fnmadd_ps(ofv, _mm512_set1_ps(dx * (float)(bs[0] + bs[1])), accf[i]);
-        }
+        for (int i = 0; i < NI; i++) /* (d_w d_x) sum(q_w q_x) per block, as ggml's vec_dot_q8_0_q8_0 */
+            accf[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i]), _mm512_mul_ps(scv, _mm512_set1_ps(x->d[(i0 + i) * units + u])),
+                                      accf[i]);
     }
 #pragma GCC unroll 8
     for (int i = 0; i < NI; i++)

@@ -49,8 +49,9 @@ void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *
  * sub-blocks of 32 as 0 2 1 3 4 6 5 7, the order of the low and high nibbles of a block's stored
  * bytes -- and x->q_k4 = dst. */
 void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst);
-/* The same rounding per block of 32 as llama.cpp's Q8_0 activations (d = max |x| / 127, q = round(x
- * / d), halves away from zero): what the Q8_0 prefill GEMM multiplies (block = 32). */
+/* The rounding per block of 32 of llama.cpp's Q8_0 activations (its x86 quantize_row_q8_0): d =
+ * max |x| / 127 rounded to f16 (as the block stores it), q = x * (127 / max |x|) rounded to
+ * nearest, ties to even: what the Q8_0 prefill GEMM multiplies (block = 32). */
 void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch);
 
 /* y[i * ldy] = sum_k w_k (d q)[i][k] as ggml's vec_dot_q*_K_q8_K computes it: integer products and
