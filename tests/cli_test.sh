@@ -421,6 +421,10 @@ copy_model gg && $PY tests/data/make_qwen_tokenizer.py "$T/gg" >/dev/null
 "$HYLA" convert "$T/m.gguf" "$T/m_dequant" >/dev/null && [ -f "$T/m_dequant/model.safetensors" ] \
     && "$HYLA" forward "$T/m_dequant" --tokens 1,2,3,4 >/dev/null && echo "  ok  GGUF model: forward, generate, convert to safetensors" \
     || fail "convert a .gguf file to a Hugging Face directory"
+out=$("$HYLA" inspect "$T/m.gguf") && grep -q "tensors in the file" <<<"$out" && grep -q "Q8_0" <<<"$out" \
+    && grep -q "read in place" <<<"$out" || fail "inspect of a .gguf file: tensor table with stored types"
+"$HYLA" inspect "$T/m.gguf" --json | $PY -c 'import json,sys; d=json.load(sys.stdin); g=d["gguf"]; assert g["tensors"] == sum(g["tensor_types"].values()) and g["tensor_types"].get("Q8_0", 0) > 0 and g["tensor_bytes"] > 0 and d["params_total"] > 0' \
+    || fail "inspect --json of a .gguf file: gguf.tensor_types / tensor_bytes"
 expect_error "gguf: --adapter" "--adapter needs a Hugging Face model directory" "$HYLA" forward "$T/m.gguf" --tokens 1 --adapter "$T/none"
 expect_error "gguf: --act-dtype bf16" "a GGUF model computes with its tensors' stored types" "$HYLA" forward "$T/m.gguf" --tokens 1 --act-dtype bf16
 expect_error "gguf: train" "a GGUF file is a model for inference" "$HYLA" train --model "$T/m.gguf" --synthetic --steps 1
@@ -429,6 +433,7 @@ head -c 4000 "$T/m.gguf" > "$T/trunc.gguf"
 expect_error "gguf: truncated in the header" "trunc.gguf: .*cannot fit in 3976 bytes" "$HYLA" forward "$T/trunc.gguf" --tokens 1
 head -c $(( $(stat -c %s "$T/m.gguf") / 2 )) "$T/m.gguf" > "$T/half.gguf"
 expect_error "gguf: truncated in the data" "half.gguf: tensor .* lie past the end of the file" "$HYLA" forward "$T/half.gguf" --tokens 1
+expect_error "gguf: inspect of a truncated file" "half.gguf: tensor .* lie past the end of the file" "$HYLA" inspect "$T/half.gguf"
 $PY - "$T/m.gguf" "$T" <<'PYEOF'
 import sys
 d = open(sys.argv[1], "rb").read()

@@ -8,7 +8,9 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "core/quant.h"
 #include "io/fileio.h"
+#include "io/gguf_read.h"
 #include "model/model.h"
 
 static void print_summary(const hyla_config *c)
@@ -100,6 +102,48 @@ static void print_tensors(const hyla_model *m, const hyla_st_set *set, int all)
     }
 }
 
+/* A GGUF model's file: its tensors as stored (ggml shape: row length first), and bytes per type. */
+static void print_gguf_tensors(const hyla_gguf_file *f)
+{
+    size_t bytes[64] = {0}, count[64] = {0}, total = 0, n = hyla_gguf_n_tensors(f);
+    printf("\ntensors in the file (%zu, GGUF v%u; ggml shape, row length first):\n", n, hyla_gguf_version(f));
+    for (size_t i = 0; i < n; i++) {
+        const hyla_gguf_tensor *t = hyla_gguf_tensor_at(f, i);
+        char shape[96];
+        size_t o = 0;
+        for (int d = 0; d < t->n_dims; d++)
+            o += (size_t)snprintf(shape + o, sizeof shape - o, d ? ", %lld" : "[%lld", (long long)t->ne[d]);
+        snprintf(shape + o, sizeof shape - o, "]");
+        printf("  %-48s %-22s %-6s %12zu bytes\n", t->name, shape, hyla_ggml_type_name(t->type), t->nbytes);
+        bytes[t->type & 63] += t->nbytes, count[t->type & 63]++, total += t->nbytes;
+    }
+    printf("\nby type:");
+    for (int k = 0; k < 64; k++)
+        if (count[k])
+            printf("  %s %zu (%.1f MB)", hyla_ggml_type_name((hyla_ggml_type)k), count[k], (double)bytes[k] / 1e6);
+    printf("\ntensor bytes    %zu (%.1f MB), read in place\n", total, (double)total / 1e6);
+}
+
+static void add_gguf_json(cJSON *o, const hyla_gguf_file *f)
+{
+    cJSON *g = cJSON_AddObjectToObject(o, "gguf");
+    cJSON *types = cJSON_AddObjectToObject(g, "tensor_types");
+    size_t total = 0, n = hyla_gguf_n_tensors(f);
+    cJSON_AddNumberToObject(g, "version", hyla_gguf_version(f));
+    for (size_t i = 0; i < n; i++) {
+        const hyla_gguf_tensor *t = hyla_gguf_tensor_at(f, i);
+        const char *name = hyla_ggml_type_name(t->type);
+        cJSON *c = cJSON_GetObjectItem(types, name);
+        if (c)
+            cJSON_SetNumberValue(c, c->valuedouble + 1);
+        else
+            cJSON_AddNumberToObject(types, name, 1);
+        total += t->nbytes;
+    }
+    cJSON_AddNumberToObject(g, "tensors", (double)n);
+    cJSON_AddNumberToObject(g, "tensor_bytes", (double)total);
+}
+
 static int emit_json(const hyla_model *m, const hyla_param_counts *pc)
 {
     cJSON *o = cJSON_CreateObject();
@@ -118,6 +162,8 @@ static int emit_json(const hyla_model *m, const hyla_param_counts *pc)
     cJSON_AddNumberToObject(o, "params_active", (double)pc->active);
     cJSON_AddNumberToObject(o, "params_embedding", (double)pc->embedding);
     cJSON_AddNumberToObject(o, "tensors", (double)m->table.n_hf);
+    if (m->gguf)
+        add_gguf_json(o, m->gguf);
     char *s = cJSON_Print(o);
     cJSON_Delete(o);
     if (!s)
@@ -136,11 +182,32 @@ int hyla_cmd_inspect(int argc, char **argv)
         {0},
     };
     const hyla_command_spec spec = {"inspect", "PATH [options]",
-                                    "PATH is a model directory or a config.json file (weights optional).", opts, 1, 1, NULL};
+                                    "PATH is a model directory, a config.json file (weights optional) or a .gguf file "
+                                    "(loaded and checked as generate would, its tensors listed as stored).",
+                                    opts, 1, 1, NULL};
     const char *pos[1];
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)
         return r < 0 ? 2 : 0;
+
+    if (hyla_is_gguf_path(pos[0])) { /* the whole load: what inspect says is what generate will take */
+        hyla_model g;
+        if (hyla_model_load_gguf(&g, pos[0]))
+            return hyla_cli_fail("inspect");
+        hyla_param_counts pc;
+        hyla_params_count(&g.table, &pc);
+        int rc = 0;
+        if (json) {
+            rc = emit_json(&g, &pc);
+        } else {
+            print_summary(&g.cfg);
+            print_schedule(&g);
+            print_counts(&pc);
+            print_gguf_tensors(g.gguf);
+        }
+        hyla_model_free(&g);
+        return rc;
+    }
 
     struct stat sb;
     int is_dir = stat(pos[0], &sb) == 0 && S_ISDIR(sb.st_mode);
