@@ -173,6 +173,19 @@ static int emit_json(const hyla_model *m, const hyla_param_counts *pc)
     return 0;
 }
 
+/* The summary, schedule and parameter counts (or all of it as JSON); the tensor table follows. */
+static int print_model(const hyla_model *m, int json)
+{
+    hyla_param_counts pc;
+    hyla_params_count(&m->table, &pc);
+    if (json)
+        return emit_json(m, &pc);
+    print_summary(&m->cfg);
+    print_schedule(m);
+    print_counts(&pc);
+    return 0;
+}
+
 int hyla_cmd_inspect(int argc, char **argv)
 {
     int json = 0, all = 0;
@@ -194,17 +207,9 @@ int hyla_cmd_inspect(int argc, char **argv)
         hyla_model g;
         if (hyla_model_load_gguf(&g, pos[0]))
             return hyla_cli_fail("inspect");
-        hyla_param_counts pc;
-        hyla_params_count(&g.table, &pc);
-        int rc = 0;
-        if (json) {
-            rc = emit_json(&g, &pc);
-        } else {
-            print_summary(&g.cfg);
-            print_schedule(&g);
-            print_counts(&pc);
+        int rc = print_model(&g, json);
+        if (!json)
             print_gguf_tensors(g.gguf);
-        }
         hyla_model_free(&g);
         return rc;
     }
@@ -240,15 +245,8 @@ int hyla_cmd_inspect(int argc, char **argv)
             hyla_st_close(&set);
         return hyla_cli_fail("inspect");
     }
-    hyla_param_counts pc;
-    hyla_params_count(&m.table, &pc);
-    int rc = 0;
-    if (json) {
-        rc = emit_json(&m, &pc);
-    } else {
-        print_summary(&m.cfg);
-        print_schedule(&m);
-        print_counts(&pc);
+    int rc = print_model(&m, json);
+    if (!json) {
         print_tensors(&m, have_set ? &set : NULL, all);
         if (!have_set)
             printf("\n(no weights: tensor table derived from the config)\n");
