@@ -343,7 +343,6 @@ typedef struct {
     hyla_qdot_fn one;
 } skinny_x;
 
-
 static void skinny_prepare(skinny_x *p, const hyla_qmat *W, const float *x, int64_t n, int64_t in, float *scratch)
 {
     p->x = stored_order(W, x, n, in, scratch);

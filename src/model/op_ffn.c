@@ -99,15 +99,21 @@ static void gather_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, f
 /* ---- experts' gate/up: XE -> EGATE, EUP (per expert, weights [E, 2Ie, H]) ------------------- */
 /* gate [rows, I] and up [rows, I] from one GEMM against the fused [2I, H] weight (a wider GEMM
  * runs closer to peak than two halves); gu [rows, 2I] is scratch. */
+/* gate [rows, I] and up [rows, I] from the fused product gu [rows, 2I] (gate | up per row). */
+static void split_gate_up(float *gate, float *up, const float *gu, int64_t rows, int64_t I)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(gate + r * I, gu + r * 2 * I, (size_t)I * sizeof(float));
+        memcpy(up + r * I, gu + r * 2 * I + I, (size_t)I * sizeof(float));
+    }
+}
+
 /* gate|up rows [row0, row0 + 2I) of `role` in one GEMM, split into gate and up. */
 static void fused_gate_up(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *gate, float *up, const float *x,
                           int64_t rows, int64_t H, int64_t I, float *gu)
 {
     hyla_op_linear(c, role, row0, gu, x, rows, H, 2 * I);
-    for (int64_t r = 0; r < rows; r++) {
-        memcpy(gate + r * I, gu + r * 2 * I, (size_t)I * sizeof(float));
-        memcpy(up + r * I, gu + r * 2 * I + I, (size_t)I * sizeof(float));
-    }
+    split_gate_up(gate, up, gu, rows, I);
 }
 
 /* The routed experts' products, expert by expert (each expert's rows are one contiguous block,
@@ -171,10 +177,7 @@ static void expert_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*[
 {
     int64_t H = CFG->hidden, Ie = CFG->moe_inter, slots = CI32(HYLA_S_OFFS)[CFG->n_experts];
     if (experts_as_items(c, t, HYLA_P_MOE_GATE_UP, scratch, 2 * Ie, t->p[HYLA_S_XE], H, 2 * Ie, H, 2 * Ie)) {
-        for (int64_t r = 0; r < slots; r++) { /* [gate | up] rows apart, as fused_gate_up */
-            memcpy(t->p[HYLA_S_EGATE] + r * Ie, scratch + r * 2 * Ie, (size_t)Ie * sizeof(float));
-            memcpy(t->p[HYLA_S_EUP] + r * Ie, scratch + r * 2 * Ie + Ie, (size_t)Ie * sizeof(float));
-        }
+        split_gate_up(t->p[HYLA_S_EGATE], t->p[HYLA_S_EUP], scratch, slots, Ie);
         return;
     }
     each_expert(c, t, t, scratch, expert_up_one, 2.0 * CFG->hidden * 2 * CFG->moe_inter);
