@@ -64,7 +64,7 @@ int main(int argc, char **argv)
     hyla_sampling s = {0, 0, 1.0, 1, NEW, NULL, 0, 0};
     const int32_t *prompts[1] = {prompt};
     int64_t n_out;
-    hyla_generate_stats st, best = {1e30, 1e30, 0, 0};
+    hyla_generate_stats st, best = {.prefill_seconds = 1e30, .decode_seconds = 1e30};
     for (int rep = 0; rep < 3; rep++) { /* first run warms up; keep the best of the others */
         if (hyla_generate(&m, 1, prompts, &T, &s, &out, &n_out, NULL, NULL, &st)) {
             fprintf(stderr, "infer_bench: %s\n", hyla_error_message());

@@ -11,6 +11,7 @@
 #include "core/rss.h"
 #include "infer/infer_plan.h"
 #include "infer/generate.h"
+#include "infer/speculative.h"
 #include "engine/routing.h"
 #include "io/fileio.h"
 #include "io/chat.h"
@@ -90,7 +91,7 @@ int hyla_cmd_generate(int argc, char **argv)
 {
     const char *prompt = NULL, *prompt_tokens = NULL, *stop_arg = NULL, *tok_path = NULL, *record = NULL, *adapter = NULL;
     int json = 0, chat = 0;
-    int64_t max_new = 64, top_k = 0, seed = 1, threads = 0, repeat_stop = 0;
+    int64_t max_new = 64, top_k = 0, seed = 1, threads = 0, repeat_stop = 0, draft = 0;
     double temperature = 0.0, top_p = 1.0;
     hyla_cli_dtypes dt = {0};
     const hyla_opt opts[] = {
@@ -109,6 +110,8 @@ int hyla_cmd_generate(int argc, char **argv)
         {"--json", OPT_FLAG, &json, NULL, "print prompt and generated ids as JSON instead of text", 0, 0},
         {"--record-routing", OPT_STRING, &record, "FILE", "write the experts chosen per MoE layer and token (HYLAROU1)", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
+        {"--draft", OPT_INT, &draft, "N", "speculative decoding: draft N tokens per round with the MTP head (greedy)",
+         0, HYLA_MAX_DRAFT},
         HYLA_OPT_ACT_DTYPE(dt),
         HYLA_OPT_PARAM_DTYPE(dt),
         {0},
@@ -119,6 +122,10 @@ int hyla_cmd_generate(int argc, char **argv)
     int npos, r = hyla_opts_parse(&spec, argc, argv, pos, &npos);
     if (r)
         return r < 0 ? 2 : 0;
+    if (draft && record) {
+        fprintf(stderr, "hyla generate: --draft and --record-routing cannot be combined\n");
+        return 2;
+    }
     if (!prompt == !prompt_tokens) {
         fprintf(stderr, "hyla generate: give exactly one of --prompt or --prompt-tokens\n");
         return 2;
@@ -176,8 +183,9 @@ int hyla_cmd_generate(int argc, char **argv)
     if (!json && prompt)
         printf("%s", chat ? "" : prompt);
     hyla_routing routing = {0, 0, 0, NULL};
-    int failed = !out || (record ? hyla_generate_recorded(&m, ids, n_ids, &s, out, &n_out, stream_token, &sc, &st, &routing)
-                                 : hyla_generate(&m, 1, prompts, &n_ids, &s, &out, &n_out, stream_token, &sc, &st));
+    int failed = !out || (record  ? hyla_generate_recorded(&m, ids, n_ids, &s, out, &n_out, stream_token, &sc, &st, &routing)
+                          : draft ? hyla_generate_draft(&m, ids, n_ids, &s, (int)draft, out, &n_out, stream_token, &sc, &st)
+                                  : hyla_generate(&m, 1, prompts, &n_ids, &s, &out, &n_out, stream_token, &sc, &st));
     if (!failed && record)
         failed = hyla_routing_write(record, &routing) != HYLA_OK;
     hyla_routing_free(&routing);
@@ -195,6 +203,12 @@ int hyla_cmd_generate(int argc, char **argv)
         for (int64_t i = 0; i < n_out; i++)
             printf("%s%d", i ? ", " : "", out[i]);
         printf("], \"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f", pf, dc);
+        if (draft)
+            printf(", \"draft\": {\"n\": %lld, \"rounds\": %lld, \"drafted\": %lld, \"accepted\": %lld, "
+                   "\"acceptance\": %.4f, \"mean_accepted_length\": %.3f}",
+                   (long long)draft, (long long)st.draft_rounds, (long long)st.drafted, (long long)st.accepted,
+                   st.drafted ? (double)st.accepted / (double)st.drafted : 0.0,
+                   st.draft_rounds ? (double)st.accepted / (double)st.draft_rounds : 0.0);
         print_memory(&m, bf16_weights, bf16_compute, n_ids, max_new, rss_before_load);
         printf("}\n");
     } else {
@@ -202,6 +216,11 @@ int hyla_cmd_generate(int argc, char **argv)
         fflush(stdout);
         fprintf(stderr, "prefill %lld tokens at %.1f tokens/s; decode %lld tokens at %.1f tokens/s\n",
                 (long long)st.prefill_tokens, pf, (long long)st.decode_tokens, dc);
+        if (draft)
+            fprintf(stderr, "draft %lld: %lld rounds, %lld of %lld drafts accepted (%.1f%%), %.2f accepted per round\n",
+                    (long long)draft, (long long)st.draft_rounds, (long long)st.accepted, (long long)st.drafted,
+                    st.drafted ? 100.0 * (double)st.accepted / (double)st.drafted : 0.0,
+                    st.draft_rounds ? (double)st.accepted / (double)st.draft_rounds : 0.0);
     }
 done:
     free(out);

@@ -734,7 +734,7 @@ int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *
 
 int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits)
 {
-    HYLA_ASSERT(ex->forward_only == HYLA_FORWARD_LAST && state->B == ex->B && state->n_layers == ex->m->cfg.n_layers &&
+    HYLA_ASSERT((ex->forward_only == HYLA_FORWARD_LAST || ex->forward_only == HYLA_FORWARD_ROWS) && state->B == ex->B && state->n_layers == ex->m->cfg.n_layers &&
                 !ex->packed);
     for (int64_t b = 0; b < ex->B; b++)
         if (state->len[b] + ex->T > state->max_len)

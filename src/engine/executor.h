@@ -53,6 +53,9 @@ int64_t hyla_head_rows(int64_t n, int64_t vocab);
  *                      row, logits [B, V], no loss; nothing of size rows x vocab exists. */
 #define HYLA_FORWARD_ALL 1
 #define HYLA_FORWARD_LAST 2
+/*   HYLA_FORWARD_ROWS  inference like HYLA_FORWARD_LAST, but logits [B*T, V] of every row (a
+ *                      speculative verify: a few rows on top of the caches) */
+#define HYLA_FORWARD_ROWS 3
 
 /* A consumer of the head's logits, one chunk of at most HYLA_HEAD_ROWS rows at a time, in row
  * order: logits [rows, V] of rows [row0, row0 + rows). Non-zero stops the forward (returned). */
@@ -119,6 +122,9 @@ typedef struct {
     int32_t *labels;       /* [n] */
     double *aux_counts, *aux_psum, *aux_dprob; /* [E] */
     int dry;               /* planning pass: allocate on dry arenas, compute nothing */
+    /* inference (HYLA_FORWARD_LAST / _ROWS): [n, H] or NULL; receives every row's final-normed
+     * hidden state (the lm_head's input, rounded alike: the MTP head's trunk input) */
+    float *hidden_out;
     struct hyla_infer_state_s *state; /* inference caches for the current call, or NULL */
     /* router replay / recording for the next calls: [n_moe_layers][n][k] (see engine/routing.h) */
     const int32_t *replay;

@@ -105,31 +105,46 @@ static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, fl
 static void last_rows_head(hyla_executor *ex, float *logits_out, hyla_step_loss *loss)
 {
     const hyla_config *cfg = &ex->m->cfg;
-    int64_t B = ex->B, T = ex->T, H = cfg->hidden;
+    int all_rows = ex->forward_only == HYLA_FORWARD_ROWS;
+    int64_t B = ex->B, T = ex->T, H = cfg->hidden, rows = all_rows ? B * T : B;
     int bf16 = hyla_executor_bf16_compute(ex);
     size_t mark = hyla_arena_mark(&ex->work);
-    float *xn = hyla_executor_alloc(ex, &ex->work, B * H, 0);
-    int64_t wide_floats = hyla_head_scratch_floats(ex->m, B);
+    float *xn = hyla_executor_alloc(ex, &ex->work, rows * H, 0);
+    int64_t wide_floats = hyla_head_scratch_floats(ex->m, rows);
     float *wide = wide_floats ? hyla_executor_alloc(ex, &ex->work, wide_floats, 0) : NULL;
     ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
     loss->ce_sum = 0;
     loss->ce_count = 0;
-    if (ex->dry || !logits_out)
+    if (ex->dry || (!logits_out && !ex->hidden_out))
         return;
     double t0 = HYLA_PROF_BEGIN();
     const float *y = ex->tapes[cfg->n_layers - 1].p[HYLA_S_Y];
     const float *wn = hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1);
-    for (int64_t b = 0; b < B; b++)
-        hyla_rmsnorm1p_fwd(xn + b * H, NULL, y + (b * T + T - 1) * H, wn, 1, H, (float)cfg->rms_norm_eps);
+    float eps = (float)cfg->rms_norm_eps;
+    if (all_rows) /* a speculative verify: every row */
+        hyla_rmsnorm1p_fwd(xn, NULL, y, wn, rows, H, eps);
+    else
+        for (int64_t b = 0; b < B; b++)
+            hyla_rmsnorm1p_fwd(xn + b * H, NULL, y + (b * T + T - 1) * H, wn, 1, H, eps);
     if (bf16)
-        hyla_bf16_round(xn, B * H);
-    hyla_head_linear(ex->m, logits_out, xn, B, wide);
+        hyla_bf16_round(xn, rows * H);
+    if (ex->hidden_out) { /* every row's, rounded as the head's input is */
+        if (all_rows)
+            memcpy(ex->hidden_out, xn, (size_t)(rows * H) * sizeof *xn);
+        else {
+            hyla_rmsnorm1p_fwd(ex->hidden_out, NULL, y, wn, B * T, H, eps);
+            if (bf16)
+                hyla_bf16_round(ex->hidden_out, B * T * H);
+        }
+    }
+    if (logits_out)
+        hyla_head_linear(ex->m, logits_out, xn, rows, wide);
     HYLA_PROF_END("lm_head", t0);
 }
 
 void hyla_loss_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
 {
-    if (ex->forward_only == HYLA_FORWARD_LAST)
+    if (ex->forward_only == HYLA_FORWARD_LAST || ex->forward_only == HYLA_FORWARD_ROWS)
         last_rows_head(ex, logits_out, loss);
     else
         all_rows_head(ex, grads, logits_out, ce_scale, loss);

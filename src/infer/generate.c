@@ -28,7 +28,7 @@ int hyla_sampling_check(const hyla_sampling *s, int64_t vocab)
 /* The first index of the largest value (NaNs never win, as with x[v] > x[best]; a NaN at 0 stays).
  * The maximum by a vectorised reduction, then its first index; the scalar loop only when a NaN
  * made the reduction's value one that no element equals. */
-static int32_t argmax(const float *x, int64_t V)
+int32_t hyla_argmax(const float *x, int64_t V)
 {
     float m = x[0];
     if (m != m)
@@ -56,8 +56,8 @@ static int cmp_desc(const void *a, const void *b)
 int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla_rng *rng, float *p, int32_t *idx)
 {
     if (s->temperature == 0.0)
-        return argmax(logits, V);
-    float mx = logits[argmax(logits, V)];
+        return hyla_argmax(logits, V);
+    float mx = logits[hyla_argmax(logits, V)];
     for (int64_t v = 0; v < V; v++) {
         p[v] = expf((float)((logits[v] - mx) / s->temperature));
         idx[v] = (int32_t)v;
@@ -128,7 +128,8 @@ static void store_routing(hyla_routing *r, const int32_t *call, int64_t rows, in
 /* Pieces [i0, i1) of C tokens each (the last may be shorter: n) through one executor: its setup
  * (the planning pass, the arenas) once for all of them. Logits after the prompt's last token only. */
 static int prefill_pieces(const hyla_model *m, hyla_infer_state *view, const int32_t *prompt, int64_t len, int64_t C,
-                          int64_t i0, int64_t i1, int64_t n, float *last_logits, hyla_routing *rec, int32_t *call)
+                          int64_t i0, int64_t i1, int64_t n, float *last_logits, hyla_routing *rec, int32_t *call,
+                          float *hidden)
 {
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
@@ -137,6 +138,7 @@ static int prefill_pieces(const hyla_model *m, hyla_infer_state *view, const int
     ex.record = call;
     int rc = HYLA_OK;
     for (int64_t i = i0; rc == HYLA_OK && i < i1; i++) {
+        ex.hidden_out = hidden ? hidden + i * C * m->cfg.hidden : NULL;
         rc = hyla_executor_infer(&ex, prompt + i * C, view, i * C + n == len ? last_logits : NULL);
         if (rc == HYLA_OK && rec)
             store_routing(rec, call, n, i * C);
@@ -148,6 +150,12 @@ static int prefill_pieces(const hyla_model *m, hyla_infer_state *view, const int
 int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
                           float *last_logits, hyla_routing *rec)
 {
+    return hyla_prefill_sequence_hidden(m, state, b, prompt, len, last_logits, rec, NULL);
+}
+
+int hyla_prefill_sequence_hidden(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt,
+                                 int64_t len, float *last_logits, hyla_routing *rec, float *hidden)
+{
     hyla_layer_state layers[HYLA_MAX_LAYERS];
     hyla_infer_state view;
     hyla_infer_state_view(&view, layers, state, &m->cfg, b);
@@ -155,9 +163,9 @@ int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t 
     int32_t *call = rec ? malloc((size_t)(rec->n_layers * C * rec->k) * sizeof *call) : NULL;
     if (rec && !call)
         return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
-    int rc = prefill_pieces(m, &view, prompt, len, C, 0, full, C, last_logits, rec, call);
+    int rc = prefill_pieces(m, &view, prompt, len, C, 0, full, C, last_logits, rec, call, hidden);
     if (rc == HYLA_OK && tail) /* the shorter last piece: its executor after the first is freed */
-        rc = prefill_pieces(m, &view, prompt, len, C, full, full + 1, tail, last_logits, rec, call);
+        rc = prefill_pieces(m, &view, prompt, len, C, full, full + 1, tail, last_logits, rec, call, hidden);
     free(call);
     return rc;
 }

@@ -24,6 +24,8 @@ typedef struct {
 } hyla_sampling;
 
 int hyla_sampling_check(const hyla_sampling *s, int64_t vocab);
+/* The first index of the largest of x [V] (0 when x[0] is NaN): greedy's pick. */
+int32_t hyla_argmax(const float *x, int64_t V);
 /* Pick a token from logits [V] (may be modified: scaled, masked). */
 int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla_rng *rng, float *scratch /*[V]*/,
                           int32_t *idx_scratch /*[V]*/);
@@ -34,6 +36,8 @@ typedef int (*hyla_token_cb)(void *ctx, int64_t b, int32_t token);
 typedef struct {
     double prefill_seconds, decode_seconds;
     int64_t prefill_tokens, decode_tokens;
+    /* speculative decoding (infer/speculative.h): verify rounds, tokens drafted and accepted */
+    int64_t draft_rounds, drafted, accepted;
 } hyla_generate_stats;
 
 /* Generate for B prompts (prompts[b] of lengths lens[b]); out[b] receives up to s->max_new tokens
@@ -63,6 +67,10 @@ int hyla_generate_recorded(const hyla_model *m, const int32_t *prompt, int64_t l
 struct hyla_routing_s;
 int hyla_prefill_sequence(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt, int64_t len,
                           float *last_logits, struct hyla_routing_s *rec);
+
+/* The same; hidden [len, H] (or NULL) receives every prompt row's final-normed hidden state. */
+int hyla_prefill_sequence_hidden(const hyla_model *m, hyla_infer_state *state, int64_t b, const int32_t *prompt,
+                                 int64_t len, float *last_logits, struct hyla_routing_s *rec, float *hidden);
 
 /* A one-sequence view (B = 1) of sequence b of a batched state; `layers` is caller storage
  * [n_layers]. */

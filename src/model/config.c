@@ -321,10 +321,35 @@ int hyla_config_parse(hyla_config *cfg, const char *json_text, const char *origi
     }
     TRY(parse_ffn_kinds(cfg, &r));
     TRY(validate(cfg, &r));
+    {
+        int64_t nextn, mtp;
+        TRY(field_int(&r, "num_nextn_predict_layers", 0, 0, 0, HYLA_MAX_MTP_LAYERS, &nextn));
+        TRY(field_int(&r, "mtp_num_hidden_layers", 0, nextn, 0, HYLA_MAX_MTP_LAYERS, &mtp));
+        if (nextn && mtp != nextn) {
+            st = hyla_error_set(HYLA_ERR_CONFIG, "%s: fields '%snum_nextn_predict_layers' (%lld) and 'mtp_num_hidden_layers' "
+                                "(%lld) disagree", origin, r.prefix, (long long)nextn, (long long)mtp);
+            goto done;
+        }
+        if (cfg->n_layers + mtp > HYLA_MAX_LAYERS) {
+            st = hyla_error_set(HYLA_ERR_CONFIG, "%s: %lld layers + %lld MTP layers exceed hyla's limit of %d layers",
+                                origin, (long long)cfg->n_layers, (long long)mtp, HYLA_MAX_LAYERS);
+            goto done;
+        }
+        hyla_config_set_mtp_layers(cfg, mtp);
+    }
 #undef TRY
 done:
     cJSON_Delete(root);
     return st;
+}
+
+void hyla_config_set_mtp_layers(hyla_config *c, int64_t n)
+{
+    c->n_mtp_layers = n;
+    for (int64_t j = 0; j < n; j++) { /* as vLLM builds it: a full-attention layer numbered j */
+        c->layer_kind[c->n_layers + j] = HYLA_LAYER_FULL;
+        c->layer_is_moe[c->n_layers + j] = c->layer_is_moe[j < c->n_layers ? j : 0];
+    }
 }
 
 int hyla_config_load(hyla_config *cfg, const char *path)
@@ -390,6 +415,9 @@ char *hyla_config_to_json(const hyla_config *c)
     cJSON_AddBoolToObject(text, "tie_word_embeddings", c->tie_word_embeddings);
     cJSON_AddNumberToObject(text, "initializer_range", c->initializer_range);
     add_int(text, "max_position_embeddings", c->max_position_embeddings);
+    if (c->n_mtp_layers > 0)
+        add_int(text, c->family == HYLA_FAMILY_QWEN3_NEXT ? "num_nextn_predict_layers" : "mtp_num_hidden_layers",
+                c->n_mtp_layers);
     cJSON_AddStringToObject(text, "hidden_act", "silu");
     cJSON_AddBoolToObject(text, "attention_bias", 0);
 

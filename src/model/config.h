@@ -27,6 +27,9 @@
 #define HYLA_MAX_TOP_K 64
 #define HYLA_MAX_INTERMEDIATE (1 << 20)
 #define HYLA_MAX_POSITIONS (1 << 30)
+/* MTP decoder layers (released models have 1); they follow the trunk's layers in layer_kind /
+ * layer_is_moe, so n_layers + n_mtp_layers <= HYLA_MAX_LAYERS. */
+#define HYLA_MAX_MTP_LAYERS 4
 
 typedef enum {
     HYLA_FAMILY_QWEN3_NEXT = 0,
@@ -70,6 +73,11 @@ typedef struct {
     int tie_word_embeddings;
     double initializer_range;
     int64_t max_position_embeddings;
+    /* multi-token prediction (docs/mtp.md): MTP decoder layers after the trunk, from
+     * num_nextn_predict_layers (Qwen3-Next) or mtp_num_hidden_layers (Qwen3.5). A loaded model
+     * whose checkpoint holds no mtp.* tensor has 0 (Hugging Face drops them on save). Layer
+     * n_layers + j is MTP layer j: full attention, MoE where layer j of the trunk is. */
+    int64_t n_mtp_layers;
 
     hyla_layer_kind layer_kind[HYLA_MAX_LAYERS];
     unsigned char layer_is_moe[HYLA_MAX_LAYERS];
@@ -79,6 +87,11 @@ typedef struct {
 static inline int64_t hyla_cfg_key_dim(const hyla_config *c) { return c->lin_k_heads * c->lin_k_dim; }
 static inline int64_t hyla_cfg_value_dim(const hyla_config *c) { return c->lin_v_heads * c->lin_v_dim; }
 static inline int64_t hyla_cfg_conv_dim(const hyla_config *c) { return 2 * hyla_cfg_key_dim(c) + hyla_cfg_value_dim(c); }
+
+/* Layers of the trunk and the MTP head together. */
+static inline int64_t hyla_cfg_all_layers(const hyla_config *c) { return c->n_layers + c->n_mtp_layers; }
+/* Set the MTP layer count (layer kinds of the MTP layers included); 0 removes the head. */
+void hyla_config_set_mtp_layers(hyla_config *c, int64_t n);
 
 /* Parse and validate a config.json file. On error, the message names the file and field. */
 int hyla_config_load(hyla_config *cfg, const char *path);

@@ -91,3 +91,37 @@ void hyla_infer_state_reset(hyla_infer_state *s, const hyla_config *cfg, int64_t
             memset(L->ssm + b * ssm_floats(cfg), 0, (size_t)ssm_floats(cfg) * sizeof(float));
     }
 }
+
+int64_t hyla_infer_state_recurrent_floats(const hyla_config *cfg)
+{
+    int64_t n = 0;
+    for (int l = 0; l < cfg->n_layers; l++)
+        n += cfg->layer_kind[l] == HYLA_LAYER_LINEAR ? conv_floats(cfg) + ssm_floats(cfg) : 0;
+    return n;
+}
+
+/* save: state -> buf; else buf -> state */
+static void copy_recurrent(hyla_infer_state *s, const hyla_config *cfg, int64_t b, float *buf, int save)
+{
+    int64_t cf = conv_floats(cfg), sf = ssm_floats(cfg);
+    for (int l = 0; l < s->n_layers; l++) {
+        hyla_layer_state *L = &s->layers[l];
+        if (!L->conv)
+            continue;
+        float *conv = L->conv + b * cf, *ssm = L->ssm + b * sf;
+        memcpy(save ? buf : conv, save ? conv : buf, (size_t)cf * sizeof(float));
+        buf += cf;
+        memcpy(save ? buf : ssm, save ? ssm : buf, (size_t)sf * sizeof(float));
+        buf += sf;
+    }
+}
+
+void hyla_infer_state_save_recurrent(const hyla_infer_state *s, const hyla_config *cfg, int64_t b, float *buf)
+{
+    copy_recurrent((hyla_infer_state *)s, cfg, b, buf, 1);
+}
+
+void hyla_infer_state_restore_recurrent(hyla_infer_state *s, const hyla_config *cfg, int64_t b, const float *buf)
+{
+    copy_recurrent(s, cfg, b, (float *)buf, 0);
+}

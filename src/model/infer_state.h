@@ -40,6 +40,12 @@ int hyla_infer_state_init_pages(hyla_infer_state *s, const hyla_config *cfg, int
 void hyla_infer_state_free(hyla_infer_state *s);
 /* Forget sequence b (its caches restart empty). */
 void hyla_infer_state_reset(hyla_infer_state *s, const hyla_config *cfg, int64_t b);
+/* The recurrent part of sequence b (every linear layer's conv window and delta-rule state):
+ * floats per sequence, and a copy out to / back from buf [that many] (a speculative verify's
+ * rollback point). */
+int64_t hyla_infer_state_recurrent_floats(const hyla_config *cfg);
+void hyla_infer_state_save_recurrent(const hyla_infer_state *s, const hyla_config *cfg, int64_t b, float *buf);
+void hyla_infer_state_restore_recurrent(hyla_infer_state *s, const hyla_config *cfg, int64_t b, const float *buf);
 /* Bytes a state for B sequences of max_len tokens takes. */
 size_t hyla_infer_state_bytes(const hyla_config *cfg, int64_t B, int64_t max_len);
 

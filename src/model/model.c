@@ -53,7 +53,8 @@ static float *row_ptr(const hyla_model *m, int param, int64_t row)
 
 int hyla_model_is_ignored_tensor(const char *name, const hyla_config *cfg)
 {
-    if (!strncmp(name, "mtp.", 4) || !strncmp(name, "model.visual.", 13) || !strncmp(name, "model.mtp.", 10))
+    if ((!strncmp(name, "mtp.", 4) && cfg->n_mtp_layers == 0) || !strncmp(name, "model.visual.", 13) ||
+        !strncmp(name, "model.mtp.", 10))
         return 1;
     /* HF ties lm_head to the embedding and ignores a stored copy. */
     return cfg->tie_word_embeddings && !strcmp(name, "lm_head.weight");
@@ -235,6 +236,11 @@ static int model_load(hyla_model *m, const char *dir, int bf16_weights)
         hyla_model_free(m);
         return st;
     }
+    int has_mtp = 0;
+    for (size_t i = 0; i < hyla_st_count(&set); i++)
+        has_mtp |= !strncmp(hyla_st_at(&set, i)->name, "mtp.", 4);
+    if (!has_mtp) /* a checkpoint saved by Hugging Face: its config still counts the MTP layers it dropped */
+        hyla_config_set_mtp_layers(&m->cfg, 0);
     hyla_layout layout;
     if ((st = hyla_model_detect_layout(&set, &m->cfg, &layout, dir)) == HYLA_OK &&
         (st = hyla_params_build(&m->table, &m->cfg, &layout)) == HYLA_OK &&
@@ -299,6 +305,7 @@ static void init_param(float *w, const hyla_param *p, const hyla_config *cfg, hy
     switch (p->role) {
     case HYLA_P_FINAL_NORM: case HYLA_P_INPUT_NORM: case HYLA_P_POST_NORM:
     case HYLA_P_ATTN_Q_NORM: case HYLA_P_ATTN_K_NORM:
+    case HYLA_P_MTP_NORM_EMB: case HYLA_P_MTP_NORM_HIDDEN: case HYLA_P_MTP_NORM:
         memset(w, 0, (size_t)p->numel * sizeof *w); /* zero-centred: effective scale 1 + 0 */
         return;
     case HYLA_P_GDN_NORM: case HYLA_P_GDN_DT_BIAS:
@@ -379,7 +386,7 @@ static int fill_tensor(void *vctx, size_t index, void *dst)
         hyla_hf_row_dest(c->t, ht, r, &param, &row);
         /* Same (role, layer) in both tables: find it in the model's own table. */
         const hyla_param *p = &c->t->params[param];
-        int own = hyla_param_find(&c->m->table, p->role, p->layer);
+        int own = hyla_param_find(&c->m->table, p->role, hyla_param_find_layer(c->t, p));
         HYLA_ASSERT(own >= 0);
         unsigned char *out = (unsigned char *)dst + (size_t)r * (size_t)ht->row_len * esz;
         hyla_dtype_from_f32(out, row_ptr(c->m, own, row), dt, (size_t)ht->row_len);
@@ -407,7 +414,7 @@ static void output_dtypes(const hyla_model *m, const hyla_param_table *out, unsi
         int param;
         int64_t row;
         hyla_hf_row_dest(out, &out->hf[i], 0, &param, &row);
-        int own = hyla_param_find(&m->table, out->params[param].role, out->params[param].layer);
+        int own = hyla_param_find(&m->table, out->params[param].role, hyla_param_find_layer(out, &out->params[param]));
         dt[i] = m->param_dtype[own];
     }
 }

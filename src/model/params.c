@@ -15,9 +15,21 @@ static const char *const role_names[HYLA_P__COUNT] = {
     "attn_q", "attn_k", "attn_v", "attn_o", "attn_q_norm", "attn_k_norm",
     "moe_router", "moe_gate_up", "moe_down", "shared_gate_up", "shared_down", "shared_expert_gate",
     "mlp_gate_up", "mlp_down",
+    "mtp_fc", "mtp_norm_emb", "mtp_norm_hidden", "mtp_norm",
 };
 
 const char *hyla_role_name(hyla_role r) { return (r >= 0 && r < HYLA_P__COUNT) ? role_names[r] : "?"; }
+
+void hyla_param_label(const hyla_param *p, char *buf, size_t cap)
+{
+    const char *role = hyla_role_name(p->role);
+    if (p->layer >= 0)
+        snprintf(buf, cap, "layers.%d.%s", p->layer, role);
+    else if (p->mtp && p->role < HYLA_P_MTP_FC)
+        snprintf(buf, cap, "mtp.layers.%d.%s", p->mtp - 1, role);
+    else
+        snprintf(buf, cap, "%s%s", p->mtp ? "mtp." : "", role);
+}
 
 typedef struct {
     hyla_param_table *t;
@@ -42,8 +54,10 @@ static int add_param(builder *b, hyla_role role, int layer, int ndim, int64_t d0
     }
     hyla_param *p = &t->params[t->n_params];
     memset(p, 0, sizeof *p);
+    int64_t N = t->cfg.n_layers;
     p->role = role;
-    p->layer = layer;
+    p->layer = layer < N ? layer : -1;
+    p->mtp = layer >= N ? 1 + (int)(layer - N) : role >= HYLA_P_MTP_FC;
     p->ndim = ndim;
     p->shape[0] = d0;
     p->shape[1] = ndim > 1 ? d1 : 1;
@@ -52,7 +66,7 @@ static int add_param(builder *b, hyla_role role, int layer, int ndim, int64_t d0
     p->offset = t->total_floats;
     t->total_floats += hyla_param_span(p);
     p->no_decay = ndim == 1 || role == HYLA_P_GDN_CONV || role == HYLA_P_SHARED_EXPERT_GATE;
-    t->index[layer < 0 ? t->cfg.n_layers : layer][role] = t->n_params;
+    t->index[layer < 0 ? hyla_cfg_all_layers(&t->cfg) : layer][role] = t->n_params;
     return t->n_params++;
 }
 
@@ -92,7 +106,7 @@ static void add_hf(builder *b, hyla_hf_map map, int param, int64_t row0, int lay
     h->map = map;
     h->param = param;
     h->row0 = row0;
-    h->layer = layer;
+    h->layer = layer < t->cfg.n_layers ? layer : -1;
 }
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
@@ -190,15 +204,57 @@ static void build_dense(builder *b, int l, const char *P)
     add_swiglu_hf(b, gu, down, 0, 0, c->inter, l, P, "mlp");
 }
 
+/* Decoder layer l (trunk, or MTP layer l - n_layers) with tensor name prefix P. */
+static void build_layer(builder *b, int l, const char *P)
+{
+    const hyla_config *cfg = &b->t->cfg;
+    int64_t H = cfg->hidden;
+    int in = add_param(b, HYLA_P_INPUT_NORM, l, 1, H, 0, 0);
+    add_hf(b, HYLA_HF_ROWS, in, 0, l, 1, SHAPE(H), "%sinput_layernorm.weight", P);
+    if (cfg->layer_kind[l] == HYLA_LAYER_LINEAR)
+        build_gdn(b, l, P);
+    else
+        build_attention(b, l, P);
+    int post = add_param(b, HYLA_P_POST_NORM, l, 1, H, 0, 0);
+    add_hf(b, HYLA_HF_ROWS, post, 0, l, 1, SHAPE(H), "%spost_attention_layernorm.weight", P);
+    if (cfg->layer_is_moe[l])
+        build_moe(b, l, P);
+    else
+        build_dense(b, l, P);
+}
+
+static void build_mtp(builder *b)
+{
+    const hyla_config *cfg = &b->t->cfg;
+    int64_t H = cfg->hidden;
+    int fc = add_param(b, HYLA_P_MTP_FC, -1, 2, H, 2 * H, 0);
+    add_hf(b, HYLA_HF_ROWS, fc, 0, -1, 2, SHAPE(H, 2 * H), "mtp.fc.weight");
+    static const struct { hyla_role role; const char *name; } norms[3] = {
+        {HYLA_P_MTP_NORM_EMB, "mtp.pre_fc_norm_embedding.weight"},
+        {HYLA_P_MTP_NORM_HIDDEN, "mtp.pre_fc_norm_hidden.weight"},
+        {HYLA_P_MTP_NORM, "mtp.norm.weight"},
+    };
+    for (int i = 0; i < 3; i++) {
+        int p = add_param(b, norms[i].role, -1, 1, H, 0, 0);
+        add_hf(b, HYLA_HF_ROWS, p, 0, -1, 1, SHAPE(H), "%s", norms[i].name);
+    }
+    char P[64];
+    for (int j = 0; j < cfg->n_mtp_layers; j++) {
+        snprintf(P, sizeof P, "mtp.layers.%d.", j);
+        build_layer(b, (int)cfg->n_layers + j, P);
+    }
+}
+
 int hyla_params_build(hyla_param_table *t, const hyla_config *cfg, const hyla_layout *layout)
 {
     memset(t, 0, sizeof *t);
     t->cfg = *cfg;
     t->layout = *layout;
-    t->index = malloc(sizeof(*t->index) * (size_t)(cfg->n_layers + 1));
+    size_t rows = (size_t)hyla_cfg_all_layers(cfg) + 1;
+    t->index = malloc(sizeof(*t->index) * rows);
     if (!t->index)
         return hyla_error_set(HYLA_ERR_NOMEM, "parameter table: out of memory");
-    memset(t->index, 0xff, sizeof(*t->index) * (size_t)(cfg->n_layers + 1)); /* all -1 */
+    memset(t->index, 0xff, sizeof(*t->index) * rows); /* all -1 */
     builder b = {t, 0, 0, 0};
     const char *base = layout->language_model_prefix ? "model.language_model." : "model.";
     int64_t H = cfg->hidden, V = cfg->vocab;
@@ -208,18 +264,7 @@ int hyla_params_build(hyla_param_table *t, const hyla_config *cfg, const hyla_la
     char P[96];
     for (int l = 0; l < cfg->n_layers; l++) {
         snprintf(P, sizeof P, "%slayers.%d.", base, l);
-        int in = add_param(&b, HYLA_P_INPUT_NORM, l, 1, H, 0, 0);
-        add_hf(&b, HYLA_HF_ROWS, in, 0, l, 1, SHAPE(H), "%sinput_layernorm.weight", P);
-        if (cfg->layer_kind[l] == HYLA_LAYER_LINEAR)
-            build_gdn(&b, l, P);
-        else
-            build_attention(&b, l, P);
-        int post = add_param(&b, HYLA_P_POST_NORM, l, 1, H, 0, 0);
-        add_hf(&b, HYLA_HF_ROWS, post, 0, l, 1, SHAPE(H), "%spost_attention_layernorm.weight", P);
-        if (cfg->layer_is_moe[l])
-            build_moe(&b, l, P);
-        else
-            build_dense(&b, l, P);
+        build_layer(&b, l, P);
     }
     int fn = add_param(&b, HYLA_P_FINAL_NORM, -1, 1, H, 0, 0);
     add_hf(&b, HYLA_HF_ROWS, fn, 0, -1, 1, SHAPE(H), "%snorm.weight", base);
@@ -227,6 +272,8 @@ int hyla_params_build(hyla_param_table *t, const hyla_config *cfg, const hyla_la
         int head = add_param(&b, HYLA_P_LM_HEAD, -1, 2, V, H, 0);
         add_hf(&b, HYLA_HF_ROWS, head, 0, -1, 2, SHAPE(V, H), "lm_head.weight");
     }
+    if (cfg->n_mtp_layers > 0) /* the MTP head, named as the released checkpoints name it (no prefix) */
+        build_mtp(&b);
     if (b.failed) {
         hyla_params_free(t);
         return hyla_error_set(HYLA_ERR_NOMEM, "parameter table: out of memory");
@@ -244,7 +291,7 @@ void hyla_params_free(hyla_param_table *t)
 
 int hyla_param_find(const hyla_param_table *t, hyla_role role, int layer)
 {
-    return t->index[layer < 0 ? t->cfg.n_layers : layer][role];
+    return t->index[layer < 0 ? hyla_cfg_all_layers(&t->cfg) : layer][role];
 }
 
 void hyla_hf_row_dest(const hyla_param_table *t, const hyla_hf_tensor *ht, int64_t r, int *param, int64_t *row)
@@ -288,6 +335,10 @@ void hyla_params_count(const hyla_param_table *t, hyla_param_counts *out)
     for (int i = 0; i < t->n_params; i++) {
         const hyla_param *p = &t->params[i];
         int64_t n = p->numel, active = n;
+        if (p->mtp) {
+            out->mtp += n;
+            continue;
+        }
         if (p->role == HYLA_P_MOE_GATE_UP || p->role == HYLA_P_MOE_DOWN)
             active = n / c->n_experts * c->top_k;
         out->total += n;

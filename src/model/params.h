@@ -20,7 +20,11 @@
  *   ATTN_V [Hkv*hd, H]  ATTN_O [H, Hq*hd]  ATTN_Q_NORM [hd]  ATTN_K_NORM [hd]
  *   MOE_ROUTER [E,H]  MOE_GATE_UP [E, 2*Ie, H] (gate rows then up rows)  MOE_DOWN [E, H, Ie]
  *   SHARED_GATE_UP [2*Is, H]  SHARED_DOWN [H, Is]  SHARED_EXPERT_GATE [1, H]
- *   MLP_GATE_UP [2*Id, H]  MLP_DOWN [H, Id] */
+ *   MLP_GATE_UP [2*Id, H]  MLP_DOWN [H, Id]
+ * The MTP head (docs/mtp.md), when the config has MTP layers, after everything else:
+ *   MTP_FC [H, 2H] (input columns: normed embedding, then normed hidden)  MTP_NORM_EMB [H]
+ *   MTP_NORM_HIDDEN [H]  MTP_NORM [H] (zero-centred), and per MTP layer j the roles of a
+ *   full-attention decoder layer, found as layer n_layers + j. */
 #ifndef HYLA_MODEL_PARAMS_H
 #define HYLA_MODEL_PARAMS_H
 
@@ -38,6 +42,7 @@ typedef enum {
     HYLA_P_MOE_ROUTER, HYLA_P_MOE_GATE_UP, HYLA_P_MOE_DOWN,
     HYLA_P_SHARED_GATE_UP, HYLA_P_SHARED_DOWN, HYLA_P_SHARED_EXPERT_GATE,
     HYLA_P_MLP_GATE_UP, HYLA_P_MLP_DOWN,
+    HYLA_P_MTP_FC, HYLA_P_MTP_NORM_EMB, HYLA_P_MTP_NORM_HIDDEN, HYLA_P_MTP_NORM,
     HYLA_P__COUNT
 } hyla_role;
 
@@ -52,12 +57,14 @@ typedef struct {
 
 typedef struct {
     hyla_role role;
-    int layer;          /* -1 for global parameters */
+    int layer;          /* trunk layer, or -1: global parameters and the MTP head's */
     int ndim;
     int64_t shape[3];
     int64_t numel;
     size_t offset;      /* in floats, into the weight arena */
     int no_decay;       /* norms, biases, gate scalars: excluded from weight decay */
+    int mtp;            /* 0: trunk or global; else part of the MTP head: 1 + j for MTP layer j's
+                         * parameters (found as layer n_layers + j), 1 for its fc and norms */
 } hyla_param;
 
 /* Floats n elements occupy in a table: padded to 16 (64-byte aligned offsets). */
@@ -73,7 +80,7 @@ typedef struct {
     hyla_hf_map map;
     int param;          /* internal param index (HYLA_HF_ROWS) */
     int64_t row0;       /* first internal row (HYLA_HF_ROWS) */
-    int layer;
+    int layer;          /* trunk layer, or -1 */
 } hyla_hf_tensor;
 
 typedef struct {
@@ -84,7 +91,8 @@ typedef struct {
     size_t n_hf;
     hyla_hf_tensor *hf;          /* [n_hf], owned */
     size_t total_floats;         /* size of the weight arena */
-    int (*index)[HYLA_P__COUNT]; /* [n_layers + 1][role] -> param index or -1; row n_layers = global */
+    int (*index)[HYLA_P__COUNT]; /* [n_layers + n_mtp_layers + 1][role] -> param index or -1: trunk layers,
+                                  * MTP layers, last row global */
 } hyla_param_table;
 
 int hyla_params_build(hyla_param_table *t, const hyla_config *cfg, const hyla_layout *layout);
@@ -93,9 +101,18 @@ int hyla_params_build(hyla_param_table *t, const hyla_config *cfg, const hyla_la
  * and what hyla plan sizes them by. */
 size_t hyla_params_shard_floats(const hyla_param_table *t, int ranks, int rank);
 void hyla_params_free(hyla_param_table *t);
-/* Index of (role, layer) or -1; layer -1 for globals. */
+/* Index of (role, layer) or -1; layer -1 for globals, n_layers + j for MTP layer j. */
 int hyla_param_find(const hyla_param_table *t, hyla_role role, int layer);
 const char *hyla_role_name(hyla_role r);
+/* A parameter's name in hyla's own files (optimizer state, messages): "ROLE", "layers.L.ROLE",
+ * "mtp.ROLE" or "mtp.layers.J.ROLE". */
+void hyla_param_label(const hyla_param *p, char *buf, size_t cap);
+
+/* The layer argument hyla_param_find takes for p: its trunk layer, n_layers + j for MTP layer j, or -1. */
+static inline int hyla_param_find_layer(const hyla_param_table *t, const hyla_param *p)
+{
+    return p->layer >= 0 ? p->layer : p->mtp && p->role < HYLA_P_MTP_FC ? (int)t->cfg.n_layers + p->mtp - 1 : -1;
+}
 
 /* Destination of HF row r of tensor t: internal param index and row. */
 void hyla_hf_row_dest(const hyla_param_table *t, const hyla_hf_tensor *ht, int64_t r, int *param, int64_t *row);
@@ -106,6 +123,7 @@ typedef struct {
     int64_t total;
     int64_t active;
     int64_t embedding;   /* embed + lm_head */
+    int64_t mtp;         /* the MTP head (not in total / active: Hugging Face does not load it) */
     int64_t per_kind[4]; /* linear mixer, full mixer, MoE (all experts), dense MLP */
 } hyla_param_counts;
 void hyla_params_count(const hyla_param_table *t, hyla_param_counts *out);

@@ -25,7 +25,7 @@ int hyla_role_is_matrix(hyla_role r)
     case HYLA_P_ATTN_Q: case HYLA_P_ATTN_K: case HYLA_P_ATTN_V: case HYLA_P_ATTN_O:
     case HYLA_P_MOE_GATE_UP: case HYLA_P_MOE_DOWN:
     case HYLA_P_SHARED_GATE_UP: case HYLA_P_SHARED_DOWN: case HYLA_P_SHARED_EXPERT_GATE:
-    case HYLA_P_MLP_GATE_UP: case HYLA_P_MLP_DOWN:
+    case HYLA_P_MLP_GATE_UP: case HYLA_P_MLP_DOWN: case HYLA_P_MTP_FC:
         return 1;
     default:
         return 0;

@@ -14,10 +14,9 @@
 
 static void param_name(const hyla_param *p, const char *prefix, char *buf, size_t cap)
 {
-    if (p->layer < 0)
-        snprintf(buf, cap, "%s.%s", prefix, hyla_role_name(p->role));
-    else
-        snprintf(buf, cap, "%s.layers.%d.%s", prefix, p->layer, hyla_role_name(p->role));
+    size_t n = (size_t)snprintf(buf, cap, "%s.", prefix);
+    if (n < cap)
+        hyla_param_label(p, buf + n, cap - n);
 }
 
 typedef struct {

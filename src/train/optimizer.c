@@ -100,18 +100,10 @@ void hyla_adamw_begin(hyla_adamw *opt)
     opt->bc2 = 1.0 - pow(opt->cfg.beta2, (double)opt->step);
 }
 
-static void param_label(const hyla_param *p, char *buf, size_t cap)
-{
-    if (p->layer < 0)
-        snprintf(buf, cap, "%s", hyla_role_name(p->role));
-    else
-        snprintf(buf, cap, "layers.%d.%s", p->layer, hyla_role_name(p->role));
-}
-
 static int nonfinite_gradient(int64_t step, const hyla_param *p)
 {
     char name[96];
-    param_label(p, name, sizeof name);
+    hyla_param_label(p, name, sizeof name);
     return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: non-finite gradient (NaN or infinity) in %s; the update was not "
                           "applied", (long long)step, name);
 }
@@ -123,6 +115,8 @@ enum { ADAMW_BLOCK = 4096 }; /* floats updated together: 4 arrays of 16 KB stay 
 static int64_t update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double scale)
 {
     const hyla_adamw_config *c = &opt->cfg;
+    if (p->mtp && !opt->train_mtp)
+        return 0; /* no loss reaches the MTP head: it stays as loaded */
     float *w = weights + p->offset, *m = opt->m + p->offset, *v = opt->v + p->offset;
     double decay = p->ndim >= 2 ? c->weight_decay : 0.0;
     float wd_factor = (float)(1.0 - c->lr * decay);
@@ -155,7 +149,7 @@ static int64_t update_param(hyla_adamw *opt, const hyla_param *p, float *weights
 static int nonfinite_weights(const hyla_adamw *opt, const hyla_param *p, int64_t bad)
 {
     char name[96];
-    param_label(p, name, sizeof name);
+    hyla_param_label(p, name, sizeof name);
     return hyla_error_set(HYLA_ERR_NUMERIC, "step %lld: the update left %lld weights of %s non-finite (learning rate "
                           "%.3g too high?)", (long long)opt->step, (long long)bad, name, opt->cfg.lr);
 }

@@ -26,6 +26,9 @@ typedef struct {
     /* bf16 compute (model/precision.c): the model's bf16 copy, table layout; every update of a
      * matrix parameter writes its rounded weights there in the same pass. NULL: none */
     uint16_t *bf16_copy;
+    /* update the MTP head's parameters (hyla_param.mtp); 0: they are left untouched, as they are
+     * while no MTP loss is computed */
+    int train_mtp;
 } hyla_adamw;
 
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats);

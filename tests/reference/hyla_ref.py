@@ -240,6 +240,8 @@ def load_config_from_dict(raw):
         if t not in ("full_attention", "linear_attention"):
             raise ValueError(f"layer type {t}")
     c["layer_types"] = lt
+    # MTP layers (docs/mtp.md): Qwen3-Next num_nextn_predict_layers, Qwen3.5 mtp_num_hidden_layers
+    c["mtp_layers"] = int(get("num_nextn_predict_layers", 0) or get("mtp_num_hidden_layers", 0) or 0)
 
     if family == "qwen3_next":
         step = int(get("decoder_sparse_step", 1) or 1)
@@ -391,8 +393,12 @@ class HylaRef:
         else:
             raise ValueError("no embed_tokens.weight found")
         self.W = {}
+        mtp = {}
         for name, (a, _) in raw.items():
-            if name.startswith("mtp.") or name.startswith("model.visual.") or name.startswith("visual."):
+            if name.startswith("mtp."):                            # HF ignores it; mtp_forward uses it
+                mtp[name] = torch.from_numpy(a.copy()).to(dtype)
+                continue
+            if name.startswith("model.visual.") or name.startswith("visual."):
                 continue                                           # ignored by HF on load
             self.W[name] = torch.from_numpy(a.copy()).to(dtype)
         self.used = set()
@@ -400,6 +406,7 @@ class HylaRef:
         unused = set(self.W) - self.used
         if unused:
             raise ValueError(f"unused tensors in checkpoint: {sorted(unused)[:8]}")
+        self.mtp = self._build_mtp(mtp) if mtp and c["mtp_layers"] > 0 else None
 
     def w(self, name, shape=None, full=False):
         key = name if full else self.prefix + name
@@ -443,6 +450,59 @@ class HylaRef:
                             self.w(p + "mlp.up_proj.weight", [I, H]),
                             self.w(p + "mlp.down_proj.weight", [H, I]))
             self.layers.append(L)
+
+    def _build_mtp(self, tensors):
+        """The MTP head (docs/mtp.md; vLLM qwen3_next_mtp.py / qwen3_5_mtp.py): fc [H, 2H], the
+        pre-fc norms of the embedding and of the trunk's hidden state, MTP layer 0 (a
+        full-attention decoder layer with the family's MLP, MoE as layer 0's rule says) and
+        mtp.norm; the embedding and lm_head are the trunk's."""
+        c = self.cfg
+        H = c["hidden_size"]
+        W, prefix, used = self.W, self.prefix, self.used
+        self.W, self.prefix, self.used = tensors, "mtp.", set()
+        try:
+            M = {"fc": self.w("fc.weight", [H, 2 * H]), "norm_e": self.w("pre_fc_norm_embedding.weight", [H]),
+                 "norm_h": self.w("pre_fc_norm_hidden.weight", [H]), "norm": self.w("norm.weight", [H])}
+            p = "layers.0."
+            L = {"type": "full_attention", "moe": c["moe_layers"][0]}
+            L["in_norm"] = self.w(p + "input_layernorm.weight", [H])
+            L["post_norm"] = self.w(p + "post_attention_layernorm.weight", [H])
+            L.update(self._build_attn(p + "self_attn."))
+            if L["moe"]:
+                L.update(self._build_moe(p + "mlp."))
+            else:
+                I = c["intermediate_size"]
+                L["mlp"] = (self.w(p + "mlp.gate_proj.weight", [I, H]), self.w(p + "mlp.up_proj.weight", [I, H]),
+                            self.w(p + "mlp.down_proj.weight", [H, I]))
+            M["layer"] = L
+            unused = set(self.W) - self.used
+            if unused:
+                raise ValueError(f"unused MTP tensors: {sorted(unused)[:8]}")
+        finally:
+            self.W, self.prefix, self.used = W, prefix, used
+        return M
+
+    def mtp_forward(self, tokens):
+        """Teacher-forced MTP logits [T - 1, V] and the MTP layer's router gap (None without
+        MoE): row t from (tokens[t + 1], h_t), h_t the trunk's
+        final-normed hidden state at t, at RoPE position t; it predicts tokens[t + 2]."""
+        c = self.cfg
+        eps = c["rms_norm_eps"]
+        M = self.mtp
+        self.forward_core(tokens)
+        hn = rmsnorm1p(self.last_hidden, self.final_norm, eps)
+        e = self.embed[torch.tensor([int(t) for t in tokens[1:]])]
+        x = torch.cat([rmsnorm1p(e, M["norm_e"], eps), rmsnorm1p(hn[:-1], M["norm_h"], eps)], -1) @ M["fc"].t()
+        L = M["layer"]
+        x = x + self.attn(L, rmsnorm1p(x, L["in_norm"], eps))
+        xn = rmsnorm1p(x, L["post_norm"], eps)
+        gap = None
+        if L["moe"]:
+            y, _, gap = self.moe(L, xn)
+        else:
+            y = swiglu(xn, *L["mlp"])
+        x = x + y
+        return rmsnorm1p(x, M["norm"], eps) @ self.lm_head.t(), gap
 
     def _build_gdn(self, p):
         c = self.cfg
@@ -618,6 +678,7 @@ class HylaRef:
             else:
                 y = swiglu(xn, *L["mlp"])
             h = h + y
+        self.last_hidden = h                                       # before the final norm (mtp_forward)
         logits = rmsnorm1p(h, self.final_norm, eps) @ self.lm_head.t()
         return logits, router_logits, min_gap
 

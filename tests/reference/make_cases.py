@@ -53,7 +53,7 @@ MODELS = {
     "q35_dense": dict(family="qwen3_5", seed=13, vocab=120, layers=4, prf=0.5, interval=4,
                       dtype="BF16", shards=1, tied=True, extra_mtp=True, extra_visual=True,
                       train=True),
-    "q35_moe": dict(family="qwen3_5_moe", seed=14, vocab=113, layers=4, prf=0.25, interval=4,
+    "q35_moe": dict(family="qwen3_5_moe", seed=14, vocab=113, layers=4, prf=0.25, interval=4, extra_mtp=True,
                     experts="fused", dtype="F16_MIX", shards=1, extra_visual=True),
     "irregular": dict(family="qwen3_next", seed=15, vocab=107, layers=7, prf=0.25, interval=4,
                       layer_types=["full_attention", "linear_attention", "linear_attention",
@@ -84,6 +84,8 @@ def make_config(name, m):
              router_aux_loss_coef=m.get("aux_coef", 0.001))
     if "layer_types" in m:
         t["layer_types"] = list(m["layer_types"])
+    if fam == "qwen3_next" and m.get("extra_mtp"):
+        t["num_nextn_predict_layers"] = 1
     if fam == "qwen3_next":
         t.update(model_type="qwen3_next", architectures=["Qwen3NextForCausalLM"],
                  rope_theta=10000.0, rope_scaling=None, partial_rotary_factor=m["prf"],
@@ -269,12 +271,38 @@ def build_tensor_list(W, c, m, cfg, gdn_layout, expert_layout):
         dt = storage_dtype(m["dtype"], name)
         tensors.append((full, ref.round_to_dtype(a, dt), dt))
     rs = np.random.RandomState(m["seed"] + 999)
-    if m.get("extra_mtp"):   # must be ignored by a loader
-        tensors.append(("mtp.fc.weight", ref.round_to_dtype(rs.normal(0, 1, (c["hidden_size"], 2 * c["hidden_size"])), "F32"), "F32"))
-        tensors.append(("mtp.norm.weight", ref.round_to_dtype(rs.normal(0, 1, (c["hidden_size"],)), "F32"), "F32"))
+    if m.get("extra_mtp"):   # a complete MTP head (docs/mtp.md), stored as released checkpoints store it
+        for name, a in mtp_weights(cfg, m, expert_layout).items():
+            dt = storage_dtype(m["dtype"], name)
+            tensors.append((name, ref.round_to_dtype(a, dt), dt))
     if m.get("extra_visual"):
         tensors.append(("model.visual.patch_embed.proj.weight", ref.round_to_dtype(rs.normal(0, 1, (8, 3, 2, 2)), "F32"), "F32"))
     return tensors
+
+
+def mtp_weights(cfg, m, expert_layout):
+    """The MTP head: fc [H, 2H], its three norms and one full-attention decoder layer (with the
+    MoE or dense MLP of the family), drawn like the trunk's weights from their own seed."""
+    c = ref.load_config_from_dict(cfg)
+    H = c["hidden_size"]
+    one = json.loads(json.dumps(cfg))
+    t = one.get("text_config", one)
+    t["num_hidden_layers"] = 1
+    t["layer_types"] = ["full_attention"]
+    t.pop("mlp_only_layers", None)
+    if not c["moe_layers"][0]:
+        t["mlp_only_layers"] = [0]
+    W1, _ = gen_weights(one, dict(m, seed=m["seed"] + 4242, layers=1, layer_types=["full_attention"]))
+    W1 = to_file_layout(W1, dict(c, num_hidden_layers=1), m, "separate", expert_layout)
+    rs = np.random.RandomState(m["seed"] + 4243)
+    out = {"mtp.fc.weight": rs.normal(0, 0.2, (H, 2 * H)),
+           "mtp.pre_fc_norm_embedding.weight": rs.normal(0, 0.1, H),
+           "mtp.pre_fc_norm_hidden.weight": rs.normal(0, 0.1, H),
+           "mtp.norm.weight": rs.normal(0, 0.1, H)}
+    for name, a in W1.items():
+        if name.startswith("layers.0."):
+            out["mtp." + name] = a
+    return out
 
 
 def check_readback(d, tensors):
@@ -357,7 +385,10 @@ def make_case(outdir, name, m):
             toks = [int(x) for x in np.random.RandomState(seed).randint(0, V, T)]
             out = model.forward(toks)
             gap = out["min_router_gap"]
-            if gap is None or gap >= GAP_MIN:
+            mtp_gap = None
+            if model.mtp is not None and T >= 2:
+                mtp_lg, mtp_gap = model.mtp_forward(toks)
+            if (gap is None or gap >= GAP_MIN) and (mtp_gap is None or mtp_gap >= GAP_MIN):
                 break
             attempt += 1
             assert attempt < 50, "could not find a sequence without router near-ties"
@@ -369,6 +400,12 @@ def make_case(outdir, name, m):
                "aux_loss": out["aux_loss"], "total_loss": out["total_loss"], "seed": seed}
         if has_moe:
             run["min_router_gap"] = gap
+        if model.mtp is not None and T >= 2:   # the MTP head, teacher-forced (docs/mtp.md)
+            mfn = f"mtp_logits_{T}.f32"
+            mtp_lg.numpy().astype("<f4").tofile(os.path.join(d, mfn))
+            run["mtp_logits"] = mfn
+            run["mtp_fp32_emulation_max_abs_diff"] = float(
+                np.abs(model32.mtp_forward(toks)[0].double().numpy() - mtp_lg.numpy()).max())
         o32 = model32.forward(toks)
         run["fp32_emulation"] = {
             "max_abs_logits_diff": float(np.abs(o32["logits"].double().numpy() - lg).max()),

@@ -1,0 +1,216 @@
+/* Speculative greedy decoding with the MTP head (see speculative.h for the round). */
+#include "infer/speculative.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/error.h"
+#include "core/profile.h"
+#include "engine/executor.h"
+#include "infer/mtp.h"
+
+/* Rows the MTP head takes per call while it catches up on a prompt. */
+#define MTP_PROMPT_ROWS 64
+
+typedef struct {
+    const hyla_model *m;
+    int N;                          /* drafts per round */
+    int64_t H, V;
+    hyla_infer_state state;         /* the trunk's caches, B = 1 */
+    hyla_mtp head;
+    hyla_executor verify;           /* T = N + 1, every row's logits and hidden */
+    hyla_executor replay[HYLA_MAX_DRAFT]; /* T = k + 1 for k = 0 .. N - 1: the accepted rows again */
+    float *logits;                  /* [N + 1, V] */
+    float *hidden;                  /* [max(N + 1, MTP_PROMPT_ROWS), H] trunk hidden rows */
+    float *g;                       /* [H] the head's output hidden of its last row */
+    float *saved;                   /* the trunk's recurrent state before a verify */
+} spec;
+
+static void spec_free(spec *sp)
+{
+    if (sp->verify.tapes)
+        hyla_executor_free(&sp->verify);
+    for (int k = 0; k < HYLA_MAX_DRAFT; k++)
+        if (sp->replay[k].tapes)
+            hyla_executor_free(&sp->replay[k]);
+    if (sp->head.buf)
+        hyla_mtp_free(&sp->head);
+    if (sp->state.layers)
+        hyla_infer_state_free(&sp->state);
+    free(sp->logits);
+    free(sp->hidden);
+    free(sp->g);
+    free(sp->saved);
+}
+
+static int spec_init(spec *sp, const hyla_model *m, int N, int64_t max_len)
+{
+    memset(sp, 0, sizeof *sp);
+    sp->m = m, sp->N = N, sp->H = m->cfg.hidden, sp->V = m->cfg.vocab;
+    hyla_policy nothing;
+    hyla_policy_parse(&nothing, "full");
+    HYLA_TRY(hyla_mtp_init(&sp->head, m, 1, MTP_PROMPT_ROWS > N + 1 ? MTP_PROMPT_ROWS : N + 1, max_len));
+    int rc = hyla_infer_state_init_pages(&sp->state, &m->cfg, 1, max_len, 1);
+    if (rc == HYLA_OK)
+        rc = hyla_executor_init(&sp->verify, m, &nothing, HYLA_UNIT_LAYER, 1, N + 1, HYLA_DELTA_CHUNKED, HYLA_FORWARD_ROWS);
+    for (int k = 0; k < N && rc == HYLA_OK; k++)
+        rc = hyla_executor_init(&sp->replay[k], m, &nothing, HYLA_UNIT_LAYER, 1, k + 1, HYLA_DELTA_CHUNKED, HYLA_FORWARD_LAST);
+    int64_t rows = MTP_PROMPT_ROWS > N + 1 ? MTP_PROMPT_ROWS : N + 1;
+    sp->logits = malloc((size_t)((N + 1) * sp->V) * sizeof(float));
+    sp->hidden = malloc((size_t)(rows * sp->H) * sizeof(float));
+    sp->g = malloc((size_t)sp->H * sizeof(float));
+    sp->saved = malloc((size_t)(hyla_infer_state_recurrent_floats(&m->cfg) + 1) * sizeof(float));
+    if (rc == HYLA_OK && (!sp->logits || !sp->hidden || !sp->g || !sp->saved))
+        rc = hyla_error_set(HYLA_ERR_NOMEM, "speculative decoding: out of memory");
+    if (rc != HYLA_OK)
+        spec_free(sp);
+    return rc;
+}
+
+/* Feed the head rows (tokens[i], hidden[i]) in calls of at most MTP_PROMPT_ROWS; returns its
+ * pick after the last row (the next draft) and leaves that row's output hidden in sp->g. */
+static int head_catch_up(spec *sp, const int32_t *tokens, const float *hidden, int64_t rows, int32_t *draft)
+{
+    float *last = sp->logits; /* [V]: the verify's rows are consumed by now */
+    for (int64_t r0 = 0; r0 < rows; r0 += MTP_PROMPT_ROWS) {
+        int64_t n = rows - r0 < MTP_PROMPT_ROWS ? rows - r0 : MTP_PROMPT_ROWS;
+        float out_h[n * sp->H];
+        HYLA_TRY(hyla_mtp_run(&sp->head, tokens + r0, hidden + r0 * sp->H, n, out_h, last, 1));
+        memcpy(sp->g, out_h + (n - 1) * sp->H, (size_t)sp->H * sizeof(float));
+    }
+    *draft = hyla_argmax(last, sp->V);
+    return HYLA_OK;
+}
+
+/* Emit one token: 1 when generation ends (callback, stop, max_new). */
+static int emit(const hyla_sampling *s, int32_t tok, int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
+                int *stopped_by_cb)
+{
+    out[(*n_out)++] = tok;
+    if (cb && cb(cb_ctx, 0, tok)) {
+        *stopped_by_cb = 1;
+        return 1;
+    }
+    for (int i = 0; i < s->n_stop; i++)
+        if (tok == s->stop[i])
+            return 1;
+    int64_t r = s->repeat_stop, n = *n_out;
+    if (r > 0 && n >= 2 * r && !memcmp(out + n - r, out + n - 2 * r, (size_t)r * sizeof *out))
+        return 1;
+    return *n_out >= s->max_new;
+}
+
+int hyla_generate_draft(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s, int draft,
+                        int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx, hyla_generate_stats *stats)
+{
+    return hyla_generate_draft_filtered(m, prompt, len, s, draft, out, n_out, cb, cb_ctx, stats, NULL, NULL);
+}
+
+int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s,
+                                 int draft, int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
+                                 hyla_generate_stats *stats, hyla_draft_filter filter, void *filter_ctx)
+{
+    const hyla_config *cfg = &m->cfg;
+    memset(stats, 0, sizeof *stats);
+    *n_out = 0;
+    if (draft < 1 || draft > HYLA_MAX_DRAFT)
+        return hyla_error_set(HYLA_ERR_ARG, "--draft %d: must be in 1..%d", draft, HYLA_MAX_DRAFT);
+    if (s->temperature != 0)
+        return hyla_error_set(HYLA_ERR_ARG, "--draft: speculative decoding is greedy only so far (use --temperature 0)");
+    if (cfg->n_mtp_layers < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "--draft: the model has no MTP head (no mtp.* tensors)");
+    HYLA_TRY(hyla_sampling_check(s, cfg->vocab));
+    if (len < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "prompt is empty");
+    for (int64_t i = 0; i < len; i++)
+        if (prompt[i] < 0 || prompt[i] >= cfg->vocab)
+            return hyla_error_set(HYLA_ERR_ARG, "prompt: token id %d at position %lld is out of range [0, %lld)", prompt[i],
+                                  (long long)i, (long long)cfg->vocab);
+    if (s->max_new < 1)
+        return HYLA_OK;
+    int N = draft;
+    int64_t max_len = len + s->max_new + N + 1; /* a verify may run N rows past the last kept token */
+    if (cfg->max_position_embeddings > 0 && len + s->max_new > cfg->max_position_embeddings)
+        return hyla_error_set(HYLA_ERR_ARG, "prompt plus %lld new tokens exceeds the model's %lld positions",
+                              (long long)s->max_new, (long long)cfg->max_position_embeddings);
+    spec sp;
+    HYLA_TRY(spec_init(&sp, m, N, max_len));
+    int64_t H = sp.H, V = sp.V;
+    float *prompt_hidden = malloc((size_t)(len * H) * sizeof(float));
+    int32_t *pairs = malloc((size_t)(len > N + 1 ? len : N + 1) * sizeof(int32_t));
+    int rc = prompt_hidden && pairs ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "speculative decoding: out of memory");
+    double t0 = hyla_now();
+    if (rc == HYLA_OK)
+        rc = hyla_prefill_sequence_hidden(m, &sp.state, 0, prompt, len, sp.logits, NULL, prompt_hidden);
+    stats->prefill_tokens = len;
+    stats->prefill_seconds = hyla_now() - t0;
+    t0 = hyla_now();
+    int stopped_by_cb = 0, done = 0;
+    int32_t x = 0, d[HYLA_MAX_DRAFT + 1];
+    if (rc == HYLA_OK) {
+        x = hyla_argmax(sp.logits, V);
+        done = emit(s, x, out, n_out, cb, cb_ctx, &stopped_by_cb);
+    }
+    if (rc == HYLA_OK && !done) { /* the head's entries for the prompt: (prompt[t + 1] or x, h_t) */
+        memcpy(pairs, prompt + 1, (size_t)(len - 1) * sizeof *pairs);
+        pairs[len - 1] = x;
+        rc = head_catch_up(&sp, pairs, prompt_hidden, len, &d[0]);
+    }
+    while (rc == HYLA_OK && !done) {
+        int64_t L = sp.state.len[0], head_len = sp.head.state.len[0];
+        if (filter)
+            d[0] = filter(filter_ctx, *n_out, d[0]);
+        for (int j = 1; j < N && rc == HYLA_OK; j++) { /* further drafts from the head's own output */
+            float g_next[H];
+            rc = hyla_mtp_run(&sp.head, &d[j - 1], sp.g, 1, g_next, sp.logits, 1);
+            memcpy(sp.g, g_next, (size_t)H * sizeof(float));
+            d[j] = hyla_argmax(sp.logits, V);
+            if (filter)
+                d[j] = filter(filter_ctx, *n_out + j, d[j]);
+        }
+        if (rc != HYLA_OK)
+            break;
+        sp.head.state.len[0] = head_len; /* draft entries: never part of the cache */
+        int32_t rows[HYLA_MAX_DRAFT + 1];
+        rows[0] = x;
+        memcpy(rows + 1, d, (size_t)N * sizeof *rows);
+        hyla_infer_state_save_recurrent(&sp.state, cfg, 0, sp.saved);
+        sp.verify.hidden_out = sp.hidden;
+        if ((rc = hyla_executor_infer(&sp.verify, rows, &sp.state, sp.logits)) != HYLA_OK)
+            break;
+        int k = 0;
+        int32_t p[HYLA_MAX_DRAFT + 1];
+        for (int j = 0; j <= N; j++)
+            p[j] = hyla_argmax(sp.logits + j * V, V);
+        while (k < N && d[k] == p[k])
+            k++;
+        stats->draft_rounds++;
+        stats->drafted += N;
+        stats->accepted += k;
+        for (int j = 0; j < k && !done; j++)
+            done = emit(s, d[j], out, n_out, cb, cb_ctx, &stopped_by_cb);
+        if (!done)
+            done = emit(s, p[k], out, n_out, cb, cb_ctx, &stopped_by_cb);
+        if (done)
+            break;
+        if (k < N) { /* the rejected rows changed the recurrent state: back to before, the accepted rows again */
+            hyla_infer_state_restore_recurrent(&sp.state, cfg, 0, sp.saved);
+            sp.state.len[0] = L;
+            sp.replay[k].hidden_out = sp.hidden;
+            if ((rc = hyla_executor_infer(&sp.replay[k], rows, &sp.state, NULL)) != HYLA_OK)
+                break;
+        }
+        /* the head's true entries for positions L .. L + k: (d_1..d_k, p_k) with the trunk's hidden rows */
+        memcpy(pairs, d, (size_t)k * sizeof *pairs);
+        pairs[k] = p[k];
+        rc = head_catch_up(&sp, pairs, sp.hidden, k + 1, &d[0]);
+        x = p[k];
+    }
+    stats->decode_tokens = *n_out > 1 ? *n_out - 1 : 0;
+    stats->decode_seconds = hyla_now() - t0;
+    free(prompt_hidden);
+    free(pairs);
+    spec_free(&sp);
+    (void)stopped_by_cb;
+    return rc;
+}

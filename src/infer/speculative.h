@@ -1,0 +1,40 @@
+/* Speculative decoding with the model's MTP head (greedy).
+ *
+ * A round, with L tokens in the trunk's caches and x (the trunk's latest pick) not yet fed:
+ *   1. draft d_1..d_N: the MTP head's picks, d_1 from its last true entry, each later one from
+ *      the head's own output hidden state (the head run recurrently);
+ *   2. verify: one trunk forward over [x, d_1..d_N] (N + 1 rows on top of the caches, the chunked
+ *      delta rule, one attention pass) gives the trunk's picks p_0..p_N;
+ *   3. accept the longest prefix with d_j == p_{j-1} (k tokens), then p_k: k + 1 new tokens;
+ *   4. roll back what the rejected rows left: the KV caches are truncated (their length); the
+ *      delta-rule states and conv windows are put back from the copy taken before the verify and
+ *      the k + 1 accepted rows re-run (the copy is the linear layers' recurrent state only, 18 MB
+ *      for the Qwen3.5-0.8B shape; nothing is copied when every draft is accepted); the head's
+ *      draft entries are dropped and its true entries for the accepted rows appended (that run
+ *      also drafts the next round's d_1).
+ * Greedy output equals plain greedy decoding's up to the rounding of the two paths (the verify's
+ * products run over N + 1 rows, plain decode's over one; tests/test_speculative.c counts where a
+ * near-tie makes them differ). */
+#ifndef HYLA_INFER_SPECULATIVE_H
+#define HYLA_INFER_SPECULATIVE_H
+
+#include <stdint.h>
+
+#include "infer/generate.h"
+
+#define HYLA_MAX_DRAFT 8
+
+/* Greedy generation for one prompt drafting `draft` tokens per round (1..HYLA_MAX_DRAFT); s must
+ * be greedy (temperature 0). out[s->max_new]; stats gain draft_rounds / drafted / accepted. */
+int hyla_generate_draft(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s, int draft,
+                        int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx, hyla_generate_stats *stats);
+
+/* The same, each draft passed through filter(ctx, at, d) first: `at` is the index in out the
+ * drafted token would take, d the head's pick; the return value is drafted instead (tests drive
+ * every acceptance length with it). */
+typedef int32_t (*hyla_draft_filter)(void *ctx, int64_t at, int32_t draft);
+int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s,
+                                 int draft, int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
+                                 hyla_generate_stats *stats, hyla_draft_filter filter, void *filter_ctx);
+
+#endif
