@@ -1,4 +1,5 @@
-/* The nested block executor; see executor.h. */
+/* The nested block executor: one step's forward, recompute and backward over the remat units (see
+ * executor.h); its construction, planning and teardown are in executor_setup.c. */
 #include "engine/executor.h"
 #include "model/lora.h"
 
@@ -15,56 +16,9 @@
 #include "model/infer_state.h"
 #include "ops/ops.h"
 #include "engine/loss_head.h"
+#include "engine/mtp_loss.h"
+#include "engine/executor_internal.h"
 #include "engine/offload.h"
-
-int hyla_remat_unit_parse(const char *text, hyla_remat_unit *out)
-{
-    static const char *const names[] = {"layer", "block", "part"};
-    for (int i = 0; i < 3; i++)
-        if (!strcmp(text, names[i])) {
-            *out = (hyla_remat_unit)i;
-            return HYLA_OK;
-        }
-    return hyla_error_set(HYLA_ERR_ARG, "unknown remat unit '%s' (known: layer, block, part)", text);
-}
-
-const char *hyla_remat_unit_name(hyla_remat_unit u)
-{
-    return u == HYLA_UNIT_BLOCK ? "block" : u == HYLA_UNIT_PART ? "part" : "layer";
-}
-
-/* ---- units ------------------------------------------------------------------------------------ */
-
-static int op_index(const hyla_executor *ex, int l, const hyla_layer_op *op)
-{
-    for (int i = 0; i < ex->n_ops[l]; i++)
-        if (ex->ops[l][i] == op)
-            return i;
-    return -1;
-}
-
-static void build_units(hyla_executor *ex)
-{
-    const hyla_model *m = ex->m;
-    ex->n_units = 0;
-    if (ex->unit_kind == HYLA_UNIT_BLOCK && !ex->forward_only) {
-        for (int b = 0; b < m->sched.n_blocks; b++) {
-            const hyla_block *blk = &m->sched.blocks[b];
-            int l1 = blk->first_layer + blk->n_layers - 1;
-            ex->units[ex->n_units++] = (hyla_unit){blk->first_layer, l1, 0, ex->n_ops[l1]};
-        }
-        return;
-    }
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        if (ex->unit_kind == HYLA_UNIT_PART && !ex->forward_only) {
-            int split = op_index(ex, l, &hyla_op_post_norm); /* FFN part starts at the post norm */
-            ex->units[ex->n_units++] = (hyla_unit){l, l, 0, split};
-            ex->units[ex->n_units++] = (hyla_unit){l, l, split, ex->n_ops[l]};
-        } else {
-            ex->units[ex->n_units++] = (hyla_unit){l, l, 0, ex->n_ops[l]};
-        }
-    }
-}
 
 static int unit_starts_at(const hyla_executor *ex, int layer, int op)
 {
@@ -134,7 +88,9 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
         c.grads = ex->updates->window;
         c.grad_base = ex->window_lo;
     }
-    if (ex->m->cfg.layer_is_moe[l]) {
+    if (l >= ex->m->cfg.n_layers) { /* the MTP head's layer: no router statistics, replay or record */
+        c.aux_counts = NULL, c.aux_psum = NULL, c.aux_dprob = NULL;
+    } else if (ex->m->cfg.layer_is_moe[l]) {
         size_t slice = (size_t)ex->moe_index[l] * (size_t)(ex->n * ex->m->cfg.top_k);
         c.replay = ex->replay ? ex->replay + slice : NULL;
         c.record = ex->record && !recompute ? ex->record + slice : NULL;
@@ -232,7 +188,7 @@ static void store_bf16_outputs(hyla_executor *ex, int l, const hyla_layer_op *op
         hyla_slot s = op->out[i];
         int dl = s == HYLA_S_Y ? l + 1 : l;
         hyla_slot ds = s == HYLA_S_Y ? HYLA_S_X : s;
-        if (dl < ex->m->cfg.n_layers && ex->bf16_kept[dl].p[ds])
+        if (dl < ex->m->cfg.n_layers && ex->bf16_kept[dl].p[ds]) /* (the MTP layer's Y is no X) */
             hyla_bf16_pack(ex->bf16_kept[dl].p[ds], ex->tapes[l].p[s], hyla_slot_floats(&ex->m->cfg, dl, ds, ex->n));
     }
 }
@@ -359,8 +315,8 @@ static void drop_transients(hyla_executor *ex, int l)
                                                 * packed slot's fp32 form goes with the layer's work */
         if (t->p[s] && s != HYLA_S_Y && segment_forgets(ex, l, s))
             t->p[s] = NULL;
-    if (l + 1 == ex->m->cfg.n_layers)
-        return; /* final hidden stays for the loss head */
+    if (l + 1 >= ex->m->cfg.n_layers)
+        return; /* final hidden (the trunk's, the MTP layer's) stays for its loss head */
     t->p[HYLA_S_Y] = NULL;
 }
 
@@ -394,9 +350,12 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     hyla_offload_write(ex, -1, HYLA_S_Y); /* X_0, "layer -1"'s output */
 }
 
-static void forward_units(hyla_executor *ex, size_t *unit_marks, size_t *host_marks, int64_t *aux_rows)
+/* checkpoint-arena and host-store marks at each unit's start (the forward pushes, the backward pops) */
+static size_t unit_marks[HYLA_MAX_UNITS], host_marks[HYLA_MAX_UNITS];
+
+static void forward_units(hyla_executor *ex, int u0, int u1, int64_t *aux_rows)
 {
-    for (int u = 0; u < ex->n_units; u++) {
+    for (int u = u0; u < u1; u++) {
         const hyla_unit *un = &ex->units[u];
         unit_marks[u] = hyla_arena_mark(&ex->ckpt);
         host_marks[u] = hyla_arena_mark(&ex->host);
@@ -584,7 +543,7 @@ static void set_labels(hyla_executor *ex, const int32_t *tokens, const int32_t *
             ex->pos[ex->seq_row0[s] + t] = t;
 }
 
-static void rows_as_sequences(hyla_executor *ex)
+void hyla_executor_rows_as_sequences(hyla_executor *ex)
 {
     ex->n_seq = ex->B;
     ex->packed = 0;
@@ -595,7 +554,7 @@ static void rows_as_sequences(hyla_executor *ex)
 int hyla_executor_set_segments(hyla_executor *ex, const int64_t *seg_len, int64_t n_seg)
 {
     if (!seg_len) {
-        rows_as_sequences(ex);
+        hyla_executor_rows_as_sequences(ex);
         return HYLA_OK;
     }
     if (n_seg < ex->B || n_seg > ex->n)
@@ -605,7 +564,7 @@ int hyla_executor_set_segments(hyla_executor *ex, const int64_t *seg_len, int64_
     for (int64_t s = 0; s < n_seg; s++) {
         int64_t len = seg_len[s], in_row = at % ex->T;
         if (len < 1 || in_row + len > ex->T) {
-            rows_as_sequences(ex);
+            hyla_executor_rows_as_sequences(ex);
             return hyla_error_set(HYLA_ERR_ARG, "packing: document %lld (%lld tokens at row %lld, column %lld) does not "
                                   "fit its row of %lld tokens", (long long)s, (long long)len, (long long)(at / ex->T),
                                   (long long)in_row, (long long)ex->T);
@@ -614,7 +573,7 @@ int hyla_executor_set_segments(hyla_executor *ex, const int64_t *seg_len, int64_
         at += len;
     }
     if (at != ex->n) {
-        rows_as_sequences(ex);
+        hyla_executor_rows_as_sequences(ex);
         return hyla_error_set(HYLA_ERR_ARG, "packing: the documents cover %lld of the %lld tokens", (long long)at,
                               (long long)ex->n);
     }
@@ -625,7 +584,7 @@ int hyla_executor_set_segments(hyla_executor *ex, const int64_t *seg_len, int64_
 
 static void reset_state(hyla_executor *ex)
 {
-    size_t L = (size_t)ex->m->cfg.n_layers;
+    size_t L = (size_t)ex->n_layers;
     memset(ex->tapes, 0, sizeof(hyla_tape) * L);
     memset(ex->bf16_kept, 0, sizeof *ex->bf16_kept * L);
     hyla_offload_reset(ex);
@@ -654,12 +613,50 @@ static void forget_unit(hyla_executor *ex, int u)
         ex->tapes[un->layer0].p[HYLA_S_X] = NULL;
 }
 
-static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, float *logits, float ce_scale,
+int hyla_executor_backward_unit(hyla_executor *ex, int u, float *grads, int cur)
+{
+    if (hyla_offload_activate_unit(ex, u) != HYLA_OK)
+        return 1;
+    const hyla_unit *un = &ex->units[u];
+    int trunk = u < ex->n_trunk_units; /* per-layer updates are the trunk layers' (the MTP loss excludes them) */
+    if (trunk && ex->updates && !ex->dry && un->op1 == ex->n_ops[un->layer1]) { /* first unit touching its layers */
+        ex->window_lo = ex->layer_lo[un->layer0];
+        memset(ex->updates->window, 0, (ex->layer_hi[un->layer1] - ex->window_lo) * sizeof(float));
+    }
+    size_t wmark = hyla_arena_mark(&ex->work);
+    acquire_weights(ex, un->layer0, un->layer1); /* its recompute and backward */
+    backward_unit(ex, u, grads, cur);
+    release_weights(ex, un->layer0, un->layer1);
+    hyla_arena_reset_to(&ex->work, wmark);
+    hyla_arena_reset_to(&ex->ckpt, unit_marks[u]);
+    hyla_arena_reset_to(&ex->host, host_marks[u]);
+    forget_unit(ex, u);
+    hyla_offload_prefetch_unit(ex, u - 2);
+    if (trunk && ex->updates && !ex->dry && un->op0 == 0) { /* its layers' gradients are complete */
+        int st = ex->updates->apply(ex->updates->ctx, un->layer0, un->layer1, ex->updates->window, ex->window_lo);
+        if (st != HYLA_OK) {
+            if (ex->store)
+                hyla_host_store_drain(ex->store);
+            return st;
+        }
+    }
+    return HYLA_OK;
+}
+
+void hyla_executor_forward_units(hyla_executor *ex, int u0, int u1)
+{
+    int64_t none = 0;
+    forward_units(ex, u0, u1, &none);
+}
+
+float *hyla_executor_layer_input(hyla_executor *ex, int l, int half) { return place_layer_input(ex, l, half); }
+
+int hyla_executor_run_step(hyla_executor *ex, const int32_t *tokens, float *grads, float *logits, float ce_scale,
                     float aux_scale, hyla_step_loss *loss)
 {
     const hyla_config *cfg = &ex->m->cfg;
-    static size_t unit_marks[HYLA_MAX_UNITS], host_marks[HYLA_MAX_UNITS];
     int64_t aux_rows = 0;
+    int mtp = ex->n_layers > cfg->n_layers;
     if (ex->host_bytes && !ex->dry && !ex->store)
         return hyla_error_set(HYLA_ERR_ARG, "policy '%s' offloads %zu bytes per step but no host store is attached",
                               ex->policy.name, ex->host_bytes);
@@ -670,7 +667,9 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
     acquire_weights(ex, HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
     embed_rows(ex, tokens);
     release_weights(ex, HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
-    forward_units(ex, unit_marks, host_marks, &aux_rows);
+    forward_units(ex, 0, ex->n_trunk_units, &aux_rows);
+    if (mtp) /* the MTP head's input from the trunk's final rows, and its layer */
+        hyla_mtp_loss_forward(ex, tokens);
     int64_t E = cfg->n_experts;
     loss->aux_loss = (!ex->dry && aux_rows > 0) ? hyla_aux_loss_finish(ex->aux_counts, ex->aux_psum, aux_rows, E) : NAN;
     if (!ex->dry && aux_rows > 0)
@@ -679,40 +678,29 @@ static int run_step(hyla_executor *ex, const int32_t *tokens, float *grads, floa
     if (grads)
         hyla_offload_begin_backward(ex);
     size_t head_mark = hyla_arena_mark(&ex->work);
+    loss->mtp_sum = 0.0;
+    loss->mtp_count = 0;
+    if (mtp) { /* its loss and backward first: their gradient reaches the trunk's final norm in the head below */
+        int st = hyla_mtp_loss_backward(ex, tokens, grads, loss);
+        if (st != HYLA_OK)
+            return st;
+    }
     acquire_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
     hyla_loss_head(ex, grads, logits, ce_scale, loss);
     release_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
+    ex->dhidden = NULL;
     hyla_arena_reset_to(&ex->work, head_mark);
     if (ex->dry)
         ex->timeline_forward = ex->n_timeline;
     if (!grads)
         return ex->weights_status;
     int cur = 0;
-    for (int u = ex->n_units - 1; u >= 0 && ex->io_status == HYLA_OK; u--) {
-        if (hyla_offload_activate_unit(ex, u) != HYLA_OK)
-            break; /* its checkpoints did not come back: stop before using them */
-        const hyla_unit *un = &ex->units[u];
-        if (ex->updates && !ex->dry && un->op1 == ex->n_ops[un->layer1]) { /* first unit touching its layers */
-            ex->window_lo = ex->layer_lo[un->layer0];
-            memset(ex->updates->window, 0, (ex->layer_hi[un->layer1] - ex->window_lo) * sizeof(float));
-        }
-        size_t wmark = hyla_arena_mark(&ex->work);
-        acquire_weights(ex, un->layer0, un->layer1); /* its recompute and backward */
-        backward_unit(ex, u, grads, cur);
-        release_weights(ex, un->layer0, un->layer1);
-        hyla_arena_reset_to(&ex->work, wmark);
-        hyla_arena_reset_to(&ex->ckpt, unit_marks[u]);
-        hyla_arena_reset_to(&ex->host, host_marks[u]);
-        forget_unit(ex, u);
-        hyla_offload_prefetch_unit(ex, u - 2);
-        if (ex->updates && !ex->dry && un->op0 == 0) { /* its layers' gradients are complete */
-            int st = ex->updates->apply(ex->updates->ctx, un->layer0, un->layer1, ex->updates->window, ex->window_lo);
-            if (st != HYLA_OK) {
-                if (ex->store)
-                    hyla_host_store_drain(ex->store);
-                return st;
-            }
-        }
+    for (int u = ex->n_trunk_units - 1; u >= 0 && ex->io_status == HYLA_OK; u--) {
+        int st = hyla_executor_backward_unit(ex, u, grads, cur);
+        if (st == 1)
+            break; /* its checkpoints did not come back: stopped before using them */
+        if (st != HYLA_OK)
+            return st;
         cur = 1 - cur;
     }
     if (ex->store && !ex->dry)
@@ -729,7 +717,7 @@ int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *
 {
     HYLA_ASSERT(!ex->forward_only);
     set_labels(ex, tokens, labels);
-    return run_step(ex, tokens, grads, NULL, ce_scale, aux_scale, loss);
+    return hyla_executor_run_step(ex, tokens, grads, NULL, ce_scale, aux_scale, loss);
 }
 
 int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits)
@@ -746,7 +734,7 @@ int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_in
             ex->pos[b * ex->T + t] = state->len[b] + t;
     ex->state = state;
     hyla_step_loss loss;
-    int st = run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, &loss);
+    int st = hyla_executor_run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, &loss);
     ex->state = NULL;
     HYLA_TRY(st);
     for (int64_t b = 0; b < ex->B; b++)
@@ -759,7 +747,7 @@ int hyla_executor_forward(hyla_executor *ex, const int32_t *tokens, const int32_
 {
     HYLA_ASSERT(ex->forward_only == HYLA_FORWARD_ALL);
     set_labels(ex, tokens, labels);
-    return run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, loss);
+    return hyla_executor_run_step(ex, tokens, NULL, logits, 0.0f, 0.0f, loss);
 }
 
 int hyla_executor_forward_streamed(hyla_executor *ex, const int32_t *tokens, const int32_t *labels,
@@ -774,210 +762,3 @@ int hyla_executor_forward_streamed(hyla_executor *ex, const int32_t *tokens, con
     return st != HYLA_OK ? st : ex->sink_status;
 }
 
-/* ---- setup ------------------------------------------------------------------------------------- */
-
-/* plan_only: stop after the planning pass (hyla_executor_plan); timeline: [cap] or NULL. */
-static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
-                          int64_t B, int64_t T, hyla_delta_mode mode, int forward_only, int plan_only,
-                          size_t *timeline, int cap, int64_t head_rows, int64_t head_block)
-{
-    memset(ex, 0, sizeof *ex);
-    if (!head_rows) /* the default: hyla_head_rows' chunk, lm_head's gradient summed per chunk */
-        head_rows = head_block = hyla_head_rows(B * T, m->cfg.vocab);
-    if (head_block < HYLA_HEAD_ROWS || head_block % HYLA_HEAD_ROWS || head_rows % head_block)
-        return hyla_error_set(HYLA_ERR_ARG, "executor: head rows %lld must be a multiple of a block of %lld, itself a multiple of %d",
-                              (long long)head_rows, (long long)head_block, HYLA_HEAD_ROWS);
-    ex->head_rows = head_rows;
-    ex->head_block = head_block;
-    ex->plan_only = plan_only;
-    ex->timeline = timeline;
-    ex->host_timeline = timeline ? timeline + cap : NULL; /* one allocation: [device | host | staging] */
-    ex->staging_timeline = timeline ? timeline + 2 * (size_t)cap : NULL;
-    ex->cap_timeline = cap;
-    /* Tokens per micro-batch: a plan may describe up to 2^32 (every slot then stays below 2^61
-     * bytes: widths are bounded by model/config.h); a step that runs also indexes its n * top-k
-     * routed slots with int32. */
-    int64_t n_tokens, n_slots, k = m->cfg.top_k > 0 ? m->cfg.top_k : 1;
-    if (B < 1 || T < 1 || __builtin_mul_overflow(B, T, &n_tokens) || n_tokens > ((int64_t)1 << 32))
-        return hyla_error_set(HYLA_ERR_ARG, "batch %lld x seq %lld: more than 2^32 tokens per micro-batch",
-                              (long long)B, (long long)T);
-    if (!plan_only && (__builtin_mul_overflow(n_tokens, k, &n_slots) || n_slots > INT32_MAX))
-        return hyla_error_set(HYLA_ERR_ARG, "batch %lld x seq %lld x top-%lld: more than 2^31 - 1 routed slots per "
-                              "micro-batch; use a smaller batch with --accum", (long long)B, (long long)T, (long long)k);
-    ex->m = m;
-    ex->policy = *policy;
-    ex->unit_kind = unit;
-    ex->delta_mode = mode;
-    ex->B = B;
-    ex->T = T;
-    ex->n = B * T;
-    ex->forward_only = forward_only;
-    const hyla_config *cfg = &m->cfg;
-    int n_moe = 0;
-    for (int l = 0; l < cfg->n_layers; l++) {
-        ex->n_ops[l] = hyla_layer_ops(cfg, l, ex->ops[l]);
-        ex->moe_index[l] = cfg->layer_is_moe[l] ? n_moe++ : -1;
-    }
-    build_units(ex);
-
-    int64_t nH = ex->n * cfg->hidden, E = cfg->n_experts > 0 ? cfg->n_experts : 1;
-    ex->tapes = calloc((size_t)cfg->n_layers, sizeof(hyla_tape));
-    ex->fetched = calloc((size_t)cfg->n_layers, sizeof(hyla_tape));
-    ex->bf16_kept = calloc((size_t)cfg->n_layers, sizeof *ex->bf16_kept);
-    ex->host_off = malloc((size_t)cfg->n_layers * HYLA_S__COUNT * sizeof(size_t));
-    ex->offl_written = calloc((size_t)cfg->n_layers * HYLA_S__COUNT, 1);
-    size_t per_token = plan_only ? 1 : (size_t)ex->n; /* planning reads no positions or labels */
-    ex->pos = malloc(per_token * sizeof(int64_t));
-    size_t per_seq = plan_only ? (size_t)B : (size_t)ex->n; /* sequences: up to one per token (packing) */
-    ex->seq_row0 = malloc(per_seq * sizeof(int64_t));
-    ex->seq_len = malloc(per_seq * sizeof(int64_t));
-    ex->labels = malloc(per_token * sizeof(int32_t));
-    ex->aux_counts = calloc((size_t)E, sizeof(double));
-    ex->aux_psum = calloc((size_t)E, sizeof(double));
-    ex->aux_dprob = calloc((size_t)E, sizeof(double));
-    /* what a running executor holds beside its arenas (a plan-only one allocates less, counts the same) */
-    ex->buffer_bytes = hyla_align_up((size_t)nH * sizeof(float)) * (forward_only ? 2 : 4) +
-                       (size_t)ex->n * (3 * sizeof(int64_t) + sizeof(int32_t)) + 3 * (size_t)E * sizeof(double);
-    for (int i = 0; i < 2 && !ex->plan_only; i++) {
-        ex->carry[i] = aligned_alloc(64, hyla_align_up((size_t)nH * sizeof(float)));
-        ex->dcarry[i] = forward_only ? NULL : aligned_alloc(64, hyla_align_up((size_t)nH * sizeof(float)));
-    }
-    if (ex->plan_only) /* placeholders: the planning pass never dereferences them */
-        for (int i = 0; i < 2; i++)
-            ex->carry[i] = (float *)(uintptr_t)(64 * (i + 1)), ex->dcarry[i] = (float *)(uintptr_t)(64 * (i + 3));
-    if (!ex->tapes || !ex->fetched || !ex->host_off || !ex->offl_written || !ex->pos || !ex->seq_row0 || !ex->seq_len || !ex->labels || !ex->aux_counts || !ex->aux_psum || !ex->aux_dprob || !ex->carry[0] ||
-        !ex->carry[1] || (!forward_only && (!ex->dcarry[0] || !ex->dcarry[1]))) {
-        hyla_executor_free(ex);
-        return hyla_error_set(HYLA_ERR_NOMEM, "executor: cannot allocate step buffers for %lld tokens", (long long)ex->n);
-    }
-    rows_as_sequences(ex);
-
-    /* Plan: the step's exact allocation sequence on dry arenas. */
-    ex->dry = 1;
-    hyla_arena_init_dry(&ex->ckpt, "checkpoint");
-    hyla_arena_init_dry(&ex->work, "work");
-    hyla_arena_init_dry(&ex->xfer[0], "offload staging 0");
-    hyla_arena_init_dry(&ex->xfer[1], "offload staging 1");
-    hyla_arena_init_dry(&ex->host, "host store");
-    hyla_step_loss loss; /* a dry pass reads no tokens or labels */
-    int st = run_step(ex, NULL, forward_only ? NULL : (float *)ex->carry[0], NULL, 1.0f, 1.0f, &loss);
-    HYLA_ASSERT(st == HYLA_OK); /* a dry pass touches no store */
-    if (ex->ckpt.overflowed || ex->work.overflowed || ex->xfer[0].overflowed || ex->xfer[1].overflowed ||
-        ex->host.overflowed) {
-        hyla_executor_free(ex);
-        return hyla_error_set(HYLA_ERR_ARG, "batch %lld x seq %lld: the step's activations exceed 2^60 bytes",
-                              (long long)B, (long long)T);
-    }
-    ex->ckpt_bytes = ex->ckpt.high_water;
-    ex->work_bytes = ex->work.high_water;
-    ex->xfer_bytes[0] = ex->xfer[0].high_water;
-    ex->xfer_bytes[1] = ex->xfer[1].high_water;
-    ex->host_bytes = ex->host.high_water;
-    if (ex->plan_only)
-        return HYLA_OK;
-    ex->dry = 0;
-    st = hyla_arena_init(&ex->ckpt, "checkpoint", ex->ckpt_bytes);
-    if (st == HYLA_OK)
-        st = hyla_arena_init(&ex->work, "work", ex->work_bytes);
-    for (int h = 0; h < 2 && st == HYLA_OK; h++)
-        st = ex->xfer_bytes[h] ? hyla_arena_init(&ex->xfer[h], h ? "offload staging 1" : "offload staging 0", ex->xfer_bytes[h])
-                               : HYLA_OK;
-    if (st != HYLA_OK)
-        hyla_executor_free(ex);
-    return st;
-}
-
-int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
-                       int64_t B, int64_t T, hyla_delta_mode mode, int forward_only)
-{
-    return executor_setup(ex, m, policy, unit, B, T, mode, forward_only, 0, NULL, 0, 0, 0);
-}
-
-int hyla_executor_init_head_rows(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
-                                 int64_t B, int64_t T, int64_t head_rows, int64_t head_block)
-{
-    return executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 0, NULL, 0, head_rows, head_block);
-}
-
-int hyla_executor_measure(hyla_executor *ex)
-{
-    if (ex->measure_cap)
-        return HYLA_OK;
-    int cap = 4; /* ops per step: the planning pass's count is not kept, so count them: forward + backward */
-    for (int l = 0; l < ex->m->cfg.n_layers; l++)
-        cap += 3 * ex->n_ops[l];
-    ex->measured_device = malloc((size_t)cap * sizeof(size_t));
-    ex->measured_host = malloc((size_t)cap * sizeof(size_t));
-    ex->measured_seconds = malloc((size_t)cap * sizeof(double));
-    if (!ex->measured_device || !ex->measured_host || !ex->measured_seconds)
-        return hyla_error_set(HYLA_ERR_NOMEM, "executor: cannot allocate the measurement buffers");
-    ex->measure_cap = cap;
-    return HYLA_OK;
-}
-
-int hyla_executor_attach_store(hyla_executor *ex, hyla_host_store *store)
-{
-    ex->store = store;
-    return ex->host_bytes ? hyla_host_store_reserve(store, ex->host_bytes) : HYLA_OK;
-}
-
-int hyla_executor_plan(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
-                       int64_t B, int64_t T)
-{
-    enum { CAP = 1 << 16 };
-    size_t *timeline = malloc(3 * CAP * sizeof *timeline);
-    if (!timeline)
-        return hyla_error_set(HYLA_ERR_NOMEM, "plan: out of memory");
-    int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP, 0, 0);
-    if (st && ex->timeline) { /* failed before hyla_executor_free took it */
-        free(ex->timeline);
-        ex->timeline = NULL;
-    }
-    return st;
-}
-
-int hyla_executor_plan_infer(hyla_executor *ex, const hyla_model *m, int64_t B, int64_t T, hyla_delta_mode mode)
-{
-    hyla_policy nothing;
-    HYLA_TRY(hyla_policy_parse(&nothing, "full"));
-    return executor_setup(ex, m, &nothing, HYLA_UNIT_LAYER, B, T, mode, HYLA_FORWARD_LAST, 1, NULL, 0, 0, 0);
-}
-
-size_t hyla_executor_resident_bytes(const hyla_executor *ex)
-{
-    return ex->ckpt_bytes + ex->work_bytes + ex->xfer_bytes[0] + ex->xfer_bytes[1] + ex->buffer_bytes;
-}
-
-void hyla_executor_free(hyla_executor *ex)
-{
-    if (ex->ckpt.base && !ex->plan_only)
-        hyla_arena_free(&ex->ckpt);
-    if (ex->work.base && !ex->plan_only)
-        hyla_arena_free(&ex->work);
-    for (int h = 0; h < 2; h++)
-        if (ex->xfer[h].base && !ex->plan_only)
-            hyla_arena_free(&ex->xfer[h]);
-    free(ex->tapes);
-    free(ex->fetched);
-    free(ex->bf16_kept);
-    free(ex->host_off);
-    free(ex->offl_written);
-    free(ex->pos);
-    free(ex->seq_row0);
-    free(ex->seq_len);
-    free(ex->labels);
-    free(ex->aux_counts);
-    free(ex->aux_psum);
-    free(ex->aux_dprob);
-    for (int i = 0; i < 2 && !ex->plan_only; i++) {
-        free(ex->carry[i]);
-        free(ex->dcarry[i]);
-    }
-    free(ex->timeline);
-    free(ex->layer_lo);
-    free(ex->layer_hi);
-    free(ex->measured_device);
-    free(ex->measured_host);
-    free(ex->measured_seconds);
-    memset(ex, 0, sizeof *ex);
-}

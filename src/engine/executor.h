@@ -70,6 +70,8 @@ typedef struct {
     double ce_sum;         /* sum of -log p over labelled positions */
     int64_t ce_count;
     double aux_loss;       /* NaN without MoE layers */
+    double mtp_sum;        /* sum of the MTP head's -log p over its targets (0 without an MTP loss) */
+    int64_t mtp_count;
 } hyla_step_loss;
 
 typedef struct {
@@ -78,6 +80,13 @@ typedef struct {
     hyla_remat_unit unit_kind;
     hyla_delta_mode delta_mode;
     int64_t B, T, n;
+    /* layers the executor runs: the trunk's n_layers, and with an MTP loss (mtp_scale > 0) the MTP
+     * head's layer n_layers after them (engine/mtp_loss.h), its own remat unit, the last */
+    int n_layers, n_trunk_units;
+    float mtp_scale;       /* dLoss/d(MTP cross-entropy sum): the MTP loss weight / its target count */
+    int32_t *mtp_labels;   /* [n] the MTP targets (token t + 2 of the same sequence or document, else -100) */
+    float *mtp_hidden;     /* the trunk's final-normed rows [n, H] while an MTP step runs (checkpoint arena) */
+    float *dhidden;        /* their gradient from the MTP loss [n, H], added in the trunk's head (work arena) */
     int forward_only;      /* 0, HYLA_FORWARD_ALL or HYLA_FORWARD_LAST: nothing kept, no backward */
     hyla_logits_sink sink; /* the current forward's logits consumer, or NULL */
     void *sink_ctx;
@@ -177,6 +186,14 @@ int hyla_executor_init(hyla_executor *ex, const hyla_model *m, const hyla_policy
  * in blocks of head_block rows (head_rows a multiple of head_block, itself a multiple of
  * HYLA_HEAD_ROWS) instead of hyla_head_rows' choice for both; tests: head_rows >= B*T is the
  * unchunked head. */
+/* A training executor with the MTP loss on (the model has an MTP head): every step also runs the
+ * head over the trunk's final-normed rows and adds mtp_scale x its cross-entropy sum (set
+ * ex->mtp_scale before each step; hyla_executor_mtp_targets counts the targets). */
+int hyla_executor_init_mtp(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
+                           int64_t B, int64_t T);
+/* The same plan only (hyla plan --mtp-loss-weight). */
+int hyla_executor_plan_mtp(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
+                           int64_t B, int64_t T);
 int hyla_executor_init_head_rows(hyla_executor *ex, const hyla_model *m, const hyla_policy *policy, hyla_remat_unit unit,
                                  int64_t B, int64_t T, int64_t head_rows, int64_t head_block);
 void hyla_executor_free(hyla_executor *ex);
@@ -273,6 +290,14 @@ int hyla_executor_set_segments(hyla_executor *ex, const int64_t *seg_len, int64_
 float *hyla_executor_alloc(hyla_executor *ex, hyla_arena *a, int64_t floats, int zero);
 int hyla_executor_bf16_compute(const hyla_executor *ex);
 float *hyla_executor_param_grad(const hyla_executor *ex, float *grads, hyla_role role);
+
+/* Internal to src/engine (engine/mtp_loss.c): the forward of units [u0, u1); unit u's recompute +
+ * backward with the incoming gradient in dcarry[cur] (the outgoing one in dcarry[1 - cur]), its
+ * checkpoints released; where layer l's input X goes during the forward (`half`: its offload
+ * staging half). */
+void hyla_executor_forward_units(hyla_executor *ex, int u0, int u1);
+int hyla_executor_backward_unit(hyla_executor *ex, int u, float *grads, int cur);
+float *hyla_executor_layer_input(hyla_executor *ex, int l, int half);
 
 /* Is slot s of layer l kept in the checkpoint arena during forward? */
 int hyla_executor_keeps(const hyla_executor *ex, int layer, hyla_slot s);

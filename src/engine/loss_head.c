@@ -44,12 +44,17 @@ int64_t hyla_head_rows(int64_t n, int64_t vocab)
  * results (tests/test_train.c). By default the block is the chunk: one dW product per chunk, its
  * K as long as the budget allows (at K = 128 the product streams the [V, H] gradient through
  * memory four times per 512 rows and runs at 220 GFLOP/s here; at K = 512 once, at 310). */
-static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
+/* One head over every row: RMSNorm1p(y; norm role) [n, H], lm_head, cross-entropy against
+ * labels; with grads, the gradient of scale x the cross-entropy sum goes back to dy_out [n, H]
+ * (dxn_extra [n, H] or NULL: a gradient reaching the normed rows another way, added first) and to
+ * the norm's and lm_head's parameters. The trunk's head, and the MTP head's (engine/mtp_loss.c). */
+void hyla_head_pass(hyla_executor *ex, const hyla_head_args *a, float *grads, float *logits_out, double *ce_sum,
+                    int64_t *ce_count)
 {
     const hyla_config *cfg = &ex->m->cfg;
     int64_t n = ex->n, H = cfg->hidden, V = cfg->vocab, rows = n < ex->head_rows ? n : ex->head_rows;
-    float eps = (float)cfg->rms_norm_eps;
-    const float *y = ex->tapes[cfg->n_layers - 1].p[HYLA_S_Y];
+    float eps = (float)cfg->rms_norm_eps, ce_scale = a->scale;
+    const float *y = a->y;
     size_t mark = hyla_arena_mark(&ex->work);
     float *xn = hyla_executor_alloc(ex, &ex->work, n * H, 0);
     float *chunk = logits_out ? NULL : hyla_executor_alloc(ex, &ex->work, rows * V, 0);
@@ -60,11 +65,12 @@ static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, fl
     int bf16 = hyla_executor_bf16_compute(ex);
     int64_t wide_floats = hyla_head_scratch_floats(ex->m, rows);
     float *wide = wide_floats ? hyla_executor_alloc(ex, &ex->work, wide_floats, 0) : NULL;
-    ex->head_bytes = hyla_arena_mark(&ex->work) - mark;
+    size_t bytes = hyla_arena_mark(&ex->work) - mark;
+    ex->head_bytes = bytes > ex->head_bytes ? bytes : ex->head_bytes;
     if (ex->dry)
         return;
     double t0 = HYLA_PROF_BEGIN();
-    const float *wn = hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1), *head = hyla_model_param(ex->m, HYLA_P_LM_HEAD, -1);
+    const float *wn = hyla_model_param(ex->m, a->norm, -1), *head = hyla_model_param(ex->m, HYLA_P_LM_HEAD, -1);
     const uint16_t *head16 = hyla_model_param_bf16(ex->m, HYLA_P_LM_HEAD, -1);
     float *dhead = grads ? hyla_executor_param_grad(ex, grads, HYLA_P_LM_HEAD) : NULL;
     hyla_rmsnorm1p_fwd(xn, NULL, y, wn, n, H, eps);
@@ -77,9 +83,9 @@ static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, fl
         if (ex->sink && ex->sink_status == HYLA_OK)
             ex->sink_status = ex->sink(ex->sink_ctx, r0, m, logits);
         if (!grads)
-            hyla_cross_entropy_rows(row_ce + r0, logits, ex->labels + r0, m, V);
+            hyla_cross_entropy_rows(row_ce + r0, logits, a->labels + r0, m, V);
         else {
-            hyla_cross_entropy_rows_bwd(row_ce + r0, logits, logits, ex->labels + r0, m, V, ce_scale); /* in place: dlogits */
+            hyla_cross_entropy_rows_bwd(row_ce + r0, logits, logits, a->labels + r0, m, V, ce_scale); /* in place: dlogits */
             if (bf16) { /* dlogits as a bf16 matmul input */
                 hyla_bf16_round(logits, m * V);
                 hyla_linear_bf16w_dx(dxn + r0 * H, logits, head16, m, H, V, wide);
@@ -91,10 +97,20 @@ static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, fl
             }
         }
     }
-    loss->ce_sum = hyla_cross_entropy_sum(row_ce, ex->labels, n, &loss->ce_count);
+    *ce_sum = hyla_cross_entropy_sum(row_ce, a->labels, n, ce_count);
     HYLA_PROF_END("lm_head", t0);
+    if (grads && a->dxn_extra)
+        for (int64_t i = 0; i < n * H; i++)
+            dxn[i] += a->dxn_extra[i];
     if (grads)
-        hyla_rmsnorm1p_bwd(ex->dcarry[0], hyla_executor_param_grad(ex, grads, HYLA_P_FINAL_NORM), dxn, y, wn, NULL, n, H, eps);
+        hyla_rmsnorm1p_bwd(a->dy_out, hyla_executor_param_grad(ex, grads, a->norm), dxn, y, wn, NULL, n, H, eps);
+}
+
+static void all_rows_head(hyla_executor *ex, float *grads, float *logits_out, float ce_scale, hyla_step_loss *loss)
+{
+    hyla_head_args a = {HYLA_P_FINAL_NORM, ex->tapes[ex->m->cfg.n_layers - 1].p[HYLA_S_Y], ex->labels, ce_scale,
+                        ex->dcarry[0], ex->dhidden};
+    hyla_head_pass(ex, &a, grads, logits_out, &loss->ce_sum, &loss->ce_count);
 }
 
 /* Inference: each sequence's last row through the final norm and lm_head, logits [B, V]. The

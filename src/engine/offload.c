@@ -40,8 +40,8 @@ void hyla_offload_write(hyla_executor *ex, int l, hyla_slot s)
 {
     int owner = l;
     if (s == HYLA_S_Y) {
-        if (l + 1 == ex->m->cfg.n_layers)
-            return;
+        if (l + 1 >= ex->m->cfg.n_layers)
+            return; /* the trunk's final hidden, the MTP layer's output: no layer's input */
         owner = l + 1, s = HYLA_S_X;
     }
     if (HOST_OFF(ex, owner, s) == SIZE_MAX || WRITTEN(ex, owner, s))
@@ -111,7 +111,7 @@ int hyla_offload_activate_unit(hyla_executor *ex, int u)
 
 void hyla_offload_reset(hyla_executor *ex)
 {
-    size_t L = (size_t)ex->m->cfg.n_layers;
+    size_t L = (size_t)ex->n_layers;
     memset(ex->fetched, 0, sizeof(hyla_tape) * L);
     memset(ex->host_off, 0xff, L * HYLA_S__COUNT * sizeof(size_t)); /* SIZE_MAX: not offloaded */
     memset(ex->write_ticket, 0, sizeof ex->write_ticket);

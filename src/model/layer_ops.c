@@ -116,7 +116,7 @@ static int64_t widest_side(const hyla_config *cfg)
     int64_t wide = hyla_cfg_conv_dim(cfg);
     int64_t sides[] = {cfg->hidden, hyla_cfg_value_dim(cfg), 2 * cfg->n_heads * cfg->head_dim,
                        cfg->n_kv_heads * cfg->head_dim, 2 * cfg->moe_inter, 2 * cfg->shared_inter, 2 * cfg->inter,
-                       cfg->lin_v_heads};
+                       cfg->lin_v_heads, cfg->n_mtp_layers > 0 ? 2 * cfg->hidden : 0 /* the MTP head's fc */};
     for (size_t i = 0; i < sizeof sides / sizeof *sides; i++)
         wide = sides[i] > wide ? sides[i] : wide;
     return wide;

@@ -66,7 +66,7 @@ int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B,
         for (int64_t i = n; pack && i < B; i++)
             segs[n_seg++] = T;
         packed_rows += n;
-        hyla_step_loss l = {0, 0, 0};
+        hyla_step_loss l = {0};
         if (st == HYLA_OK && pack)
             st = hyla_executor_set_segments(&ex, segs, n_seg);
         if (st == HYLA_OK)

@@ -406,6 +406,7 @@ class HylaRef:
         unused = set(self.W) - self.used
         if unused:
             raise ValueError(f"unused tensors in checkpoint: {sorted(unused)[:8]}")
+        self.mtp_tensors = mtp
         self.mtp = self._build_mtp(mtp) if mtp and c["mtp_layers"] > 0 else None
 
     def w(self, name, shape=None, full=False):
@@ -792,6 +793,40 @@ def loss_and_grads(model, seqs, params=None, key="total"):
     res = {k: (None if out[k] is None else out[k].item()) for k in ("ce", "aux", "total")}
     res["min_router_gap"] = out["min_router_gap"]
     return res, G
+
+
+def mtp_total_loss(model, seqs, weight):
+    """batch_loss(seqs)["total"] + weight x the MTP loss: the mean over every sequence's rows
+    t = 0 .. T - 3 of -log p_mtp(tokens[t + 2]) (row t from (tokens[t + 1], h_t), docs/mtp.md).
+    Returns (total, mtp mean, main total) as tensors."""
+    out = model.batch_loss(seqs)
+    nll = []
+    for toks in seqs:
+        toks = [int(t) for t in toks]
+        if len(toks) >= 3:
+            lg, _ = model.mtp_forward(toks)
+            lp = torch.log_softmax(lg[:len(toks) - 2], -1)
+            nll.append(-lp[torch.arange(len(toks) - 2), torch.tensor(toks[2:])])
+    mtp = torch.cat(nll).mean()
+    return out["total"] + weight * mtp, mtp, out["total"]
+
+
+def mtp_loss_and_grads(model, seqs, weight):
+    """Autograd gradient of mtp_total_loss with respect to every trunk parameter and every mtp.*
+    tensor (stored names). Returns ({"total", "mtp", "main"}, {name: grad})."""
+    P = {k: v.detach().clone().requires_grad_(True) for k, v in model.params().items()}
+    M = {k: v.detach().clone().requires_grad_(True) for k, v in model.mtp_tensors.items()}
+    model.set_params(P)
+    model.mtp = model._build_mtp(M)
+    total, mtp, main = mtp_total_loss(model, seqs, weight)
+    leaves = list(P.values()) + list(M.values())
+    gs = torch.autograd.grad(total, leaves, allow_unused=True)
+    names = list(P) + list(M)
+    G = {k: (torch.zeros_like(v) if g is None else g.detach()) for k, v, g in zip(names, leaves, gs)}
+    model.set_params({k: v.detach() for k, v in P.items()})
+    model.mtp_tensors = {k: v.detach() for k, v in M.items()}
+    model.mtp = model._build_mtp(model.mtp_tensors)
+    return {"total": total.item(), "mtp": mtp.item(), "main": main.item()}, G
 
 
 def fd_check_grads(model, seqs, G, picks, h=1e-6, tol=1e-6, key="total"):

@@ -419,6 +419,8 @@ def make_case(outdir, name, m):
            "max_delta_rule_recurrent_vs_chunked_diff": model.max_delta_diff,
            "runs": runs}
     exp["grads"] = make_grads(d, c, runs)
+    if model.mtp is not None:
+        exp["mtp_grads"] = make_mtp_grads(d, runs)
     exp["lora"] = make_lora(d, c, runs, m["seed"] * 7 + 1)
     exp["packed"] = make_packed(d, model, V, m["seed"] * 13 + 5)
     with open(os.path.join(d, "expected.json"), "w") as f:
@@ -485,6 +487,42 @@ def make_grads(d, c, runs):
             "fd_check": {"tol": FD_TOL, "method": "4-point central difference, h=1e-6, float64",
                          "max_rel_err": max(e["rel_err"] for e in fd), "entries": fd},
             "fp32_emulation": {"max_abs_grad_diff": dmax, "max_rel_grad_diff_per_tensor": rel}}
+
+
+MTP_WEIGHT = 0.3   # the MTP loss weight of the gradient case (any non-zero weight tests the same path)
+
+
+def make_mtp_grads(d, runs):
+    """grads_mtp_<GRAD_T>.safetensors: autograd (float64) gradient of total + MTP_WEIGHT x MTP
+    loss (docs/mtp.md) of the GRAD_T-token run w.r.t. every trunk and mtp.* tensor, F32; two mtp.*
+    entries FD-checked."""
+    run = next(r for r in runs if len(r["tokens"]) == GRAD_T)
+    seqs = [run["tokens"]]
+    gm = ref.HylaRef(d, check_delta=False)
+    res, G = ref.mtp_loss_and_grads(gm, seqs, MTP_WEIGHT)
+    fn = f"grads_mtp_{GRAD_T}.safetensors"
+    ref.st_write(os.path.join(d, fn), [(k, g.numpy(), "F32") for k, g in G.items()])
+    fd = []
+    for name in ("mtp.fc.weight", "mtp.layers.0.self_attn.q_proj.weight"):
+        t = gm.mtp_tensors[name]
+        idx = tuple(int(i) for i in np.unravel_index(int(G[name].abs().argmax()), tuple(t.shape)))
+        h, vals = 1e-6, []
+        for k in (-2, -1, 1, 2):
+            M = dict(gm.mtp_tensors)
+            M[name] = t.clone()
+            M[name][idx] += k * h
+            gm.mtp = gm._build_mtp(M)
+            vals.append(ref.mtp_total_loss(gm, seqs, MTP_WEIGHT)[0].item())
+        gm.mtp = gm._build_mtp(gm.mtp_tensors)
+        num = (vals[0] - 8 * vals[1] + 8 * vals[2] - vals[3]) / (12 * h)
+        got = float(G[name][idx])
+        rel = abs(num - got) / max(abs(num), 1e-12)
+        assert rel < FD_TOL, (name, idx, num, got)
+        fd.append({"name": name, "index": list(idx), "autograd": got, "fd": num, "rel_err": rel})
+    _, G32 = ref.mtp_loss_and_grads(ref.HylaRef(d, dtype=torch.float32), seqs, MTP_WEIGHT)
+    rel = max(float((G32[k].double() - g).abs().max()) / max(float(g.abs().max()), 1e-30) for k, g in G.items())
+    return {"tokens_run": GRAD_T, "file": fn, "weight": MTP_WEIGHT, "loss": res["total"], "mtp_loss": res["mtp"],
+            "main_loss": res["main"], "fd_check": fd, "fp32_emulation_max_rel_grad_diff_per_tensor": rel}
 
 
 LORA_R, LORA_ALPHA = 2, 4.0   # scaling alpha / r = 2

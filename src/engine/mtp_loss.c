@@ -1,0 +1,177 @@
+/* The MTP loss inside a training step (see mtp_loss.h). */
+#include "engine/mtp_loss.h"
+
+#include <string.h>
+
+#include "core/bf16.h"
+#include "core/error.h"
+#include "engine/loss_head.h"
+#include "engine/offload.h"
+#include "model/layer_ops.h"
+#include "ops/ops.h"
+
+/* The row's next token inside its sequence (its own token at the sequence's end), and row i's
+ * MTP target: row i + 1's target inside the sequence, else -100. */
+static void inputs_and_targets(hyla_executor *ex, const int32_t *tokens, int32_t *next)
+{
+    for (int64_t s = 0; s < ex->n_seq; s++) {
+        int64_t r0 = ex->seq_row0[s], len = ex->seq_len[s];
+        for (int64_t t = 0; t < len; t++) {
+            int64_t i = r0 + t;
+            int inside = t + 1 < len;
+            next[i] = tokens[inside ? i + 1 : i];
+            ex->mtp_labels[i] = inside ? ex->labels[i + 1] : -100;
+        }
+    }
+}
+
+/* joined [n, 2H]: RMSNorm1p(embed(next); norm_e) | RMSNorm1p(hn; norm_h), rounded in bf16 compute */
+static void joined_rows(const hyla_executor *ex, float *joined, const int32_t *next)
+{
+    const hyla_model *m = ex->m;
+    int64_t H = m->cfg.hidden;
+    float eps = (float)m->cfg.rms_norm_eps;
+    const float *E = hyla_model_param(m, HYLA_P_EMBED, -1);
+    const uint16_t *E16 = hyla_model_param_bf16(m, HYLA_P_EMBED, -1);
+    const float *we = hyla_model_param(m, HYLA_P_MTP_NORM_EMB, -1), *wh = hyla_model_param(m, HYLA_P_MTP_NORM_HIDDEN, -1);
+    for (int64_t i = 0; i < ex->n; i++) {
+        float *row = joined + i * 2 * H;
+        if (E16)
+            hyla_bf16_unpack(row + H, E16 + (int64_t)next[i] * H, H);
+        else
+            memcpy(row + H, E + (int64_t)next[i] * H, (size_t)H * sizeof(float));
+        hyla_rmsnorm1p_fwd(row, NULL, row + H, we, 1, H, eps);
+        hyla_rmsnorm1p_fwd(row + H, NULL, ex->mtp_hidden + i * H, wh, 1, H, eps);
+    }
+    if (hyla_executor_bf16_compute(ex))
+        hyla_bf16_round(joined, ex->n * 2 * H);
+}
+
+/* fc's context: the head's global parameters, the step's gradients, bf16 scratch */
+static hyla_op_ctx fc_ctx(const hyla_executor *ex, float *grads, float *bf16_scratch)
+{
+    hyla_op_ctx c;
+    memset(&c, 0, sizeof c);
+    c.m = ex->m;
+    c.grads = grads;
+    c.layer = -1;
+    c.B = ex->B, c.T = ex->T, c.n = ex->n;
+    c.bf16_scratch = bf16_scratch;
+    return c;
+}
+
+void hyla_mtp_loss_forward(hyla_executor *ex, const int32_t *tokens)
+{
+    const hyla_config *cfg = &ex->m->cfg;
+    int N = (int)cfg->n_layers;
+    int64_t n = ex->n, H = cfg->hidden;
+    int bf16 = hyla_executor_bf16_compute(ex);
+    ex->mtp_hidden = hyla_executor_alloc(ex, &ex->ckpt, n * H, 0);
+    float *x = hyla_executor_layer_input(ex, N, N & 1);
+    size_t mark = hyla_arena_mark(&ex->work);
+    int32_t *next = (int32_t *)hyla_executor_alloc(ex, &ex->work, n, 0);
+    float *joined = hyla_executor_alloc(ex, &ex->work, n * 2 * H, 0);
+    float *scratch = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16_scratch_floats(cfg, n), 0) : NULL;
+    if (!ex->dry) {
+        hyla_rmsnorm1p_fwd(ex->mtp_hidden, NULL, ex->tapes[N - 1].p[HYLA_S_Y], hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1),
+                           n, H, (float)cfg->rms_norm_eps);
+        if (bf16) /* as the lm_head's input, and the hidden rows inference hands the head */
+            hyla_bf16_round(ex->mtp_hidden, n * H);
+        inputs_and_targets(ex, tokens, next);
+        joined_rows(ex, joined, next);
+        hyla_op_ctx c = fc_ctx(ex, NULL, scratch);
+        hyla_op_linear(&c, HYLA_P_MTP_FC, 0, x, joined, n, 2 * H, H);
+        if (bf16)
+            hyla_bf16_round(x, n * H);
+        if (ex->bf16_kept[N].p[HYLA_S_X])
+            hyla_bf16_pack(ex->bf16_kept[N].p[HYLA_S_X], x, n * H);
+    }
+    hyla_arena_reset_to(&ex->work, mark);
+    ex->tapes[N].p[HYLA_S_X] = x;
+    hyla_offload_write(ex, N, HYLA_S_X);
+    hyla_executor_forward_units(ex, ex->n_trunk_units, ex->n_units);
+}
+
+int hyla_mtp_loss_backward(hyla_executor *ex, const int32_t *tokens, float *grads, hyla_step_loss *loss)
+{
+    const hyla_config *cfg = &ex->m->cfg;
+    int N = (int)cfg->n_layers;
+    int64_t n = ex->n, H = cfg->hidden;
+    float eps = (float)cfg->rms_norm_eps;
+    hyla_head_args a = {HYLA_P_MTP_NORM, ex->tapes[N].p[HYLA_S_Y], ex->mtp_labels, ex->mtp_scale, ex->dcarry[0], NULL};
+    size_t head_mark = hyla_arena_mark(&ex->work);
+    hyla_head_pass(ex, &a, grads, NULL, &loss->mtp_sum, &loss->mtp_count);
+    hyla_arena_reset_to(&ex->work, head_mark);
+    if (!grads)
+        return HYLA_OK;
+    int cur = 0; /* dY in dcarry[0]; each unit leaves its input's gradient in the other half */
+    for (int u = ex->n_units - 1; u >= ex->n_trunk_units; u--, cur = 1 - cur) {
+        int st = hyla_executor_backward_unit(ex, u, grads, cur);
+        if (st == 1)
+            return ex->io_status; /* its checkpoints did not come back */
+        HYLA_TRY(st);
+    }
+    const float *dx = ex->dcarry[cur];
+    /* fc and the two norms; dhidden stays for the trunk's head */
+    ex->dhidden = hyla_executor_alloc(ex, &ex->work, n * H, 0);
+    size_t mark = hyla_arena_mark(&ex->work);
+    int32_t *next = (int32_t *)hyla_executor_alloc(ex, &ex->work, n, 0);
+    float *joined = hyla_executor_alloc(ex, &ex->work, n * 2 * H, 0);
+    float *djoined = hyla_executor_alloc(ex, &ex->work, n * 2 * H, 1);
+    float *half = hyla_executor_alloc(ex, &ex->work, n * H, 0), *dhalf = hyla_executor_alloc(ex, &ex->work, n * H, 0);
+    int bf16 = hyla_executor_bf16_compute(ex);
+    float *scratch = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16_scratch_floats(cfg, n), 0) : NULL;
+    if (!ex->dry) {
+        for (int64_t s = 0; s < ex->n_seq; s++) /* the same next tokens as the forward */
+            for (int64_t t = 0; t < ex->seq_len[s]; t++) {
+                int64_t i = ex->seq_row0[s] + t;
+                next[i] = tokens[t + 1 < ex->seq_len[s] ? i + 1 : i];
+            }
+        joined_rows(ex, joined, next);
+        hyla_op_ctx c = fc_ctx(ex, ex->m->lora ? NULL : grads, scratch);
+        hyla_op_linear_bwd(&c, HYLA_P_MTP_FC, 0, djoined, dx, joined, n, 2 * H, H);
+        const float *E = hyla_model_param(ex->m, HYLA_P_EMBED, -1);
+        const uint16_t *E16 = hyla_model_param_bf16(ex->m, HYLA_P_EMBED, -1);
+        /* the hidden half: into dhidden */
+        for (int64_t i = 0; i < n; i++)
+            memcpy(dhalf + i * H, djoined + i * 2 * H + H, (size_t)H * sizeof(float));
+        hyla_rmsnorm1p_bwd(ex->dhidden, hyla_executor_param_grad(ex, grads, HYLA_P_MTP_NORM_HIDDEN), dhalf,
+                           ex->mtp_hidden, hyla_model_param(ex->m, HYLA_P_MTP_NORM_HIDDEN, -1), NULL, n, H, eps);
+        /* the embedding half: into the embedding rows of the next tokens */
+        for (int64_t i = 0; i < n; i++) {
+            memcpy(dhalf + i * H, djoined + i * 2 * H, (size_t)H * sizeof(float));
+            if (E16)
+                hyla_bf16_unpack(half + i * H, E16 + (int64_t)next[i] * H, H);
+            else
+                memcpy(half + i * H, E + (int64_t)next[i] * H, (size_t)H * sizeof(float));
+        }
+        float *de = joined; /* its rows are no longer needed: [n, H] of it */
+        hyla_rmsnorm1p_bwd(de, hyla_executor_param_grad(ex, grads, HYLA_P_MTP_NORM_EMB), dhalf, half,
+                           hyla_model_param(ex->m, HYLA_P_MTP_NORM_EMB, -1), NULL, n, H, eps);
+        float *dE = hyla_executor_param_grad(ex, grads, HYLA_P_EMBED);
+        for (int64_t i = 0; dE && i < n; i++) { /* sequential: rows with the same token add in order */
+            float *row = dE + (int64_t)next[i] * H;
+            for (int64_t j = 0; j < H; j++)
+                row[j] += de[i * H + j];
+        }
+    }
+    hyla_arena_reset_to(&ex->work, mark);
+    return HYLA_OK;
+}
+
+int64_t hyla_mtp_target_count(const int32_t *tokens, const int32_t *labels, int64_t rows, int64_t T,
+                              const int64_t *seq_len, int64_t n_seq)
+{
+    (void)tokens;
+    int64_t count = 0, r0 = 0;
+    for (int64_t s = 0; seq_len ? s < n_seq : r0 < rows; s++) {
+        int64_t len = seq_len ? seq_len[s] : T;
+        for (int64_t t = 0; t + 1 < len; t++) { /* row r0 + t's target: row r0 + t + 1's */
+            int64_t i = r0 + t + 1;
+            int32_t target = labels ? labels[i] : ((i % T) + 1 < T ? 0 : -100);
+            count += target >= 0;
+        }
+        r0 += len;
+    }
+    return count;
+}
