@@ -34,7 +34,12 @@ size_t hyla_grad_head_floats(const hyla_param_table *t)
     size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS];
     if (hyla_layer_ranges(t, lo, hi))
         return t->total_floats;
-    return t->total_floats - (hi[t->cfg.n_layers - 1] - lo[0]);
+    size_t end = t->total_floats; /* the MTP head's parameters, last in the table, get no gradient here: frozen
+                                   * (an MTP loss takes whole-table gradients) */
+    for (int i = 0; i < t->n_params; i++)
+        if (t->params[i].mtp && t->params[i].offset < end)
+            end = t->params[i].offset;
+    return end - (hi[t->cfg.n_layers - 1] - lo[0]);
 }
 
 size_t hyla_executor_window_floats(const hyla_executor *ex)
@@ -42,7 +47,7 @@ size_t hyla_executor_window_floats(const hyla_executor *ex)
     size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS], best = 0;
     if (hyla_layer_ranges(&ex->m->table, lo, hi))
         return ex->m->table.total_floats;
-    for (int u = 0; u < ex->n_units; u++) {
+    for (int u = 0; u < ex->n_trunk_units; u++) {
         size_t w = hi[ex->units[u].layer1] - lo[ex->units[u].layer0];
         best = w > best ? w : best;
     }
@@ -90,6 +95,8 @@ void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, in
     *head = *unit = 0;
     for (int i = 0; i < t->n_params; i++) {
         size_t s = hyla_span_floats(piece_len(t, i, ranks, rank));
+        if (t->params[i].mtp)
+            continue; /* frozen without an MTP loss, which per-layer updates do not take */
         if (t->params[i].layer < 0)
             *head += s;
         else
