@@ -121,21 +121,40 @@ for name, (dt, shape) in extra.items():
 hb = json.dumps(h).encode(); hb += b" " * (-len(hb) % 8)
 open(sys.argv[2], "wb").write(struct.pack("<Q", len(hb)) + hb + data)
 PYEOF
-# a model whose config declares its MTP head (q35_dense as generated): loaded, left as it is by
-# training without an MTP loss, saved under its own names
-"$HYLA" train --model "$CASES/q35_dense" --synthetic --steps 2 --batch 1 --seq 8 --save "$T/mtp_ck" >/dev/null &&
-    $PY - "$CASES/q35_dense/model.safetensors" "$T/mtp_ck/model.safetensors" <<'PYEOF' &&
+# a model whose config declares its MTP head (q35_dense as generated): with --mtp-loss-weight 0
+# training leaves the head as loaded and saves it under its own names (training saves fp32 master
+# weights: the BF16 values widened); by default (weight 0.1) the head trains with the trunk;
+# --mtp-only trains the head alone
+"$HYLA" train --model "$CASES/q35_dense" --synthetic --steps 2 --batch 1 --seq 8 --mtp-loss-weight 0 --save "$T/mtp_off" \
+    >/dev/null && "$HYLA" train --model "$CASES/q35_dense" --synthetic --steps 2 --batch 1 --seq 8 --save "$T/mtp_on" \
+    --log-json "$T/mtp_on.jsonl" >/dev/null && "$HYLA" train --model "$CASES/q35_dense" --synthetic --steps 2 --batch 1 \
+    --seq 8 --mtp-only --save "$T/mtp_only" >/dev/null &&
+    $PY - "$CASES/q35_dense/model.safetensors" "$T/mtp_off" "$T/mtp_on" "$T/mtp_only" "$T/mtp_on.jsonl" <<'PYEOF' \
+    || fail "MTP head through train --save (--mtp-loss-weight 0, default, --mtp-only)"
 import json, struct, sys
 def tensors(path):
     b = open(path, "rb").read(); n = struct.unpack_from("<Q", b)[0]; h = json.loads(b[8:8 + n])
-    return {k: (v["dtype"], v["shape"], b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]) for k, v in h.items() if k != "__metadata__"}
-a, b = tensors(sys.argv[1]), tensors(sys.argv[2])
-head = [k for k in a if k.startswith("mtp.")]
-assert len(head) > 10 and all(a[k] == b.get(k) for k in head), "MTP head not saved as loaded"
-assert any(a[k][2] != b[k][2] for k in a if k.startswith("model.")), "the trunk did not train"
+    out = {}
+    for k, v in h.items():
+        if k == "__metadata__":
+            continue
+        raw = b[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]]
+        if v["dtype"] == "BF16": # widened exactly to F32
+            raw = b"".join(b"\0\0" + raw[i:i + 2] for i in range(0, len(raw), 2))
+        out[k] = raw
+    return out
+src = tensors(sys.argv[1])
+off, on, only = (tensors(d + "/model.safetensors") for d in sys.argv[2:5])
+head, trunk = [k for k in src if k.startswith("mtp.")], [k for k in src if k.startswith("model.")]
+assert len(head) > 10 and all(off[k] == src[k] for k in head), "weight 0: the MTP head changed"
+assert any(off[k] != src[k] for k in trunk), "weight 0: the trunk did not train"
+assert any(on[k] != src[k] for k in head) and any(on[k] != src[k] for k in trunk), "default: head and trunk train"
+assert any(only[k] != src[k] for k in head) and all(only[k] == src[k] for k in trunk), "--mtp-only: the head alone"
+steps = [json.loads(l) for l in open(sys.argv[5])]
+assert all(s["mtp"] > 0 and abs(s["loss"] - (s["ce"] + 0.1 * s["mtp"])) < 1e-6 * s["loss"] for s in steps), steps
+print(f"  ok  a model with an MTP head: --mtp-loss-weight 0 saves its {len(head)} mtp.* tensors as loaded; the default "
+      f"(0.1) trains head and trunk (loss = ce + 0.1 x mtp {steps[-1]['mtp']:.3f}); --mtp-only the head alone")
 PYEOF
-    echo "  ok  a model with an MTP head: train (no MTP loss) saves its $(grep -o '"mtp\.' "$T/mtp_ck/model.safetensors" | wc -l) mtp.* tensors as loaded" \
-    || fail "MTP head through train --save"
 "$HYLA" convert "$T/vl" "$T/vl_conv" --shard-mb 1 >/dev/null && "$HYLA" train --model "$T/vl" --synthetic --steps 1 --batch 1 \
     --seq 8 --save "$T/vl_ck" >/dev/null && "$HYLA" convert "$T/vl_ck" "$T/vl_bf16" --dtype bf16 >/dev/null \
     || fail "saves of a model with mtp.* / model.visual.* tensors"
@@ -172,7 +191,7 @@ def tensors(d):
     return out
 src = tensors(sys.argv[1])
 carried = {k: v for k, v in src.items() if k.startswith(("mtp.", "model.visual."))}
-assert len(carried) == 3
+assert len(carried) >= 3 and "model.visual.patch_embed.proj.weight" in carried and "mtp.fc.weight" in carried
 for d in sys.argv[2:]:
     t = tensors(d)
     for k, v in carried.items():

@@ -62,6 +62,8 @@ for build in build build-asan; do
     if tests/lora/lora_cli_test.sh "$build/hyla"; then echo "  ok    lora_cli_test.sh"; else echo "  FAIL  lora_cli_test.sh"; fail=1; fi
     echo "== packing through the CLI: eval --pack == --no-pack, exact resume, bad flags ($build)"
     if tests/pack/pack_cli_test.sh "$build/hyla"; then echo "  ok    pack_cli_test.sh"; else echo "  FAIL  pack_cli_test.sh"; fail=1; fi
+    echo "== the MTP head: training with the MTP loss, exact resume, plan, --draft == plain greedy ($build)"
+    if tests/mtp/mtp_cli_test.sh "$build/hyla" "$CASES"; then echo "  ok    mtp_cli_test.sh"; else echo "  FAIL  mtp_cli_test.sh"; fail=1; fi
     echo "== bf16 CLI tests ($build)"
     if tests/bf16/bf16_cli_test.sh "$build/hyla" "$CASES"; then echo "  ok    bf16_cli_test.sh"; else echo "  FAIL  bf16_cli_test.sh"; fail=1; fi
     echo "== JSONL and chat data: tokenizers library, masked-loss oracle, shuffling ($build)"

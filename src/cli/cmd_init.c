@@ -12,7 +12,7 @@
 int hyla_cmd_init(int argc, char **argv)
 {
     const char *out = NULL, *preset = NULL, *config = NULL, *dtype_s = "f32";
-    int64_t seed = 1, shard_mb = 0;
+    int64_t seed = 1, shard_mb = 0, mtp_layers = -1;
     const hyla_opt opts[] = {
         {"--out", OPT_STRING, &out, "DIR", "output model directory (required)", 0, 0},
         {"--preset", OPT_STRING, &preset, "NAME", "built-in config (tiny-hybrid, bench-100m, bench-387m)", 0, 0},
@@ -20,6 +20,8 @@ int hyla_cmd_init(int argc, char **argv)
         {"--seed", OPT_INT, &seed, "N", "initialisation seed (default 1)", 0, INT64_MAX},
         {"--dtype", OPT_STRING, &dtype_s, "f32|bf16|f16", "tensor dtype on disk (default f32)", 0, 0},
         {"--shard-mb", OPT_INT, &shard_mb, "N", "split into shards of at most N MiB (0: one file)", 0, 1 << 20},
+        {"--mtp-layers", OPT_INT, &mtp_layers, "N", "MTP head layers (default: as the config says; 0 = none)", 0,
+         HYLA_MAX_MTP_LAYERS},
         {0},
     };
     const hyla_command_spec spec = {"init", "--out DIR (--preset NAME | --config FILE) [options]",
@@ -54,7 +56,16 @@ int hyla_cmd_init(int argc, char **argv)
     int rc = 0;
     if (hyla_config_parse(&cfg, text, origin)) {
         rc = hyla_cli_fail("init");
+    } else if (mtp_layers >= 0 && cfg.n_layers + mtp_layers > HYLA_MAX_LAYERS) {
+        fprintf(stderr, "hyla init: --mtp-layers %lld: more than %d layers in all\n", (long long)mtp_layers, HYLA_MAX_LAYERS);
+        rc = 2;
     } else {
+        if (mtp_layers >= 0 && mtp_layers != cfg.n_mtp_layers) { /* the config written says so too */
+            hyla_config_set_mtp_layers(&cfg, mtp_layers);
+            char *j = hyla_config_to_json(&cfg);
+            if (j)
+                free(text), text = j;
+        }
         hyla_default_layout(&cfg, &lay);
         if (hyla_model_init(&m, &cfg, &lay, (uint64_t)seed, dtype)) {
             rc = hyla_cli_fail("init");

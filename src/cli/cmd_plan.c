@@ -170,6 +170,7 @@ int hyla_cmd_plan(int argc, char **argv)
     int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1, threads = 0, rank = 0;
     int64_t infer_prompt = 0, max_new = 128;
     int json = 0, per_layer = 0, act_bf16 = 0, no_prefetch = 0;
+    double mtp_weight = 0;
     const char *svg = NULL, *budget_s = NULL, *host_s = NULL, *lora_targets = NULL;
     const hyla_opt opts[] = {
         {"--batch", OPT_INT, &batch, "N", "sequences per device (default 1)", 1, 1 << 20},
@@ -202,6 +203,8 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--lora-rank", OPT_INT, &lora_rank, "R", "plan LoRA training of rank R (base frozen: no gradients or moments)", 1,
          65536},
         {"--lora-targets", OPT_STRING, &lora_targets, "LIST", "with --lora-rank: all-linear (default) or module names", 0, 0},
+        {"--mtp-loss-weight", OPT_DOUBLE, &mtp_weight, "X", "plan training with the MTP loss (X > 0): the head's layer "
+         "as one more remat unit (the model needs an MTP head)", 0, 0},
         {"--update-per-layer", OPT_FLAG, &per_layer, NULL, "optimizer updates each layer during backward (gradients of "
          "one remat unit at a time)", 0, 0},
         {"--svg", OPT_STRING, &svg, "FILE", "draw the live-bytes timeline and per-checkpoint bars", 0, 0},
@@ -229,6 +232,7 @@ int hyla_cmd_plan(int argc, char **argv)
     pc.fsdp = !strcmp(shard, "fsdp");
     pc.no_prefetch = no_prefetch;
     pc.update_per_layer = per_layer;
+    pc.mtp = mtp_weight > 0;
     int is_auto = !strcmp(remat, "auto");
     double budget = 0, host_budget = INFINITY;
     if (host_s && strcmp(host_s, "0") && hyla_parse_size(host_s, &host_budget))

@@ -188,6 +188,8 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
         fprintf(f, "\"aux\": null, ");
     else
         fprintf(f, "\"aux\": %.9g, ", s->aux);
+    if (!isnan(s->mtp))
+        fprintf(f, "\"mtp\": %.9g, ", s->mtp);
     fprintf(f, "\"lr\": %.9g, \"grad_norm\": %.9g, \"tokens\": %lld, \"seconds\": %.6f, \"tokens_per_s\": %.1f, "
                "\"activation_bytes\": %zu, \"gradient_bytes\": %zu, \"weight_bytes\": %zu, \"optimizer_bytes\": %zu, "
                "\"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
@@ -349,7 +351,7 @@ static int resume_state(const train_args *a, hyla_trainer *tr, hyla_model *m, hy
     return rc;
 }
 
-static int run(const train_args *a, hyla_comm *comm)
+static int run(train_args *a, hyla_comm *comm)
 {
     int lead = comm->rank == 0; /* rank 0 writes the log, the checkpoints, evaluates and samples */
     if (a->save)
@@ -371,6 +373,8 @@ static int run(const train_args *a, hyla_comm *comm)
     }
     hyla_train_config tc;
     memset(&tc, 0, sizeof tc);
+    if (a->mtp_loss_weight < 0) /* the default: on where the MTP loss runs (one process, no LoRA or per-layer updates) */
+        a->mtp_loss_weight = m.cfg.n_mtp_layers > 0 && !m.lora && !a->update_per_layer && comm->size == 1 ? 0.1 : 0.0;
     int rc = hyla_remat_unit_parse(a->unit, &tc.unit);
     double limit = 0, host_budget = INFINITY; /* --remat auto may offload up to the store's limit */
     if (rc == HYLA_OK && a->offload_limit && (rc = hyla_parse_size(a->offload_limit, &limit)) != HYLA_OK)
@@ -381,6 +385,7 @@ static int run(const train_args *a, hyla_comm *comm)
         hyla_plan_config pc;
         memset(&pc, 0, sizeof pc);
         pc.batch = a->batch, pc.seq = a->seq, pc.devices = 1, pc.unit = tc.unit, pc.update_per_layer = a->update_per_layer;
+        pc.mtp = a->mtp_loss_weight > 0 || a->mtp_only;
         pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
         double budget = 0;
         hyla_plan plan;
@@ -414,6 +419,8 @@ static int run(const train_args *a, hyla_comm *comm)
     uint64_t weights_hash = comm->size > 1 ? model_hash(&m) : 0; /* before FSDP keeps only pieces */
     tc.offload_limit = (size_t)limit;
     tc.update_per_layer = a->update_per_layer;
+    tc.mtp_weight = a->mtp_loss_weight;
+    tc.mtp_only = a->mtp_only;
     hyla_data data;
     memset(&data, 0, sizeof data);
     if (rc == HYLA_OK)
@@ -553,7 +560,7 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
 
 int hyla_cmd_train(int argc, char **argv)
 {
-    train_args a = {.remat = "full", .unit = "layer", .schedule = "cosine", .sample_prompt = "And ",
+    train_args a = {.mtp_loss_weight = -1, .remat = "full", .unit = "layer", .schedule = "cosine", .sample_prompt = "And ",
                     .steps = 100, .batch = 4, .seq = 128, .accum = 1, .warmup = 10, .seed = 1,
                     .lr = 3e-3, .min_lr = -1, .wd = 0.1, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                     .decay_fraction = 0.2, .lora_dropout = -1, .lora_targets = "all-linear"};
@@ -614,6 +621,10 @@ int hyla_cmd_train(int argc, char **argv)
          0, 0},
         HYLA_OPT_GRAD_DTYPE(a.dtypes),
         HYLA_OPT_OPT_DTYPE(a.dtypes),
+        {"--mtp-loss-weight", OPT_DOUBLE, &a.mtp_loss_weight, "X", "loss = main + X x the MTP head's cross-entropy "
+         "(targets two tokens ahead; default 0.1 for a model with an MTP head, 0 = off: the head is left as loaded)", 0, 0},
+        {"--mtp-only", OPT_FLAG, &a.mtp_only, NULL, "train the MTP head alone on the frozen trunk (re-fit the draft head "
+         "after a fine-tune)", 0, 0},
         {"--lora-rank", OPT_INT, &a.lora_rank, "R", "train a LoRA adapter of rank R on the frozen --model (PEFT format; "
          "--save writes adapter_config.json + adapter_model.safetensors)", 1, 65536},
         {"--lora-alpha", OPT_DOUBLE, &a.lora_alpha, "A", "LoRA alpha: the update is scaled by alpha / r (default 2 r)", 0, 0},
@@ -729,6 +740,10 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
         !(a.eps > 0) || a.decay_fraction < 0 || a.decay_fraction > 1) {
         fprintf(stderr, "hyla train: need lr > 0, weight decay >= 0, clip >= 0, betas in [0, 1), eps > 0, "
                         "decay fraction in [0, 1]\n");
+        return 2;
+    }
+    if (hyla_opt_given(&spec, "--mtp-loss-weight") && !(a.mtp_loss_weight >= 0 && a.mtp_loss_weight <= 1e6)) {
+        fprintf(stderr, "hyla train: --mtp-loss-weight must be in [0, 1e6] (0: no MTP loss)\n");
         return 2;
     }
     int frozen_base = a.lora_rank > 0 || a.adapter || a.adapter_resume; /* LoRA: bf16 base weights allowed */

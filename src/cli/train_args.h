@@ -27,6 +27,8 @@ typedef struct {
     int no_prefetch;          /* --no-prefetch */
     uint64_t flags_hash;      /* of the command line, for the ranks' agreement check */
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;
+    double mtp_loss_weight;   /* -1 until resolved: 0.1 for a model with an MTP head (where the MTP loss runs), else 0 */
+    int mtp_only;
     char restored[10][512];    /* storage for string settings restored from a checkpoint */
 } train_args;
 

@@ -49,8 +49,14 @@ void train_progress_step(train_progress *p, const train_args *a, int64_t step, c
         return;
     }
     printf("step %5lld/%lld  loss %.4f", (long long)step, (long long)a->steps, s->loss);
-    if (!isnan(s->aux))
-        printf(" (ce %.4f aux %.3f)", s->ce, s->aux);
+    if (!isnan(s->aux) || !isnan(s->mtp)) {
+        printf(" (ce %.4f", s->ce);
+        if (!isnan(s->aux))
+            printf(" aux %.3f", s->aux);
+        if (!isnan(s->mtp))
+            printf(" mtp %.4f", s->mtp);
+        printf(")");
+    }
     printf("  lr %.2e  gnorm %.3f  %.0f tok/s  act %.1f MiB", s->lr, s->grad_norm, s->tokens / s->seconds, activation_mib);
     if (s->offload_bytes)
         printf("  offload %.1f MiB, copies %.0f ms, %.0f%% hidden", s->offload_bytes / 1048576.0, s->copy_seconds * 1e3,

@@ -36,6 +36,7 @@ static const setting settings[] = {
     {"--lora-targets", S_STRING, AT(lora_targets), REFUSE}, {"--lora-dropout", S_DOUBLE, AT(lora_dropout), APPLY},
     {"--model", S_STRING, AT(model), APPLY}, /* LoRA runs: the frozen base (a moved copy may be given again) */
     {"--act-dtype", S_STRING, AT(dtypes.act), APPLY},
+    {"--mtp-loss-weight", S_DOUBLE, AT(mtp_loss_weight), APPLY}, {"--mtp-only", S_FLAG, AT(mtp_only), APPLY},
 };
 #define N_SETTINGS (sizeof settings / sizeof *settings)
 

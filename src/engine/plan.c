@@ -140,7 +140,8 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
                 out->compute_copy_bytes += 2.0 * (double)m->table.params[i].numel;
     out->argument_bytes += out->compute_copy_bytes;
     hyla_executor ex;
-    HYLA_TRY(hyla_executor_plan(&ex, &in_dtype, &pc->policy, pc->unit, pc->batch, pc->seq));
+    HYLA_TRY(pc->mtp ? hyla_executor_plan_mtp(&ex, &in_dtype, &pc->policy, pc->unit, pc->batch, pc->seq)
+                     : hyla_executor_plan(&ex, &in_dtype, &pc->policy, pc->unit, pc->batch, pc->seq));
 
     size_t window = hyla_executor_window_floats(&ex);
     double scale = 1.0; /* the executor's bytes are the dtype's */

@@ -26,6 +26,7 @@ typedef struct {
     int no_prefetch;                /* FSDP: no gather runs ahead (hyla train --no-prefetch) */
     int64_t rank;                   /* FSDP: the device planned, 0 .. devices - 1 (rank 0 holds the largest pieces) */
     int update_per_layer;           /* optimizer applied per layer in backward: gradients of one unit live at once */
+    int mtp;                        /* the MTP loss on: the head's layer runs as one more unit (engine/mtp_loss.h) */
     double param_bytes, grad_bytes, opt_bytes; /* per element (what-if storage for the sharded settings) */
     double act_bytes;               /* 4: fp32, 2: bf16 compute (what hyla executes) */
 } hyla_plan_config;

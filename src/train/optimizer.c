@@ -115,8 +115,8 @@ enum { ADAMW_BLOCK = 4096 }; /* floats updated together: 4 arrays of 16 KB stay 
 static int64_t update_param(hyla_adamw *opt, const hyla_param *p, float *weights, const float *g, double scale)
 {
     const hyla_adamw_config *c = &opt->cfg;
-    if (p->mtp && !opt->train_mtp)
-        return 0; /* no loss reaches the MTP head: it stays as loaded */
+    if ((p->mtp && !opt->train_mtp) || (!p->mtp && opt->only_mtp))
+        return 0; /* no loss reaches the MTP head: it stays as loaded; or the trunk is frozen */
     float *w = weights + p->offset, *m = opt->m + p->offset, *v = opt->v + p->offset;
     double decay = p->ndim >= 2 ? c->weight_decay : 0.0;
     float wd_factor = (float)(1.0 - c->lr * decay);

@@ -29,6 +29,7 @@ typedef struct {
     /* update the MTP head's parameters (hyla_param.mtp); 0: they are left untouched, as they are
      * while no MTP loss is computed */
     int train_mtp;
+    int only_mtp;          /* update the MTP head's parameters only (a frozen trunk) */
 } hyla_adamw;
 
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats);

@@ -1,5 +1,7 @@
 #include "train/trainer.h"
 
+#include "engine/mtp_loss.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +100,13 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (cfg->fsdp && (ranks < 2 || model->lora))
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: %s", ranks < 2 ? "needs more than one rank (mpirun -np N)"
                               : "LoRA trains a small adapter: use shard none");
+    int mtp = cfg->mtp_weight > 0 || cfg->mtp_only;
+    if (mtp && (model->lora || cfg->update_per_layer || ranks > 1 || model->cfg.n_mtp_layers < 1))
+        return hyla_error_set(HYLA_ERR_ARG, "the MTP loss: %s", model->cfg.n_mtp_layers < 1
+                              ? "the model has no MTP head (no mtp.* tensors; hyla init --mtp-layers 1 makes one)"
+                              : "not built yet with LoRA, per-layer updates or several ranks (use --mtp-loss-weight 0)");
+    if (!(cfg->mtp_weight >= 0 && cfg->mtp_weight <= 1e6))
+        return hyla_error_set(HYLA_ERR_ARG, "--mtp-loss-weight must be in [0, 1e6]");
     tr->sharded = cfg->fsdp;
     if (!model->matrices_in_w && !model->lora) /* a LoRA run's frozen base may be bf16 only: it takes no updates */
         return hyla_error_set(HYLA_ERR_ARG, "train: the model holds bf16 weights only (--param-dtype bf16); training "
@@ -108,8 +117,11 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
     if (!model->lora && !tr->sharded) /* bf16 compute: every update rewrites the copy of what it changed (a frozen base: never) */
         tr->opt.bf16_copy = model->w16;
+    tr->opt.train_mtp = mtp;
+    tr->opt.only_mtp = cfg->mtp_only;
     if (st == HYLA_OK)
-        st = hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
+        st = mtp ? hyla_executor_init_mtp(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq)
+                 : hyla_executor_init(&tr->ex, model, &cfg->policy, cfg->unit, cfg->batch, cfg->seq, HYLA_DELTA_CHUNKED, 0);
     if (st == HYLA_OK)
         st = alloc_gradients(tr);
     if (st == HYLA_OK && tr->sharded &&
@@ -259,6 +271,12 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     /* a step whose rows hold no target (e.g. only the prompt part of long chats) trains the aux loss only */
     float ce_scale = labelled ? (float)(1.0 / (double)labelled) : 0.0f;
     float aux_scale = (float)(cfg->router_aux_loss_coef / (double)G);
+    int mtp = tr->cfg.mtp_weight > 0 || tr->cfg.mtp_only;
+    int64_t mtp_targets = mtp ? hyla_mtp_target_count(tokens, labels, G * per, T, tr->seg_len, tr->n_seg) : 0;
+    double mtp_weight = tr->cfg.mtp_only ? 1.0 : tr->cfg.mtp_weight, mtp_sum = 0.0;
+    tr->ex.mtp_scale = mtp_targets ? (float)(mtp_weight / (double)mtp_targets) : 0.0f;
+    if (tr->cfg.mtp_only) /* the head alone: no gradient of the main loss or the router's */
+        ce_scale = aux_scale = 0.0f;
     int64_t seg_at = 0;
     for (int64_t g = 0; g < G; g++) { /* every rank walks every micro-batch's documents and routing rows */
         int sst = micro_batch_segments(tr, per, &seg_at);
@@ -295,6 +313,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
             hyla_executor_set_segments(&tr->ex, NULL, 0);
         }
         HYLA_TRY(st);
+        mtp_sum += l.mtp_sum; /* one process (the MTP loss is not built for several ranks yet): in micro-batch order */
         tr->loss_parts[2 * (A * comm->rank + round)] = l.ce_sum;
         tr->loss_parts[2 * (A * comm->rank + round) + 1] = l.aux_loss;
         if (tr->reducing)
@@ -313,6 +332,10 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     stats->targets = labelled;
     stats->aux = have_aux ? aux_sum / (double)G : NAN;
     stats->loss = stats->ce + (have_aux ? cfg->router_aux_loss_coef * stats->aux : 0.0);
+    stats->mtp = mtp && mtp_targets ? mtp_sum / (double)mtp_targets : NAN;
+    stats->mtp_targets = mtp_targets;
+    if (mtp && mtp_targets)
+        stats->loss = tr->cfg.mtp_only ? stats->mtp : stats->loss + mtp_weight * stats->mtp;
     stats->lr = tr->opt.cfg.lr;
     int64_t step_no = tr->cfg.update_per_layer ? tr->opt.step : tr->opt.step + 1; /* per-layer: begun already */
     if (!isfinite(stats->loss)) /* before any update (per-layer updates: the gradients' checks came first) */

@@ -11,7 +11,8 @@
  *
  * Loss of a step (spec §3.8 with gradient accumulation): ce = sum of -log p over every labelled
  * position of all micro-batches / their count; aux = mean over micro-batches of each
- * micro-batch's router aux loss; loss = ce + router_aux_loss_coef * aux. */
+ * micro-batch's router aux loss; loss = ce + router_aux_loss_coef * aux (+ mtp_weight x the MTP
+ * head's mean cross-entropy over all its targets of the step; --mtp-only: that mean alone). */
 #ifndef HYLA_TRAIN_TRAINER_H
 #define HYLA_TRAIN_TRAINER_H
 
@@ -38,10 +39,17 @@ typedef struct {
     hyla_comm *comm;           /* the ranks of a data-parallel run (NULL: one process) */
     int fsdp;                  /* shard fsdp over comm's ranks (train/fsdp.h); else replicated ("none") */
     int no_prefetch;           /* FSDP: gather each part only when it is acquired (measurement) */
+    /* the MTP loss (engine/mtp_loss.h, docs/mtp.md): loss = main + mtp_weight x the MTP head's mean
+     * cross-entropy over its targets (0: off, the head untouched); mtp_only: the MTP loss alone
+     * and only the head's parameters updated (a frozen trunk) */
+    double mtp_weight;
+    int mtp_only;
 } hyla_train_config;
 
 typedef struct {
     double loss, ce, aux;   /* aux NaN without MoE */
+    double mtp;             /* the MTP head's mean cross-entropy (NaN without an MTP loss) */
+    int64_t mtp_targets;
     double lr, grad_norm;
     int64_t tokens;         /* tokens processed this step (all micro-batches) */
     int64_t targets;        /* labelled positions (the loss's denominator) */
