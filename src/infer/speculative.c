@@ -52,9 +52,9 @@ static int spec_init(spec *sp, const hyla_model *m, int N, int64_t max_len)
     HYLA_TRY(hyla_mtp_init(&sp->head, m, 1, MTP_PROMPT_ROWS > N + 1 ? MTP_PROMPT_ROWS : N + 1, max_len));
     int rc = hyla_infer_state_init_pages(&sp->state, &m->cfg, 1, max_len, 1);
     if (rc == HYLA_OK)
-        rc = hyla_executor_init(&sp->verify, m, &nothing, HYLA_UNIT_LAYER, 1, N + 1, HYLA_DELTA_CHUNKED, HYLA_FORWARD_ROWS);
+        rc = hyla_executor_init(&sp->verify, m, &nothing, HYLA_UNIT_LAYER, 1, N + 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_ROWS);
     for (int k = 0; k < N && rc == HYLA_OK; k++)
-        rc = hyla_executor_init(&sp->replay[k], m, &nothing, HYLA_UNIT_LAYER, 1, k + 1, HYLA_DELTA_CHUNKED, HYLA_FORWARD_LAST);
+        rc = hyla_executor_init(&sp->replay[k], m, &nothing, HYLA_UNIT_LAYER, 1, k + 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_LAST);
     int64_t rows = MTP_PROMPT_ROWS > N + 1 ? MTP_PROMPT_ROWS : N + 1;
     sp->logits = malloc((size_t)((N + 1) * sp->V) * sizeof(float));
     sp->hidden = malloc((size_t)(rows * sp->H) * sizeof(float));

@@ -3,8 +3,11 @@
  * A round, with L tokens in the trunk's caches and x (the trunk's latest pick) not yet fed:
  *   1. draft d_1..d_N: the MTP head's picks, d_1 from its last true entry, each later one from
  *      the head's own output hidden state (the head run recurrently);
- *   2. verify: one trunk forward over [x, d_1..d_N] (N + 1 rows on top of the caches, the chunked
- *      delta rule, one attention pass) gives the trunk's picks p_0..p_N;
+ *   2. verify: one trunk forward over [x, d_1..d_N] (N + 1 rows on top of the caches, one
+ *      attention pass; the recurrent delta rule, the kernel plain decode runs: for N + 1 <= 9
+ *      rows it reads each layer's 1 MB state N + 1 times, which is small beside the weights the
+ *      rows share, and it keeps the verify's delta-rule arithmetic that of plain decoding) gives
+ *      the trunk's picks p_0..p_N;
  *   3. accept the longest prefix with d_j == p_{j-1} (k tokens), then p_k: k + 1 new tokens;
  *   4. roll back what the rejected rows left: the KV caches are truncated (their length); the
  *      delta-rule states and conv windows are put back from the copy taken before the verify and
