@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "io/fileio.h"
 #include "io/safetensors.h"
@@ -81,6 +82,42 @@ static inline int32_t case_argmax(const float *x, int64_t V, double *margin)
             b = (int32_t)v;
     *margin = x[a] - x[b];
     return a;
+}
+
+
+#include "core/error.h"
+#include "model/model.h"
+
+/* The gradient of HF tensor h of m, gathered from the table layout g (the save's row map). */
+static inline void case_hf_grad(const hyla_model *m, const float *g, size_t h, float *out)
+{
+    const hyla_hf_tensor *ht = &m->table.hf[h];
+    for (int64_t r = 0; r < ht->rows; r++) {
+        int param;
+        int64_t row;
+        hyla_hf_row_dest(&m->table, ht, r, &param, &row);
+        const hyla_param *p = &m->table.params[param];
+        memcpy(out + r * ht->row_len, g + p->offset + (size_t)row * (size_t)p->shape[p->ndim - 1],
+               (size_t)ht->row_len * sizeof(float));
+    }
+}
+
+/* Load the reference case CASES/NAME into m and its expected.json into *expected (dir receives
+ * the case's directory); non-zero (message set) when either fails. */
+static inline int case_load(const char *cases, const char *name, char *dir, size_t cap, hyla_model *m, cJSON **expected)
+{
+    char path[4200], *text;
+    snprintf(dir, cap, "%s/%s", cases, name);
+    snprintf(path, sizeof path, "%s/expected.json", dir);
+    if (hyla_model_load(m, dir))
+        return 1;
+    if (hyla_read_text_file(path, &text, NULL)) {
+        hyla_model_free(m);
+        return 1;
+    }
+    *expected = cJSON_Parse(text);
+    free(text);
+    return 0;
 }
 
 #endif

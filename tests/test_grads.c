@@ -107,19 +107,6 @@ static float *compute_grads(const hyla_model *m, const int32_t *tokens, int64_t 
     return g;
 }
 
-/* The gradient of HF tensor h, gathered from the internal layout (same row map as save). */
-static void hf_grad(const hyla_model *m, const float *g, size_t h, float *out)
-{
-    const hyla_hf_tensor *ht = &m->table.hf[h];
-    for (int64_t r = 0; r < ht->rows; r++) {
-        int param;
-        int64_t row;
-        hyla_hf_row_dest(&m->table, ht, r, &param, &row);
-        const hyla_param *p = &m->table.params[param];
-        memcpy(out + r * ht->row_len, g + p->offset + (size_t)row * (size_t)p->shape[p->ndim - 1],
-               (size_t)ht->row_len * sizeof(float));
-    }
-}
 
 static void check_vs_reference(const hyla_model *m, const char *dir, const char *name, const float *g)
 {
@@ -139,7 +126,7 @@ static void check_vs_reference(const hyla_model *m, const char *dir, const char 
         if (!strncmp(ht->name, "mtp.", 4)) { /* no MTP loss in this step: no gradient reaches the head */
             int64_t count = ht->rows * ht->row_len, nonzero = 0;
             float *mine = malloc((size_t)count * sizeof(float));
-            hf_grad(m, g, h, mine);
+            case_hf_grad(m, g, h, mine);
             for (int64_t i = 0; i < count; i++)
                 nonzero += mine[i] != 0.0f;
             CHECK(nonzero == 0, "%s: %lld non-zero gradient entries for %s", name, (long long)nonzero, ht->name);
@@ -153,7 +140,7 @@ static void check_vs_reference(const hyla_model *m, const char *dir, const char 
         int64_t count = ht->rows * ht->row_len;
         float *mine = malloc((size_t)count * sizeof(float));
         float *want = malloc((size_t)count * sizeof(float));
-        hf_grad(m, g, h, mine);
+        case_hf_grad(m, g, h, mine);
         memcpy(want, t->data, (size_t)count * sizeof(float));
         double tmax = 0, dmax = 0;
         for (int64_t i = 0; i < count; i++) {

@@ -71,19 +71,6 @@ static float *step(const hyla_model *m, const int32_t *tokens, const char *polic
     return g;
 }
 
-/* gradient of HF tensor h gathered from the table layout */
-static void hf_grad(const hyla_model *m, const float *g, size_t h, float *out)
-{
-    const hyla_hf_tensor *ht = &m->table.hf[h];
-    for (int64_t r = 0; r < ht->rows; r++) {
-        int param;
-        int64_t row;
-        hyla_hf_row_dest(&m->table, ht, r, &param, &row);
-        const hyla_param *p = &m->table.params[param];
-        memcpy(out + r * ht->row_len, g + p->offset + (size_t)row * (size_t)p->shape[p->ndim - 1],
-               (size_t)ht->row_len * sizeof(float));
-    }
-}
 
 static void check_vs_oracle(const hyla_model *m, const char *dir, const char *name, const float *g, double loss,
                             double want_loss)
@@ -107,7 +94,7 @@ static void check_vs_oracle(const hyla_model *m, const char *dir, const char *na
             continue;
         int64_t count = ht->rows * ht->row_len;
         float *mine = malloc((size_t)count * sizeof(float)), *want = malloc((size_t)count * sizeof(float));
-        hf_grad(m, g, h, mine);
+        case_hf_grad(m, g, h, mine);
         memcpy(want, t->data, (size_t)count * sizeof(float));
         double tmax = 0, dmax = 0;
         for (int64_t i = 0; i < count; i++) {
@@ -151,16 +138,13 @@ int main(int argc, char **argv)
     const char *models[] = {"next_moe_8l", "q35_dense", "q35_moe"};
     check_target_count();
     for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
-        char dir[4096], path[4200], *text;
-        snprintf(dir, sizeof dir, "%s/%s", cases, models[k]);
-        snprintf(path, sizeof path, "%s/expected.json", dir);
+        char dir[4096];
         hyla_model m;
-        if (hyla_model_load(&m, dir) || hyla_read_text_file(path, &text, NULL)) {
+        cJSON *j;
+        if (case_load(cases, models[k], dir, sizeof dir, &m, &j)) {
             CHECK(0, "%s: %s", models[k], hyla_error_message());
             continue;
         }
-        cJSON *j = cJSON_Parse(text);
-        free(text);
         const cJSON *mg = cJSON_GetObjectItemCaseSensitive(j, "mtp_grads");
         double want_loss = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(mg, "loss"));
         double weight = cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(mg, "weight"));

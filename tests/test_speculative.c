@@ -197,17 +197,14 @@ int main(int argc, char **argv)
     const char *cases = argc > 1 ? argv[1] : "build/cases";
     const char *models[] = {"next_moe_8l", "q35_dense", "q35_moe"};
     for (size_t k = 0; k < sizeof models / sizeof *models; k++) {
-        char dir[4096], path[4200], *text;
-        snprintf(dir, sizeof dir, "%s/%s", cases, models[k]);
-        snprintf(path, sizeof path, "%s/expected.json", dir);
+        char dir[4096];
         hyla_model m;
-        if (hyla_model_load(&m, dir) || hyla_read_text_file(path, &text, NULL)) {
+        cJSON *j;
+        if (case_load(cases, models[k], dir, sizeof dir, &m, &j)) {
             CHECK(0, "%s: %s", models[k], hyla_error_message());
             continue;
         }
         CHECK(m.cfg.n_mtp_layers == 1, "%s: %lld MTP layers loaded", models[k], (long long)m.cfg.n_mtp_layers);
-        cJSON *j = cJSON_Parse(text);
-        free(text);
         int32_t tokens[200];
         int have200 = 0;
         const cJSON *run;

@@ -25,28 +25,6 @@ static void inputs_and_targets(hyla_executor *ex, const int32_t *tokens, int32_t
     }
 }
 
-/* joined [n, 2H]: RMSNorm1p(embed(next); norm_e) | RMSNorm1p(hn; norm_h), rounded in bf16 compute */
-static void joined_rows(const hyla_executor *ex, float *joined, const int32_t *next)
-{
-    const hyla_model *m = ex->m;
-    int64_t H = m->cfg.hidden;
-    float eps = (float)m->cfg.rms_norm_eps;
-    const float *E = hyla_model_param(m, HYLA_P_EMBED, -1);
-    const uint16_t *E16 = hyla_model_param_bf16(m, HYLA_P_EMBED, -1);
-    const float *we = hyla_model_param(m, HYLA_P_MTP_NORM_EMB, -1), *wh = hyla_model_param(m, HYLA_P_MTP_NORM_HIDDEN, -1);
-    for (int64_t i = 0; i < ex->n; i++) {
-        float *row = joined + i * 2 * H;
-        if (E16)
-            hyla_bf16_unpack(row + H, E16 + (int64_t)next[i] * H, H);
-        else
-            memcpy(row + H, E + (int64_t)next[i] * H, (size_t)H * sizeof(float));
-        hyla_rmsnorm1p_fwd(row, NULL, row + H, we, 1, H, eps);
-        hyla_rmsnorm1p_fwd(row + H, NULL, ex->mtp_hidden + i * H, wh, 1, H, eps);
-    }
-    if (hyla_executor_bf16_compute(ex))
-        hyla_bf16_round(joined, ex->n * 2 * H);
-}
-
 /* fc's context: the head's global parameters, the step's gradients, bf16 scratch */
 static hyla_op_ctx fc_ctx(const hyla_executor *ex, float *grads, float *bf16_scratch)
 {
@@ -78,7 +56,7 @@ void hyla_mtp_loss_forward(hyla_executor *ex, const int32_t *tokens)
         if (bf16) /* as the lm_head's input, and the hidden rows inference hands the head */
             hyla_bf16_round(ex->mtp_hidden, n * H);
         inputs_and_targets(ex, tokens, next);
-        joined_rows(ex, joined, next);
+        hyla_mtp_join_inputs(ex->m, joined, next, ex->mtp_hidden, ex->n);
         hyla_op_ctx c = fc_ctx(ex, NULL, scratch);
         hyla_op_linear(&c, HYLA_P_MTP_FC, 0, x, joined, n, 2 * H, H);
         if (bf16)
@@ -127,7 +105,7 @@ int hyla_mtp_loss_backward(hyla_executor *ex, const int32_t *tokens, float *grad
                 int64_t i = ex->seq_row0[s] + t;
                 next[i] = tokens[t + 1 < ex->seq_len[s] ? i + 1 : i];
             }
-        joined_rows(ex, joined, next);
+        hyla_mtp_join_inputs(ex->m, joined, next, ex->mtp_hidden, ex->n);
         hyla_op_ctx c = fc_ctx(ex, ex->m->lora ? NULL : grads, scratch);
         hyla_op_linear_bwd(&c, HYLA_P_MTP_FC, 0, djoined, dx, joined, n, 2 * H, H);
         const float *E = hyla_model_param(ex->m, HYLA_P_EMBED, -1);

@@ -86,23 +86,8 @@ static float *carve(float **at, int64_t floats)
 static void input_stage(const hyla_model *m, hyla_op_ctx *c, float *x, float *joined, const int32_t *tokens,
                         const float *hidden, int64_t n)
 {
-    const hyla_config *cfg = &m->cfg;
-    int64_t H = cfg->hidden;
-    float eps = (float)cfg->rms_norm_eps;
-    const float *E = hyla_model_param(m, HYLA_P_EMBED, -1);
-    const uint16_t *E16 = hyla_model_param_bf16(m, HYLA_P_EMBED, -1);
-    const float *we = hyla_model_param(m, HYLA_P_MTP_NORM_EMB, -1), *wh = hyla_model_param(m, HYLA_P_MTP_NORM_HIDDEN, -1);
-    for (int64_t i = 0; i < n; i++) { /* the embedding row into the hidden half, normed into the first */
-        float *row = joined + i * 2 * H;
-        if (E16)
-            hyla_bf16_unpack(row + H, E16 + (int64_t)tokens[i] * H, H);
-        else
-            memcpy(row + H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
-        hyla_rmsnorm1p_fwd(row, NULL, row + H, we, 1, H, eps);
-        hyla_rmsnorm1p_fwd(row + H, NULL, hidden + i * H, wh, 1, H, eps);
-    }
-    if (m->w16)
-        hyla_bf16_round(joined, n * 2 * H);
+    int64_t H = m->cfg.hidden;
+    hyla_mtp_join_inputs(m, joined, tokens, hidden, n);
     hyla_op_ctx g = *c;
     g.layer = -1; /* fc is one of the head's global parameters */
     hyla_op_linear(&g, HYLA_P_MTP_FC, 0, x, joined, n, 2 * H, H);

@@ -161,6 +161,11 @@ int64_t hyla_quant_scratch_floats(const hyla_config *cfg, int64_t n);
 int64_t hyla_head_scratch_floats(const hyla_model *m, int64_t n);
 void hyla_head_linear(const hyla_model *m, float *logits, const float *xn, int64_t n, float *scratch);
 
+/* The MTP head's joined input rows (docs/mtp.md): joined [n, 2H] = RMSNorm1p(embed(tokens[i]);
+ * pre_fc_norm_embedding) | RMSNorm1p(hidden[i]; pre_fc_norm_hidden), rounded to bf16 values in
+ * bf16 compute (fc's input). Used by inference (infer/mtp.c) and the MTP loss (engine/mtp_loss.c). */
+void hyla_mtp_join_inputs(const hyla_model *m, float *joined, const int32_t *tokens, const float *hidden, int64_t n);
+
 /* Parameter views for ops. */
 const float *hyla_op_w(const hyla_op_ctx *c, hyla_role role);      /* weight of this layer */
 float *hyla_op_dw(const hyla_op_ctx *c, hyla_role role);           /* its gradient; NULL when frozen */

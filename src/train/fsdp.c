@@ -247,7 +247,7 @@ int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first)
 {
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
-        if (p->layer < 0)
+        if (p->layer < 0 && !p->mtp) /* (the MTP head: frozen, no gradient, under FSDP) */
             HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, head + hyla_grad_head_index(f->ex, p->offset),
                                                piece_grad(f, i), first, f->stage));
     }
@@ -258,8 +258,8 @@ int hyla_fsdp_update(hyla_fsdp *f, hyla_adamw *opt, int layer0, int layer1)
 {
     for (int i = 0; i < f->shard.n_params; i++) {
         const hyla_param *p = &f->shard.params[i];
-        if (layer0 < 0 ? p->layer >= 0 : p->layer < layer0 || p->layer > layer1)
-            continue;
+        if (layer0 < 0 ? p->layer >= 0 || p->mtp : p->layer < layer0 || p->layer > layer1)
+            continue; /* (the MTP head: frozen under FSDP) */
         const float *g = piece_grad(f, i);
         hyla_grad_sumsq_add(&f->sumsq, g, p->numel); /* the norm, as whole-step updates sum it */
         double unused = 0.0;

@@ -37,7 +37,7 @@ static int apply_head(hyla_trainer *tr)
 {
     const hyla_param_table *t = &tr->model->table;
     for (int i = 0; i < t->n_params; i++)
-        if (t->params[i].layer < 0)
+        if (t->params[i].layer < 0 && !t->params[i].mtp) /* the MTP head: frozen with per-layer updates */
             HYLA_TRY(hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w,
                                              tr->grads + hyla_grad_head_index(&tr->ex, t->params[i].offset), &tr->step_sumsq));
     return HYLA_OK;
