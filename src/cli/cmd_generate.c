@@ -110,7 +110,7 @@ int hyla_cmd_generate(int argc, char **argv)
         {"--json", OPT_FLAG, &json, NULL, "print prompt and generated ids as JSON instead of text", 0, 0},
         {"--record-routing", OPT_STRING, &record, "FILE", "write the experts chosen per MoE layer and token (HYLAROU1)", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
-        {"--draft", OPT_INT, &draft, "N", "speculative decoding: draft N tokens per round with the MTP head (greedy)",
+        {"--draft", OPT_INT, &draft, "N", "speculative decoding: draft N tokens per round with the MTP head (greedy or sampled: the same output distribution)",
          0, HYLA_MAX_DRAFT},
         HYLA_OPT_ACT_DTYPE(dt),
         HYLA_OPT_PARAM_DTYPE(dt),

@@ -53,10 +53,11 @@ static int cmp_desc(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : (*(const int32_t *)a - *(const int32_t *)b);
 }
 
-int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla_rng *rng, float *p, int32_t *idx)
+/* exp((logits - max) / T) into p, ids sorted by it (descending, ties to the lower id) in idx; the
+ * kept prefix (top-k, then the smallest one whose mass reaches top-p) and its mass. */
+static void truncate_sorted(const float *logits, int64_t V, const hyla_sampling *s, float *p, int32_t *idx,
+                            int64_t *keep_out, double *total_out)
 {
-    if (s->temperature == 0.0)
-        return hyla_argmax(logits, V);
     float mx = logits[hyla_argmax(logits, V)];
     for (int64_t v = 0; v < V; v++) {
         p[v] = expf((float)((logits[v] - mx) / s->temperature));
@@ -79,6 +80,17 @@ int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla
         }
         total = acc;
     }
+    *keep_out = keep;
+    *total_out = total;
+}
+
+int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla_rng *rng, float *p, int32_t *idx)
+{
+    if (s->temperature == 0.0)
+        return hyla_argmax(logits, V);
+    int64_t keep;
+    double total;
+    truncate_sorted(logits, V, s, p, idx, &keep, &total);
     double r = hyla_rng_uniform(rng) * total, acc = 0;
     for (int64_t i = 0; i < keep; i++) {
         acc += p[idx[i]];
@@ -86,6 +98,34 @@ int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla
             return idx[i];
     }
     return idx[keep - 1];
+}
+
+void hyla_sampling_probs(const float *logits, int64_t V, const hyla_sampling *s, float *probs, float *p, int32_t *idx)
+{
+    int64_t keep;
+    double total;
+    truncate_sorted(logits, V, s, p, idx, &keep, &total);
+    memset(probs, 0, (size_t)V * sizeof *probs);
+    for (int64_t i = 0; i < keep; i++)
+        probs[idx[i]] = (float)(p[idx[i]] / total);
+}
+
+int32_t hyla_sample_probs(const float *probs, int64_t V, hyla_rng *rng)
+{
+    double total = 0;
+    for (int64_t v = 0; v < V; v++)
+        total += probs[v];
+    double r = hyla_rng_uniform(rng) * total, acc = 0;
+    int32_t last = 0;
+    for (int64_t v = 0; v < V; v++) {
+        if (probs[v] <= 0)
+            continue;
+        acc += probs[v];
+        last = (int32_t)v;
+        if (r < acc)
+            return (int32_t)v;
+    }
+    return last;
 }
 
 void hyla_infer_state_view(hyla_infer_state *view, hyla_layer_state *layers, const hyla_infer_state *s,

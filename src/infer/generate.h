@@ -26,6 +26,11 @@ typedef struct {
 int hyla_sampling_check(const hyla_sampling *s, int64_t vocab);
 /* The first index of the largest of x [V] (0 when x[0] is NaN): greedy's pick. */
 int32_t hyla_argmax(const float *x, int64_t V);
+/* The distribution hyla_sample_token draws from (temperature > 0): probs [V], zero outside the
+ * top-k / top-p set, summing to 1; p and idx are scratch [V]. */
+void hyla_sampling_probs(const float *logits, int64_t V, const hyla_sampling *s, float *probs, float *p, int32_t *idx);
+/* A draw from the non-negative weights probs [V] (not all zero), in id order. */
+int32_t hyla_sample_probs(const float *probs, int64_t V, hyla_rng *rng);
 /* Pick a token from logits [V] (may be modified: scaled, masked). */
 int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla_rng *rng, float *scratch /*[V]*/,
                           int32_t *idx_scratch /*[V]*/);

@@ -24,6 +24,11 @@ typedef struct {
     float *hidden;                  /* [max(N + 1, MTP_PROMPT_ROWS), H] trunk hidden rows */
     float *g;                       /* [H] the head's output hidden of its last row */
     float *saved;                   /* the trunk's recurrent state before a verify */
+    /* sampling (temperature > 0): the drafts' distributions q [N, V], the trunk's p [V], scratch */
+    const hyla_sampling *s;
+    hyla_rng rng;
+    float *q, *p, *scratch;
+    int32_t *idx;
 } spec;
 
 static void spec_free(spec *sp)
@@ -41,12 +46,17 @@ static void spec_free(spec *sp)
     free(sp->hidden);
     free(sp->g);
     free(sp->saved);
+    free(sp->q);
+    free(sp->p);
+    free(sp->scratch);
+    free(sp->idx);
 }
 
-static int spec_init(spec *sp, const hyla_model *m, int N, int64_t max_len)
+static int spec_init(spec *sp, const hyla_model *m, int N, int64_t max_len, const hyla_sampling *s)
 {
     memset(sp, 0, sizeof *sp);
-    sp->m = m, sp->N = N, sp->H = m->cfg.hidden, sp->V = m->cfg.vocab;
+    sp->m = m, sp->N = N, sp->H = m->cfg.hidden, sp->V = m->cfg.vocab, sp->s = s;
+    hyla_rng_seed(&sp->rng, s->seed);
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
     HYLA_TRY(hyla_mtp_init(&sp->head, m, 1, MTP_PROMPT_ROWS > N + 1 ? MTP_PROMPT_ROWS : N + 1, max_len));
@@ -60,11 +70,24 @@ static int spec_init(spec *sp, const hyla_model *m, int N, int64_t max_len)
     sp->hidden = malloc((size_t)(rows * sp->H) * sizeof(float));
     sp->g = malloc((size_t)sp->H * sizeof(float));
     sp->saved = malloc((size_t)(hyla_infer_state_recurrent_floats(&m->cfg) + 1) * sizeof(float));
-    if (rc == HYLA_OK && (!sp->logits || !sp->hidden || !sp->g || !sp->saved))
+    sp->q = malloc((size_t)(N * sp->V) * sizeof(float));
+    sp->p = malloc((size_t)sp->V * sizeof(float));
+    sp->scratch = malloc((size_t)sp->V * sizeof(float));
+    sp->idx = malloc((size_t)sp->V * sizeof(int32_t));
+    if (rc == HYLA_OK && (!sp->logits || !sp->hidden || !sp->g || !sp->saved || !sp->q || !sp->p || !sp->scratch || !sp->idx))
         rc = hyla_error_set(HYLA_ERR_NOMEM, "speculative decoding: out of memory");
     if (rc != HYLA_OK)
         spec_free(sp);
     return rc;
+}
+
+/* Greedy: the argmax. Sampling: a draw from the sampling distribution of logits, left in dist [V]. */
+static int32_t pick(spec *sp, const float *logits, float *dist)
+{
+    if (sp->s->temperature == 0)
+        return hyla_argmax(logits, sp->V);
+    hyla_sampling_probs(logits, sp->V, sp->s, dist, sp->scratch, sp->idx);
+    return hyla_sample_probs(dist, sp->V, &sp->rng);
 }
 
 /* Feed the head rows (tokens[i], hidden[i]) in calls of at most MTP_PROMPT_ROWS; returns its
@@ -78,7 +101,7 @@ static int head_catch_up(spec *sp, const int32_t *tokens, const float *hidden, i
         HYLA_TRY(hyla_mtp_run(&sp->head, tokens + r0, hidden + r0 * sp->H, n, out_h, last, 1));
         memcpy(sp->g, out_h + (n - 1) * sp->H, (size_t)sp->H * sizeof(float));
     }
-    *draft = hyla_argmax(last, sp->V);
+    *draft = pick(sp, last, sp->q);
     return HYLA_OK;
 }
 
@@ -100,6 +123,37 @@ static int emit(const hyla_sampling *s, int32_t tok, int32_t *out, int64_t *n_ou
     return *n_out >= s->max_new;
 }
 
+/* Speculative sampling over the verify's logits [N + 1, V] (in sp->logits) and the drafts' q:
+ * draft j is accepted with probability min(1, p_j(d_j) / q_j(d_j)); the first rejected one is
+ * replaced by a draw from max(p_j - q_j, 0) (normalised), or after N acceptances one more token
+ * is drawn from p_N. The emitted tokens are then distributed exactly as the trunk's own sampling
+ * would give them. Returns k, the drafts accepted; p[k] is the token that follows them. */
+static int accept_sampled(spec *sp, const int32_t *d, int32_t *p)
+{
+    int N = sp->N;
+    int64_t V = sp->V;
+    for (int j = 0; j < N; j++) {
+        hyla_sampling_probs(sp->logits + j * V, V, sp->s, sp->p, sp->scratch, sp->idx);
+        const float *q = sp->q + j * V;
+        double pj = sp->p[d[j]], qj = q[d[j]];
+        if (hyla_rng_uniform(&sp->rng) * qj < pj)
+            continue;
+        double mass = 0;
+        for (int64_t v = 0; v < V; v++) { /* the residual, in place */
+            float r = sp->p[v] - q[v];
+            sp->p[v] = r > 0 ? r : 0;
+            mass += sp->p[v];
+        }
+        if (mass <= 0) /* p == q up to rounding: the residual is empty; p itself */
+            hyla_sampling_probs(sp->logits + j * V, V, sp->s, sp->p, sp->scratch, sp->idx);
+        p[j] = hyla_sample_probs(sp->p, V, &sp->rng);
+        return j;
+    }
+    hyla_sampling_probs(sp->logits + N * V, V, sp->s, sp->p, sp->scratch, sp->idx);
+    p[N] = hyla_sample_probs(sp->p, V, &sp->rng);
+    return N;
+}
+
 int hyla_generate_draft(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s, int draft,
                         int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx, hyla_generate_stats *stats)
 {
@@ -115,8 +169,8 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
     *n_out = 0;
     if (draft < 1 || draft > HYLA_MAX_DRAFT)
         return hyla_error_set(HYLA_ERR_ARG, "--draft %d: must be in 1..%d", draft, HYLA_MAX_DRAFT);
-    if (s->temperature != 0)
-        return hyla_error_set(HYLA_ERR_ARG, "--draft: speculative decoding is greedy only so far (use --temperature 0)");
+    if (s->temperature != 0 && filter)
+        return hyla_error_set(HYLA_ERR_ARG, "draft filter: greedy decoding only");
     if (cfg->n_mtp_layers < 1)
         return hyla_error_set(HYLA_ERR_ARG, "--draft: the model has no MTP head (no mtp.* tensors)");
     HYLA_TRY(hyla_sampling_check(s, cfg->vocab));
@@ -134,7 +188,7 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
         return hyla_error_set(HYLA_ERR_ARG, "prompt plus %lld new tokens exceeds the model's %lld positions",
                               (long long)s->max_new, (long long)cfg->max_position_embeddings);
     spec sp;
-    HYLA_TRY(spec_init(&sp, m, N, max_len));
+    HYLA_TRY(spec_init(&sp, m, N, max_len, s));
     int64_t H = sp.H, V = sp.V;
     float *prompt_hidden = malloc((size_t)(len * H) * sizeof(float));
     int32_t *pairs = malloc((size_t)(len > N + 1 ? len : N + 1) * sizeof(int32_t));
@@ -148,7 +202,7 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
     int stopped_by_cb = 0, done = 0;
     int32_t x = 0, d[HYLA_MAX_DRAFT + 1];
     if (rc == HYLA_OK) {
-        x = hyla_argmax(sp.logits, V);
+        x = pick(&sp, sp.logits, sp.p);
         done = emit(s, x, out, n_out, cb, cb_ctx, &stopped_by_cb);
     }
     if (rc == HYLA_OK && !done) { /* the head's entries for the prompt: (prompt[t + 1] or x, h_t) */
@@ -164,7 +218,7 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
             float g_next[H];
             rc = hyla_mtp_run(&sp.head, &d[j - 1], sp.g, 1, g_next, sp.logits, 1);
             memcpy(sp.g, g_next, (size_t)H * sizeof(float));
-            d[j] = hyla_argmax(sp.logits, V);
+            d[j] = pick(&sp, sp.logits, sp.q + j * V);
             if (filter)
                 d[j] = filter(filter_ctx, *n_out + j, d[j]);
         }
@@ -180,10 +234,13 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
             break;
         int k = 0;
         int32_t p[HYLA_MAX_DRAFT + 1];
-        for (int j = 0; j <= N; j++)
-            p[j] = hyla_argmax(sp.logits + j * V, V);
-        while (k < N && d[k] == p[k])
-            k++;
+        if (s->temperature == 0) { /* greedy: accept while the draft is the trunk's argmax */
+            for (int j = 0; j <= N; j++)
+                p[j] = hyla_argmax(sp.logits + j * V, V);
+            while (k < N && d[k] == p[k])
+                k++;
+        } else
+            k = accept_sampled(&sp, d, p);
         stats->draft_rounds++;
         stats->drafted += N;
         stats->accepted += k;

@@ -1,4 +1,4 @@
-/* Speculative decoding with the model's MTP head (greedy).
+/* Speculative decoding with the model's MTP head: greedy, or sampling with rejection.
  *
  * A round, with L tokens in the trunk's caches and x (the trunk's latest pick) not yet fed:
  *   1. draft d_1..d_N: the MTP head's picks, d_1 from its last true entry, each later one from
@@ -8,7 +8,12 @@
  *      rows it reads each layer's 1 MB state N + 1 times, which is small beside the weights the
  *      rows share, and it keeps the verify's delta-rule arithmetic that of plain decoding) gives
  *      the trunk's picks p_0..p_N;
- *   3. accept the longest prefix with d_j == p_{j-1} (k tokens), then p_k: k + 1 new tokens;
+ *   3. greedy: accept the longest prefix with d_j == p_{j-1} (k tokens), then p_k: k + 1 new
+ *      tokens. Sampling (temperature > 0; top-k / top-p applied to both distributions): the drafts
+ *      are drawn from the head's distribution q, draft j is kept with probability
+ *      min(1, p(d_j) / q(d_j)) under the trunk's p, the first rejected one is replaced by a draw
+ *      from max(p - q, 0), and after N acceptances one more token is drawn from p: the output is
+ *      distributed as the trunk's own sampling's (standard speculative sampling);
  *   4. roll back what the rejected rows left: the KV caches are truncated (their length); the
  *      delta-rule states and conv windows are put back from the copy taken before the verify and
  *      the k + 1 accepted rows re-run (the copy is the linear layers' recurrent state only, 18 MB
@@ -27,14 +32,14 @@
 
 #define HYLA_MAX_DRAFT 8
 
-/* Greedy generation for one prompt drafting `draft` tokens per round (1..HYLA_MAX_DRAFT); s must
- * be greedy (temperature 0). out[s->max_new]; stats gain draft_rounds / drafted / accepted. */
+/* Generation for one prompt drafting `draft` tokens per round (1..HYLA_MAX_DRAFT), greedy or
+ * sampled as s says. out[s->max_new]; stats gain draft_rounds / drafted / accepted. */
 int hyla_generate_draft(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s, int draft,
                         int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx, hyla_generate_stats *stats);
 
 /* The same, each draft passed through filter(ctx, at, d) first: `at` is the index in out the
  * drafted token would take, d the head's pick; the return value is drafted instead (tests drive
- * every acceptance length with it). */
+ * every acceptance length with it). Greedy only. */
 typedef int32_t (*hyla_draft_filter)(void *ctx, int64_t at, int32_t draft);
 int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s,
                                  int draft, int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,

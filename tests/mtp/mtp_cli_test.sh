@@ -60,8 +60,10 @@ expect_error "--draft on a model without an MTP head" "no MTP head" \
     "$HYLA" generate "$T/plain" --prompt-tokens 1,2,3 --max-new 4 --draft 2
 expect_error "--draft out of range" "--draft expects an integer in \[0, 8\]" \
     "$HYLA" generate "$T/ck" --prompt-tokens 1,2,3 --max-new 4 --draft 9
-expect_error "--draft with sampling" "greedy only" \
-    "$HYLA" generate "$T/ck" --prompt-tokens 1,2,3 --max-new 4 --draft 2 --temperature 0.8
+"$HYLA" generate "$T/ck" --prompt "And " --max-new 60 --draft 2 --temperature 0.8 --top-p 0.95 --seed 3 --json \
+    > "$T/gs.json" 2>/dev/null && $PY -c 'import json, sys; d = json.load(open(sys.argv[1]))["draft"]; assert d["rounds"] > 0' \
+    "$T/gs.json" && echo "  ok  generate --draft 2 with sampling (speculative rejection sampling; tests/test_speculative.c checks its distribution)" \
+    || fail "generate --draft with sampling"
 expect_error "--mtp-loss-weight on a model without a head" "no MTP head" \
     "$HYLA" train --model "$T/plain" --synthetic --steps 1 --batch 1 --seq 8 --mtp-loss-weight 0.5
 expect_error "--mtp-only with LoRA" "not built yet with LoRA" \
