@@ -373,8 +373,13 @@ static int run(train_args *a, hyla_comm *comm)
     }
     hyla_train_config tc;
     memset(&tc, 0, sizeof tc);
-    if (a->mtp_loss_weight < 0) /* the default: on where the MTP loss runs (one process, no LoRA or per-layer updates) */
-        a->mtp_loss_weight = m.cfg.n_mtp_layers > 0 && !m.lora && !a->update_per_layer && comm->size == 1 ? 0.1 : 0.0;
+    if (a->mtp_loss_weight < 0) { /* the default: on where the MTP loss runs (one process, no LoRA or per-layer updates) */
+        int runs = !m.lora && !a->update_per_layer && comm->size == 1;
+        a->mtp_loss_weight = m.cfg.n_mtp_layers > 0 && runs ? 0.1 : 0.0;
+        if (m.cfg.n_mtp_layers > 0 && !runs && comm->rank == 0)
+            printf("note: the MTP loss is not built yet with LoRA, per-layer updates or several ranks: the model's MTP "
+                   "head is left as loaded (--mtp-loss-weight 0)\n");
+    }
     int rc = hyla_remat_unit_parse(a->unit, &tc.unit);
     double limit = 0, host_budget = INFINITY; /* --remat auto may offload up to the store's limit */
     if (rc == HYLA_OK && a->offload_limit && (rc = hyla_parse_size(a->offload_limit, &limit)) != HYLA_OK)
