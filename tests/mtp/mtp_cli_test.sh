@@ -50,7 +50,8 @@ import json, sys
 a, b, n = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 assert a["tokens"] == b["tokens"], "draft output differs from plain greedy"
 d = b["draft"]
-assert d["n"] == n and d["accepted"] <= d["drafted"] == n * d["rounds"] and d["acceptance"] > 0.3, d
+# a trained head: far above chance (a random head's drafts: ~1/vocab); chained drafts less than single ones
+assert d["n"] == n and d["accepted"] <= d["drafted"] == n * d["rounds"] and d["acceptance"] > (0.3 if n == 1 else 0.1), d
 print(f"  ok  generate --draft {n}: {len(b['tokens'])} tokens == plain greedy; {d['acceptance']:.0%} of drafts accepted, "
       f"{d['mean_accepted_length']:.2f} per round; decode {b['decode_tokens_per_s']:.0f} tok/s vs {a['decode_tokens_per_s']:.0f}")
 PYEOF
