@@ -58,6 +58,8 @@ static void print_counts(const hyla_param_counts *pc)
            "  MoE (router + all experts + shared) %lld, dense MLP %lld; active excluding embeddings %lld\n",
            (long long)pc->embedding, (long long)pc->per_kind[0], (long long)pc->per_kind[1],
            (long long)pc->per_kind[2], (long long)pc->per_kind[3], (long long)(pc->active - pc->embedding));
+    if (pc->mtp)
+        printf("  MTP head (not in the totals, as Hugging Face does not load it): %lld parameters\n", (long long)pc->mtp);
 }
 
 /* Per-expert tensors print once per (layer, projection) as experts.{0..E-1}. */
@@ -161,6 +163,7 @@ static int emit_json(const hyla_model *m, const hyla_param_counts *pc)
     cJSON_AddNumberToObject(o, "params_total", (double)pc->total);
     cJSON_AddNumberToObject(o, "params_active", (double)pc->active);
     cJSON_AddNumberToObject(o, "params_embedding", (double)pc->embedding);
+    cJSON_AddNumberToObject(o, "params_mtp", (double)pc->mtp);
     cJSON_AddNumberToObject(o, "tensors", (double)m->table.n_hf);
     if (m->gguf)
         add_gguf_json(o, m->gguf);
