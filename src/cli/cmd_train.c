@@ -374,10 +374,10 @@ static int run(train_args *a, hyla_comm *comm)
     hyla_train_config tc;
     memset(&tc, 0, sizeof tc);
     if (a->mtp_loss_weight < 0) { /* the default: on where the MTP loss runs (one process, no LoRA or per-layer updates) */
-        int runs = !m.lora && !a->update_per_layer && comm->size == 1;
+        int runs = !m.lora && !a->update_per_layer && !a->fsdp;
         a->mtp_loss_weight = m.cfg.n_mtp_layers > 0 && runs ? 0.1 : 0.0;
         if (m.cfg.n_mtp_layers > 0 && !runs && comm->rank == 0)
-            printf("note: the MTP loss is not built yet with LoRA, per-layer updates or several ranks: the model's MTP "
+            printf("note: the MTP loss is not built yet with LoRA, per-layer updates or shard fsdp: the model's MTP "
                    "head is left as loaded (--mtp-loss-weight 0)\n");
     }
     int rc = hyla_remat_unit_parse(a->unit, &tc.unit);

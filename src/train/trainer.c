@@ -101,10 +101,11 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: %s", ranks < 2 ? "needs more than one rank (mpirun -np N)"
                               : "LoRA trains a small adapter: use shard none");
     int mtp = cfg->mtp_weight > 0 || cfg->mtp_only;
-    if (mtp && (model->lora || cfg->update_per_layer || ranks > 1 || model->cfg.n_mtp_layers < 1))
+    if (mtp && (model->lora || cfg->update_per_layer || cfg->fsdp || model->cfg.n_mtp_layers < 1))
         return hyla_error_set(HYLA_ERR_ARG, "the MTP loss: %s", model->cfg.n_mtp_layers < 1
                               ? "the model has no MTP head (no mtp.* tensors; hyla init --mtp-layers 1 makes one)"
-                              : "not built yet with LoRA, per-layer updates or several ranks (use --mtp-loss-weight 0)");
+                              : "not built yet with LoRA, per-layer updates or shard fsdp (use --mtp-loss-weight 0, or "
+                                "--shard none across ranks)");
     if (!(cfg->mtp_weight >= 0 && cfg->mtp_weight <= 1e6))
         return hyla_error_set(HYLA_ERR_ARG, "--mtp-loss-weight must be in [0, 1e6]");
     tr->sharded = cfg->fsdp;
@@ -134,7 +135,7 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     tr->reducing = !tr->sharded && (ranks > 1 || cfg->accum > 1);
     if (st == HYLA_OK && tr->reducing)
         st = hyla_grad_reducer_init(&tr->reducer, tr->cfg.comm, tr->head_floats);
-    if (st == HYLA_OK && !(tr->loss_parts = calloc((size_t)(2 * ranks * cfg->accum), sizeof(double))))
+    if (st == HYLA_OK && !(tr->loss_parts = calloc((size_t)(3 * ranks * cfg->accum), sizeof(double))))
         st = hyla_error_set(HYLA_ERR_NOMEM, "train: out of memory");
     if (st == HYLA_OK && tr->ex.host_bytes) {
         st = hyla_host_store_open(&tr->store, cfg->offload_store, cfg->offload_limit);
@@ -214,25 +215,27 @@ static int micro_batch_segments(hyla_trainer *tr, int64_t per, int64_t *at)
     return hyla_executor_set_segments(&tr->ex, tr->seg_len + first, *at - first);
 }
 
-/* Every rank's (ce sum, aux loss) of its micro-batches, summed in global micro-batch order. */
-static int step_losses(hyla_trainer *tr, double *ce_sum, double *aux_sum, int *have_aux)
+/* Every rank's (ce sum, aux loss, MTP cross-entropy sum) of its micro-batches, summed in global
+ * micro-batch order. */
+static int step_losses(hyla_trainer *tr, double *ce_sum, double *aux_sum, int *have_aux, double *mtp_sum)
 {
     int64_t A = tr->cfg.accum, N = tr->cfg.comm->size;
-    double *mine = tr->loss_parts + 2 * A * tr->cfg.comm->rank;
+    double *mine = tr->loss_parts + 3 * A * tr->cfg.comm->rank;
     if (N > 1) {
-        double own[2 * A];
+        double own[3 * A];
         memcpy(own, mine, sizeof own);
         HYLA_TRY(tr->cfg.comm->allgather(tr->cfg.comm, own, tr->loss_parts, sizeof own));
     }
-    *ce_sum = *aux_sum = 0.0;
+    *ce_sum = *aux_sum = *mtp_sum = 0.0;
     *have_aux = 0;
     for (int64_t g = 0; g < N * A; g++) {
-        const double *p = tr->loss_parts + 2 * (A * (g % N) + g / N);
+        const double *p = tr->loss_parts + 3 * (A * (g % N) + g / N);
         *ce_sum += p[0];
         if (!isnan(p[1])) {
             *aux_sum += p[1];
             *have_aux = 1;
         }
+        *mtp_sum += p[2];
     }
     return HYLA_OK;
 }
@@ -273,7 +276,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     float aux_scale = (float)(cfg->router_aux_loss_coef / (double)G);
     int mtp = tr->cfg.mtp_weight > 0 || tr->cfg.mtp_only;
     int64_t mtp_targets = mtp ? hyla_mtp_target_count(tokens, labels, G * per, T, tr->seg_len, tr->n_seg) : 0;
-    double mtp_weight = tr->cfg.mtp_only ? 1.0 : tr->cfg.mtp_weight, mtp_sum = 0.0;
+    double mtp_weight = tr->cfg.mtp_only ? 1.0 : tr->cfg.mtp_weight, mtp_sum;
     tr->ex.mtp_scale = mtp_targets ? (float)(mtp_weight / (double)mtp_targets) : 0.0f;
     if (tr->cfg.mtp_only) /* the head alone: no gradient of the main loss or the router's */
         ce_scale = aux_scale = 0.0f;
@@ -313,9 +316,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
             hyla_executor_set_segments(&tr->ex, NULL, 0);
         }
         HYLA_TRY(st);
-        mtp_sum += l.mtp_sum; /* one process (the MTP loss is not built for several ranks yet): in micro-batch order */
-        tr->loss_parts[2 * (A * comm->rank + round)] = l.ce_sum;
-        tr->loss_parts[2 * (A * comm->rank + round) + 1] = l.aux_loss;
+        tr->loss_parts[3 * (A * comm->rank + round)] = l.ce_sum;
+        tr->loss_parts[3 * (A * comm->rank + round) + 1] = l.aux_loss;
+        tr->loss_parts[3 * (A * comm->rank + round) + 2] = l.mtp_sum;
         if (tr->reducing)
             HYLA_TRY(hyla_grad_reducer_add(&tr->reducer, tr->grads, round == 0));
         if (tr->sharded) /* the layers' went during backward */
@@ -327,7 +330,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         HYLA_TRY(hyla_grad_reducer_gather(&tr->reducer, tr->grads));
     double ce_sum, aux_sum;
     int have_aux;
-    HYLA_TRY(step_losses(tr, &ce_sum, &aux_sum, &have_aux));
+    HYLA_TRY(step_losses(tr, &ce_sum, &aux_sum, &have_aux, &mtp_sum));
     stats->ce = labelled ? ce_sum / (double)labelled : 0.0;
     stats->targets = labelled;
     stats->aux = have_aux ? aux_sum / (double)G : NAN;

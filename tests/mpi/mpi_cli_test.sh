@@ -124,6 +124,14 @@ equal "bf16 compute" 2 1 "none fsdp" --act-dtype bf16
 planned "measured == planned: shard fsdp, bf16 compute (a gathered matrix holds its bf16 copy too)" "$T/bf16_compute.fsdp" 2 1 fsdp --act-dtype bf16
 equal "LoRA" 2 1 none --lora-rank 4
 planned "measured == planned: LoRA on 2 ranks (the adapter's gradients)" "$T/lora.none" 2 1 none --lora-rank 4
+# the MTP loss across ranks (shard none: replicated weights, the ordered gradient sum; the MTP
+# cross-entropy sums gathered like the main loss's)
+"$HYLA" init --preset tiny-hybrid --seed 4 --mtp-layers 1 --out "$T/mm" >/dev/null && $PY tests/data/make_qwen_tokenizer.py "$T/mm" >/dev/null &&
+    train "$T/mtp.one" 0 --model "$T/mm" "${DATA[@]}" "${BASE[@]}" --accum 2 &&
+    train "$T/mtp.none" 2 --model "$T/mm" "${DATA[@]}" "${BASE[@]}" --accum 1 --shard none &&
+    grep -q '"mtp": ' "$T/mtp.none/log.jsonl" &&
+    same_run "MTP loss (default weight 0.1): mpirun -np 2 --shard none == one process --accum 2, bit for bit" "$T/mtp.one" "$T/mtp.none" ||
+    fail "MTP loss across ranks"
 # packed chat documents (the data walk, document tiling and labels are the step's, on every rank)
 PACK=(--data-jsonl data/chat_kjv.jsonl --seq 256 --pack)
 d="$T/pack"
@@ -145,7 +153,7 @@ fi
 # layers, tensors smaller than a rank's 4096-element chunk, so ranks with empty pieces)
 for mdl in next_moe_8l q35_moe q35_dense irregular all_attention; do
     [ -d "$CASES/$mdl" ] || { fail "no $CASES/$mdl"; continue; }
-    # (the MTP loss is one process's only so far: both runs without it, as the ranks' default is)
+    # (the MTP loss is not built for shard fsdp: both runs without it, as fsdp's default is)
     C=(--model "$CASES/$mdl" --synthetic --steps 2 --batch 1 --seq 16 --seed 3 --mtp-loss-weight 0)
     train "$T/c_$mdl.one" 0 "${C[@]}" --accum 4 --threads 1 && train "$T/c_$mdl.fsdp" 4 "${C[@]}" --shard fsdp &&
         same_run "$mdl: mpirun -np 4 --shard fsdp == one process --accum 4, bit for bit" "$T/c_$mdl.one" "$T/c_$mdl.fsdp" ||
@@ -218,6 +226,9 @@ refused() { # NAME PATTERN TRAIN-ARGS...: every rank of an mpirun -np 2 job says
 refused "--update-per-layer under mpirun with shard none" "per-layer updates across 2 ranks with shard none" --update-per-layer --clip 0 --shard none
 refused "--update-per-layer with --accum 2 per rank" "per-layer updates need --accum 1 and --clip 0" --update-per-layer --clip 0 --accum 2
 refused "LoRA with shard fsdp" "LoRA trains a small adapter: use shard none" --lora-rank 4
+timeout 60 "${MPI[@]}" -np 2 "$HYLA" train --model "$T/mm" "${S[@]}" --mtp-loss-weight 0.1 --shard fsdp >"$T/out" 2>"$T/err"
+rc=$?; [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q "not built yet with LoRA, per-layer updates or shard fsdp" "$T/err" &&
+    echo "  ok  the MTP loss with shard fsdp: $(head -1 "$T/err")" || fail "the MTP loss with shard fsdp: rc $rc"
 
 # the plan of sharded runs: --expert-groups, and the goal it exists for (seed 002's setting:
 # Qwen3.5-397B-A17B, 1 x 1024 tokens per device, 64 devices, fp32 weights and moments, bf16
