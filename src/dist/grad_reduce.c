@@ -33,7 +33,7 @@ uint64_t hyla_dp_step_comm_bytes(size_t n, int ranks, int64_t accum)
     size_t part, nw, N = (size_t)ranks;
     layout(n, N, &part, &nw);
     uint64_t window = (uint64_t)part * sizeof(float) * (N - 1); /* to the other ranks, per window */
-    return (uint64_t)accum * nw * window + nw * window + (uint64_t)(2 * accum) * sizeof(double) * (N - 1);
+    return (uint64_t)accum * nw * window + nw * window + (uint64_t)(HYLA_STEP_LOSS_PARTS * accum) * sizeof(double) * (N - 1);
 }
 
 int hyla_grad_reducer_init(hyla_grad_reducer *r, hyla_comm *comm, size_t n)

@@ -35,6 +35,10 @@ typedef struct {
 
 /* What a reducer of n floats over `ranks` allocates (hyla_grad_reducer_bytes, for the plan). */
 size_t hyla_grad_reduce_bytes(size_t n, int ranks);
+/* Doubles each micro-batch contributes to the step's loss exchange (an allgather over the ranks):
+ * its cross-entropy sum, router aux loss and MTP cross-entropy sum (train/trainer.c). */
+#define HYLA_STEP_LOSS_PARTS 3
+
 /* Bytes one rank sends in a data-parallel step of `accum` rounds: every round's alltoall, the
  * final allgather, and the step's loss parts (trainer: 2 doubles per micro-batch, allgathered). */
 uint64_t hyla_dp_step_comm_bytes(size_t n, int ranks, int64_t accum);

@@ -135,7 +135,7 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     tr->reducing = !tr->sharded && (ranks > 1 || cfg->accum > 1);
     if (st == HYLA_OK && tr->reducing)
         st = hyla_grad_reducer_init(&tr->reducer, tr->cfg.comm, tr->head_floats);
-    if (st == HYLA_OK && !(tr->loss_parts = calloc((size_t)(3 * ranks * cfg->accum), sizeof(double))))
+    if (st == HYLA_OK && !(tr->loss_parts = calloc((size_t)(HYLA_STEP_LOSS_PARTS * ranks * cfg->accum), sizeof(double))))
         st = hyla_error_set(HYLA_ERR_NOMEM, "train: out of memory");
     if (st == HYLA_OK && tr->ex.host_bytes) {
         st = hyla_host_store_open(&tr->store, cfg->offload_store, cfg->offload_limit);
@@ -220,16 +220,16 @@ static int micro_batch_segments(hyla_trainer *tr, int64_t per, int64_t *at)
 static int step_losses(hyla_trainer *tr, double *ce_sum, double *aux_sum, int *have_aux, double *mtp_sum)
 {
     int64_t A = tr->cfg.accum, N = tr->cfg.comm->size;
-    double *mine = tr->loss_parts + 3 * A * tr->cfg.comm->rank;
+    double *mine = tr->loss_parts + HYLA_STEP_LOSS_PARTS * A * tr->cfg.comm->rank;
     if (N > 1) {
-        double own[3 * A];
+        double own[HYLA_STEP_LOSS_PARTS * A];
         memcpy(own, mine, sizeof own);
         HYLA_TRY(tr->cfg.comm->allgather(tr->cfg.comm, own, tr->loss_parts, sizeof own));
     }
     *ce_sum = *aux_sum = *mtp_sum = 0.0;
     *have_aux = 0;
     for (int64_t g = 0; g < N * A; g++) {
-        const double *p = tr->loss_parts + 3 * (A * (g % N) + g / N);
+        const double *p = tr->loss_parts + HYLA_STEP_LOSS_PARTS * (A * (g % N) + g / N);
         *ce_sum += p[0];
         if (!isnan(p[1])) {
             *aux_sum += p[1];
@@ -316,9 +316,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
             hyla_executor_set_segments(&tr->ex, NULL, 0);
         }
         HYLA_TRY(st);
-        tr->loss_parts[3 * (A * comm->rank + round)] = l.ce_sum;
-        tr->loss_parts[3 * (A * comm->rank + round) + 1] = l.aux_loss;
-        tr->loss_parts[3 * (A * comm->rank + round) + 2] = l.mtp_sum;
+        tr->loss_parts[HYLA_STEP_LOSS_PARTS * (A * comm->rank + round)] = l.ce_sum;
+        tr->loss_parts[HYLA_STEP_LOSS_PARTS * (A * comm->rank + round) + 1] = l.aux_loss;
+        tr->loss_parts[HYLA_STEP_LOSS_PARTS * (A * comm->rank + round) + 2] = l.mtp_sum;
         if (tr->reducing)
             HYLA_TRY(hyla_grad_reducer_add(&tr->reducer, tr->grads, round == 0));
         if (tr->sharded) /* the layers' went during backward */
