@@ -55,7 +55,7 @@ static float *step(const hyla_model *m, const int32_t *tokens, const char *polic
         return NULL;
     }
     float *g = calloc(m->table.total_floats, sizeof(float));
-    int64_t mtp_targets = hyla_mtp_target_count(tokens, NULL, T_RUN, T_RUN, NULL, 0);
+    int64_t mtp_targets = hyla_mtp_target_count(NULL, T_RUN, T_RUN, NULL, 0);
     ex.mtp_scale = (float)(weight / (double)mtp_targets);
     hyla_step_loss l;
     float ce_scale = (float)(1.0 / (double)(T_RUN - 1)), aux_scale = (float)m->cfg.router_aux_loss_coef;
@@ -119,16 +119,16 @@ static void check_vs_oracle(const hyla_model *m, const char *dir, const char *na
 static void check_target_count(void)
 {
     /* two rows of 6; the second packed as documents of 2 and 4: targets inside each only */
-    int32_t tokens[12] = {0}, labels[12];
+    int32_t labels[12];
     for (int i = 0; i < 12; i++)
         labels[i] = (i % 6) == 5 ? -100 : 1;
     labels[1] = -100; /* the last token of the first document of row 2 ... of row 1 here */
-    int64_t rows_plain = hyla_mtp_target_count(tokens, NULL, 12, 6, NULL, 0);
+    int64_t rows_plain = hyla_mtp_target_count(NULL, 12, 6, NULL, 0);
     CHECK(rows_plain == 2 * 4, "next-token targets: %lld MTP targets, want 8", (long long)rows_plain);
     int64_t seg[3] = {2, 4, 6};
     /* doc [0,2): row 0's target = label[1] = -100; doc [2,6): rows 2,3,4 take labels 3,4,5 = 1,1,-100;
      * doc [6,12): rows 6..10 take labels 7..11 = 1,1,1,1,-100 */
-    int64_t packed = hyla_mtp_target_count(tokens, labels, 12, 6, seg, 3);
+    int64_t packed = hyla_mtp_target_count(labels, 12, 6, seg, 3);
     CHECK(packed == 2 + 4, "packed documents: %lld MTP targets, want 6", (long long)packed);
 }
 

@@ -10,9 +10,9 @@
 #include "model/layer_ops.h"
 #include "ops/ops.h"
 
-/* The row's next token inside its sequence (its own token at the sequence's end), and row i's
- * MTP target: row i + 1's target inside the sequence, else -100. */
-static void inputs_and_targets(hyla_executor *ex, const int32_t *tokens, int32_t *next)
+/* The row's next token inside its sequence (its own token at the sequence's end), and with
+ * targets set, row i's MTP target: row i + 1's target inside the sequence, else -100. */
+static void inputs_and_targets(hyla_executor *ex, const int32_t *tokens, int32_t *next, int targets)
 {
     for (int64_t s = 0; s < ex->n_seq; s++) {
         int64_t r0 = ex->seq_row0[s], len = ex->seq_len[s];
@@ -20,7 +20,8 @@ static void inputs_and_targets(hyla_executor *ex, const int32_t *tokens, int32_t
             int64_t i = r0 + t;
             int inside = t + 1 < len;
             next[i] = tokens[inside ? i + 1 : i];
-            ex->mtp_labels[i] = inside ? ex->labels[i + 1] : -100;
+            if (targets)
+                ex->mtp_labels[i] = inside ? ex->labels[i + 1] : -100;
         }
     }
 }
@@ -55,7 +56,7 @@ void hyla_mtp_loss_forward(hyla_executor *ex, const int32_t *tokens)
                            n, H, (float)cfg->rms_norm_eps);
         if (bf16) /* as the lm_head's input, and the hidden rows inference hands the head */
             hyla_bf16_round(ex->mtp_hidden, n * H);
-        inputs_and_targets(ex, tokens, next);
+        inputs_and_targets(ex, tokens, next, 1);
         hyla_mtp_join_inputs(ex->m, joined, next, ex->mtp_hidden, ex->n);
         hyla_op_ctx c = fc_ctx(ex, NULL, scratch);
         hyla_op_linear(&c, HYLA_P_MTP_FC, 0, x, joined, n, 2 * H, H);
@@ -100,11 +101,7 @@ int hyla_mtp_loss_backward(hyla_executor *ex, const int32_t *tokens, float *grad
     int bf16 = hyla_executor_bf16_compute(ex);
     float *scratch = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16_scratch_floats(cfg, n), 0) : NULL;
     if (!ex->dry) {
-        for (int64_t s = 0; s < ex->n_seq; s++) /* the same next tokens as the forward */
-            for (int64_t t = 0; t < ex->seq_len[s]; t++) {
-                int64_t i = ex->seq_row0[s] + t;
-                next[i] = tokens[t + 1 < ex->seq_len[s] ? i + 1 : i];
-            }
+        inputs_and_targets(ex, tokens, next, 0); /* the same next tokens as the forward */
         hyla_mtp_join_inputs(ex->m, joined, next, ex->mtp_hidden, ex->n);
         hyla_op_ctx c = fc_ctx(ex, ex->m->lora ? NULL : grads, scratch);
         hyla_op_linear_bwd(&c, HYLA_P_MTP_FC, 0, djoined, dx, joined, n, 2 * H, H);
@@ -137,10 +134,8 @@ int hyla_mtp_loss_backward(hyla_executor *ex, const int32_t *tokens, float *grad
     return HYLA_OK;
 }
 
-int64_t hyla_mtp_target_count(const int32_t *tokens, const int32_t *labels, int64_t rows, int64_t T,
-                              const int64_t *seq_len, int64_t n_seq)
+int64_t hyla_mtp_target_count(const int32_t *labels, int64_t rows, int64_t T, const int64_t *seq_len, int64_t n_seq)
 {
-    (void)tokens;
     int64_t count = 0, r0 = 0;
     for (int64_t s = 0; seq_len ? s < n_seq : r0 < rows; s++) {
         int64_t len = seq_len ? seq_len[s] : T;

@@ -22,10 +22,9 @@
 void hyla_mtp_loss_forward(hyla_executor *ex, const int32_t *tokens);
 int hyla_mtp_loss_backward(hyla_executor *ex, const int32_t *tokens, float *grads, hyla_step_loss *loss);
 
-/* MTP targets of tokens [rows] tiled into sequences of seq_len[0..n_seq) rows (NULL: rows of T),
+/* MTP targets of [rows] tokens tiled into sequences of seq_len[0..n_seq) rows (NULL: rows of T),
  * with targets labels [rows] (NULL: the next token inside each row of T): how many are >= 0. What
  * a trainer divides the MTP loss weight by. */
-int64_t hyla_mtp_target_count(const int32_t *tokens, const int32_t *labels, int64_t rows, int64_t T,
-                              const int64_t *seq_len, int64_t n_seq);
+int64_t hyla_mtp_target_count(const int32_t *labels, int64_t rows, int64_t T, const int64_t *seq_len, int64_t n_seq);
 
 #endif

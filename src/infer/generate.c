@@ -147,7 +147,22 @@ void hyla_infer_state_view(hyla_infer_state *view, hyla_layer_state *layers, con
     view->owned = 0;
 }
 
-static int is_stop(const hyla_sampling *s, const int32_t *out, int64_t n)
+int hyla_generate_check_prompt(const hyla_config *cfg, const hyla_sampling *s, int64_t b, const int32_t *prompt,
+                               int64_t len)
+{
+    if (len < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "prompt %lld is empty", (long long)b);
+    for (int64_t i = 0; i < len; i++)
+        if (prompt[i] < 0 || prompt[i] >= cfg->vocab)
+            return hyla_error_set(HYLA_ERR_ARG, "prompt %lld: token id %d at position %lld is out of range [0, %lld)",
+                                  (long long)b, prompt[i], (long long)i, (long long)cfg->vocab);
+    if (cfg->max_position_embeddings > 0 && len + s->max_new > cfg->max_position_embeddings)
+        return hyla_error_set(HYLA_ERR_ARG, "prompt plus %lld new tokens (%lld) exceeds the model's %lld positions",
+                              (long long)s->max_new, (long long)(len + s->max_new), (long long)cfg->max_position_embeddings);
+    return HYLA_OK;
+}
+
+int hyla_sampling_stops(const hyla_sampling *s, const int32_t *out, int64_t n)
 {
     for (int i = 0; i < s->n_stop; i++)
         if (out[n - 1] == s->stop[i])
@@ -249,18 +264,10 @@ static int generate_impl(const hyla_model *m, int64_t B, const int32_t *const *p
     int64_t V = cfg->vocab, max_len = 0;
     HYLA_TRY(hyla_sampling_check(s, V));
     for (int64_t b = 0; b < B; b++) {
-        if (lens[b] < 1)
-            return hyla_error_set(HYLA_ERR_ARG, "prompt %lld is empty", (long long)b);
-        for (int64_t i = 0; i < lens[b]; i++)
-            if (prompts[b][i] < 0 || prompts[b][i] >= V)
-                return hyla_error_set(HYLA_ERR_ARG, "prompt %lld: token id %d at position %lld is out of range [0, %lld)",
-                                      (long long)b, prompts[b][i], (long long)i, (long long)V);
+        HYLA_TRY(hyla_generate_check_prompt(cfg, s, b, prompts[b], lens[b]));
         if (lens[b] + s->max_new > max_len)
             max_len = lens[b] + s->max_new;
     }
-    if (cfg->max_position_embeddings > 0 && max_len > cfg->max_position_embeddings)
-        return hyla_error_set(HYLA_ERR_ARG, "prompt plus %lld new tokens (%lld) exceeds the model's %lld positions",
-                              (long long)s->max_new, (long long)max_len, (long long)cfg->max_position_embeddings);
     hyla_infer_state state;
     HYLA_TRY(hyla_infer_state_init_pages(&state, cfg, B, max_len, 1)); /* filled to max_len unless a stop comes first */
     float *logits = malloc((size_t)(B * V) * sizeof *logits), *p = malloc((size_t)V * sizeof *p);
@@ -295,7 +302,7 @@ static int generate_impl(const hyla_model *m, int64_t B, const int32_t *const *p
             step_tokens[b] = tok;
             if (cb && cb(cb_ctx, b, tok))
                 done[b] = 1, rc = 1;
-            if (is_stop(s, out[b], n_out[b]))
+            if (hyla_sampling_stops(s, out[b], n_out[b]))
                 done[b] = 1;
             active += !done[b];
         }

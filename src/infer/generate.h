@@ -35,6 +35,12 @@ int32_t hyla_sample_probs(const float *probs, int64_t V, hyla_rng *rng);
 int32_t hyla_sample_token(float *logits, int64_t V, const hyla_sampling *s, hyla_rng *rng, float *scratch /*[V]*/,
                           int32_t *idx_scratch /*[V]*/);
 
+/* Does generation stop after out[n - 1] (a stop token, or the last repeat_stop tokens repeating)? */
+int hyla_sampling_stops(const hyla_sampling *s, const int32_t *out, int64_t n);
+/* Prompt b [len]: non-empty, token ids in range, prompt + max_new within the model's positions. */
+int hyla_generate_check_prompt(const hyla_config *cfg, const hyla_sampling *s, int64_t b, const int32_t *prompt,
+                               int64_t len);
+
 /* Called with each new token of sequence b as it is produced; return non-zero to stop everything. */
 typedef int (*hyla_token_cb)(void *ctx, int64_t b, int32_t token);
 

@@ -23,6 +23,8 @@ typedef struct {
     float *logits;                  /* [N + 1, V] */
     float *hidden;                  /* [max(N + 1, MTP_PROMPT_ROWS), H] trunk hidden rows */
     float *g;                       /* [H] the head's output hidden of its last row */
+    float *head_out;                /* [rows, H] the head's output hidden rows of one call */
+    int64_t rows;                   /* rows per head call: max(N + 1, MTP_PROMPT_ROWS) */
     float *saved;                   /* the trunk's recurrent state before a verify */
     /* sampling (temperature > 0): the drafts' distributions q [N, V], the trunk's p [V], scratch */
     const hyla_sampling *s;
@@ -44,6 +46,7 @@ static void spec_free(spec *sp)
         hyla_infer_state_free(&sp->state);
     free(sp->logits);
     free(sp->hidden);
+    free(sp->head_out);
     free(sp->g);
     free(sp->saved);
     free(sp->q);
@@ -59,22 +62,23 @@ static int spec_init(spec *sp, const hyla_model *m, int N, int64_t max_len, cons
     hyla_rng_seed(&sp->rng, s->seed);
     hyla_policy nothing;
     hyla_policy_parse(&nothing, "full");
-    HYLA_TRY(hyla_mtp_init(&sp->head, m, 1, MTP_PROMPT_ROWS > N + 1 ? MTP_PROMPT_ROWS : N + 1, max_len));
+    sp->rows = MTP_PROMPT_ROWS > N + 1 ? MTP_PROMPT_ROWS : N + 1;
+    HYLA_TRY(hyla_mtp_init(&sp->head, m, 1, sp->rows, max_len));
     int rc = hyla_infer_state_init_pages(&sp->state, &m->cfg, 1, max_len, 1);
     if (rc == HYLA_OK)
         rc = hyla_executor_init(&sp->verify, m, &nothing, HYLA_UNIT_LAYER, 1, N + 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_ROWS);
     for (int k = 0; k < N && rc == HYLA_OK; k++)
         rc = hyla_executor_init(&sp->replay[k], m, &nothing, HYLA_UNIT_LAYER, 1, k + 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_LAST);
-    int64_t rows = MTP_PROMPT_ROWS > N + 1 ? MTP_PROMPT_ROWS : N + 1;
     sp->logits = malloc((size_t)((N + 1) * sp->V) * sizeof(float));
-    sp->hidden = malloc((size_t)(rows * sp->H) * sizeof(float));
+    sp->hidden = malloc((size_t)(sp->rows * sp->H) * sizeof(float));
+    sp->head_out = malloc((size_t)(sp->rows * sp->H) * sizeof(float));
     sp->g = malloc((size_t)sp->H * sizeof(float));
     sp->saved = malloc((size_t)(hyla_infer_state_recurrent_floats(&m->cfg) + 1) * sizeof(float));
     sp->q = malloc((size_t)(N * sp->V) * sizeof(float));
     sp->p = malloc((size_t)sp->V * sizeof(float));
     sp->scratch = malloc((size_t)sp->V * sizeof(float));
     sp->idx = malloc((size_t)sp->V * sizeof(int32_t));
-    if (rc == HYLA_OK && (!sp->logits || !sp->hidden || !sp->g || !sp->saved || !sp->q || !sp->p || !sp->scratch || !sp->idx))
+    if (rc == HYLA_OK && (!sp->logits || !sp->hidden || !sp->head_out || !sp->g || !sp->saved || !sp->q || !sp->p || !sp->scratch || !sp->idx))
         rc = hyla_error_set(HYLA_ERR_NOMEM, "speculative decoding: out of memory");
     if (rc != HYLA_OK)
         spec_free(sp);
@@ -97,30 +101,20 @@ static int head_catch_up(spec *sp, const int32_t *tokens, const float *hidden, i
     float *last = sp->logits; /* [V]: the verify's rows are consumed by now */
     for (int64_t r0 = 0; r0 < rows; r0 += MTP_PROMPT_ROWS) {
         int64_t n = rows - r0 < MTP_PROMPT_ROWS ? rows - r0 : MTP_PROMPT_ROWS;
-        float out_h[n * sp->H];
-        HYLA_TRY(hyla_mtp_run(&sp->head, tokens + r0, hidden + r0 * sp->H, n, out_h, last, 1));
-        memcpy(sp->g, out_h + (n - 1) * sp->H, (size_t)sp->H * sizeof(float));
+        HYLA_TRY(hyla_mtp_run(&sp->head, tokens + r0, hidden + r0 * sp->H, n, sp->head_out, last, 1));
+        memcpy(sp->g, sp->head_out + (n - 1) * sp->H, (size_t)sp->H * sizeof(float));
     }
     *draft = pick(sp, last, sp->q);
     return HYLA_OK;
 }
 
 /* Emit one token: 1 when generation ends (callback, stop, max_new). */
-static int emit(const hyla_sampling *s, int32_t tok, int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
-                int *stopped_by_cb)
+static int emit(const hyla_sampling *s, int32_t tok, int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx)
 {
     out[(*n_out)++] = tok;
-    if (cb && cb(cb_ctx, 0, tok)) {
-        *stopped_by_cb = 1;
+    if (cb && cb(cb_ctx, 0, tok))
         return 1;
-    }
-    for (int i = 0; i < s->n_stop; i++)
-        if (tok == s->stop[i])
-            return 1;
-    int64_t r = s->repeat_stop, n = *n_out;
-    if (r > 0 && n >= 2 * r && !memcmp(out + n - r, out + n - 2 * r, (size_t)r * sizeof *out))
-        return 1;
-    return *n_out >= s->max_new;
+    return hyla_sampling_stops(s, out, *n_out) || *n_out >= s->max_new;
 }
 
 /* Speculative sampling over the verify's logits [N + 1, V] (in sp->logits) and the drafts' q:
@@ -174,19 +168,11 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
     if (cfg->n_mtp_layers < 1)
         return hyla_error_set(HYLA_ERR_ARG, "--draft: the model has no MTP head (no mtp.* tensors)");
     HYLA_TRY(hyla_sampling_check(s, cfg->vocab));
-    if (len < 1)
-        return hyla_error_set(HYLA_ERR_ARG, "prompt is empty");
-    for (int64_t i = 0; i < len; i++)
-        if (prompt[i] < 0 || prompt[i] >= cfg->vocab)
-            return hyla_error_set(HYLA_ERR_ARG, "prompt: token id %d at position %lld is out of range [0, %lld)", prompt[i],
-                                  (long long)i, (long long)cfg->vocab);
+    HYLA_TRY(hyla_generate_check_prompt(cfg, s, 0, prompt, len));
     if (s->max_new < 1)
         return HYLA_OK;
     int N = draft;
     int64_t max_len = len + s->max_new + N + 1; /* a verify may run N rows past the last kept token */
-    if (cfg->max_position_embeddings > 0 && len + s->max_new > cfg->max_position_embeddings)
-        return hyla_error_set(HYLA_ERR_ARG, "prompt plus %lld new tokens exceeds the model's %lld positions",
-                              (long long)s->max_new, (long long)cfg->max_position_embeddings);
     spec sp;
     HYLA_TRY(spec_init(&sp, m, N, max_len, s));
     int64_t H = sp.H, V = sp.V;
@@ -199,11 +185,11 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
     stats->prefill_tokens = len;
     stats->prefill_seconds = hyla_now() - t0;
     t0 = hyla_now();
-    int stopped_by_cb = 0, done = 0;
+    int done = 0;
     int32_t x = 0, d[HYLA_MAX_DRAFT + 1];
     if (rc == HYLA_OK) {
         x = pick(&sp, sp.logits, sp.p);
-        done = emit(s, x, out, n_out, cb, cb_ctx, &stopped_by_cb);
+        done = emit(s, x, out, n_out, cb, cb_ctx);
     }
     if (rc == HYLA_OK && !done) { /* the head's entries for the prompt: (prompt[t + 1] or x, h_t) */
         memcpy(pairs, prompt + 1, (size_t)(len - 1) * sizeof *pairs);
@@ -215,9 +201,8 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
         if (filter)
             d[0] = filter(filter_ctx, *n_out, d[0]);
         for (int j = 1; j < N && rc == HYLA_OK; j++) { /* further drafts from the head's own output */
-            float g_next[H];
-            rc = hyla_mtp_run(&sp.head, &d[j - 1], sp.g, 1, g_next, sp.logits, 1);
-            memcpy(sp.g, g_next, (size_t)H * sizeof(float));
+            rc = hyla_mtp_run(&sp.head, &d[j - 1], sp.g, 1, sp.head_out, sp.logits, 1);
+            memcpy(sp.g, sp.head_out, (size_t)H * sizeof(float));
             d[j] = pick(&sp, sp.logits, sp.q + j * V);
             if (filter)
                 d[j] = filter(filter_ctx, *n_out + j, d[j]);
@@ -245,9 +230,9 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
         stats->drafted += N;
         stats->accepted += k;
         for (int j = 0; j < k && !done; j++)
-            done = emit(s, d[j], out, n_out, cb, cb_ctx, &stopped_by_cb);
+            done = emit(s, d[j], out, n_out, cb, cb_ctx);
         if (!done)
-            done = emit(s, p[k], out, n_out, cb, cb_ctx, &stopped_by_cb);
+            done = emit(s, p[k], out, n_out, cb, cb_ctx);
         if (done)
             break;
         if (k < N) { /* the rejected rows changed the recurrent state: back to before, the accepted rows again */
@@ -268,6 +253,5 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
     free(prompt_hidden);
     free(pairs);
     spec_free(&sp);
-    (void)stopped_by_cb;
     return rc;
 }

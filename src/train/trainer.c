@@ -275,7 +275,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     float ce_scale = labelled ? (float)(1.0 / (double)labelled) : 0.0f;
     float aux_scale = (float)(cfg->router_aux_loss_coef / (double)G);
     int mtp = tr->cfg.mtp_weight > 0 || tr->cfg.mtp_only;
-    int64_t mtp_targets = mtp ? hyla_mtp_target_count(tokens, labels, G * per, T, tr->seg_len, tr->n_seg) : 0;
+    int64_t mtp_targets = mtp ? hyla_mtp_target_count(labels, G * per, T, tr->seg_len, tr->n_seg) : 0;
     double mtp_weight = tr->cfg.mtp_only ? 1.0 : tr->cfg.mtp_weight, mtp_sum;
     tr->ex.mtp_scale = mtp_targets ? (float)(mtp_weight / (double)mtp_targets) : 0.0f;
     if (tr->cfg.mtp_only) /* the head alone: no gradient of the main loss or the router's */
