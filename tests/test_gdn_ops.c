@@ -571,6 +571,38 @@ static void test_continuation(int64_t T, int64_t T1, uint64_t seed)
     truth_free(&tr), gdn_free(&in);
 }
 
+/* Rollback points (a speculative verify): the state kept after row t of one T-row call equals,
+ * bit for bit, the state after a call over rows 0..t alone (the same per-row arithmetic), and
+ * the kept copies sit at the given stride without touching the gaps between them. */
+static void test_keep_rows(int64_t T, uint64_t seed)
+{
+    int64_t Hk = 2, Hv = 4, dk = 64, dv = 96, nS = Hv * dk * dv, stride = nS + 37;
+    gdn_in in = gdn_make(T, Hk, Hv, dk, dv, 1, seed);
+    float *out = falloc((size_t)(T * Hv * dv)), *S = falloc((size_t)nS), *S1 = falloc((size_t)nS);
+    float *keep = falloc((size_t)(T * stride));
+    for (int64_t i = 0; i < T * stride; i++)
+        keep[i] = -7.0f; /* the gaps must keep this */
+    memcpy(S, in.S0, sizeof(float) * (size_t)nS);
+    hyla_delta_rule_recurrent_fwd_keep(out, S, keep, stride, in.q, in.k, in.v, in.g, in.beta, T, Hk, Hv, dk, dv);
+    int bad = 0;
+    for (int64_t t = 0; t < T; t++) {
+        gdn_in part = in;
+        part.T = t + 1;
+        run_split(RECURRENT, out, S1, &part, 0);
+        bad += !same_bits(keep + t * stride, S1, nS);
+        for (int64_t i = nS; i < stride; i++)
+            bad += keep[t * stride + i] != -7.0f;
+    }
+    bad += !same_bits(keep + (T - 1) * stride, S, nS);
+    char what[96];
+    snprintf(what, sizeof what, "rollback points T=%lld: kept state after row t == a t+1-row call, bit for bit", (long long)T);
+    check(what, bad, 0);
+    if (!bad)
+        printf("  %s\n", what);
+    free(out), free(S), free(S1), free(keep);
+    gdn_free(&in);
+}
+
 /* ---- 3: conv + silu ------------------------------------------------------------------------
  * pre = sum_j w x (K products, K-1 additions): |err| <= K u sum_j |w_j x_j|.
  * silu(p) = p / (1 + expf(-p)) for the computed p: expf (CE u), 1 + e (u), division (u) give
@@ -810,6 +842,8 @@ int main(void)
     test_continuation(130, 1, 103);
     test_continuation(65, 64, 104);
     test_continuation(63, 62, 105);
+    test_keep_rows(1, 106);
+    test_keep_rows(5, 107);
     printf("test_gdn_ops: conv + silu, gates\n");
     for (int hist = 0; hist < 2; hist++) {
         test_conv_case(1, 37, 4, hist, 201);

@@ -97,7 +97,8 @@ int hyla_step(hyla_engine *e, const int32_t *tokens, int64_t B, int64_t T, hyla_
         if (tokens[i] < 0 || tokens[i] >= m->cfg.vocab)
             return hyla_error_set(HYLA_ERR_ARG, "token id %d at position %lld is out of range [0, %lld)", tokens[i],
                                   (long long)i, (long long)m->cfg.vocab);
-    hyla_infer_state st = {B, max_len, len, (int)m->cfg.n_layers, (hyla_layer_state *)layers, 0, NULL, 0}; /* the caller's buffers */
+    hyla_infer_state st = {.B = B, .max_len = max_len, .len = len, .n_layers = (int)m->cfg.n_layers,
+                           .layers = (hyla_layer_state *)layers}; /* the caller's buffers */
     hyla_policy nothing;
     HYLA_TRY(hyla_policy_parse(&nothing, "full"));
     hyla_executor ex;

@@ -19,20 +19,73 @@ _Thread_local int hyla_in_gemm_library;
  * than the product. hyla's own kernel streams each weight row once for all (<= 4) input rows.
  * C[M,N] = alpha * A[M,K] B[N,K]^T + beta * C, each element summed by one thread in a fixed order. */
 #define HYLA_SKINNY_M 4
+#ifdef __AVX512F__
+#include <immintrin.h>
+/* AVX-512: one weight row against all M rows at once (one load of each weight chunk, M
+ * independent accumulator chains), the row PREFETCH_ROWS ahead requested from memory as the
+ * row starts. Each element: 16 lane sums over k in order (the tail masked), then one fixed
+ * horizontal reduction, whatever M is: a row's result does not depend on the rows beside it. */
+#define PREFETCH_ROWS 4
+static inline __attribute__((always_inline)) void skinny_row(int M, int64_t K, const float *A, int64_t lda,
+                                                             const float *w, float acc_out[HYLA_SKINNY_M])
+{
+    __m512 acc[HYLA_SKINNY_M];
+#pragma GCC unroll 4
+    for (int i = 0; i < HYLA_SKINNY_M; i++)
+        acc[i] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16) {
+        __m512 wv = _mm512_loadu_ps(w + k);
+#pragma GCC unroll 4
+        for (int i = 0; i < HYLA_SKINNY_M; i++)
+            if (i < M)
+                acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(A + i * lda + k), wv, acc[i]);
+    }
+    if (k < K) {
+        __mmask16 mask = (__mmask16)((1u << (K - k)) - 1u);
+        __m512 wv = _mm512_maskz_loadu_ps(mask, w + k);
+#pragma GCC unroll 4
+        for (int i = 0; i < HYLA_SKINNY_M; i++)
+            if (i < M)
+                acc[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, A + i * lda + k), wv, acc[i]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < HYLA_SKINNY_M; i++)
+        if (i < M)
+            acc_out[i] = _mm512_reduce_add_ps(acc[i]);
+}
+#endif
+
 static void gemm_skinny_nt(int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda, const float *B,
                            int64_t ldb, float beta, float *C, int64_t ldc)
 {
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(M * N * K)
     for (int64_t n = 0; n < N; n++) {
         const float *w = B + n * ldb;
+        float acc[HYLA_SKINNY_M];
+#ifdef __AVX512F__
+        if (n + PREFETCH_ROWS < N)
+            for (int64_t b = 0; b < K; b += 16)
+                _mm_prefetch((const char *)(w + PREFETCH_ROWS * ldb + b), _MM_HINT_T0);
+        switch (M) { /* constant trip counts: the accumulators stay in registers */
+        case 1: skinny_row(1, K, A, lda, w, acc); break;
+        case 2: skinny_row(2, K, A, lda, w, acc); break;
+        case 3: skinny_row(3, K, A, lda, w, acc); break;
+        default: skinny_row(4, K, A, lda, w, acc); break;
+        }
+#else
         for (int64_t i = 0; i < M; i++) {
             const float *x = A + i * lda;
-            float acc = 0.0f;
-#pragma omp simd reduction(+ : acc)
+            float s = 0.0f;
+#pragma omp simd reduction(+ : s)
             for (int64_t k = 0; k < K; k++)
-                acc += x[k] * w[k];
+                s += x[k] * w[k];
+            acc[i] = s;
+        }
+#endif
+        for (int64_t i = 0; i < M; i++) {
             float *c = C + i * ldc + n;
-            *c = alpha * acc + (beta == 0.0f ? 0.0f : beta * *c);
+            *c = alpha * acc[i] + (beta == 0.0f ? 0.0f : beta * *c);
         }
     }
 }

@@ -99,6 +99,11 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
         c.state = &ex->state->layers[l];
         c.past = ex->state->len;
         c.max_len = ex->state->max_len;
+        if (ex->state->row_keep && l < ex->m->cfg.n_layers && ex->m->cfg.layer_kind[l] == HYLA_LAYER_LINEAR) {
+            c.keep_row = hyla_infer_state_recurrent_floats(&ex->m->cfg);
+            c.keep_seq = ex->state->row_keep_cap * c.keep_row;
+            c.keep = ex->state->row_keep + hyla_infer_state_recurrent_offset(&ex->m->cfg, l);
+        }
     }
     return c;
 }
@@ -723,7 +728,7 @@ int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *
 int hyla_executor_infer(hyla_executor *ex, const int32_t *tokens, struct hyla_infer_state_s *state, float *logits)
 {
     HYLA_ASSERT((ex->forward_only == HYLA_FORWARD_LAST || ex->forward_only == HYLA_FORWARD_ROWS) && state->B == ex->B && state->n_layers == ex->m->cfg.n_layers &&
-                !ex->packed);
+                !ex->packed && (!state->row_keep || ex->T <= state->row_keep_cap));
     for (int64_t b = 0; b < ex->B; b++)
         if (state->len[b] + ex->T > state->max_len)
             return hyla_error_set(HYLA_ERR_ARG, "sequence %lld: %lld cached + %lld new tokens exceed the cache of %lld",

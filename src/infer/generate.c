@@ -145,6 +145,7 @@ void hyla_infer_state_view(hyla_infer_state *view, hyla_layer_state *layers, con
     view->len = s->len + b;
     view->layers = layers;
     view->owned = 0;
+    view->row_keep = s->row_keep ? s->row_keep + b * s->row_keep_cap * hyla_infer_state_recurrent_floats(cfg) : NULL;
 }
 
 int hyla_generate_check_prompt(const hyla_config *cfg, const hyla_sampling *s, int64_t b, const int32_t *prompt,

@@ -19,13 +19,12 @@ typedef struct {
     hyla_infer_state state;         /* the trunk's caches, B = 1 */
     hyla_mtp head;
     hyla_executor verify;           /* T = N + 1, every row's logits and hidden */
-    hyla_executor replay[HYLA_MAX_DRAFT]; /* T = k + 1 for k = 0 .. N - 1: the accepted rows again */
     float *logits;                  /* [N + 1, V] */
     float *hidden;                  /* [max(N + 1, MTP_PROMPT_ROWS), H] trunk hidden rows */
     float *g;                       /* [H] the head's output hidden of its last row */
     float *head_out;                /* [rows, H] the head's output hidden rows of one call */
     int64_t rows;                   /* rows per head call: max(N + 1, MTP_PROMPT_ROWS) */
-    float *saved;                   /* the trunk's recurrent state before a verify */
+    float *kept;                    /* [N + 1, R] the trunk's recurrent state after each verified row */
     /* sampling (temperature > 0): the drafts' distributions q [N, V], the trunk's p [V], scratch */
     const hyla_sampling *s;
     hyla_rng rng;
@@ -37,9 +36,6 @@ static void spec_free(spec *sp)
 {
     if (sp->verify.tapes)
         hyla_executor_free(&sp->verify);
-    for (int k = 0; k < HYLA_MAX_DRAFT; k++)
-        if (sp->replay[k].tapes)
-            hyla_executor_free(&sp->replay[k]);
     if (sp->head.buf)
         hyla_mtp_free(&sp->head);
     if (sp->state.layers)
@@ -48,7 +44,7 @@ static void spec_free(spec *sp)
     free(sp->hidden);
     free(sp->head_out);
     free(sp->g);
-    free(sp->saved);
+    free(sp->kept);
     free(sp->q);
     free(sp->p);
     free(sp->scratch);
@@ -67,18 +63,16 @@ static int spec_init(spec *sp, const hyla_model *m, int N, int64_t max_len, cons
     int rc = hyla_infer_state_init_pages(&sp->state, &m->cfg, 1, max_len, 1);
     if (rc == HYLA_OK)
         rc = hyla_executor_init(&sp->verify, m, &nothing, HYLA_UNIT_LAYER, 1, N + 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_ROWS);
-    for (int k = 0; k < N && rc == HYLA_OK; k++)
-        rc = hyla_executor_init(&sp->replay[k], m, &nothing, HYLA_UNIT_LAYER, 1, k + 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_LAST);
     sp->logits = malloc((size_t)((N + 1) * sp->V) * sizeof(float));
     sp->hidden = malloc((size_t)(sp->rows * sp->H) * sizeof(float));
     sp->head_out = malloc((size_t)(sp->rows * sp->H) * sizeof(float));
     sp->g = malloc((size_t)sp->H * sizeof(float));
-    sp->saved = malloc((size_t)(hyla_infer_state_recurrent_floats(&m->cfg) + 1) * sizeof(float));
+    sp->kept = malloc((size_t)((N + 1) * hyla_infer_state_recurrent_floats(&m->cfg) + 1) * sizeof(float));
     sp->q = malloc((size_t)(N * sp->V) * sizeof(float));
     sp->p = malloc((size_t)sp->V * sizeof(float));
     sp->scratch = malloc((size_t)sp->V * sizeof(float));
     sp->idx = malloc((size_t)sp->V * sizeof(int32_t));
-    if (rc == HYLA_OK && (!sp->logits || !sp->hidden || !sp->head_out || !sp->g || !sp->saved || !sp->q || !sp->p || !sp->scratch || !sp->idx))
+    if (rc == HYLA_OK && (!sp->logits || !sp->hidden || !sp->head_out || !sp->g || !sp->kept || !sp->q || !sp->p || !sp->scratch || !sp->idx))
         rc = hyla_error_set(HYLA_ERR_NOMEM, "speculative decoding: out of memory");
     if (rc != HYLA_OK)
         spec_free(sp);
@@ -213,9 +207,11 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
         int32_t rows[HYLA_MAX_DRAFT + 1];
         rows[0] = x;
         memcpy(rows + 1, d, (size_t)N * sizeof *rows);
-        hyla_infer_state_save_recurrent(&sp.state, cfg, 0, sp.saved);
         sp.verify.hidden_out = sp.hidden;
-        if ((rc = hyla_executor_infer(&sp.verify, rows, &sp.state, sp.logits)) != HYLA_OK)
+        sp.state.row_keep = sp.kept, sp.state.row_keep_cap = N + 1; /* rollback points after each row */
+        rc = hyla_executor_infer(&sp.verify, rows, &sp.state, sp.logits);
+        sp.state.row_keep = NULL;
+        if (rc != HYLA_OK)
             break;
         int k = 0;
         int32_t p[HYLA_MAX_DRAFT + 1];
@@ -235,12 +231,9 @@ int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int
             done = emit(s, p[k], out, n_out, cb, cb_ctx);
         if (done)
             break;
-        if (k < N) { /* the rejected rows changed the recurrent state: back to before, the accepted rows again */
-            hyla_infer_state_restore_recurrent(&sp.state, cfg, 0, sp.saved);
-            sp.state.len[0] = L;
-            sp.replay[k].hidden_out = sp.hidden;
-            if ((rc = hyla_executor_infer(&sp.replay[k], rows, &sp.state, NULL)) != HYLA_OK)
-                break;
+        if (k < N) { /* the rejected rows changed the state: back to the point after row k; the caches end there */
+            hyla_infer_state_restore_recurrent(&sp.state, cfg, 0, sp.kept + k * hyla_infer_state_recurrent_floats(cfg));
+            sp.state.len[0] = L + k + 1;
         }
         /* the head's true entries for positions L .. L + k: (d_1..d_k, p_k) with the trunk's hidden rows */
         memcpy(pairs, d, (size_t)k * sizeof *pairs);

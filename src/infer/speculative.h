@@ -15,11 +15,13 @@
  *      from max(p - q, 0), and after N acceptances one more token is drawn from p: the output is
  *      distributed as the trunk's own sampling's (standard speculative sampling);
  *   4. roll back what the rejected rows left: the KV caches are truncated (their length); the
- *      delta-rule states and conv windows are put back from the copy taken before the verify and
- *      the k + 1 accepted rows re-run (the copy is the linear layers' recurrent state only, 18 MB
- *      for the Qwen3.5-0.8B shape; nothing is copied when every draft is accepted); the head's
- *      draft entries are dropped and its true entries for the accepted rows appended (that run
- *      also drafts the next round's d_1).
+ *      verify keeps every linear layer's conv window and delta-rule state after each of its rows
+ *      (hyla_infer_state.row_keep: (N + 1) x 18 MB at the Qwen3.5-0.8B shape, copied while each
+ *      head's state is in cache), and the point after the last accepted row is put back, which
+ *      costs one 18 MB copy instead of re-running the accepted rows through the trunk (a second
+ *      read of every weight; the earlier form of this round); the head's draft entries are
+ *      dropped and its true entries for the accepted rows appended (that run also drafts the
+ *      next round's d_1).
  * Greedy output equals plain greedy decoding's up to the rounding of the two paths (the verify's
  * products run over N + 1 rows, plain decode's over one; tests/test_speculative.c counts where a
  * near-tie makes them differ). */

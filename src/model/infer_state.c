@@ -100,6 +100,14 @@ int64_t hyla_infer_state_recurrent_floats(const hyla_config *cfg)
     return n;
 }
 
+int64_t hyla_infer_state_recurrent_offset(const hyla_config *cfg, int l)
+{
+    int64_t n = 0;
+    for (int i = 0; i < l; i++)
+        n += cfg->layer_kind[i] == HYLA_LAYER_LINEAR ? conv_floats(cfg) + ssm_floats(cfg) : 0;
+    return n;
+}
+
 /* save: state -> buf; else buf -> state */
 static void copy_recurrent(hyla_infer_state *s, const hyla_config *cfg, int64_t b, float *buf, int save)
 {

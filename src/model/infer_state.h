@@ -28,6 +28,12 @@ typedef struct hyla_infer_state_s {
     int n_layers;
     hyla_layer_state *layers;  /* [n_layers] */
     int owned;                 /* buffers allocated by hyla_infer_state_init */
+    /* Optional rollback points (a speculative verify), set by the caller around a multi-row call:
+     * a call of T <= row_keep_cap rows copies, after each row t, every linear layer's conv window
+     * and delta-rule state of sequence b to row_keep + (b * row_keep_cap + t) * R, in
+     * hyla_infer_state_save_recurrent's layout (R = hyla_infer_state_recurrent_floats). NULL: none. */
+    float *row_keep;
+    int64_t row_keep_cap;
     void *map;                 /* owned: every layer's buffers, one mapping of map_bytes */
     size_t map_bytes;
 } hyla_infer_state;
@@ -46,6 +52,9 @@ void hyla_infer_state_reset(hyla_infer_state *s, const hyla_config *cfg, int64_t
 int64_t hyla_infer_state_recurrent_floats(const hyla_config *cfg);
 void hyla_infer_state_save_recurrent(const hyla_infer_state *s, const hyla_config *cfg, int64_t b, float *buf);
 void hyla_infer_state_restore_recurrent(hyla_infer_state *s, const hyla_config *cfg, int64_t b, const float *buf);
+/* Where layer l's conv window starts in that layout (its delta-rule state follows the window);
+ * l must be a linear layer. */
+int64_t hyla_infer_state_recurrent_offset(const hyla_config *cfg, int l);
 /* Bytes a state for B sequences of max_len tokens takes. */
 size_t hyla_infer_state_bytes(const hyla_config *cfg, int64_t B, int64_t max_len);
 

@@ -104,6 +104,11 @@ typedef struct {
     struct hyla_layer_state_s *state;
     const int64_t *past;     /* [B] */
     int64_t max_len;         /* cache capacity per sequence */
+    /* linear layers, when the caller keeps rollback points (hyla_infer_state.row_keep): this
+     * layer's conv window after row t of sequence b goes to keep + b * keep_seq + t * keep_row,
+     * its delta-rule state right after the window; NULL: none */
+    float *keep;
+    int64_t keep_row, keep_seq;
     /* router replay / recording for this layer (MoE layers): [n, k] expert ids, -1 = padding */
     const int32_t *replay;   /* force these experts, or NULL */
     int32_t *record;         /* write the chosen experts here, or NULL */

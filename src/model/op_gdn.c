@@ -58,6 +58,11 @@ static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
         float *hist = c->state ? c->state->conv + b * K * cd : NULL;
         const float *x = t->p[HYLA_S_QKV] + o * cd;
         hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, x, hyla_op_w(c, HYLA_P_GDN_CONV), hist, T, cd, K);
+        for (int64_t r = 0; c->keep && r < T; r++) { /* the window after row r: a rollback point */
+            float *kept = c->keep + b * c->keep_seq + r * c->keep_row;
+            memcpy(kept, hist, (size_t)(K * cd) * sizeof *kept);
+            conv_cache_update(kept, x, r + 1, K, cd);
+        }
         if (hist)
             conv_cache_update(hist, x, T, K, cd);
     }
@@ -141,7 +146,10 @@ static void delta_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*state
         const float *q = t->p[HYLA_S_GQ] + o * kd, *k = t->p[HYLA_S_GK] + o * kd, *v = t->p[HYLA_S_GV] + o * vd;
         const float *g = t->p[HYLA_S_G] + o * Hv, *beta = t->p[HYLA_S_BETA] + o * Hv;
         float *out = t->p[HYLA_S_CORE] + o * vd;
-        if (c->delta_mode == HYLA_DELTA_RECURRENT || (c->state && T == 1))
+        if (c->keep) /* rollback points: the recurrent form, each row's state kept after its window */
+            hyla_delta_rule_recurrent_fwd_keep(out, state, c->keep + b * c->keep_seq + CFG->conv_kernel * hyla_cfg_conv_dim(CFG),
+                                               c->keep_row, q, k, v, g, beta, T, Hk, Hv, dk, dv);
+        else if (c->delta_mode == HYLA_DELTA_RECURRENT || (c->state && T == 1))
             hyla_delta_rule_recurrent_fwd(out, state, q, k, v, g, beta, T, Hk, Hv, dk, dv);
         else
             hyla_delta_rule_chunked_fwd(out, state, q, k, v, g, beta, T, Hk, Hv, dk, dv, work);

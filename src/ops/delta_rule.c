@@ -80,6 +80,16 @@ void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,
                                    const float *beta /*[T,Hv]*/, int64_t T, int64_t Hk,
                                    int64_t Hv, int64_t dk, int64_t dv)
 {
+    hyla_delta_rule_recurrent_fwd_keep(out, state, NULL, 0, q, k, v, g, beta, T, Hk, Hv, dk, dv);
+}
+
+void hyla_delta_rule_recurrent_fwd_keep(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk,dv]*/,
+                                        float *keep /*[T] x [Hv,dk,dv] at stride keep_stride, or NULL*/,
+                                        int64_t keep_stride, const float *q /*[T,Hk,dk]*/,
+                                        const float *k /*[T,Hk,dk]*/, const float *v /*[T,Hv,dv]*/,
+                                        const float *g /*[T,Hv]*/, const float *beta /*[T,Hv]*/, int64_t T,
+                                        int64_t Hk, int64_t Hv, int64_t dk, int64_t dv)
+{
     int64_t rep = Hv / Hk; /* value heads per key head (repeat_interleave) */
 #pragma omp parallel HYLA_PAR_IF(T * Hv * dk * dv)
     {
@@ -97,6 +107,8 @@ void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,
                     int64_t nj = dv - j0 < RJ ? dv - j0 : RJ;
                     recurrent_step_block(ot + j0, S + j0, qt, kt, vt + j0, decay, b, dk, dv, nj);
                 }
+                if (keep) /* this head's state after row t (a rollback point) */
+                    memcpy(keep + t * keep_stride + h * dk * dv, S, (size_t)(dk * dv) * sizeof *S);
             }
         }
         hyla_flush_denormals_end(mxcsr);
