@@ -7,7 +7,7 @@
 int hyla_cmd_serve(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *api_key = NULL, *name = NULL, *adapter = NULL;
-    int64_t port = 8080, parallel = 4, ctx = 4096, max_body = 1 << 20, threads = 0;
+    int64_t port = 8080, parallel = 4, ctx = 4096, max_body = 1 << 20, threads = 0, draft = 0;
     hyla_cli_dtypes dt = {0};
     const hyla_opt opts[] = {
         {"--host", OPT_STRING, &host, "ADDR", "IPv4 address to bind (default 127.0.0.1: this machine only)", 0, 0},
@@ -19,6 +19,8 @@ int hyla_cmd_serve(int argc, char **argv)
         {"--model-name", OPT_STRING, &name, "NAME", "the model id clients use (default: DIR's base name)", 0, 0},
         {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "OpenMP threads (default: all cores)", 0, 4096},
+        {"--draft", OPT_INT, &draft, "N", "speculative decoding per slot: draft N tokens per round with the MTP head (1..8; 0 = off)",
+         0, 8},
         HYLA_OPT_ACT_DTYPE(dt),
         HYLA_OPT_PARAM_DTYPE(dt),
         {0},
@@ -42,6 +44,6 @@ int hyla_cmd_serve(int argc, char **argv)
     }
     hyla_cli_set_threads(threads);
     serve_options o = {pos[0], host, (int)port, parallel, ctx, api_key, (size_t)max_body, name, adapter, bf16_compute,
-                       bf16_weights};
+                       bf16_weights, (int)draft};
     return serve_run(&o) ? hyla_cli_fail("serve") : 0;
 }

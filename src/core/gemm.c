@@ -16,9 +16,9 @@ _Thread_local int hyla_in_gemm_library;
 
 /* Skinny products (decode: a handful of rows against a weight matrix) are memory-bound; the BLAS
  * libraries pack operands into freshly allocated buffers on every such call, which costs more
- * than the product. hyla's own kernel streams each weight row once for all (<= 4) input rows.
+ * than the product. hyla's own kernel streams each weight row once for all (<= 16) input rows.
  * C[M,N] = alpha * A[M,K] B[N,K]^T + beta * C, each element summed by one thread in a fixed order. */
-#define HYLA_SKINNY_M 4
+#define HYLA_SKINNY_M 16 /* decode, a verify of N + 1 rows, a few slots' verify */
 #ifdef __AVX512F__
 #include <immintrin.h>
 /* AVX-512: one weight row against all M rows at once (one load of each weight chunk, M
@@ -27,17 +27,17 @@ _Thread_local int hyla_in_gemm_library;
  * horizontal reduction, whatever M is: a row's result does not depend on the rows beside it. */
 #define PREFETCH_ROWS 4
 static inline __attribute__((always_inline)) void skinny_row(int M, int64_t K, const float *A, int64_t lda,
-                                                             const float *w, float acc_out[HYLA_SKINNY_M])
+                                                             const float *w, float *acc_out /*[M]*/)
 {
-    __m512 acc[HYLA_SKINNY_M];
+    __m512 acc[4];
 #pragma GCC unroll 4
-    for (int i = 0; i < HYLA_SKINNY_M; i++)
+    for (int i = 0; i < 4; i++)
         acc[i] = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
         __m512 wv = _mm512_loadu_ps(w + k);
 #pragma GCC unroll 4
-        for (int i = 0; i < HYLA_SKINNY_M; i++)
+        for (int i = 0; i < 4; i++)
             if (i < M)
                 acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(A + i * lda + k), wv, acc[i]);
     }
@@ -45,12 +45,12 @@ static inline __attribute__((always_inline)) void skinny_row(int M, int64_t K, c
         __mmask16 mask = (__mmask16)((1u << (K - k)) - 1u);
         __m512 wv = _mm512_maskz_loadu_ps(mask, w + k);
 #pragma GCC unroll 4
-        for (int i = 0; i < HYLA_SKINNY_M; i++)
+        for (int i = 0; i < 4; i++)
             if (i < M)
                 acc[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, A + i * lda + k), wv, acc[i]);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < HYLA_SKINNY_M; i++)
+    for (int i = 0; i < 4; i++)
         if (i < M)
             acc_out[i] = _mm512_reduce_add_ps(acc[i]);
 }
@@ -67,11 +67,15 @@ static void gemm_skinny_nt(int64_t M, int64_t N, int64_t K, float alpha, const f
         if (n + PREFETCH_ROWS < N)
             for (int64_t b = 0; b < K; b += 16)
                 _mm_prefetch((const char *)(w + PREFETCH_ROWS * ldb + b), _MM_HINT_T0);
-        switch (M) { /* constant trip counts: the accumulators stay in registers */
-        case 1: skinny_row(1, K, A, lda, w, acc); break;
-        case 2: skinny_row(2, K, A, lda, w, acc); break;
-        case 3: skinny_row(3, K, A, lda, w, acc); break;
-        default: skinny_row(4, K, A, lda, w, acc); break;
+        for (int64_t i0 = 0; i0 < M; i0 += 4) { /* groups of 4 rows; the weight row is in L1 after the first */
+            const float *a = A + i0 * lda;
+            float *o = acc + i0;
+            switch (M - i0 < 4 ? M - i0 : 4) { /* constant trip counts: the accumulators stay in registers */
+            case 1: skinny_row(1, K, a, lda, w, o); break;
+            case 2: skinny_row(2, K, a, lda, w, o); break;
+            case 3: skinny_row(3, K, a, lda, w, o); break;
+            default: skinny_row(4, K, a, lda, w, o); break;
+            }
         }
 #else
         for (int64_t i = 0; i < M; i++) {

@@ -30,19 +30,15 @@
 
 #include <stdint.h>
 
+#include "infer/drafter.h"
 #include "infer/generate.h"
-
-#define HYLA_MAX_DRAFT 8
 
 /* Generation for one prompt drafting `draft` tokens per round (1..HYLA_MAX_DRAFT), greedy or
  * sampled as s says. out[s->max_new]; stats gain draft_rounds / drafted / accepted. */
 int hyla_generate_draft(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s, int draft,
                         int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx, hyla_generate_stats *stats);
 
-/* The same, each draft passed through filter(ctx, at, d) first: `at` is the index in out the
- * drafted token would take, d the head's pick; the return value is drafted instead (tests drive
- * every acceptance length with it). Greedy only. */
-typedef int32_t (*hyla_draft_filter)(void *ctx, int64_t at, int32_t draft);
+/* The same, each draft passed through filter(ctx, at, d) first (infer/drafter.h). Greedy only. */
 int hyla_generate_draft_filtered(const hyla_model *m, const int32_t *prompt, int64_t len, const hyla_sampling *s,
                                  int draft, int32_t *out, int64_t *n_out, hyla_token_cb cb, void *cb_ctx,
                                  hyla_generate_stats *stats, hyla_draft_filter filter, void *filter_ctx);

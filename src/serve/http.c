@@ -313,6 +313,13 @@ static void add_usage(cJSON *root, const serve_request *r)
     cJSON_AddNumberToObject(u, "prompt_tokens", (double)r->n_prompt);
     cJSON_AddNumberToObject(u, "completion_tokens", (double)r->n_gen);
     cJSON_AddNumberToObject(u, "total_tokens", (double)(r->n_prompt + r->n_gen));
+    if (g_server->o->draft) { /* speculative decoding's counts (a hyla extension) */
+        cJSON *d = cJSON_AddObjectToObject(u, "draft");
+        cJSON_AddNumberToObject(d, "n", g_server->o->draft);
+        cJSON_AddNumberToObject(d, "rounds", (double)r->draft_rounds);
+        cJSON_AddNumberToObject(d, "drafted", (double)r->drafted);
+        cJSON_AddNumberToObject(d, "accepted", (double)r->accepted);
+    }
 }
 
 /* The whole answer (called with the scheduler mutex held, r->done set). */
@@ -514,7 +521,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             busy += sv->sched.slots[k] != NULL;
         for (const serve_request *q = sv->sched.head; q; q = q->next)
             queued++;
-        int64_t served = sv->sched.served;
+        int64_t served = sv->sched.served, rounds = sv->sched.draft_rounds, drafted = sv->sched.drafted,
+                accepted = sv->sched.accepted;
         pthread_mutex_unlock(&sv->sched.mu);
         cJSON *root = cJSON_CreateObject();
         cJSON_AddStringToObject(root, "status", "ok");
@@ -522,6 +530,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         cJSON_AddNumberToObject(root, "slots_busy", (double)busy);
         cJSON_AddNumberToObject(root, "queued", (double)queued);
         cJSON_AddNumberToObject(root, "served", (double)served);
+        if (sv->o->draft) {
+            cJSON *d = cJSON_AddObjectToObject(root, "draft");
+            cJSON_AddNumberToObject(d, "n", sv->o->draft);
+            cJSON_AddNumberToObject(d, "rounds", (double)rounds);
+            cJSON_AddNumberToObject(d, "drafted", (double)drafted);
+            cJSON_AddNumberToObject(d, "accepted", (double)accepted);
+            cJSON_AddNumberToObject(d, "acceptance", drafted ? (double)accepted / (double)drafted : 0.0);
+            cJSON_AddNumberToObject(d, "mean_accepted_length", rounds ? (double)accepted / (double)rounds : 0.0);
+        }
         return send_json(c, 200, root);
     }
     if (!strcmp(url, "/v1/models")) {
@@ -602,7 +619,7 @@ int serve_run(const serve_options *o)
     sv.im_end = hyla_tokenizer_token_id(sv.tok, "<|im_end|>");
     const char *base = strrchr(o->model_dir, '/');
     sv.model_name = o->model_name ? o->model_name : base && base[1] ? base + 1 : o->model_dir;
-    rc = serve_sched_start(&sv.sched, &m, sv.tok, o->parallel, o->ctx);
+    rc = serve_sched_start(&sv.sched, &m, sv.tok, o->parallel, o->ctx, o->draft);
     struct MHD_Daemon *d = NULL;
     if (rc == HYLA_OK) {
         d = MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ERROR_LOG, 0, NULL,
@@ -628,6 +645,11 @@ int serve_run(const serve_options *o)
         MHD_stop_daemon(d);
         printf("hyla serve: stopped after %lld requests, %lld tokens generated\n", (long long)sv.sched.served,
                (long long)sv.sched.tokens_out);
+        if (o->draft)
+            printf("hyla serve: draft %d: %lld rounds, %lld of %lld drafts accepted (%.1f%%), %.2f accepted per round\n",
+                   o->draft, (long long)sv.sched.draft_rounds, (long long)sv.sched.accepted, (long long)sv.sched.drafted,
+                   sv.sched.drafted ? 100.0 * (double)sv.sched.accepted / (double)sv.sched.drafted : 0.0,
+                   sv.sched.draft_rounds ? (double)sv.sched.accepted / (double)sv.sched.draft_rounds : 0.0);
     }
     serve_sched_stop(&sv.sched);
     hyla_tokenizer_free(sv.tok);

@@ -148,6 +148,107 @@ static void fail_request(serve_sched *s, serve_request *r, int64_t slot)
     }
 }
 
+/* Prefill slot k with r's prompt (outside the mutex); speculative decoding also keeps the
+ * prompt's hidden rows for the slot's head. */
+static int admit(serve_sched *s, int64_t k, serve_request *r)
+{
+    float *hidden = NULL;
+    if (s->draft) {
+        s->started[k] = 0;
+        free(s->prompt_hidden[k]);
+        hidden = s->prompt_hidden[k] = malloc((size_t)(r->n_prompt * s->m->cfg.hidden) * sizeof(float));
+        if (!hidden)
+            return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    }
+    return hyla_batch_prefill(&s->batch, k, r->prompt, r->n_prompt, hidden);
+}
+
+/* Slot k's first token (from its prefill's logits) and its head's read of the prompt. Called and
+ * returns with the mutex held. */
+static void draft_start(serve_sched *s, int64_t k)
+{
+    serve_request *r = s->slots[k];
+    pthread_mutex_unlock(&s->mu);
+    int32_t x = hyla_sample_token(hyla_batch_logits(&s->batch, k), s->m->cfg.vocab, &r->sampling, &r->rng, s->p, s->idx);
+    pthread_mutex_lock(&s->mu);
+    record_token(s, r, x, hyla_batch_len(&s->batch, k));
+    pthread_cond_broadcast(&s->progress);
+    int rc = HYLA_OK;
+    if (!r->done) {
+        pthread_mutex_unlock(&s->mu);
+        rc = hyla_drafter_start(&s->drafters[k], r->prompt, r->n_prompt, s->prompt_hidden[k], x, &r->sampling, &r->rng,
+                                r->n_gen);
+        pthread_mutex_lock(&s->mu);
+    }
+    free(s->prompt_hidden[k]);
+    s->prompt_hidden[k] = NULL;
+    if (rc != HYLA_OK)
+        fail_request(s, r, k);
+    else if (r->done)
+        finish_slot(s, k);
+    else
+        s->started[k] = 1;
+}
+
+/* One speculative round for every active slot: drafts, one verify, each slot's accepted tokens.
+ * Called and returns with the mutex held. */
+static void draft_round(serve_sched *s)
+{
+    int N = s->draft;
+    for (int64_t k = 0; k < s->K; k++)
+        if (s->slots[k] && !s->started[k])
+            draft_start(s, k);
+    int64_t active = 0;
+    for (int64_t k = 0; k < s->K; k++) {
+        serve_request *r = s->slots[k];
+        if (!r)
+            continue;
+        pthread_mutex_unlock(&s->mu);
+        int rc = hyla_drafter_draft(&s->drafters[k], &r->sampling, &r->rng, r->n_gen);
+        hyla_drafter_rows(&s->drafters[k], s->rows + k * (N + 1));
+        pthread_mutex_lock(&s->mu);
+        if (rc != HYLA_OK)
+            fail_request(s, r, k);
+        else
+            active++;
+    }
+    if (!active)
+        return;
+    pthread_mutex_unlock(&s->mu);
+    int rc = hyla_batch_verify(&s->batch, s->rows);
+    pthread_mutex_lock(&s->mu);
+    for (int64_t k = 0; k < s->K; k++) {
+        serve_request *r = s->slots[k];
+        if (!r)
+            continue;
+        if (rc != HYLA_OK) {
+            fail_request(s, r, k);
+            continue;
+        }
+        int32_t toks[HYLA_MAX_DRAFT + 1];
+        pthread_mutex_unlock(&s->mu);
+        int acc = hyla_drafter_accept(&s->drafters[k], hyla_batch_row_logits(&s->batch, k), &r->sampling, &r->rng, toks);
+        pthread_mutex_lock(&s->mu);
+        int64_t L = hyla_batch_len(&s->batch, k) - (N + 1); /* x sat at position L */
+        for (int j = 0; j <= acc && !r->done; j++)
+            record_token(s, r, toks[j], L + 1 + j);
+        r->draft_rounds++, r->drafted += N, r->accepted += acc;
+        s->draft_rounds++, s->drafted += N, s->accepted += acc;
+        pthread_cond_broadcast(&s->progress);
+        if (r->done) {
+            finish_slot(s, k);
+            continue;
+        }
+        hyla_batch_keep(&s->batch, k, acc);
+        pthread_mutex_unlock(&s->mu);
+        int rc_k = hyla_drafter_advance(&s->drafters[k], hyla_batch_row_hidden(&s->batch, k), acc, toks, &r->sampling,
+                                        &r->rng, r->n_gen);
+        pthread_mutex_lock(&s->mu);
+        if (rc_k != HYLA_OK)
+            fail_request(s, r, k);
+    }
+}
+
 static void *run(void *arg)
 {
     serve_sched *s = arg;
@@ -171,7 +272,7 @@ static void *run(void *arg)
             }
             s->slots[k] = r;
             pthread_mutex_unlock(&s->mu);
-            int rc = hyla_batch_prefill(&s->batch, k, r->prompt, r->n_prompt);
+            int rc = admit(s, k, r);
             pthread_mutex_lock(&s->mu);
             if (rc != HYLA_OK)
                 fail_request(s, r, k);
@@ -181,6 +282,10 @@ static void *run(void *arg)
             active += s->slots[k] != NULL;
         if (!active) {
             pthread_cond_wait(&s->progress, &s->mu);
+            continue;
+        }
+        if (s->draft) {
+            draft_round(s);
             continue;
         }
         /* sample each active slot's next token (settings and random stream of its own request) */
@@ -214,11 +319,27 @@ static void *run(void *arg)
     return NULL;
 }
 
-int serve_sched_start(serve_sched *s, const hyla_model *m, const hyla_tokenizer *tok, int64_t K, int64_t ctx)
+int serve_sched_start(serve_sched *s, const hyla_model *m, const hyla_tokenizer *tok, int64_t K, int64_t ctx, int draft)
 {
     memset(s, 0, sizeof *s);
-    s->m = m, s->tok = tok, s->K = K, s->ctx = ctx;
-    HYLA_TRY(hyla_batch_init(&s->batch, m, K, ctx));
+    s->m = m, s->tok = tok, s->K = K, s->ctx = ctx, s->draft = draft;
+    int64_t max_len = ctx + (draft ? draft + 1 : 0); /* a verify runs N rows past the last kept token */
+    HYLA_TRY(hyla_batch_init(&s->batch, m, K, max_len, draft));
+    if (draft) {
+        s->drafters = calloc((size_t)K, sizeof *s->drafters);
+        s->prompt_hidden = calloc((size_t)K, sizeof *s->prompt_hidden);
+        s->started = calloc((size_t)K, 1);
+        s->rows = calloc((size_t)(K * (draft + 1)), sizeof *s->rows);
+        int rc = s->drafters && s->prompt_hidden && s->started && s->rows
+                     ? HYLA_OK
+                     : hyla_error_set(HYLA_ERR_NOMEM, "serve: out of memory");
+        for (int64_t k = 0; k < K && rc == HYLA_OK; k++)
+            rc = hyla_drafter_init(&s->drafters[k], m, draft, max_len);
+        if (rc != HYLA_OK) {
+            serve_sched_stop(s);
+            return rc;
+        }
+    }
     s->slots = calloc((size_t)K, sizeof *s->slots);
     s->p = malloc((size_t)m->cfg.vocab * sizeof *s->p);
     s->idx = malloc((size_t)m->cfg.vocab * sizeof *s->idx);
@@ -247,6 +368,16 @@ void serve_sched_stop(serve_sched *s)
         s->thread = 0;
     }
     hyla_batch_free(&s->batch);
+    for (int64_t k = 0; s->drafters && k < s->K; k++)
+        if (s->drafters[k].head.buf)
+            hyla_drafter_free(&s->drafters[k]);
+    for (int64_t k = 0; s->prompt_hidden && k < s->K; k++)
+        free(s->prompt_hidden[k]);
+    free(s->drafters);
+    free(s->prompt_hidden);
+    free(s->started);
+    free(s->rows);
+    s->drafters = NULL, s->prompt_hidden = NULL, s->started = NULL, s->rows = NULL;
     free(s->slots);
     free(s->p);
     free(s->idx);

@@ -4,6 +4,10 @@
  * A finished, failed or cancelled request frees its slot at once and the next queued request
  * takes it while the others continue (continuous batching).
  *
+ * With draft N > 0 (speculative decoding, infer/drafter.h) a step is a round instead: every active
+ * slot's MTP head drafts N tokens, one verify runs the trunk over N + 1 rows of every slot, and
+ * each slot takes its accepted tokens (1 .. N + 1) with its own request's settings and stream.
+ *
  * Every field a connection thread reads (text, safe_len, done, ...) is guarded by the scheduler's
  * mutex; `progress` is broadcast whenever any request changes. Requests are reference counted:
  * the connection holds one reference, the scheduler another while it queues or runs it. */
@@ -15,6 +19,7 @@
 
 #include "core/rng.h"
 #include "infer/batch.h"
+#include "infer/drafter.h"
 #include "infer/generate.h"
 #include "io/tokenizer.h"
 
@@ -34,6 +39,7 @@ typedef struct serve_request {
     size_t safe_len;                   /* bytes that can be sent: no pending stop-string prefix */
     int32_t *tokens;                   /* generated ids [n_gen] */
     int64_t n_gen, cap_gen;
+    int64_t draft_rounds, drafted, accepted; /* speculative decoding's counts */
     int done, cancelled;
     const char *finish;                /* "stop" | "length" */
     char error[256];                   /* non-empty: the request failed */
@@ -58,9 +64,17 @@ typedef struct {
     int32_t *idx;                      /* [V] */
     int32_t *next;                     /* [K] */
     int64_t served, tokens_out;        /* totals (guarded) */
+    /* speculative decoding (draft > 0) */
+    int draft;
+    hyla_drafter *drafters;            /* [K] */
+    float **prompt_hidden;             /* [K] a just-admitted slot's prompt rows [n_prompt, H], until it starts */
+    unsigned char *started;            /* [K] the slot's head has read its prompt */
+    int32_t *rows;                     /* [K, draft + 1] the verify's rows */
+    int64_t draft_rounds, drafted, accepted; /* totals (guarded) */
 } serve_sched;
 
-int serve_sched_start(serve_sched *s, const hyla_model *m, const hyla_tokenizer *tok, int64_t K, int64_t ctx);
+/* draft: speculative decoding with N drafts per round (the model needs an MTP head), or 0. */
+int serve_sched_start(serve_sched *s, const hyla_model *m, const hyla_tokenizer *tok, int64_t K, int64_t ctx, int draft);
 void serve_sched_stop(serve_sched *s);
 /* Queue `r` (takes a reference). */
 void serve_sched_submit(serve_sched *s, serve_request *r);

@@ -122,6 +122,70 @@ def bf16_server(a, model):
         srv.wait(timeout=30)
 
 
+def draft_server(a):
+    """--draft 2 (speculative decoding per slot, one verify for every slot): greedy completions equal
+    plain greedy decoding (hyla generate) alone and 4 at a time, sampled ones repeat under a seed,
+    the usage and /health carry the draft counts; a model without an MTP head is refused."""
+    model = os.path.join(a.work, "servemodel-mtp")
+    subprocess.run([a.hyla, "init", "--out", model, "--preset", "tiny-hybrid", "--seed", "4", "--mtp-layers", "1"],
+                   check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests", "data", "make_qwen_tokenizer.py"), model], check=True,
+                   stdout=subprocess.DEVNULL)
+    # 150 steps with the MTP loss (~15 s): a head whose drafts are accepted about 70% of the time, so
+    # the rounds exercise every acceptance length and the rollback (a random head's greedy drafts
+    # are all rejected; one trained for 60 steps repeats a token and all are accepted)
+    trained = model + "-trained"
+    subprocess.run([a.hyla, "train", "--model", model, "--text", os.path.join(ROOT, "data", "kjv.txt"), "--steps", "150",
+                    "--batch", "8", "--seq", "64", "--lr", "4e-3", "--warmup", "10", "--seed", "7", "--save", trained],
+                   check=True, stdout=subprocess.DEVNULL)
+    model = trained
+    srv, port, log = start_server(a.hyla, model, a.work, ["--parallel", "4", "--ctx", "96", "--draft", "2", "--threads", "2"])
+    try:
+        name = os.path.basename(model)
+        post = lambda b: raw(port, "POST", "/v1/completions", b, key=None)
+        prompts = ["In the beginning", "And God said", "Let there be light", "the waters"]
+        want = [generate_tokens(a.hyla, model, p, 30) for p in prompts]
+        body = lambda p: {"model": name, "prompt": p, "max_tokens": 30, "temperature": 0}
+        alone = [post(body(p)) for p in prompts]
+        with cf.ThreadPoolExecutor(4) as ex:
+            together = list(ex.map(lambda p: post(body(p)), prompts))
+        ok = all(st == 200 for st, _ in alone + together)
+        check(ok and [b["choices"][0]["token_ids"] for _, b in alone] == want,
+              "serve --draft 2: greedy completions == plain greedy hyla generate")
+        check(ok and [b["choices"][0]["token_ids"] for _, b in together] == want,
+              "serve --draft 2: 4 concurrent requests (one verify for all slots) == plain greedy")
+        d = alone[0][1]["usage"].get("draft", {}) if ok else {}
+        check(d.get("n") == 2 and d.get("rounds", 0) > 0 and d.get("drafted") == 2 * d.get("rounds", 0)
+              and 0 <= d.get("accepted", -1) <= d.get("drafted", 0), f"usage.draft counts: {d}")
+        acc = sum(b["usage"]["draft"]["accepted"] for _, b in alone) if ok else 0
+        rounds = sum(b["usage"]["draft"]["rounds"] for _, b in alone) if ok else 0
+        check(0 < acc < 2 * rounds, f"the trained head's greedy drafts: {acc} of {2 * rounds} accepted (some, not all)")
+        # the context limit: prompt + completion stop at --ctx although a verify runs past the last token
+        st, b = post({"model": name, "prompt": "In the beginning", "max_tokens": 90,
+                                                       "temperature": 0})
+        check(st == 400, f"max_tokens past --ctx refused before decoding ({st})")
+        st, b = post({"model": name, "prompt": "In", "max_tokens": 94, "temperature": 0})
+        check(st == 200 and b["usage"]["prompt_tokens"] + b["usage"]["completion_tokens"] <= 96,
+              f"a completion up to the context end: {b.get('usage') if st == 200 else st}")
+        kw = {"model": name, "prompt": "And God said", "max_tokens": 24, "temperature": 0.9, "top_p": 0.95, "seed": 11}
+        s1, s2 = post(kw), post(kw)
+        check(s1[0] == 200 and s1[1]["choices"][0]["token_ids"] == s2[1]["choices"][0]["token_ids"]
+              and len(s1[1]["choices"][0]["token_ids"]) == 24, "serve --draft 2: a seeded sample repeats")
+        st, h = raw(port, "GET", "/health", key=None)
+        hd = h.get("draft", {})
+        check(st == 200 and hd.get("n") == 2 and hd.get("rounds", 0) > 0 and "acceptance" in hd,
+              f"/health draft totals: {hd}")
+    finally:
+        srv.terminate()
+        srv.wait(timeout=30)
+    log.seek(0)
+    check(srv.returncode == 0 and "drafts accepted" in log.read(), "serve --draft prints the acceptance when it stops")
+    plain = os.path.join(a.work, "servemodel")
+    out = subprocess.run([a.hyla, "serve", plain, "--port", "0", "--draft", "2"], capture_output=True, text=True, timeout=60)
+    check(out.returncode != 0 and "MTP" in out.stderr and out.stderr.count("\n") == 1,
+          f"serve --draft on a model without an MTP head: one-line error ({out.stderr.strip()!r})")
+
+
 def status_bytes(pid, key):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -198,6 +262,7 @@ def main():
     check(srv.returncode == 0, f"SIGTERM stops the server cleanly (exit {srv.returncode})")
     bf16_server(a, model)
     gguf_server(a, model)
+    draft_server(a)
     long_prompt_server(a)
     if failures:
         print(f"  {len(failures)} server check(s) failed")
