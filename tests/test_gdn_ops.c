@@ -571,9 +571,10 @@ static void test_continuation(int64_t T, int64_t T1, uint64_t seed)
     truth_free(&tr), gdn_free(&in);
 }
 
-/* Rollback points (a speculative verify): the state kept after row t of one T-row call equals,
- * bit for bit, the state after a call over rows 0..t alone (the same per-row arithmetic), and
- * the kept copies sit at the given stride without touching the gaps between them. */
+/* Rollback points (a speculative verify): the state kept after row t < T - 1 of one T-row call
+ * equals, bit for bit, the state after a call over rows 0..t alone (the same per-row arithmetic);
+ * the kept copies sit at the given stride without touching the gaps between them, and nothing is
+ * written for the last row (its point is the state itself). */
 static void test_keep_rows(int64_t T, uint64_t seed)
 {
     int64_t Hk = 2, Hv = 4, dk = 64, dv = 96, nS = Hv * dk * dv, stride = nS + 37;
@@ -589,11 +590,10 @@ static void test_keep_rows(int64_t T, uint64_t seed)
         gdn_in part = in;
         part.T = t + 1;
         run_split(RECURRENT, out, S1, &part, 0);
-        bad += !same_bits(keep + t * stride, S1, nS);
-        for (int64_t i = nS; i < stride; i++)
+        bad += !same_bits(t < T - 1 ? keep + t * stride : S, S1, nS);
+        for (int64_t i = t < T - 1 ? nS : 0; i < stride; i++)
             bad += keep[t * stride + i] != -7.0f;
     }
-    bad += !same_bits(keep + (T - 1) * stride, S, nS);
     char what[96];
     snprintf(what, sizeof what, "rollback points T=%lld: kept state after row t == a t+1-row call, bit for bit", (long long)T);
     check(what, bad, 0);

@@ -1,4 +1,5 @@
-/* hyla forward DIR --tokens 1,2,3 [--logits-out FILE] [--json]: logits and next-token loss. */
+/* hyla forward DIR --tokens 1,2,3 [--logits-out FILE] [--json]: logits and next-token loss;
+ * --mtp-logits-out / --hidden-out: the MTP head's logits and the trunk's hidden rows it reads. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include "core/error.h"
 #include "io/fileio.h"
 #include "engine/forward.h"
+#include "infer/mtp.h"
 #include "model/adapter.h"
 
 static void print_number(const char *key, double v, int last)
@@ -33,15 +35,38 @@ static int write_logits(void *ctx, int64_t row0, int64_t rows, const float *logi
     return hyla_atomic_write(&f->file, logits, (size_t)rows * (size_t)f->vocab * sizeof *logits);
 }
 
+/* --mtp-logits-out FILE [--hidden-out FILE]: the head's logits [T - 1, V] streamed, then the
+ * trunk's final-normed hidden rows [T, H]. */
+static int write_mtp(const hyla_model *m, const int32_t *tokens, int64_t T, const char *logits_path,
+                     const char *hidden_path)
+{
+    logits_file f = {.vocab = m->cfg.vocab};
+    float *hidden = hidden_path ? malloc((size_t)(T * m->cfg.hidden) * sizeof *hidden) : NULL;
+    if (hidden_path && !hidden)
+        return hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+    int rc = hyla_atomic_open(&f.file, logits_path);
+    if (rc == HYLA_OK) {
+        rc = hyla_mtp_sequence_logits(m, tokens, T, hidden, write_logits, &f);
+        rc = rc == HYLA_OK ? hyla_atomic_commit(&f.file) : (hyla_atomic_abort(&f.file), rc);
+    }
+    if (rc == HYLA_OK && hidden_path)
+        rc = hyla_write_file_atomic(hidden_path, hidden, (size_t)(T * m->cfg.hidden) * sizeof *hidden);
+    free(hidden);
+    return rc;
+}
+
 int hyla_cmd_forward(int argc, char **argv)
 {
-    const char *tokens_arg = NULL, *logits_out = NULL, *adapter = NULL;
+    const char *tokens_arg = NULL, *logits_out = NULL, *adapter = NULL, *mtp_out = NULL, *hidden_out = NULL;
     int json = 0, recurrent = 0;
     int64_t threads = 0;
     hyla_cli_dtypes dt = {0};
     const hyla_opt opts[] = {
         {"--tokens", OPT_STRING, &tokens_arg, "IDS", "comma-separated token ids (required)", 0, 0},
         {"--logits-out", OPT_STRING, &logits_out, "FILE", "write logits as little-endian float32 [T, vocab]", 0, 0},
+        {"--mtp-logits-out", OPT_STRING, &mtp_out, "FILE",
+         "write the MTP head's logits as float32 [T - 1, vocab]: row t from (token t + 1, hidden t), for token t + 2", 0, 0},
+        {"--hidden-out", OPT_STRING, &hidden_out, "FILE", "with --mtp-logits-out: the trunk's final-normed hidden rows, float32 [T, hidden]", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print the result as JSON", 0, 0},
         {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--recurrent", OPT_FLAG, &recurrent, NULL, "use the recurrent delta rule instead of the chunked one", 0, 0},
@@ -68,6 +93,10 @@ int hyla_cmd_forward(int argc, char **argv)
     hyla_cli_set_threads(threads);
     int32_t *tokens;
     int64_t T;
+    if (hidden_out && !mtp_out) {
+        fprintf(stderr, "hyla forward: --hidden-out goes with --mtp-logits-out\n");
+        return 2;
+    }
     if (hyla_parse_int_list("--tokens", tokens_arg, &tokens, &T))
         return 2;
     hyla_model m;
@@ -89,6 +118,8 @@ int hyla_cmd_forward(int argc, char **argv)
             hyla_atomic_abort(&file.file);
         rc = hyla_cli_fail("forward");
     } else if (opened && hyla_atomic_commit(&file.file)) {
+        rc = hyla_cli_fail("forward");
+    } else if (mtp_out && write_mtp(&m, tokens, T, mtp_out, hidden_out)) {
         rc = hyla_cli_fail("forward");
     } else if (json) {
         printf("{\n  \"tokens\": %lld,\n  \"vocab\": %lld,\n  \"loss_positions\": %lld,\n", (long long)T,

@@ -337,19 +337,8 @@ static void embed_rows(hyla_executor *ex, const int32_t *tokens)
     hyla_tape *t0 = &ex->tapes[0];
     int64_t H = cfg->hidden;
     t0->p[HYLA_S_X] = place_layer_input(ex, 0, 1); /* staging: half 1, that of "layer -1" */
-    const uint16_t *E16 = hyla_model_param_bf16(ex->m, HYLA_P_EMBED, -1);
-    const hyla_qmat *EQ = hyla_model_param_q(ex->m, HYLA_P_EMBED, -1);
-    if (!ex->dry && EQ) /* a GGUF model: rows dequantized from the file */
-        for (int64_t i = 0; i < ex->n; i++)
-            hyla_qmat_row(EQ, tokens[i], t0->p[HYLA_S_X] + i * H);
-    else if (!ex->dry && E16) /* bf16 compute: the rows of the bf16 copy */
-        for (int64_t i = 0; i < ex->n; i++)
-            hyla_bf16_unpack(t0->p[HYLA_S_X] + i * H, E16 + (int64_t)tokens[i] * H, H);
-    else if (!ex->dry) {
-        const float *E = hyla_model_param(ex->m, HYLA_P_EMBED, -1);
-        for (int64_t i = 0; i < ex->n; i++)
-            memcpy(t0->p[HYLA_S_X] + i * H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
-    }
+    if (!ex->dry)
+        hyla_model_embed_rows(ex->m, tokens, ex->n, t0->p[HYLA_S_X]);
     if (!ex->dry && ex->bf16_kept[0].p[HYLA_S_X]) /* embedding rows of the bf16 copy: bf16 values */
         hyla_bf16_pack(ex->bf16_kept[0].p[HYLA_S_X], t0->p[HYLA_S_X], ex->n * H);
     hyla_offload_write(ex, -1, HYLA_S_Y); /* X_0, "layer -1"'s output */

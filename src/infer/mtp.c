@@ -8,6 +8,7 @@
 #include "core/arena.h"
 #include "core/bf16.h"
 #include "core/error.h"
+#include "infer/generate.h"
 #include "model/layer_ops.h"
 #include "ops/ops.h"
 
@@ -32,11 +33,13 @@ static size_t call_floats(const hyla_model *m, int64_t n, int64_t T)
     total += hyla_span_floats(n * 2 * H);                                /* joined normed inputs */
     for (int s = 0; s < HYLA_S__COUNT; s++)                              /* every slot of the layer */
         total += hyla_span_floats(hyla_slot_floats(cfg, layer, (hyla_slot)s, n));
+    /* the projections' operands: bf16 compute's rounded ones, or a GGUF model's gathered rows */
+    int64_t proj = m->w16 ? hyla_bf16_scratch_floats(cfg, n) : m->qw ? hyla_quant_scratch_floats(cfg, n) : 0;
     for (int i = 0; i < n_ops; i++) {
-        int64_t own = ops[i]->fwd_scratch(cfg, n, T) + (m->w16 ? hyla_bf16_scratch_floats(cfg, n) : 0);
+        int64_t own = ops[i]->fwd_scratch(cfg, n, T) + proj;
         scratch = own > scratch ? own : scratch;
     }
-    int64_t fc_scratch = m->w16 ? hyla_bf16_scratch_floats(cfg, n) : 0;  /* fc's bf16 operands */
+    int64_t fc_scratch = proj;  /* fc's operands */
     int64_t head = hyla_head_scratch_floats(m, n);
     scratch = fc_scratch > scratch ? fc_scratch : scratch;
     scratch = head > scratch ? head : scratch;
@@ -172,4 +175,40 @@ int hyla_mtp_run(hyla_mtp *h, const int32_t *tokens, const float *hidden, int64_
             memmove(xn + b * H, xn + (b * T + T - 1) * H, (size_t)H * sizeof *xn);
     hyla_head_linear(m, logits, xn, B, scratch);
     return HYLA_OK;
+}
+
+#define SEQUENCE_ROWS 64 /* head rows per call over a sequence */
+
+int hyla_mtp_sequence_logits(const hyla_model *m, const int32_t *tokens, int64_t T, float *hidden,
+                             int (*emit)(void *ctx, int64_t row0, int64_t rows, const float *logits), void *ctx)
+{
+    int64_t H = m->cfg.hidden, V = m->cfg.vocab;
+    if (T < 2)
+        return hyla_error_set(HYLA_ERR_ARG, "MTP head: a sequence of %lld tokens has no (next token, hidden) pair",
+                              (long long)T);
+    hyla_infer_state st;
+    HYLA_TRY(hyla_infer_state_init(&st, &m->cfg, 1, T));
+    hyla_mtp head;
+    int rc = hyla_mtp_init(&head, m, 1, SEQUENCE_ROWS, T);
+    float *h = rc == HYLA_OK ? (hidden ? hidden : malloc((size_t)(T * H) * sizeof *h)) : NULL;
+    float *last = rc == HYLA_OK ? malloc((size_t)V * sizeof *last) : NULL;
+    float *logits = rc == HYLA_OK ? malloc((size_t)(SEQUENCE_ROWS * V) * sizeof *logits) : NULL;
+    if (rc == HYLA_OK && (!h || !last || !logits))
+        rc = hyla_error_set(HYLA_ERR_NOMEM, "MTP head: out of memory");
+    if (rc == HYLA_OK)
+        rc = hyla_prefill_sequence_hidden(m, &st, 0, tokens, T, last, NULL, h);
+    for (int64_t r0 = 0; rc == HYLA_OK && r0 < T - 1; r0 += SEQUENCE_ROWS) {
+        int64_t n = T - 1 - r0 < SEQUENCE_ROWS ? T - 1 - r0 : SEQUENCE_ROWS;
+        rc = hyla_mtp_run(&head, tokens + r0 + 1, h + r0 * H, n, NULL, logits, 0);
+        if (rc == HYLA_OK)
+            rc = emit(ctx, r0, n, logits);
+    }
+    if (h != hidden)
+        free(h);
+    free(last);
+    free(logits);
+    if (head.buf)
+        hyla_mtp_free(&head);
+    hyla_infer_state_free(&st);
+    return rc;
 }

@@ -37,4 +37,11 @@ void hyla_mtp_free(hyla_mtp *h);
 int hyla_mtp_run(hyla_mtp *h, const int32_t *tokens, const float *hidden, int64_t T, float *out_hidden,
                  float *logits, int last_only);
 
+/* The head over a whole sequence, as training sees it: the trunk's final-normed hidden rows of
+ * tokens[T] (hidden [T, H] receives them, or NULL), then the head's logits for positions
+ * t = 0 .. T - 2 (inputs (tokens[t + 1], h_t): the distribution of token t + 2), handed to
+ * emit(ctx, row0, rows, logits [rows, V]) a piece at a time in row order (no [T, V] buffer). */
+int hyla_mtp_sequence_logits(const hyla_model *m, const int32_t *tokens, int64_t T, float *hidden,
+                             int (*emit)(void *ctx, int64_t row0, int64_t rows, const float *logits), void *ctx);
+
 #endif

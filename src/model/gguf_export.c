@@ -128,7 +128,9 @@ static void write_hparams(hyla_gguf_writer *w, const hyla_model *m, const char *
     hyla_gguf_kv_str(w, "general.name", name && name[1] ? name + 1 : m->source_dir ? m->source_dir : "hyla model");
     hyla_gguf_kv_u32(w, "general.file_type", file_type(type, k_m));
     hyla_gguf_kv_u32(w, "general.quantization_version", 2);
-    hyla_gguf_kv_u32(w, KEY("block_count"), (uint32_t)c->n_layers);
+    hyla_gguf_kv_u32(w, KEY("block_count"), (uint32_t)hyla_cfg_all_layers(c)); /* llama.cpp: the MTP blocks too */
+    if (c->n_mtp_layers > 0)
+        hyla_gguf_kv_u32(w, KEY("nextn_predict_layers"), (uint32_t)c->n_mtp_layers);
     if (c->max_position_embeddings > 0)
         hyla_gguf_kv_u32(w, KEY("context_length"), (uint32_t)c->max_position_embeddings);
     hyla_gguf_kv_u32(w, KEY("embedding_length"), (uint32_t)c->hidden);
@@ -154,12 +156,12 @@ static void write_hparams(hyla_gguf_writer *w, const hyla_model *m, const char *
     hyla_gguf_kv_u32(w, KEY("ssm.inner_size"), (uint32_t)hyla_cfg_value_dim(c));
     unsigned char recurrent[HYLA_MAX_LAYERS];
     int interval = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        recurrent[l] = c->layer_kind[l] == HYLA_LAYER_LINEAR;
+    for (int l = 0; l < hyla_cfg_all_layers(c); l++) { /* MTP layers: full attention */
+        recurrent[l] = l < c->n_layers && c->layer_kind[l] == HYLA_LAYER_LINEAR;
         if (!recurrent[l] && !interval)
             interval = l + 1;
     }
-    hyla_gguf_kv_bool_array(w, KEY("attention.recurrent_layers"), recurrent, (size_t)c->n_layers);
+    hyla_gguf_kv_bool_array(w, KEY("attention.recurrent_layers"), recurrent, (size_t)hyla_cfg_all_layers(c));
     hyla_gguf_kv_u32(w, KEY("full_attention_interval"), (uint32_t)(interval ? interval : 4));
     hyla_gguf_kv_u32(w, KEY("rope.dimension_count"), (uint32_t)c->rotary_dim);
     if (c->family != HYLA_FAMILY_QWEN3_NEXT) {

@@ -55,15 +55,16 @@ static int meta_f64(const meta *g, const char *suffix, double *out)
     return hyla_gguf_get_f64(g->f, key, 1, out);
 }
 
-static int layer_kinds(const meta *g, hyla_config *c)
+/* The trunk's layer kinds; blocks is block_count (the trunk and llama.cpp's nextn blocks). */
+static int layer_kinds(const meta *g, hyla_config *c, int64_t blocks)
 {
     char key[128];
     snprintf(key, sizeof key, "%s.attention.recurrent_layers", g->arch);
     const hyla_gguf_kv *kv = hyla_gguf_find_kv(g->f, key);
     if (kv) {
-        if (kv->type != HYLA_GGUF_ARRAY || kv->count != (uint64_t)c->n_layers)
+        if (kv->type != HYLA_GGUF_ARRAY || kv->count != (uint64_t)blocks)
             return hyla_error_set(HYLA_ERR_FORMAT, "%s: %s must be an array of block_count (%lld) values",
-                                  hyla_gguf_path(g->f), key, (long long)c->n_layers);
+                                  hyla_gguf_path(g->f), key, (long long)blocks);
         for (int64_t l = 0; l < c->n_layers; l++)
             c->layer_kind[l] = hyla_gguf_arr_int(kv, (uint64_t)l) ? HYLA_LAYER_LINEAR : HYLA_LAYER_FULL;
         return HYLA_OK;
@@ -104,7 +105,18 @@ static int read_config(const hyla_gguf_file *f, hyla_config *out, char **json)
     c.vocab = embd->ne[1];
     c.tie_word_embeddings = !hyla_gguf_find_tensor(f, "output.weight");
     int64_t key_len = 0, value_len = 0, inner = 0;
-    HYLA_TRY(meta_int(&g, "block_count", 1, &c.n_layers));
+    int64_t blocks = 0, nextn = 0;
+    HYLA_TRY(meta_int(&g, "block_count", 1, &blocks));
+    HYLA_TRY(meta_int(&g, "nextn_predict_layers", 0, &nextn));
+    if (nextn < 0 || nextn >= blocks)
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: %s.nextn_predict_layers is %lld with block_count %lld", path, g.arch,
+                              (long long)nextn, (long long)blocks);
+    c.n_layers = blocks - nextn; /* the MTP (nextn) blocks follow the trunk's */
+    char head[64];
+    snprintf(head, sizeof head, "blk.%lld.nextn.shared_head_norm.weight", (long long)c.n_layers);
+    /* one MTP block with its own output norm (hyla's export, Qwen3.5's converters): hyla's draft head;
+     * otherwise the blocks are carried and not run */
+    c.n_mtp_layers = nextn == 1 && hyla_gguf_find_tensor(f, head) ? 1 : 0;
     HYLA_TRY(meta_int(&g, "embedding_length", 1, &c.hidden));
     HYLA_TRY(meta_int(&g, "attention.head_count", 1, &c.n_heads));
     HYLA_TRY(meta_int(&g, "attention.head_count_kv", 1, &c.n_kv_heads));
@@ -142,7 +154,7 @@ static int read_config(const hyla_gguf_file *f, hyla_config *out, char **json)
     c.partial_rotary_factor = (double)c.rotary_dim / (double)key_len;
     c.initializer_range = 0.02;
     c.router_aux_loss_coef = 0.001;
-    HYLA_TRY(layer_kinds(&g, &c));
+    HYLA_TRY(layer_kinds(&g, &c, blocks));
     for (int64_t l = 0; l < c.n_layers; l++)
         c.layer_is_moe[l] = c.family != HYLA_FAMILY_QWEN3_5;
     int64_t rotary = c.rotary_dim;
@@ -307,7 +319,9 @@ static int load_tensors(hyla_model *m)
     }
     for (size_t i = 0; st == HYLA_OK && i < hyla_gguf_n_tensors(m->gguf); i++) {
         const char *name = hyla_gguf_tensor_at(m->gguf, i)->name;
-        int known = strstr(name, ".nextn.") != NULL; /* MTP layers: carried by llama.cpp, not run here */
+        int block = -1;
+        /* tensors of MTP (nextn) blocks hyla does not run (a second block, a private embedding or head) */
+        int known = sscanf(name, "blk.%d.", &block) == 1 && block >= m->cfg.n_layers;
         for (size_t j = 0; j < map.n && !known; j++)
             known = !strcmp(map.t[j].name, name);
         if (!known)

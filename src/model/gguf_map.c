@@ -190,6 +190,21 @@ int hyla_gguf_map_build(hyla_gguf_map *e, const hyla_config *c)
         HYLA_TRY(c->layer_kind[l] == HYLA_LAYER_LINEAR ? add_linear_attention(e, c, l, tiled) : add_full_attention(e, c, l));
         HYLA_TRY(add_ffn(e, c, l));
     }
+    for (int j = 0; j < c->n_mtp_layers; j++) { /* the MTP head: llama.cpp's nextn block after the trunk's */
+        int l = (int)c->n_layers + j;
+        HYLA_TRY(add_vector(e, c, "attn_norm.weight", l, HYLA_P_INPUT_NORM, H, HYLA_GGUF_PLUS_ONE));
+        HYLA_TRY(add_vector(e, c, "post_attention_norm.weight", l, HYLA_P_POST_NORM, H, HYLA_GGUF_PLUS_ONE));
+        HYLA_TRY(add_full_attention(e, c, l));
+        HYLA_TRY(add_ffn(e, c, l));
+        if (j == 0) { /* fc and the head's norms are shared by its layers: stored with the first */
+            HYLA_TRY(add_matrix(e, c, "nextn.eh_proj.weight", l, HYLA_P_MTP_FC, H, 2 * H, 0));
+            HYLA_TRY(add_vector(e, c, "nextn.enorm.weight", l, HYLA_P_MTP_NORM_EMB, H, HYLA_GGUF_PLUS_ONE));
+            HYLA_TRY(add_vector(e, c, "nextn.hnorm.weight", l, HYLA_P_MTP_NORM_HIDDEN, H, HYLA_GGUF_PLUS_ONE));
+            HYLA_TRY(add_vector(e, c, "nextn.shared_head_norm.weight", l, HYLA_P_MTP_NORM, H, HYLA_GGUF_PLUS_ONE));
+            for (size_t i = e->n - 4; i < e->n; i++) /* global parameters of the head: found at layer -1 */
+                e->t[i].layer = -1;
+        }
+    }
     return HYLA_OK;
 }
 

@@ -58,7 +58,7 @@ int hyla_gguf_k_m_types(const hyla_gguf_map *map, const hyla_config *cfg, hyla_g
         order[i] = i, t[i] = &map->t[i];
     sort_map = t;
     qsort(order, n, sizeof *order, by_block_then_name);
-    int n_wv = 0, i_wv = 0, i_down = 0, n_layers = (int)cfg->n_layers;
+    int n_wv = 0, i_wv = 0, i_down = 0, n_layers = (int)hyla_cfg_all_layers(cfg); /* block_count: with the MTP blocks */
     int n_expert = cfg->n_experts > 1 ? (int)cfg->n_experts : 1;
     for (size_t i = 0; i < n; i++)
         n_wv += attn_v_like(t[i]->name);

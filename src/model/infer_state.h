@@ -29,9 +29,10 @@ typedef struct hyla_infer_state_s {
     hyla_layer_state *layers;  /* [n_layers] */
     int owned;                 /* buffers allocated by hyla_infer_state_init */
     /* Optional rollback points (a speculative verify), set by the caller around a multi-row call:
-     * a call of T <= row_keep_cap rows copies, after each row t, every linear layer's conv window
-     * and delta-rule state of sequence b to row_keep + (b * row_keep_cap + t) * R, in
-     * hyla_infer_state_save_recurrent's layout (R = hyla_infer_state_recurrent_floats). NULL: none. */
+     * a call of T <= row_keep_cap rows copies, after each row t < T - 1, every linear layer's conv
+     * window and delta-rule state of sequence b to row_keep + (b * row_keep_cap + t) * R, in
+     * hyla_infer_state_save_recurrent's layout (R = hyla_infer_state_recurrent_floats); after the
+     * last row the state itself is the point. NULL: none. */
     float *row_keep;
     int64_t row_keep_cap;
     void *map;                 /* owned: every layer's buffers, one mapping of map_bytes */

@@ -326,15 +326,10 @@ void hyla_mtp_join_inputs(const hyla_model *m, float *joined, const int32_t *tok
 {
     int64_t H = m->cfg.hidden;
     float eps = (float)m->cfg.rms_norm_eps;
-    const float *E = hyla_model_param(m, HYLA_P_EMBED, -1);
-    const uint16_t *E16 = hyla_model_param_bf16(m, HYLA_P_EMBED, -1);
     const float *we = hyla_model_param(m, HYLA_P_MTP_NORM_EMB, -1), *wh = hyla_model_param(m, HYLA_P_MTP_NORM_HIDDEN, -1);
     for (int64_t i = 0; i < n; i++) { /* the embedding row into the hidden half, normed into the first */
         float *row = joined + i * 2 * H;
-        if (E16)
-            hyla_bf16_unpack(row + H, E16 + (int64_t)tokens[i] * H, H);
-        else
-            memcpy(row + H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
+        hyla_model_embed_rows(m, tokens + i, 1, row + H);
         hyla_rmsnorm1p_fwd(row, NULL, row + H, we, 1, H, eps);
         hyla_rmsnorm1p_fwd(row + H, NULL, hidden + i * H, wh, 1, H, eps);
     }

@@ -11,6 +11,7 @@
 
 #include "core/bf16.h"
 #include "core/error.h"
+#include "core/quant.h"
 #include "core/finite.h"
 #include "core/pages.h"
 #include "core/rng.h"
@@ -43,6 +44,22 @@ float *hyla_model_param(const hyla_model *m, hyla_role role, int layer)
     if (i < 0 || (!m->matrices_in_w && hyla_role_is_matrix(role)))
         return NULL;
     return m->w + m->table.params[i].offset;
+}
+
+void hyla_model_embed_rows(const hyla_model *m, const int32_t *tokens, int64_t n, float *out)
+{
+    int64_t H = m->cfg.hidden;
+    const hyla_qmat *EQ = hyla_model_param_q(m, HYLA_P_EMBED, -1);
+    const uint16_t *E16 = hyla_model_param_bf16(m, HYLA_P_EMBED, -1);
+    const float *E = EQ || E16 ? NULL : hyla_model_param(m, HYLA_P_EMBED, -1);
+    for (int64_t i = 0; i < n; i++) {
+        if (EQ)
+            hyla_qmat_row(EQ, tokens[i], out + i * H);
+        else if (E16)
+            hyla_bf16_unpack(out + i * H, E16 + (int64_t)tokens[i] * H, H);
+        else
+            memcpy(out + i * H, E + (int64_t)tokens[i] * H, (size_t)H * sizeof(float));
+    }
 }
 
 static float *row_ptr(const hyla_model *m, int param, int64_t row)

@@ -78,6 +78,9 @@ int hyla_is_gguf_path(const char *path);
 /* The stored-type view of a matrix parameter of a GGUF model; NULL otherwise. LM_HEAD of a tied
  * model returns EMBED's. */
 const struct hyla_qmat_s *hyla_model_param_q(const hyla_model *m, hyla_role role, int layer);
+/* The embedding rows of tokens[n] into out [n, H], whatever the model holds them as (fp32, the
+ * bf16 copy of bf16 compute, a GGUF model's stored blocks dequantized). */
+void hyla_model_embed_rows(const hyla_model *m, const int32_t *tokens, int64_t n, float *out);
 
 /* Create a model with spec §6 initialisation (seeded). Tensors save as `dtype`. */
 int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, uint64_t seed,

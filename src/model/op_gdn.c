@@ -58,7 +58,7 @@ static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
         float *hist = c->state ? c->state->conv + b * K * cd : NULL;
         const float *x = t->p[HYLA_S_QKV] + o * cd;
         hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, x, hyla_op_w(c, HYLA_P_GDN_CONV), hist, T, cd, K);
-        for (int64_t r = 0; c->keep && r < T; r++) { /* the window after row r: a rollback point */
+        for (int64_t r = 0; c->keep && r < T - 1; r++) { /* the window after row r: a rollback point */
             float *kept = c->keep + b * c->keep_seq + r * c->keep_row;
             memcpy(kept, hist, (size_t)(K * cd) * sizeof *kept);
             conv_cache_update(kept, x, r + 1, K, cd);

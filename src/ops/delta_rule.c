@@ -84,7 +84,7 @@ void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,
 }
 
 void hyla_delta_rule_recurrent_fwd_keep(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk,dv]*/,
-                                        float *keep /*[T] x [Hv,dk,dv] at stride keep_stride, or NULL*/,
+                                        float *keep /*[T - 1] x [Hv,dk,dv] at stride keep_stride, or NULL*/,
                                         int64_t keep_stride, const float *q /*[T,Hk,dk]*/,
                                         const float *k /*[T,Hk,dk]*/, const float *v /*[T,Hv,dv]*/,
                                         const float *g /*[T,Hv]*/, const float *beta /*[T,Hv]*/, int64_t T,
@@ -107,7 +107,7 @@ void hyla_delta_rule_recurrent_fwd_keep(float *out /*[T,Hv,dv]*/, float *state /
                     int64_t nj = dv - j0 < RJ ? dv - j0 : RJ;
                     recurrent_step_block(ot + j0, S + j0, qt, kt, vt + j0, decay, b, dk, dv, nj);
                 }
-                if (keep) /* this head's state after row t (a rollback point) */
+                if (keep && t < T - 1) /* this head's state after row t (a rollback point; after the last row it is `state`) */
                     memcpy(keep + t * keep_stride + h * dk * dv, S, (size_t)(dk * dv) * sizeof *S);
             }
         }

@@ -89,10 +89,11 @@ void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,
                                    const float *v /*[T,Hv,dv]*/, const float *g /*[T,Hv]*/,
                                    const float *beta /*[T,Hv]*/, int64_t T, int64_t Hk,
                                    int64_t Hv, int64_t dk, int64_t dv);
-/* The same, also copying the state after each row t to keep + t * keep_stride (a speculative
- * verify's rollback points: the state after any accepted prefix without re-running it). */
+/* The same, also copying the state after each row t < T - 1 to keep + t * keep_stride (a
+ * speculative verify's rollback points: the state after any accepted prefix without re-running
+ * it; after the last row it is `state` itself). */
 void hyla_delta_rule_recurrent_fwd_keep(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk,dv]*/,
-                                        float *keep /*[T] x [Hv,dk,dv] at stride keep_stride, or NULL*/,
+                                        float *keep /*[T - 1] x [Hv,dk,dv] at stride keep_stride, or NULL*/,
                                         int64_t keep_stride, const float *q /*[T,Hk,dk]*/,
                                         const float *k /*[T,Hk,dk]*/, const float *v /*[T,Hv,dv]*/,
                                         const float *g /*[T,Hv]*/, const float *beta /*[T,Hv]*/, int64_t T,

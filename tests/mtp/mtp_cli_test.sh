@@ -57,6 +57,64 @@ print(f"  ok  generate --draft {n}: {len(b['tokens'])} tokens == plain greedy; {
 PYEOF
 done
 
+# GGUF: the head exported as llama.cpp's nextn block (blk.N.nextn.eh_proj / enorm / hnorm /
+# shared_head_norm after the trunk's N blocks, block_count N + 1, nextn_predict_layers 1), read back
+# by hyla (the head runs from the file) and loaded by llama.cpp's own MTP loader
+cp -r "$T/ck" "$T/ckt" && $PY tests/data/make_qwen_tokenizer.py "$T/ckt" >/dev/null || fail "tokenizer for the GGUF export"
+P=65,110,100,32,71,111,100,32,115,97,105,100,32,117,110,116,111,32
+for ty in f32 q8_0; do
+    "$HYLA" convert "$T/ckt" "$T/ck-$ty.gguf" --to gguf --type $ty >/dev/null || fail "convert --to gguf --type $ty with a head"
+    "$HYLA" generate "$T/ck-$ty.gguf" --prompt-tokens $P --max-new 80 --json > "$T/q0.json" 2>/dev/null &&
+        "$HYLA" generate "$T/ck-$ty.gguf" --prompt-tokens $P --max-new 80 --draft 2 --json > "$T/q2.json" 2>/dev/null &&
+        $PY - "$T/q0.json" "$T/q2.json" $ty <<'PYEOF' || fail "generate --draft 2 on the $ty GGUF"
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert a["tokens"] == b["tokens"], "draft output differs from plain greedy"
+assert b["draft"]["acceptance"] > 0.1, b["draft"]
+print(f"  ok  GGUF {sys.argv[3]}: the head read from the file drafts ({b['draft']['acceptance']:.0%} accepted); "
+      f"--draft 2 == plain greedy on the same file")
+PYEOF
+done
+# the head's logits from the F32 file against the checkpoint's: the file stores 1 + w for the
+# zero-centred norms (llama.cpp multiplies by the stored weight), and (1 + w) - 1 loses at most
+# 2^-24 of w's magnitude; through the head that is far below 2^-12 of the logits' scale, while a
+# wrong half of eh_proj or a missing + 1 moves logits by O(scale)
+"$HYLA" forward "$T/ckt" --tokens $P --mtp-logits-out "$T/mh.bin" >/dev/null &&
+    "$HYLA" forward "$T/ck-f32.gguf" --tokens $P --mtp-logits-out "$T/mg.bin" >/dev/null &&
+    $PY - "$T/mh.bin" "$T/mg.bin" <<'PYEOF' || fail "MTP logits from the F32 GGUF"
+import struct, sys
+a = open(sys.argv[1], "rb").read(); b = open(sys.argv[2], "rb").read()
+x = struct.unpack(f"<{len(a) // 4}f", a); y = struct.unpack(f"<{len(b) // 4}f", b)
+assert len(x) == len(y) == 17 * 512, (len(x), len(y))
+scale = max(abs(v) for v in x); diff = max(abs(p - q) for p, q in zip(x, y))
+assert diff <= scale * 2 ** -12, (diff, scale)
+print(f"  ok  forward --mtp-logits-out: the F32 GGUF's head == the checkpoint's within 2^-12 x {scale:.3g} (max diff {diff:.2g})")
+PYEOF
+if .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+    .venv/bin/python - "$T/ck-f32.gguf" "$T/ck-q8_0.gguf" <<'PYEOF' || fail "llama.cpp loads the nextn block"
+import ctypes, sys, llama_cpp as L
+logs = []
+@ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
+def log(level, text, user):
+    logs.append(text.decode(errors="replace"))
+L.llama_log_set(log, None)
+L.llama_backend_init()
+for path in sys.argv[1:]:
+    logs.clear()
+    mp = L.llama_model_default_params()
+    mp.load_mtp = True  # llama.cpp's MTP loader: every nextn tensor must be found and used
+    model = L.llama_model_load_from_file(path.encode(), mp)
+    assert model, "".join(logs[-5:])
+    unused = [l.strip() for l in logs if "unused tensor" in l]
+    n = L.llama_model_n_layer_nextn(model)
+    assert n == 1 and not unused, (n, unused[:3])
+    L.llama_model_free(model)
+print("  ok  llama.cpp (load_mtp) reads the exported nextn block of the F32 and Q8_0 files: 1 MTP layer, no tensor unused")
+PYEOF
+else
+    echo "  SKIPPED: llama.cpp's MTP loader check needs llama_cpp in .venv (scripts/pydeps.sh)"
+fi
+
 expect_error "--draft on a model without an MTP head" "no MTP head" \
     "$HYLA" generate "$T/plain" --prompt-tokens 1,2,3 --max-new 4 --draft 2
 expect_error "--draft out of range" "--draft expects an integer in \[0, 8\]" \
