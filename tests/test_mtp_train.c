@@ -11,7 +11,14 @@
  *  3. the arenas' measured high-water marks == the planning pass's sizes;
  *  4. with the MTP weight 0 the step equals a plain step (the head gets no gradient), and the MTP
  *     targets never cross a packed document boundary (hyla_mtp_target_count against a count by
- *     hand). */
+ *     hand);
+ *  5. LoRA with the MTP loss, adapters on trunk and head modules (mtp.fc and the MTP layer's
+ *     attention named in the targets): with B = 0 the forward is the base model's, so every dY is
+ *     the full step's and dB = s G A^T, dA = 0, where G is the full step's (oracle-checked)
+ *     gradient of the adapted weight. The two sides sum in different orders: |dB - s G A^T| <=
+ *     64 (n + K) u s sum_k |G_ik| |A_jk| (n rows, K inputs, u = 2^-24; G's own rounding counted
+ *     in the factor 64); a lost or misplaced adapter gradient (fc's, the head layer's) is O(1)
+ *     off. Saving the adapter names the head's modules by their full names. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +29,7 @@
 #include "engine/host_store.h"
 #include "engine/mtp_loss.h"
 #include "io/safetensors.h"
+#include "model/lora.h"
 
 #include "case_files.h"
 #include "check.h"
@@ -132,6 +140,68 @@ static void check_target_count(void)
     CHECK(packed == 2 + 4, "packed documents: %lld MTP targets, want 6", (long long)packed);
 }
 
+static void check_lora(hyla_model *m, const char *name, const int32_t *tokens, const float *g_full)
+{
+    hyla_lora L;
+    hyla_lora_options o = {.r = 4, .alpha = 8, .targets = "q_proj,o_proj,mtp.fc,mtp.layers.0.self_attn.q_proj", .seed = 5};
+    if (hyla_lora_create(&L, &m->table, &o)) {
+        CHECK(0, "%s: LoRA: %s", name, hyla_error_message());
+        return;
+    }
+    int head_modules = 0;
+    for (int i = 0; i < L.n_modules; i++)
+        head_modules += !strncmp(L.modules[i].name, "mtp.", 4);
+    CHECK(head_modules == 3, "%s: %d of the head's modules adapted, want mtp.fc and the MTP layer's q_proj and o_proj", name,
+          head_modules);
+    hyla_policy p;
+    hyla_policy_parse(&p, "full");
+    hyla_executor ex;
+    m->lora = &L;
+    L.training = 1;
+    float *g = calloc(L.table.total_floats + 1, sizeof *g);
+    CHECK(hyla_executor_init_mtp(&ex, m, &p, HYLA_UNIT_LAYER, 1, T_RUN) == HYLA_OK, "%s", hyla_error_message());
+    ex.mtp_scale = (float)(WEIGHT / (double)hyla_mtp_target_count(NULL, T_RUN, T_RUN, NULL, 0));
+    hyla_step_loss l;
+    CHECK(hyla_executor_step(&ex, tokens, NULL, g, (float)(1.0 / (T_RUN - 1)), (float)m->cfg.router_aux_loss_coef, &l) ==
+              HYLA_OK, "%s", hyla_error_message());
+    int plan_ok = ex.ckpt.high_water == ex.ckpt_bytes && ex.work.high_water == ex.work_bytes;
+    hyla_executor_free(&ex);
+    m->lora = NULL;
+    CHECK(plan_ok, "%s: LoRA + MTP step: measured arenas differ from the plan", name);
+    double worst = 0, s = L.scaling;
+    int64_t K, nonzero_a = 0, head_nonzero = 0;
+    for (int si = 0; si < L.n_segments; si++) {
+        const hyla_lora_segment *sg = &L.segments[si];
+        const hyla_lora_module *md = &L.modules[sg->module];
+        const hyla_param *q = &m->table.params[sg->param];
+        K = md->in;
+        const float *A = L.w + md->a_offset, *dB = g + sg->b_offset;
+        for (int64_t i = 0; i < sg->rows; i++) {
+            const float *G = g_full + q->offset + (sg->row0 + i) * K;
+            for (int64_t j = 0; j < L.r; j++) {
+                double ref = 0, mag = 0;
+                for (int64_t k = 0; k < K; k++)
+                    ref += (double)G[k] * A[j * K + k], mag += fabs((double)G[k] * A[j * K + k]);
+                ref *= s, mag *= s;
+                double bound = 64.0 * (double)(T_RUN + K) * 0x1p-24 * mag + 1e-30;
+                double e = fabs(dB[i * L.r + j] - ref) / bound;
+                worst = e > worst ? e : worst;
+                head_nonzero += q->mtp && dB[i * L.r + j] != 0.0f;
+            }
+        }
+    }
+    for (int mi = 0; mi < L.n_modules; mi++)
+        for (int64_t e = 0; e < L.r * L.modules[mi].in; e++)
+            nonzero_a += g[L.modules[mi].a_offset + e] != 0.0f;
+    CHECK(worst <= 1.0, "%s: LoRA + MTP: dB vs s G A^T at %.3g of the bound", name, worst);
+    CHECK(nonzero_a == 0, "%s: LoRA + MTP: %lld nonzero dA entries with B = 0", name, (long long)nonzero_a);
+    CHECK(head_nonzero > 0, "%s: LoRA + MTP: the head's adapters got no gradient", name);
+    printf("  %-12s LoRA + MTP loss: adapter gradients (trunk and head modules) == s G A^T within %.3f of the bound, dA = 0\n",
+           name, worst);
+    free(g);
+    hyla_lora_free(&L);
+}
+
 int main(int argc, char **argv)
 {
     const char *cases = argc > 1 ? argv[1] : "build/cases";
@@ -159,8 +229,10 @@ int main(int argc, char **argv)
         double loss0;
         int plan_ok;
         float *g0 = step(&m, tokens, "none", HYLA_UNIT_LAYER, WEIGHT, &loss0, &plan_ok);
-        if (g0)
+        if (g0) {
             check_vs_oracle(&m, dir, models[k], g0, loss0, want_loss);
+            check_lora(&m, models[k], tokens, g0);
+        }
         int same = 0, runs = 0;
         for (int unit = 0; unit < 3 && g0; unit++)
             for (size_t p = 0; p < sizeof policies / sizeof *policies; p++) {

@@ -8,6 +8,7 @@
 #include "engine/loss_head.h"
 #include "engine/offload.h"
 #include "model/layer_ops.h"
+#include "model/lora.h"
 #include "ops/ops.h"
 
 /* The row's next token inside its sequence (its own token at the sequence's end), and with
@@ -26,16 +27,24 @@ static void inputs_and_targets(hyla_executor *ex, const int32_t *tokens, int32_t
     }
 }
 
-/* fc's context: the head's global parameters, the step's gradients, bf16 scratch */
-static hyla_op_ctx fc_ctx(const hyla_executor *ex, float *grads, float *bf16_scratch)
+/* fc's context: the head's global parameters, the step's gradients (the adapter's under LoRA,
+ * the base frozen), bf16 scratch, and the adapter path's scratch (allocated here: fc may be an
+ * adapted module, mtp.fc in --lora-targets). */
+static hyla_op_ctx fc_ctx(hyla_executor *ex, float *grads, float *bf16_scratch)
 {
     hyla_op_ctx c;
     memset(&c, 0, sizeof c);
     c.m = ex->m;
-    c.grads = grads;
     c.layer = -1;
     c.B = ex->B, c.T = ex->T, c.n = ex->n;
     c.bf16_scratch = bf16_scratch;
+    c.lora = ex->m->lora;
+    if (c.lora) {
+        c.lora_grads = grads;
+        c.lora_scratch = hyla_executor_alloc(ex, &ex->work, hyla_lora_scratch_floats(c.lora, ex->n), 0);
+    } else {
+        c.grads = grads;
+    }
     return c;
 }
 
@@ -51,6 +60,7 @@ void hyla_mtp_loss_forward(hyla_executor *ex, const int32_t *tokens)
     int32_t *next = (int32_t *)hyla_executor_alloc(ex, &ex->work, n, 0);
     float *joined = hyla_executor_alloc(ex, &ex->work, n * 2 * H, 0);
     float *scratch = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16_scratch_floats(cfg, n), 0) : NULL;
+    hyla_op_ctx c = fc_ctx(ex, NULL, scratch);
     if (!ex->dry) {
         hyla_rmsnorm1p_fwd(ex->mtp_hidden, NULL, ex->tapes[N - 1].p[HYLA_S_Y], hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1),
                            n, H, (float)cfg->rms_norm_eps);
@@ -58,7 +68,6 @@ void hyla_mtp_loss_forward(hyla_executor *ex, const int32_t *tokens)
             hyla_bf16_round(ex->mtp_hidden, n * H);
         inputs_and_targets(ex, tokens, next, 1);
         hyla_mtp_join_inputs(ex->m, joined, next, ex->mtp_hidden, ex->n);
-        hyla_op_ctx c = fc_ctx(ex, NULL, scratch);
         hyla_op_linear(&c, HYLA_P_MTP_FC, 0, x, joined, n, 2 * H, H);
         if (bf16)
             hyla_bf16_round(x, n * H);
@@ -100,26 +109,20 @@ int hyla_mtp_loss_backward(hyla_executor *ex, const int32_t *tokens, float *grad
     float *half = hyla_executor_alloc(ex, &ex->work, n * H, 0), *dhalf = hyla_executor_alloc(ex, &ex->work, n * H, 0);
     int bf16 = hyla_executor_bf16_compute(ex);
     float *scratch = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16_scratch_floats(cfg, n), 0) : NULL;
+    hyla_op_ctx c = fc_ctx(ex, grads, scratch);
     if (!ex->dry) {
         inputs_and_targets(ex, tokens, next, 0); /* the same next tokens as the forward */
         hyla_mtp_join_inputs(ex->m, joined, next, ex->mtp_hidden, ex->n);
-        hyla_op_ctx c = fc_ctx(ex, ex->m->lora ? NULL : grads, scratch);
         hyla_op_linear_bwd(&c, HYLA_P_MTP_FC, 0, djoined, dx, joined, n, 2 * H, H);
-        const float *E = hyla_model_param(ex->m, HYLA_P_EMBED, -1);
-        const uint16_t *E16 = hyla_model_param_bf16(ex->m, HYLA_P_EMBED, -1);
         /* the hidden half: into dhidden */
         for (int64_t i = 0; i < n; i++)
             memcpy(dhalf + i * H, djoined + i * 2 * H + H, (size_t)H * sizeof(float));
         hyla_rmsnorm1p_bwd(ex->dhidden, hyla_executor_param_grad(ex, grads, HYLA_P_MTP_NORM_HIDDEN), dhalf,
                            ex->mtp_hidden, hyla_model_param(ex->m, HYLA_P_MTP_NORM_HIDDEN, -1), NULL, n, H, eps);
         /* the embedding half: into the embedding rows of the next tokens */
-        for (int64_t i = 0; i < n; i++) {
+        for (int64_t i = 0; i < n; i++)
             memcpy(dhalf + i * H, djoined + i * 2 * H, (size_t)H * sizeof(float));
-            if (E16)
-                hyla_bf16_unpack(half + i * H, E16 + (int64_t)next[i] * H, H);
-            else
-                memcpy(half + i * H, E + (int64_t)next[i] * H, (size_t)H * sizeof(float));
-        }
+        hyla_model_embed_rows(ex->m, next, n, half);
         float *de = joined; /* its rows are no longer needed: [n, H] of it */
         hyla_rmsnorm1p_bwd(de, hyla_executor_param_grad(ex, grads, HYLA_P_MTP_NORM_EMB), dhalf, half,
                            hyla_model_param(ex->m, HYLA_P_MTP_NORM_EMB, -1), NULL, n, H, eps);

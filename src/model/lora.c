@@ -11,11 +11,16 @@
 
 /* ---- module selection ---------------------------------------------------------------------- */
 
-/* A linear module of a decoder layer: a 2-D HF weight "M.weight" that is not the router. */
+/* A module of the MTP head (mtp.fc, mtp.layers.J.*): adapted only when named (PEFT's all-linear
+ * sees the Hugging Face model, which does not load the head). */
+static int is_mtp_module(const hyla_hf_tensor *h) { return !strncmp(h->name, "mtp.", 4); }
+
+/* A linear module of a decoder layer or of the MTP head: a 2-D HF weight "M.weight" that is not a
+ * router (the embedding and lm_head are neither). */
 static int is_linear_module(const hyla_hf_tensor *h)
 {
     size_t len = strlen(h->name);
-    if (h->layer < 0 || h->ndim != 2 || len < 8 || strcmp(h->name + len - 7, ".weight"))
+    if ((h->layer < 0 && !is_mtp_module(h)) || h->ndim != 2 || len < 8 || strcmp(h->name + len - 7, ".weight"))
         return 0;
     return !(len >= 16 && !strcmp(h->name + len - 16, ".mlp.gate.weight"));
 }
@@ -44,7 +49,7 @@ static int select_modules(const hyla_param_table *t, const char *targets, unsign
         if (!is_linear_module(&t->hf[i]))
             continue;
         if (all) {
-            selected[i] = 1;
+            selected[i] = !is_mtp_module(&t->hf[i]);
             continue;
         }
         module_name(&t->hf[i], mod, sizeof mod);
@@ -91,11 +96,14 @@ static int select_modules(const hyla_param_table *t, const char *targets, unsign
 
 /* ---- building the arena ----------------------------------------------------------------------- */
 
-static void add_param(hyla_param_table *lt, int role, int layer, int64_t rows, int64_t cols, size_t *offset)
+/* An adapter parameter of base parameter `base` (its role, and whether it belongs to the MTP head,
+ * which the optimizer freezes or trains alone as the MTP loss says). */
+static void add_param(hyla_param_table *lt, const hyla_param *base, int layer, int64_t rows, int64_t cols, size_t *offset)
 {
     hyla_param *p = &lt->params[lt->n_params++];
     memset(p, 0, sizeof *p);
-    p->role = (hyla_role)role;
+    p->role = base->role;
+    p->mtp = base->mtp;
     p->layer = layer;
     p->ndim = 2;
     p->shape[0] = rows;
@@ -139,7 +147,6 @@ static int build(hyla_lora *L, const hyla_param_table *t, const unsigned char *s
         hyla_lora_module *md = &L->modules[L->n_modules];
         module_name(h, md->name, sizeof md->name);
         md->hf = i;
-        md->layer = h->layer;
         md->in = h->row_len;
         md->out = h->rows;
         md->seg0 = L->n_segments;
@@ -148,8 +155,11 @@ static int build(hyla_lora *L, const hyla_param_table *t, const unsigned char *s
         int p0;
         int64_t row;
         hyla_hf_row_dest(t, h, 0, &p0, &row);
+        /* its layer: the trunk layer, n_layers + j for MTP layer j, -1 for the head's fc */
+        int layer = hyla_param_find_layer(t, &t->params[p0]);
+        md->layer = layer;
         md->a_offset = off;
-        add_param(&L->table, t->params[p0].role, h->layer, r, md->in, &off);
+        add_param(&L->table, &t->params[p0], layer, r, md->in, &off);
         /* the internal parameters this module's rows land on, each a contiguous row range */
         int params[2] = {-1, -1};
         int64_t lo[2] = {0, 0}, hi[2] = {0, 0}, cnt[2] = {0, 0};
@@ -171,13 +181,13 @@ static int build(hyla_lora *L, const hyla_param_table *t, const unsigned char *s
             if (hi[j] - lo[j] + 1 != cnt[j])
                 return hyla_error_set(HYLA_ERR_MODEL, "LoRA: module '%s' rows are not contiguous internally", md->name);
             hyla_lora_segment *s = &L->segments[L->n_segments++];
-            s->layer = h->layer;
+            s->layer = layer;
             s->param = params[j];
             s->row0 = lo[j];
             s->rows = cnt[j];
             s->module = L->n_modules;
             s->b_offset = off;
-            add_param(&L->table, t->params[params[j]].role, h->layer, cnt[j], r, &off);
+            add_param(&L->table, &t->params[params[j]], layer, cnt[j], r, &off);
             md->n_seg++;
             if (t->params[params[j]].role == HYLA_P_MOE_GATE_UP || t->params[params[j]].role == HYLA_P_MOE_DOWN)
                 L->experts = 1;
@@ -226,8 +236,8 @@ int hyla_lora_create_modules(hyla_lora *L, const hyla_param_table *t, const unsi
     HYLA_TRY(check_options(o));
     for (size_t i = 0; i < t->n_hf; i++)
         if (selected[i] && !is_linear_module(&t->hf[i]))
-            return hyla_error_set(HYLA_ERR_MODEL, "LoRA: '%s' is not a projection of a decoder layer (the router and "
-                                  "lm_head are not adapted)", t->hf[i].name);
+            return hyla_error_set(HYLA_ERR_MODEL, "LoRA: '%s' is not a projection of a decoder layer or of the MTP "
+                                  "head (the router and lm_head are not adapted)", t->hf[i].name);
     int rc = build(L, t, selected, o->r);
     if (rc != HYLA_OK) {
         hyla_lora_free(L);

@@ -96,9 +96,12 @@ static int fill_tensor(void *vctx, size_t index, void *dst)
 }
 
 /* The module's name below "model.layers.N." (self_attn.q_proj, mlp.shared_expert.gate_proj, ...):
- * PEFT matches it as a suffix, so it selects exactly this kind of module in every layer. */
+ * PEFT matches it as a suffix, so it selects exactly this kind of module in every layer. An MTP
+ * head's module keeps its whole name (mtp.layers.0.self_attn.q_proj), which no trunk module ends in. */
 static const char *layer_relative(const char *name)
 {
+    if (!strncmp(name, "mtp.", 4))
+        return name;
     const char *p = strstr(name, "layers.");
     if (!p)
         return name;
@@ -142,7 +145,7 @@ static int write_config(const hyla_lora *L, const char *dir, const char *base_mo
     cJSON *layers = cJSON_CreateArray(); /* the layers adapted (all that hold a selected module) */
     int last = -1, all = 1;
     for (int m = 0; m < L->n_modules; m++)
-        if (L->modules[m].layer != last) {
+        if (L->modules[m].layer != last && L->modules[m].layer >= 0 && L->modules[m].layer < L->table.cfg.n_layers) {
             last = L->modules[m].layer;
             cJSON_AddItemToArray(layers, cJSON_CreateNumber(last));
         }

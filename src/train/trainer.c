@@ -101,11 +101,19 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: %s", ranks < 2 ? "needs more than one rank (mpirun -np N)"
                               : "LoRA trains a small adapter: use shard none");
     int mtp = cfg->mtp_weight > 0 || cfg->mtp_only;
-    if (mtp && (model->lora || cfg->update_per_layer || cfg->fsdp || model->cfg.n_mtp_layers < 1))
+    if (mtp && (cfg->update_per_layer || cfg->fsdp || model->cfg.n_mtp_layers < 1))
         return hyla_error_set(HYLA_ERR_ARG, "the MTP loss: %s", model->cfg.n_mtp_layers < 1
                               ? "the model has no MTP head (no mtp.* tensors; hyla init --mtp-layers 1 makes one)"
-                              : "not built yet with LoRA, per-layer updates or shard fsdp (use --mtp-loss-weight 0, or "
+                              : "not built yet with per-layer updates or shard fsdp (use --mtp-loss-weight 0, or "
                                 "--shard none across ranks)");
+    if (cfg->mtp_only && model->lora) { /* the head's adapters alone: some must exist */
+        int any = 0;
+        for (int i = 0; i < model->lora->table.n_params && !any; i++)
+            any = model->lora->table.params[i].mtp != 0;
+        if (!any)
+            return hyla_error_set(HYLA_ERR_ARG, "--mtp-only with LoRA trains the head's adapters: name mtp.* modules in "
+                                  "--lora-targets (e.g. mtp.fc,mtp.layers.0.self_attn.q_proj)");
+    }
     if (!(cfg->mtp_weight >= 0 && cfg->mtp_weight <= 1e6))
         return hyla_error_set(HYLA_ERR_ARG, "--mtp-loss-weight must be in [0, 1e6]");
     tr->sharded = cfg->fsdp;

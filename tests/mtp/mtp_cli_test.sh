@@ -125,8 +125,25 @@ expect_error "--draft out of range" "--draft expects an integer in \[0, 8\]" \
     || fail "generate --draft with sampling"
 expect_error "--mtp-loss-weight on a model without a head" "no MTP head" \
     "$HYLA" train --model "$T/plain" --synthetic --steps 1 --batch 1 --seq 8 --mtp-loss-weight 0.5
-expect_error "--mtp-only with LoRA" "not built yet with LoRA" \
+expect_error "--mtp-only with an adapter of no head module" "name mtp" \
     "$HYLA" train --model "$T/m" --synthetic --steps 1 --batch 1 --seq 8 --mtp-only --lora-rank 2
+# LoRA with the MTP loss: adapters on trunk and head modules (tests/test_mtp_train.c checks their
+# gradients); the saved adapter names the head's modules in full, and merged at load it drafts
+"$HYLA" train --model "$T/ck" "${TRAIN[@]}" --steps 20 --lora-rank 4 --lora-targets q_proj,mtp.fc,mtp.layers.0.self_attn.q_proj \
+    --save "$T/lora" --log-json "$T/lora.jsonl" >/dev/null &&
+    $PY - "$T/lora" "$T/lora.jsonl" <<'PYEOF' || fail "LoRA with the MTP loss"
+import json, sys
+c = json.load(open(sys.argv[1] + "/adapter_config.json"))
+assert {"mtp.fc", "mtp.layers.0.self_attn.q_proj", "self_attn.q_proj"} <= set(c["target_modules"]), c["target_modules"]
+s = [json.loads(l) for l in open(sys.argv[2])]
+assert all("mtp" in r for r in s), "no MTP loss in the LoRA run's records (the default 0.1 with head modules adapted)"
+print(f"  ok  LoRA + MTP loss (default weight 0.1 with head modules adapted): target_modules {c['target_modules']}")
+PYEOF
+"$HYLA" generate "$T/ck" --adapter "$T/lora" --prompt-tokens 65,110,100,32 --max-new 40 --json > "$T/la0.json" 2>/dev/null &&
+    "$HYLA" generate "$T/ck" --adapter "$T/lora" --prompt-tokens 65,110,100,32 --max-new 40 --draft 2 --json > "$T/la2.json" 2>/dev/null &&
+    $PY -c 'import json, sys; a, b = (json.load(open(p)) for p in sys.argv[1:]); assert a["tokens"] == b["tokens"]' \
+        "$T/la0.json" "$T/la2.json" && echo "  ok  generate --adapter (head modules merged) --draft 2 == plain greedy" \
+    || fail "generate --adapter --draft"
 expect_error "negative --mtp-loss-weight" "mtp-loss-weight" \
     "$HYLA" train --model "$T/m" --synthetic --steps 1 --batch 1 --seq 8 --mtp-loss-weight -1
 expect_error "plan --mtp-loss-weight without a head" "needs an MTP head" \
