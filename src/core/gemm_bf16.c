@@ -57,6 +57,45 @@ __attribute__((target("avx512f,avx512bf16"))) static float dot_bf16_avx512(const
         s += hyla_bf16_to_f32(x[k]) * hyla_bf16_to_f32(w[k]);
     return s;
 }
+
+/* The same dot product for m <= 4 rows of x (stride K) against one weight row at once: each chunk of
+ * w is loaded once and feeds m independent accumulator chains (a verify of 3 rows had run 3 chains
+ * one after another, each re-reading w). Every row's arithmetic is dot_bf16_avx512's exactly. */
+__attribute__((target("avx512f,avx512bf16"), always_inline)) static inline void
+dots_bf16_avx512(float *out, const uint16_t *x, const uint16_t *w, int64_t K, int m)
+{
+    __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+    int64_t k = 0;
+    for (; k + 32 <= K; k += 32) {
+        _mm_prefetch((const char *)(w + k + PREFETCH_AHEAD), _MM_HINT_T0);
+        __m512i b = _mm512_loadu_si512((const void *)(w + k));
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            if (i < m)
+                acc[i] = _mm512_dpbf16_ps(acc[i], (__m512bh)_mm512_loadu_si512((const void *)(x + i * K + k)), (__m512bh)b);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        if (i < m) {
+            float s = _mm512_reduce_add_ps(acc[i]);
+            for (int64_t j = k; j < K; j++)
+                s += hyla_bf16_to_f32(x[i * K + j]) * hyla_bf16_to_f32(w[j]);
+            out[i] = s;
+        }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static void rows_bf16_avx512(float *out, const uint16_t *x,
+                                                                           const uint16_t *w, int64_t K, int64_t M)
+{
+    for (int64_t i0 = 0; i0 < M; i0 += 4) {
+        switch (M - i0 < 4 ? M - i0 : 4) { /* constant row counts: the accumulators stay in registers */
+        case 1: dots_bf16_avx512(out + i0, x + i0 * K, w, K, 1); break;
+        case 2: dots_bf16_avx512(out + i0, x + i0 * K, w, K, 2); break;
+        case 3: dots_bf16_avx512(out + i0, x + i0 * K, w, K, 3); break;
+        default: dots_bf16_avx512(out + i0, x + i0 * K, w, K, 4); break;
+        }
+    }
+}
 #endif
 
 typedef float (*dot_fn)(const uint16_t *, const uint16_t *, int64_t);
@@ -76,6 +115,18 @@ static void linear_bf16_skinny(float *y, const uint16_t *x, const uint16_t *W, i
     static dot_fn dot;
     if (!dot)
         dot = pick_dot();
+#ifdef HAVE_AVX512BF16_KERNEL
+    if (dot == dot_bf16_avx512) { /* all M rows against each weight row at once */
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(M * N * K)
+        for (int64_t n = 0; n < N; n++) {
+            float v[HYLA_BF16_SKINNY_M];
+            rows_bf16_avx512(v, x, W + n * K, K, M);
+            for (int64_t i = 0; i < M; i++)
+                y[i * N + n] = accumulate ? y[i * N + n] + v[i] : v[i];
+        }
+        return;
+    }
+#endif
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(M * N * K)
     for (int64_t n = 0; n < N; n++)
         for (int64_t i = 0; i < M; i++) {
