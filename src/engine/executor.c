@@ -84,6 +84,9 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
     if (ex->m->lora) { /* base frozen: the step's gradients are the adapter's */
         c.lora_grads = grads;
         c.grads = NULL;
+    } else if (grads && ex->updates && l >= ex->m->cfg.n_layers) { /* the MTP layer's: in the compact head */
+        c.grads = ex->updates->head;
+        c.grad_base = ex->layer_hi[ex->m->cfg.n_layers - 1] - ex->layer_lo[0]; /* hyla_grad_head_index */
     } else if (grads && ex->updates) { /* this unit's layers' gradients live in the window */
         c.grads = ex->updates->window;
         c.grad_base = ex->window_lo;

@@ -202,7 +202,8 @@ void hyla_executor_free(hyla_executor *ex);
  * from window[0]); after each unit's backward, apply(ctx, layer0, layer1, window, lo) consumes
  * them (the optimizer updates those layers) and the window is reused. The embedding, final norm
  * and lm_head gradients go to `head`, compact: table offsets [0, layers_lo) then
- * [layers_hi, total) (hyla_grad_head_floats). The step's `grads` argument is then ignored except
+ * [layers_hi, total) (hyla_grad_head_floats), the MTP head's (its layer's too) included; they are
+ * applied after the step. The step's `grads` argument is then ignored except
  * for being non-NULL. */
 typedef struct hyla_layer_updates_s {
     float *head, *window;
@@ -228,7 +229,8 @@ typedef struct hyla_weight_source_s {
 /* Table offsets of the decoder layers' parameters: layer l owns [lo[l], hi[l]) (contiguous,
  * layers in order); HYLA_ERR_MODEL if the table is not laid out that way. */
 int hyla_layer_ranges(const hyla_param_table *t, size_t *lo, size_t *hi);
-/* Floats of the compact head (non-layer parameters) and of the largest unit's window. */
+/* Floats of the compact head (non-layer parameters, the MTP head's included) and of the largest
+ * unit's window. */
 size_t hyla_grad_head_floats(const hyla_param_table *t);
 /* Index in the compact head of the non-layer parameter at table offset `offset` (per-layer
  * updates set up). */

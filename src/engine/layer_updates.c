@@ -34,12 +34,9 @@ size_t hyla_grad_head_floats(const hyla_param_table *t)
     size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS];
     if (hyla_layer_ranges(t, lo, hi))
         return t->total_floats;
-    size_t end = t->total_floats; /* the MTP head's parameters, last in the table, get no gradient here: frozen
-                                   * (an MTP loss takes whole-table gradients) */
-    for (int i = 0; i < t->n_params; i++)
-        if (t->params[i].mtp && t->params[i].offset < end)
-            end = t->params[i].offset;
-    return end - (hi[t->cfg.n_layers - 1] - lo[0]);
+    /* everything outside the trunk's layers, the MTP head (last in the table) included: its gradients
+     * are zero and it is skipped by the optimizer unless an MTP loss trains it */
+    return t->total_floats - (hi[t->cfg.n_layers - 1] - lo[0]);
 }
 
 size_t hyla_executor_window_floats(const hyla_executor *ex)

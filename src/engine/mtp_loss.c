@@ -28,7 +28,7 @@ static void inputs_and_targets(hyla_executor *ex, const int32_t *tokens, int32_t
 }
 
 /* fc's context: the head's global parameters, the step's gradients (the adapter's under LoRA,
- * the base frozen), bf16 scratch, and the adapter path's scratch (allocated here: fc may be an
+ * the base frozen; the compact head's with per-layer updates), bf16 scratch, and the adapter path's scratch (allocated here: fc may be an
  * adapted module, mtp.fc in --lora-targets). */
 static hyla_op_ctx fc_ctx(hyla_executor *ex, float *grads, float *bf16_scratch)
 {
@@ -42,6 +42,9 @@ static hyla_op_ctx fc_ctx(hyla_executor *ex, float *grads, float *bf16_scratch)
     if (c.lora) {
         c.lora_grads = grads;
         c.lora_scratch = hyla_executor_alloc(ex, &ex->work, hyla_lora_scratch_floats(c.lora, ex->n), 0);
+    } else if (grads && ex->updates) { /* per-layer updates: the head's gradients sit in the compact head */
+        c.grads = ex->updates->head;
+        c.grad_base = ex->layer_hi[ex->m->cfg.n_layers - 1] - ex->layer_lo[0]; /* hyla_grad_head_index */
     } else {
         c.grads = grads;
     }

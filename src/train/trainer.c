@@ -32,12 +32,12 @@ static int apply_layers(void *ctx, int layer0, int layer1, const float *window, 
     return HYLA_OK;
 }
 
-/* update_per_layer: AdamW on the embedding, final norm and lm_head (compact head gradients). */
+/* update_per_layer: AdamW on the embedding, final norm, lm_head and the MTP head (compact head gradients). */
 static int apply_head(hyla_trainer *tr)
 {
     const hyla_param_table *t = &tr->model->table;
     for (int i = 0; i < t->n_params; i++)
-        if (t->params[i].layer < 0 && !t->params[i].mtp) /* the MTP head: frozen with per-layer updates */
+        if (t->params[i].layer < 0) /* the MTP head's too (the optimizer skips it unless the MTP loss trains it) */
             HYLA_TRY(hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w,
                                              tr->grads + hyla_grad_head_index(&tr->ex, t->params[i].offset), &tr->step_sumsq));
     return HYLA_OK;
@@ -101,11 +101,10 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: %s", ranks < 2 ? "needs more than one rank (mpirun -np N)"
                               : "LoRA trains a small adapter: use shard none");
     int mtp = cfg->mtp_weight > 0 || cfg->mtp_only;
-    if (mtp && (cfg->update_per_layer || cfg->fsdp || model->cfg.n_mtp_layers < 1))
+    if (mtp && (cfg->fsdp || model->cfg.n_mtp_layers < 1))
         return hyla_error_set(HYLA_ERR_ARG, "the MTP loss: %s", model->cfg.n_mtp_layers < 1
                               ? "the model has no MTP head (no mtp.* tensors; hyla init --mtp-layers 1 makes one)"
-                              : "not built yet with per-layer updates or shard fsdp (use --mtp-loss-weight 0, or "
-                                "--shard none across ranks)");
+                              : "not built yet with shard fsdp (use --mtp-loss-weight 0, or --shard none across ranks)");
     if (cfg->mtp_only && model->lora) { /* the head's adapters alone: some must exist */
         int any = 0;
         for (int i = 0; i < model->lora->table.n_params && !any; i++)

@@ -31,6 +31,19 @@ assert last < 0.6 * first, (first, last)
 print(f"  ok  train: loss = ce + 0.001 aux + 0.1 mtp in every record; MTP loss {first:.3f} -> {last:.3f}")
 PYEOF
 
+# per-layer updates (each layer updated as its gradients complete; the MTP head's with the
+# embedding and lm_head after the step) == whole-step updates, model and optimizer state bit for bit:
+# with the MTP loss, with --mtp-only, and with the head frozen (weight 0)
+for mode in "--mtp-loss-weight 0.1" "--mtp-only" "--mtp-loss-weight 0"; do
+    "$HYLA" train --model "$T/m" "${TRAIN[@]}" --steps 4 --clip 0 $mode --save "$T/pw" >/dev/null &&
+        "$HYLA" train --model "$T/m" "${TRAIN[@]}" --steps 4 --clip 0 $mode --update-per-layer --save "$T/pl" >/dev/null &&
+        cmp -s "$T/pw/model.safetensors" "$T/pl/model.safetensors" &&
+        cmp -s "$T/pw/optimizer/model.safetensors" "$T/pl/optimizer/model.safetensors" &&
+        echo "  ok  $mode: --update-per-layer == whole-step updates, model and optimizer state bit for bit" ||
+        fail "$mode with --update-per-layer"
+    rm -rf "$T/pw" "$T/pl"
+done
+
 # the plan of an MTP step == what the step measured
 "$HYLA" plan "$T/m" --batch 4 --seq 64 --mtp-loss-weight 0.1 --json > "$T/plan.json" &&
     $PY - "$T/plan.json" "$T/log.jsonl" <<'PYEOF' || fail "plan --mtp-loss-weight"
