@@ -377,12 +377,9 @@ static int run(train_args *a, hyla_comm *comm)
         int head_adapted = 0; /* LoRA: only when the adapter holds some of the head's modules */
         for (int i = 0; m.lora && i < m.lora->table.n_params; i++)
             head_adapted |= m.lora->table.params[i].mtp != 0;
-        int runs = !a->fsdp, trains = !m.lora || head_adapted;
-        a->mtp_loss_weight = m.cfg.n_mtp_layers > 0 && runs && trains ? 0.1 : 0.0;
-        if (m.cfg.n_mtp_layers > 0 && !runs && comm->rank == 0)
-            printf("note: the MTP loss is not built yet with shard fsdp: the model's MTP head is left as loaded "
-                   "(--mtp-loss-weight 0)\n");
-        else if (m.cfg.n_mtp_layers > 0 && !trains && comm->rank == 0)
+        int trains = !m.lora || head_adapted;
+        a->mtp_loss_weight = m.cfg.n_mtp_layers > 0 && trains ? 0.1 : 0.0;
+        if (m.cfg.n_mtp_layers > 0 && !trains && comm->rank == 0)
             printf("note: the adapter has none of the MTP head's modules: the head is left as loaded "
                    "(--mtp-loss-weight 0; name mtp.* modules in --lora-targets to adapt it)\n");
     }

@@ -202,7 +202,7 @@ static void store_bf16_outputs(hyla_executor *ex, int l, const hyla_layer_op *op
 }
 
 /* FSDP: layers [l0, l1] (or HYLA_WEIGHTS_*) in the arena for the ops that follow */
-static void acquire_weights(hyla_executor *ex, int l0, int l1)
+void hyla_executor_acquire_weights(hyla_executor *ex, int l0, int l1)
 {
     if (!ex->weights || ex->dry)
         return;
@@ -210,7 +210,7 @@ static void acquire_weights(hyla_executor *ex, int l0, int l1)
     if (st != HYLA_OK && ex->weights_status == HYLA_OK)
         ex->weights_status = st;
 }
-static void release_weights(hyla_executor *ex, int l0, int l1)
+void hyla_executor_release_weights(hyla_executor *ex, int l0, int l1)
 {
     if (ex->weights && !ex->dry)
         ex->weights->release(ex->weights->ctx, l0, l1);
@@ -361,7 +361,7 @@ static void forward_units(hyla_executor *ex, int u0, int u1, int64_t *aux_rows)
             int i0 = l == un->layer0 ? un->op0 : 0, i1 = l == un->layer1 ? un->op1 : ex->n_ops[l];
             if (i0 == 0 && !ex->forward_only) /* layer l stages into half l & 1, last used by layer l - 2 */
                 hyla_offload_reuse_half(ex, l & 1, ex->write_ticket[l & 1]);
-            acquire_weights(ex, l, l);
+            hyla_executor_acquire_weights(ex, l, l);
             for (int i = i0; i < i1; i++) {
                 const hyla_layer_op *op = ex->ops[l][i];
                 for (int k = 0; k < op->n_in; k++) /* a packed input from the layer's previous segment */
@@ -370,7 +370,7 @@ static void forward_units(hyla_executor *ex, int u0, int u1, int64_t *aux_rows)
                 alloc_outputs(ex, l, op, 0);
                 run_fwd(ex, l, op, 0, aux_rows);
             }
-            release_weights(ex, l, l);
+            hyla_executor_release_weights(ex, l, l);
             hyla_arena_reset_to(&ex->work, wmark);
             if (i1 == ex->n_ops[l])
                 drop_transients(ex, l);
@@ -621,9 +621,9 @@ int hyla_executor_backward_unit(hyla_executor *ex, int u, float *grads, int cur)
         memset(ex->updates->window, 0, (ex->layer_hi[un->layer1] - ex->window_lo) * sizeof(float));
     }
     size_t wmark = hyla_arena_mark(&ex->work);
-    acquire_weights(ex, un->layer0, un->layer1); /* its recompute and backward */
+    hyla_executor_acquire_weights(ex, un->layer0, un->layer1); /* its recompute and backward */
     backward_unit(ex, u, grads, cur);
-    release_weights(ex, un->layer0, un->layer1);
+    hyla_executor_release_weights(ex, un->layer0, un->layer1);
     hyla_arena_reset_to(&ex->work, wmark);
     hyla_arena_reset_to(&ex->ckpt, unit_marks[u]);
     hyla_arena_reset_to(&ex->host, host_marks[u]);
@@ -661,9 +661,9 @@ int hyla_executor_run_step(hyla_executor *ex, const int32_t *tokens, float *grad
     ex->n_measured = 0;
     ex->measure_t0 = hyla_now();
     ex->weights_status = HYLA_OK;
-    acquire_weights(ex, HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
+    hyla_executor_acquire_weights(ex, HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
     embed_rows(ex, tokens);
-    release_weights(ex, HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
+    hyla_executor_release_weights(ex, HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
     forward_units(ex, 0, ex->n_trunk_units, &aux_rows);
     if (mtp) /* the MTP head's input from the trunk's final rows, and its layer */
         hyla_mtp_loss_forward(ex, tokens);
@@ -682,9 +682,9 @@ int hyla_executor_run_step(hyla_executor *ex, const int32_t *tokens, float *grad
         if (st != HYLA_OK)
             return st;
     }
-    acquire_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
+    hyla_executor_acquire_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
     hyla_loss_head(ex, grads, logits, ce_scale, loss);
-    release_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
+    hyla_executor_release_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
     ex->dhidden = NULL;
     hyla_arena_reset_to(&ex->work, head_mark);
     if (ex->dry)

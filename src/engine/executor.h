@@ -215,10 +215,15 @@ typedef struct hyla_layer_updates_s {
  * weight. FSDP (train/fsdp.h): a layer's weights are gathered into the arena just before its
  * forward, and again before its unit's recompute + backward, and released after; the embedding
  * (HYLA_WEIGHTS_EMBED) around the embedding lookup, the final norm + lm_head (HYLA_WEIGHTS_HEAD)
- * around the loss head. A failed acquire stops the step with its status (the gradients are then
- * partial and must not be applied). */
+ * around the loss head. With the MTP loss (engine/mtp_loss.h) the MTP head's input stage
+ * (HYLA_WEIGHTS_MTP_IN: the final norm, the embedding, mtp.fc and its two norms) around its fc
+ * forward and backward, its layer as layer n_layers, and its output stage (HYLA_WEIGHTS_MTP_OUT:
+ * mtp.norm and the lm_head) around its loss head. A failed acquire stops the step with its
+ * status (the gradients are then partial and must not be applied). */
 #define HYLA_WEIGHTS_EMBED (-1)
 #define HYLA_WEIGHTS_HEAD (-2)
+#define HYLA_WEIGHTS_MTP_IN (-3)
+#define HYLA_WEIGHTS_MTP_OUT (-4)
 typedef struct hyla_weight_source_s {
     int (*acquire)(void *ctx, int layer0, int layer1);
     void (*release)(void *ctx, int layer0, int layer1);
@@ -243,11 +248,13 @@ void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, in
                           size_t *unit);
 size_t hyla_fsdp_grad_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, int per_layer);
 /* The parts a training micro-batch acquires (hyla_weight_source), in order: the embedding, each
- * layer for its forward segment (a layer split over units once per unit), the head, each unit's
- * layers for its recompute + backward, last unit first. parts[k] = {layer0, layer1}; returns the
+ * layer for its forward segment (a layer split over units once per unit); with the MTP loss its
+ * input stage, its layer's forward, its output stage, its units' backward and its input stage
+ * again; the head, each trunk unit's layers for its recompute + backward, last unit first. parts[k] = {layer0, layer1}; returns the
  * count (parts filled up to cap). */
 int hyla_fsdp_parts(const hyla_executor *ex, int (*parts)[2], int cap);
-/* Is parameter p in part {layer0, layer1} (layers, or HYLA_WEIGHTS_EMBED / _HEAD)? */
+/* Is parameter p in part {layer0, layer1} (layers, the MTP head's layer as n_layers + j, or a
+ * HYLA_WEIGHTS_* stage)? */
 int hyla_fsdp_in_part(const hyla_config *cfg, const hyla_param *p, int layer0, int layer1);
 /* Route gradients through u (not owned; NULL: back to whole-table gradients). */
 int hyla_executor_update_per_layer(hyla_executor *ex, const hyla_layer_updates *u);
@@ -298,6 +305,9 @@ float *hyla_executor_param_grad(const hyla_executor *ex, float *grads, hyla_role
  * checkpoints released; where layer l's input X goes during the forward (`half`: its offload
  * staging half). */
 void hyla_executor_forward_units(hyla_executor *ex, int u0, int u1);
+/* ... and the weight source's acquire / release of a part (nothing without one, or planning). */
+void hyla_executor_acquire_weights(hyla_executor *ex, int l0, int l1);
+void hyla_executor_release_weights(hyla_executor *ex, int l0, int l1);
 int hyla_executor_backward_unit(hyla_executor *ex, int u, float *grads, int cur);
 float *hyla_executor_layer_input(hyla_executor *ex, int l, int half);
 

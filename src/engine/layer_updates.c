@@ -92,14 +92,12 @@ void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, in
     *head = *unit = 0;
     for (int i = 0; i < t->n_params; i++) {
         size_t s = hyla_span_floats(piece_len(t, i, ranks, rank));
-        if (t->params[i].mtp)
-            continue; /* frozen without an MTP loss, which per-layer updates do not take */
-        if (t->params[i].layer < 0)
+        if (t->params[i].layer < 0) /* the MTP head's too: the compact head spans it */
             *head += s;
         else
             per_layer[t->params[i].layer] += s;
     }
-    for (int u = 0; u < ex->n_units; u++) {
+    for (int u = 0; u < ex->n_trunk_units; u++) {
         size_t sum = 0;
         for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
             sum += per_layer[l];
@@ -125,12 +123,23 @@ int hyla_fsdp_parts(const hyla_executor *ex, int (*parts)[2], int cap)
             parts[n][0] = (a), parts[n][1] = (b);                                                                      \
         n++;                                                                                                           \
     } while (0)
+    int trunk = ex->n_trunk_units, mtp = ex->n_units > trunk; /* the MTP loss: its units after the trunk's */
     PART(HYLA_WEIGHTS_EMBED, HYLA_WEIGHTS_EMBED);
-    for (int u = 0; u < ex->n_units; u++)
+    for (int u = 0; u < trunk; u++)
         for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
             PART(l, l);
+    if (mtp) { /* engine/mtp_loss.c: fc, the head's layer, its loss head, its backward, fc's backward */
+        PART(HYLA_WEIGHTS_MTP_IN, HYLA_WEIGHTS_MTP_IN);
+        for (int u = trunk; u < ex->n_units; u++)
+            for (int l = ex->units[u].layer0; l <= ex->units[u].layer1; l++)
+                PART(l, l);
+        PART(HYLA_WEIGHTS_MTP_OUT, HYLA_WEIGHTS_MTP_OUT);
+        for (int u = ex->n_units - 1; u >= trunk; u--)
+            PART(ex->units[u].layer0, ex->units[u].layer1);
+        PART(HYLA_WEIGHTS_MTP_IN, HYLA_WEIGHTS_MTP_IN);
+    }
     PART(HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
-    for (int u = ex->n_units - 1; u >= 0; u--)
+    for (int u = trunk - 1; u >= 0; u--)
         PART(ex->units[u].layer0, ex->units[u].layer1);
 #undef PART
     return n;
@@ -138,12 +147,22 @@ int hyla_fsdp_parts(const hyla_executor *ex, int (*parts)[2], int cap)
 
 int hyla_fsdp_in_part(const hyla_config *cfg, const hyla_param *p, int layer0, int layer1)
 {
+    /* the layer p belongs to: a trunk layer, the MTP head's layer j as n_layers + j, else -1 */
+    int64_t layer = p->layer >= 0 ? p->layer : p->mtp && p->role < HYLA_P_MTP_FC ? cfg->n_layers + p->mtp - 1 : -1;
     if (layer0 >= 0)
-        return p->layer >= layer0 && p->layer <= layer1;
-    if (p->layer >= 0)
+        return layer >= layer0 && layer <= layer1;
+    if (layer >= 0)
         return 0;
-    if (layer0 == HYLA_WEIGHTS_EMBED)
+    int lm_head = p->role == HYLA_P_LM_HEAD || (p->role == HYLA_P_EMBED && cfg->tie_word_embeddings);
+    switch (layer0) {
+    case HYLA_WEIGHTS_EMBED:
         return p->role == HYLA_P_EMBED;
-    /* the head: final norm and lm_head (tied: the embedding is the lm_head) */
-    return p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_LM_HEAD || (p->role == HYLA_P_EMBED && cfg->tie_word_embeddings);
+    case HYLA_WEIGHTS_MTP_IN: /* [norm_e(embed(next)) ; norm_h(final_norm(h))] -> fc */
+        return p->role == HYLA_P_FINAL_NORM || p->role == HYLA_P_EMBED || p->role == HYLA_P_MTP_FC ||
+               p->role == HYLA_P_MTP_NORM_EMB || p->role == HYLA_P_MTP_NORM_HIDDEN;
+    case HYLA_WEIGHTS_MTP_OUT:
+        return p->role == HYLA_P_MTP_NORM || lm_head;
+    default: /* the head: final norm and lm_head (tied: the embedding is the lm_head) */
+        return p->role == HYLA_P_FINAL_NORM || lm_head;
+    }
 }

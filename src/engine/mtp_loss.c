@@ -64,6 +64,7 @@ void hyla_mtp_loss_forward(hyla_executor *ex, const int32_t *tokens)
     float *joined = hyla_executor_alloc(ex, &ex->work, n * 2 * H, 0);
     float *scratch = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16_scratch_floats(cfg, n), 0) : NULL;
     hyla_op_ctx c = fc_ctx(ex, NULL, scratch);
+    hyla_executor_acquire_weights(ex, HYLA_WEIGHTS_MTP_IN, HYLA_WEIGHTS_MTP_IN);
     if (!ex->dry) {
         hyla_rmsnorm1p_fwd(ex->mtp_hidden, NULL, ex->tapes[N - 1].p[HYLA_S_Y], hyla_model_param(ex->m, HYLA_P_FINAL_NORM, -1),
                            n, H, (float)cfg->rms_norm_eps);
@@ -77,6 +78,7 @@ void hyla_mtp_loss_forward(hyla_executor *ex, const int32_t *tokens)
         if (ex->bf16_kept[N].p[HYLA_S_X])
             hyla_bf16_pack(ex->bf16_kept[N].p[HYLA_S_X], x, n * H);
     }
+    hyla_executor_release_weights(ex, HYLA_WEIGHTS_MTP_IN, HYLA_WEIGHTS_MTP_IN);
     hyla_arena_reset_to(&ex->work, mark);
     ex->tapes[N].p[HYLA_S_X] = x;
     hyla_offload_write(ex, N, HYLA_S_X);
@@ -91,7 +93,9 @@ int hyla_mtp_loss_backward(hyla_executor *ex, const int32_t *tokens, float *grad
     float eps = (float)cfg->rms_norm_eps;
     hyla_head_args a = {HYLA_P_MTP_NORM, ex->tapes[N].p[HYLA_S_Y], ex->mtp_labels, ex->mtp_scale, ex->dcarry[0], NULL};
     size_t head_mark = hyla_arena_mark(&ex->work);
+    hyla_executor_acquire_weights(ex, HYLA_WEIGHTS_MTP_OUT, HYLA_WEIGHTS_MTP_OUT);
     hyla_head_pass(ex, &a, grads, NULL, &loss->mtp_sum, &loss->mtp_count);
+    hyla_executor_release_weights(ex, HYLA_WEIGHTS_MTP_OUT, HYLA_WEIGHTS_MTP_OUT);
     hyla_arena_reset_to(&ex->work, head_mark);
     if (!grads)
         return HYLA_OK;
@@ -113,6 +117,7 @@ int hyla_mtp_loss_backward(hyla_executor *ex, const int32_t *tokens, float *grad
     int bf16 = hyla_executor_bf16_compute(ex);
     float *scratch = bf16 ? hyla_executor_alloc(ex, &ex->work, hyla_bf16_scratch_floats(cfg, n), 0) : NULL;
     hyla_op_ctx c = fc_ctx(ex, grads, scratch);
+    hyla_executor_acquire_weights(ex, HYLA_WEIGHTS_MTP_IN, HYLA_WEIGHTS_MTP_IN);
     if (!ex->dry) {
         inputs_and_targets(ex, tokens, next, 0); /* the same next tokens as the forward */
         hyla_mtp_join_inputs(ex->m, joined, next, ex->mtp_hidden, ex->n);
@@ -136,6 +141,7 @@ int hyla_mtp_loss_backward(hyla_executor *ex, const int32_t *tokens, float *grad
                 row[j] += de[i * H + j];
         }
     }
+    hyla_executor_release_weights(ex, HYLA_WEIGHTS_MTP_IN, HYLA_WEIGHTS_MTP_IN);
     hyla_arena_reset_to(&ex->work, mark);
     return HYLA_OK;
 }

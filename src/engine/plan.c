@@ -54,7 +54,8 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
         for (int k = 0; k < n_parts; k++)
             if (hyla_fsdp_in_part(&m->cfg, p, parts[k][0], parts[k][1]))
                 bytes[k] += b, floats[k] += span, sent[k] += (double)piece_of(t, i, N, R);
-        scatter_floats += (double)(p->numel - piece_of(t, i, N, R));
+        if (!p->mtp || pc->mtp) /* (the MTP head without the MTP loss: frozen, not reduced) */
+            scatter_floats += (double)(p->numel - piece_of(t, i, N, R));
     }
     double most = 0, window = 0, gather_floats = 0;
     int backward = 0; /* past the head: the units' backward parts */

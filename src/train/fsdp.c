@@ -104,13 +104,16 @@ static void release(void *ctx, int l0, int l1)
         f->kept = f->next - 1;
         return;
     }
+    int n = f->next < f->n_parts ? f->next : -1; /* acquired next (its gather may be in flight already) */
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
         if (in_part(f, p, l0, l1)) {
+            f->gathered -= gathered_bytes_of(f, p);
+            if (n >= 0 && in_part(f, p, f->parts[n][0], f->parts[n][1]))
+                continue; /* in the next part too (the MTP head's input stage, then the head): stays */
             hyla_model_release_pages(f->m->w + p->offset, hyla_param_span(p) * sizeof(float));
             if (f->m->w16 && hyla_role_is_matrix(p->role))
                 hyla_model_release_pages(f->m->w16 + p->offset, hyla_param_span(p) * sizeof(uint16_t));
-            f->gathered -= gathered_bytes_of(f, p);
         }
     }
 }
@@ -247,7 +250,7 @@ int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first)
 {
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
-        if (p->layer < 0 && !p->mtp) /* (the MTP head: frozen, no gradient, under FSDP) */
+        if (p->layer < 0 && (f->mtp || !p->mtp)) /* (the MTP head without the MTP loss: frozen, no gradient) */
             HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, head + hyla_grad_head_index(f->ex, p->offset),
                                                piece_grad(f, i), first, f->stage));
     }
@@ -258,8 +261,8 @@ int hyla_fsdp_update(hyla_fsdp *f, hyla_adamw *opt, int layer0, int layer1)
 {
     for (int i = 0; i < f->shard.n_params; i++) {
         const hyla_param *p = &f->shard.params[i];
-        if (layer0 < 0 ? p->layer >= 0 || p->mtp : p->layer < layer0 || p->layer > layer1)
-            continue; /* (the MTP head: frozen under FSDP) */
+        if (layer0 < 0 ? p->layer >= 0 : p->layer < layer0 || p->layer > layer1)
+            continue; /* (the head's: the MTP head's too, which the optimizer skips when frozen) */
         const float *g = piece_grad(f, i);
         hyla_grad_sumsq_add(&f->sumsq, g, p->numel); /* the norm, as whole-step updates sum it */
         double unused = 0.0;

@@ -48,6 +48,7 @@ typedef struct {
     float *grad;                /* the step's summed gradient pieces: [shard.total_floats]; per-layer
                                  * updates: the head's pieces (compact) + one unit's (piece_grad) */
     int per_layer;              /* update each unit's pieces as soon as they are summed (accum 1, no clip) */
+    int mtp;                    /* the MTP loss trains the MTP head: its gradients are summed (else frozen) */
     size_t head_pieces;         /* floats of the non-layer parameters' pieces (compact) */
     size_t grad_floats;         /* floats of grad */
     float *stage;               /* [hyla_shard_comm_floats] reduce-scatter staging */

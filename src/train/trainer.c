@@ -101,10 +101,9 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: %s", ranks < 2 ? "needs more than one rank (mpirun -np N)"
                               : "LoRA trains a small adapter: use shard none");
     int mtp = cfg->mtp_weight > 0 || cfg->mtp_only;
-    if (mtp && (cfg->fsdp || model->cfg.n_mtp_layers < 1))
-        return hyla_error_set(HYLA_ERR_ARG, "the MTP loss: %s", model->cfg.n_mtp_layers < 1
-                              ? "the model has no MTP head (no mtp.* tensors; hyla init --mtp-layers 1 makes one)"
-                              : "not built yet with shard fsdp (use --mtp-loss-weight 0, or --shard none across ranks)");
+    if (mtp && model->cfg.n_mtp_layers < 1)
+        return hyla_error_set(HYLA_ERR_ARG, "the MTP loss: the model has no MTP head (no mtp.* tensors; hyla init "
+                              "--mtp-layers 1 makes one)");
     if (cfg->mtp_only && model->lora) { /* the head's adapters alone: some must exist */
         int any = 0;
         for (int i = 0; i < model->lora->table.n_params && !any; i++)
@@ -136,6 +135,7 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model, &tr->ex, cfg->update_per_layer, !cfg->no_prefetch)) ==
             HYLA_OK) {
         tr->fsdp.ex = &tr->ex;
+        tr->fsdp.mtp = mtp;
         tr->ex.weights = &tr->fsdp.source;
     }
     /* replicated: the ordered sum, unless the one micro-batch's gradient is the step's */
