@@ -19,12 +19,12 @@ ifeq ($(HYLA_GEMM),openblas)
   LDLIBS += -lopenblas
 endif
 
-# MPI (OpenMPI) is linked into the binary only: its communicator (src/dist/comm_mpi.c) is the one
+# MPI (OpenMPI) is linked into the binary only: its communicator (src/parallel/comm_mpi.c) is the one
 # library-folder file built into the binary, so libhyla and its users need no MPI.
 MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
 MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null || echo -lmpi)
-MPI_SRC  := src/dist/comm_mpi.c
-LIB_SRC  := $(filter-out $(MPI_SRC),$(sort $(wildcard src/core/*.c src/io/*.c src/dist/*.c src/ops/*.c src/model/*.c \
+MPI_SRC  := src/parallel/comm_mpi.c
+LIB_SRC  := $(filter-out $(MPI_SRC),$(sort $(wildcard src/core/*.c src/io/*.c src/parallel/*.c src/ops/*.c src/model/*.c \
               src/engine/*.c src/train/*.c src/infer/*.c src/api/*.c)))
 CLI_SRC  := $(sort $(wildcard src/cli/*.c src/serve/*.c)) $(MPI_SRC)   # the server is part of the binary, not the library
 TEST_SRC := $(sort $(wildcard tests/*.c))

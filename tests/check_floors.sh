@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The architecture's floors (README, Architecture): a file may include its own folder and the
 # folders below it, never one above it or a sibling on its floor.
-#   core < {io, dist} < ops < model < engine < {train, infer} < {api, serve} < cli
+#   core < {io, parallel} < ops < model < engine < {train, infer} < {api, serve} < cli
 set -uo pipefail
 cd "$(dirname "$0")/.."
-declare -A floor=([core]=0 [io]=1 [dist]=1 [ops]=2 [model]=3 [engine]=4 [train]=5 [infer]=5 [api]=6 [serve]=6 [cli]=7)
+declare -A floor=([core]=0 [io]=1 [parallel]=1 [ops]=2 [model]=3 [engine]=4 [train]=5 [infer]=5 [api]=6 [serve]=6 [cli]=7)
 bad=0
 for f in src/*/*.[ch]; do
     dir=$(basename "$(dirname "$f")")

@@ -21,7 +21,7 @@
  *
  * Built with -DHYLA_TEST_MPI (build/mpi/test_train_mpi, run by tests/mpi/mpi_cli_test.sh under
  * mpirun -np 2) it runs check 1 data parallel, shard none and then fsdp: the reference's batch rows split over the ranks
- * (rank r runs row r as its micro-batch), the gradient summed over ranks (dist/grad_reduce.h).
+ * (rank r runs row r as its micro-batch), the gradient summed over ranks (parallel/grad_reduce.h).
  * The split changes only the order of fp32 sums, and the perturbed second run is split alike,
  * so the same measured tolerances apply. */
 #include <cjson/cJSON.h>
@@ -47,7 +47,7 @@
 #include "check.h"
 
 #ifdef HYLA_TEST_MPI
-#include "dist/comm_mpi.h"
+#include "parallel/comm_mpi.h"
 static hyla_comm *test_comm;
 static int test_fsdp; /* shard none, then fsdp */
 #endif

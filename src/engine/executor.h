@@ -241,7 +241,7 @@ size_t hyla_grad_head_floats(const hyla_param_table *t);
  * updates set up). */
 size_t hyla_grad_head_index(const hyla_executor *ex, size_t offset);
 size_t hyla_executor_window_floats(const hyla_executor *ex);
-/* FSDP (train/fsdp.h): floats of rank `rank`'s pieces (dist/shard.h) of the non-layer parameters
+/* FSDP (train/fsdp.h): floats of rank `rank`'s pieces (parallel/shard.h) of the non-layer parameters
  * and of the largest unit's layers; and of its gradient pieces as the trainer allocates them
  * (every piece, or with per-layer updates the head's and the largest unit's; hyla plan alike). */
 void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, size_t *head,

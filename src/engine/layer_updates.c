@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "core/error.h"
-#include "dist/shard.h"
+#include "parallel/shard.h"
 #include "engine/executor.h"
 
 int hyla_layer_ranges(const hyla_param_table *t, size_t *lo, size_t *hi)

@@ -5,9 +5,9 @@
 
 #include "core/error.h"
 #include "core/exact_sum.h"
-#include "dist/grad_reduce.h"
-#include "dist/shard.h"
-#include "dist/shard_comm.h"
+#include "parallel/grad_reduce.h"
+#include "parallel/shard.h"
+#include "parallel/shard_comm.h"
 #include "model/lora.h"
 
 /* Floats of rank r's piece of parameter i. */

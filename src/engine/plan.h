@@ -41,7 +41,7 @@ typedef struct {
     double param_bytes, opt_bytes, batch_bytes, argument_bytes;           /* per device */
     double checkpoint_bytes, work_bytes, staging_bytes, carry_bytes, grad_bytes, gathered_bytes, temp_bytes;
     double reduce_bytes;            /* shard none with devices > 1 or accum > 1: the ordered gradient sum's
-                                     * shard and exchange windows (dist/grad_reduce.h; part of temp) */
+                                     * shard and exchange windows (parallel/grad_reduce.h; part of temp) */
     int64_t experts_per_group;      /* routed experts FSDP holds whole at once (all of a layer's without groups) */
     double comm_bytes;              /* bytes one device sends per step (FSDP: device pc->rank) */
     double host_bytes;              /* offloaded checkpoints in the host tier */

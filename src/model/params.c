@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/error.h"
-#include "dist/shard.h"
+#include "parallel/shard.h"
 
 static const char *const role_names[HYLA_P__COUNT] = {
     "embed", "final_norm", "lm_head", "input_norm", "post_norm",

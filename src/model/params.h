@@ -96,7 +96,7 @@ typedef struct {
 } hyla_param_table;
 
 int hyla_params_build(hyla_param_table *t, const hyla_config *cfg, const hyla_layout *layout);
-/* FSDP: floats of rank `rank`'s pieces (dist/shard.h) of every parameter, each padded like the
+/* FSDP: floats of rank `rank`'s pieces (parallel/shard.h) of every parameter, each padded like the
  * table's; what the trainer allocates for the weights, the gradient and each moment (train/fsdp.h)
  * and what hyla plan sizes them by. */
 size_t hyla_params_shard_floats(const hyla_param_table *t, int ranks, int rank);

@@ -9,8 +9,8 @@
 #include "core/arena.h"
 #include "core/error.h"
 #include "core/profile.h"
-#include "dist/shard.h"
-#include "dist/shard_comm.h"
+#include "parallel/shard.h"
+#include "parallel/shard_comm.h"
 
 static int in_part(const hyla_fsdp *f, const hyla_param *p, int l0, int l1)
 {

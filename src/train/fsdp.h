@@ -1,5 +1,5 @@
 /* FSDP across the ranks of a communicator (shard fsdp): every rank owns one piece of every
- * parameter (dist/shard.h) and keeps only the pieces of the fp32 weights, of the step's summed
+ * parameter (parallel/shard.h) and keeps only the pieces of the fp32 weights, of the step's summed
  * gradient and (in the trainer's optimizer) of the AdamW moments.
  *
  * Weights. The model's weight arena is an anonymous mapping whose pages are resident only while
@@ -19,7 +19,7 @@
  * Gradients. The executor writes one remat unit's layer gradients into a window and the
  * non-layer ones into a compact head (hyla_layer_updates); as soon as a unit's gradients are
  * complete each rank reduce-scatters them: the owner of every piece adds the ranks' copies in
- * rank order (dist/shard_comm.h), so the sum is in micro-batch order, as one process adds them.
+ * rank order (parallel/shard_comm.h), so the sum is in micro-batch order, as one process adds them.
  * The head is reduce-scattered after the micro-batch.
  *
  * Update. The global norm sums fixed blocks of squares exactly (train/optimizer.h): each owner
@@ -32,8 +32,8 @@
 #include <stdint.h>
 
 #include "core/exact_sum.h"
-#include "dist/comm.h"
-#include "dist/shard_comm.h"
+#include "parallel/comm.h"
+#include "parallel/shard_comm.h"
 #include "engine/executor.h"
 #include "model/model.h"
 #include "train/optimizer.h"

@@ -11,7 +11,7 @@
 #include "core/finite.h"
 #include "core/pages.h"
 #include "core/parallel.h"
-#include "dist/shard.h"
+#include "parallel/shard.h"
 #include "model/model.h"
 
 int hyla_adamw_init(hyla_adamw *opt, const hyla_adamw_config *cfg, size_t n_floats)

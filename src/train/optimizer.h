@@ -37,7 +37,7 @@ void hyla_adamw_free(hyla_adamw *opt);
 
 /* Global L2 norm of the gradients over every parameter of the table (each parameter once), in a
  * form sharding reproduces bit for bit: each parameter is cut into blocks of HYLA_SHARD_ALIGN
- * elements (dist/shard.h; a shard piece holds whole blocks), a block's squares are summed in
+ * elements (parallel/shard.h; a shard piece holds whole blocks), a block's squares are summed in
  * element order in double, and the block sums are added exactly (core/exact_sum.h), so pieces
  * summed on their owners and merged give the same value. */
 double hyla_grad_norm(const hyla_param_table *t, const float *grads);

@@ -3,7 +3,7 @@
  * Data parallel (cfg.comm of N > 1 ranks): a step is N x accum micro-batches; every rank is
  * handed all of them (tokens [N * accum, batch, seq]) and runs global micro-batch g when
  * g mod N == its rank. The step's gradient is the sum of the micro-batch gradients in g order
- * (dist/grad_reduce.h), so N ranks with --accum A give bit for bit what one process with
+ * (parallel/grad_reduce.h), so N ranks with --accum A give bit for bit what one process with
  * --accum N*A gives; every rank then holds the whole gradient and applies the same update
  * (replicated weights and moments: shard "none"). With cfg.fsdp every rank keeps only its
  * pieces of the weights, the summed gradient and the moments (train/fsdp.h); the result is the
@@ -19,8 +19,8 @@
 #include <stdint.h>
 
 #include "model/model.h"
-#include "dist/comm.h"
-#include "dist/grad_reduce.h"
+#include "parallel/comm.h"
+#include "parallel/grad_reduce.h"
 #include "engine/executor.h"
 #include "train/fsdp.h"
 #include "train/optimizer.h"

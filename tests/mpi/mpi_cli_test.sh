@@ -2,8 +2,8 @@
 # Training across processes (mpirun), shard none (replicated) and fsdp (pieces):
 #   - bit-identical to one process: `mpirun -np N train --accum A` gives the same losses, grad norms,
 #     weights and AdamW moments, bit for bit, as one process with --accum N*A (the step's gradient is
-#     summed in micro-batch order whatever the rank count: src/dist/grad_reduce.h,
-#     src/dist/shard_comm.h; the norm sums fixed blocks exactly: core/exact_sum.h), for N = 2 and
+#     summed in micro-batch order whatever the rank count: src/parallel/grad_reduce.h,
+#     src/parallel/shard_comm.h; the norm sums fixed blocks exactly: core/exact_sum.h), for N = 2 and
 #     4, both shardings, every remat policy (offloading ones included), layer / block / part units,
 #     packed documents, bf16 compute, per-layer updates and no prefetch (fsdp), (shard none) LoRA,
 #     and FSDP on every oracle model layout. Every run is --threads 1 (the default under mpirun):

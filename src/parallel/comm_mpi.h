@@ -3,7 +3,7 @@
 #ifndef HYLA_DIST_COMM_MPI_H
 #define HYLA_DIST_COMM_MPI_H
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 /* Launched by mpirun (its environment says so): MPI_Init and the world communicator. Otherwise
  * hyla_comm_self(), and MPI is never initialised. */

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #define HYLA_REDUCE_PART ((size_t)1 << 18) /* floats per owner per window (1 MiB) */
 

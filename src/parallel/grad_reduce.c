@@ -1,5 +1,5 @@
 /* Ordered gradient reduction over ranks (see grad_reduce.h for the order and the layout). */
-#include "dist/grad_reduce.h"
+#include "parallel/grad_reduce.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* The one-process communicator: every collective over one rank is a copy (or nothing). */
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #define HYLA_AGREE_MAX 8
 

@@ -1,18 +1,18 @@
-/* FSDP's two collectives on one tensor in the shard layout (dist/shard.h), in pieces of at most
+/* FSDP's two collectives on one tensor in the shard layout (parallel/shard.h), in pieces of at most
  * HYLA_SHARD_STEP elements per rank per call, so no call and no buffer grows with the tensor:
  *
  *  gather:         full[0..n) on every rank from each rank's piece (allgatherv straight into
  *                  full: exact data movement, no staging);
  *  reduce-scatter: each rank holds a whole gradient g[0..n); the owner of every piece adds the
  *                  ranks' copies of it in rank order (acc = first ? g_0 : acc + g_0, then + g_1,
- *                  ...), the order one process adds micro-batches in (dist/grad_reduce.h).
+ *                  ...), the order one process adds micro-batches in (parallel/grad_reduce.h).
  *                  Staging: HYLA_SHARD_STEP x ranks floats (hyla_shard_comm_floats). */
 #ifndef HYLA_DIST_SHARD_COMM_H
 #define HYLA_DIST_SHARD_COMM_H
 
 #include <stdint.h>
 
-#include "dist/comm.h"
+#include "parallel/comm.h"
 
 #define HYLA_SHARD_STEP ((int64_t)1 << 18) /* elements per rank per call (1 MiB of fp32) */
 

@@ -1,11 +1,11 @@
 /* FSDP's gather and ordered reduce-scatter of one tensor (see shard_comm.h). */
-#include "dist/shard_comm.h"
+#include "parallel/shard_comm.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
-#include "dist/shard.h"
+#include "parallel/shard.h"
 
 int64_t hyla_shard_comm_floats(int ranks) { return HYLA_SHARD_STEP * (int64_t)ranks; }
 

@@ -1,7 +1,7 @@
 /* The MPI communicator: hyla's four collectives on MPI_COMM_WORLD, bytes only (MPI_BYTE), so no
  * MPI reduction and no MPI datatype conversion touches the data. Errors return (MPI_ERRORS_RETURN)
  * as hyla errors naming the collective; the caller aborts the job. */
-#include "dist/comm_mpi.h"
+#include "parallel/comm_mpi.h"
 
 #include <limits.h>
 #include <mpi.h>

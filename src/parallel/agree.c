@@ -1,5 +1,5 @@
 /* Ranks agree on the job (see agree.h). */
-#include "dist/agree.h"
+#include "parallel/agree.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,9 +1,9 @@
 /* The seam between training and whatever moves bytes between processes: a communicator of
  * `size` ranks with the collectives hyla uses. Only data movement crosses it; every sum
- * over ranks is done by hyla itself in a fixed order (dist/grad_reduce.h), because MPI's own
+ * over ranks is done by hyla itself in a fixed order (parallel/grad_reduce.h), because MPI's own
  * reductions do not promise one.
  *
- * Backends: hyla_comm_self() (one process, in this library) and the MPI one (dist/comm_mpi.c,
+ * Backends: hyla_comm_self() (one process, in this library) and the MPI one (parallel/comm_mpi.c,
  * linked into the hyla binary only, so the library and its users need no MPI). A backend for
  * another transport (NCCL between GPUs, say) fills the same table.
  *
