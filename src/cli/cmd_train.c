@@ -19,7 +19,9 @@
 #include "model/presets.h"
 #include "engine/routing.h"
 #include "engine/auto_policy.h"
+#include "model/pieces.h"
 #include "train/checkpoint.h"
+#include "train/checkpoint_pieces.h"
 #include "train/data.h"
 #include "train/eval.h"
 #include "engine/plan_svg.h"
@@ -29,6 +31,8 @@
 
 static int open_model(const train_args *a, hyla_model *m)
 {
+    if (a->resume && !a->adapter_resume && hyla_pieces_is_dir(a->resume)) /* its tensors at resume_state */
+        return hyla_model_load_pieces(m, a->resume, 0);
     if (a->resume && !a->adapter_resume)
         return hyla_checkpoint_load_model(a->resume, m);
     if (a->model) /* --param-dtype bf16 (LoRA): the matrices straight into bf16, never an fp32 copy */
@@ -308,6 +312,8 @@ static int save_checkpoint(const train_args *a, hyla_comm *comm, hyla_trainer *t
     if (!tr->sharded)
         return comm->rank ? HYLA_OK : use_lora ? hyla_checkpoint_save_adapter(a->save, lora, &m->table, &tr->opt, state, a->model)
                                                : hyla_checkpoint_save(a->save, m, &tr->opt, state);
+    if (a->save_sharded) /* every rank its own pieces, in parallel */
+        return hyla_checkpoint_save_pieces(a->save, comm, m, &tr->fsdp, &tr->opt, state);
     /* FSDP: rank 0 writes, every rank gathers one part at a time as it asks (train/fsdp.h); the
      * whole-table moments are mappings holding only the part in */
     size_t bytes = m->table.total_floats * sizeof(float);
@@ -338,6 +344,8 @@ static int resume_state(const train_args *a, hyla_trainer *tr, hyla_model *m, hy
 {
     if (use_lora)
         return hyla_checkpoint_load_adapter_state(a->resume, lora, &tr->opt, state);
+    if (m->pieces) /* a sharded checkpoint: what this rank keeps, read from the pieces that hold it */
+        return hyla_checkpoint_resume_pieces(a->resume, m, tr->sharded ? &tr->fsdp : NULL, &tr->opt, state);
     if (!tr->sharded)
         return hyla_checkpoint_load_state(a->resume, m, &tr->opt, state);
     hyla_adamw full;
@@ -644,6 +652,9 @@ int hyla_cmd_train(int argc, char **argv)
         {"--save", OPT_STRING, &a.save, "DIR", "checkpoint directory (written at the end and every --save-every); for "
          "LoRA, a PEFT adapter directory", 0, 0},
         {"--save-every", OPT_INT, &a.save_every, "N", "also checkpoint every N steps", 0, INT64_MAX},
+        {"--save-sharded", OPT_FLAG, &a.save_sharded, NULL, "with --shard fsdp: every rank writes its own pieces of the "
+         "weights and moments in parallel (pieces/ + hyla-pieces.json); resumes on any rank count, hyla convert "
+         "consolidates it", 0, 0},
         {"--log-json", OPT_STRING, &a.log_json, "FILE", "one JSON object per step", 0, 0},
         {"--svg", OPT_STRING, &a.svg, "FILE", "write the measured memory timeline of the last step as SVG", 0, 0},
         {"--replay-routing", OPT_STRING, &a.replay, "FILE", "force these experts (HYLAROU1, e.g. from hyla generate "
@@ -768,6 +779,11 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
     a.fsdp = a.shard ? !strcmp(a.shard, "fsdp") : comm->size > 1; /* the default over several ranks: fsdp */
     if (a.fsdp && comm->size == 1) {
         fprintf(stderr, "hyla train: --shard fsdp: sharding needs more than one process (launch with mpirun -np N)\n");
+        return 2;
+    }
+    if (a.save_sharded && (!a.fsdp || frozen_base)) {
+        fprintf(stderr, "hyla train: --save-sharded: %s\n", frozen_base ? "a LoRA checkpoint is the small adapter: "
+                "drop --save-sharded" : "every FSDP rank writes its own pieces: it needs --shard fsdp under mpirun -np N");
         return 2;
     }
     hyla_cli_set_threads(a.threads ? a.threads : comm->size > 1 ? 1 : 0);

@@ -18,6 +18,7 @@
 #include "io/fileio.h"
 #include "io/gguf_read.h"
 #include "io/outdir.h"
+#include "model/pieces.h"
 
 /* The fp32 arena is a zero-filled anonymous mapping: pages never written (the matrix
  * parameters of a bf16-weights model) are never resident. */
@@ -234,6 +235,13 @@ static int model_load(hyla_model *m, const char *dir, int bf16_weights)
     if (hyla_is_gguf_path(dir))
         return hyla_error_set(HYLA_ERR_ARG, "%s: a GGUF file is a model for inference (forward, generate, serve, "
                               "eval); for this, convert it to a directory first: hyla convert %s DIR", dir, dir);
+    if (hyla_pieces_is_dir(dir)) { /* a sharded checkpoint: every rank's pieces read back into whole tensors */
+        HYLA_TRY(hyla_model_load_pieces(m, dir, 1));
+        int st = bf16_weights ? hyla_model_set_compute_bf16(m, 1) : HYLA_OK;
+        if (st != HYLA_OK)
+            hyla_model_free(m);
+        return st;
+    }
     char path[4096];
     HYLA_TRY(hyla_path_join(path, sizeof path, dir, "config.json"));
     size_t len;
@@ -311,6 +319,7 @@ void hyla_model_free(hyla_model *m)
         hyla_st_close(m->carried_set);
     free(m->carried_set);
     free(m->carried);
+    hyla_pieces_close(m->pieces);
     memset(m, 0, sizeof *m);
 }
 
@@ -343,19 +352,28 @@ static void init_param(float *w, const hyla_param *p, const hyla_config *cfg, hy
     }
 }
 
-int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, uint64_t seed,
-                    hyla_dtype dtype)
+int hyla_model_init_empty(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, hyla_dtype dtype,
+                          int huge_pages)
 {
     memset(m, 0, sizeof *m);
     m->cfg = *cfg;
     hyla_schedule_build(&m->sched, cfg);
     int st = hyla_params_build(&m->table, cfg, layout);
     if (st == HYLA_OK)
-        st = alloc_weights(m, 1);
+        st = alloc_weights(m, huge_pages);
     if (st) {
         hyla_model_free(m);
         return st;
     }
+    memset(m->hf_dtype, (int)dtype, m->table.n_hf);
+    memset(m->param_dtype, (int)dtype, (size_t)m->table.n_params);
+    return HYLA_OK;
+}
+
+int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, uint64_t seed,
+                    hyla_dtype dtype)
+{
+    HYLA_TRY(hyla_model_init_empty(m, cfg, layout, dtype, 1));
     hyla_rng rng;
     hyla_rng_seed(&rng, seed);
     for (int i = 0; i < m->table.n_params; i++) {
@@ -371,8 +389,6 @@ int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *la
             }
         }
     }
-    memset(m->hf_dtype, (int)dtype, m->table.n_hf);
-    memset(m->param_dtype, (int)dtype, (size_t)m->table.n_params);
     return HYLA_OK;
 }
 
@@ -462,7 +478,8 @@ static int write_config(const hyla_model *m, const char *path, const unsigned ch
  * (stale after training or conversion), temporaries and hidden files. */
 static int is_companion_file(const char *name)
 {
-    static const char *const own[] = {"config.json", "model.safetensors.index.json", HYLA_OUTDIR_MARKER, "trainer_state.json"};
+    static const char *const own[] = {"config.json", "model.safetensors.index.json", HYLA_OUTDIR_MARKER, "trainer_state.json",
+                                      HYLA_PIECES_INDEX};
     static const char *const weight_ext[] = {".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt"};
     if (name[0] == '.' || strstr(name, ".tmp."))
         return 0;
@@ -513,7 +530,9 @@ void hyla_model_set_save_dtype(hyla_model *m, hyla_dtype dtype)
     memset(m->param_dtype, (int)dtype, (size_t)m->table.n_params);
 }
 
-int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes)
+/* The save's files in dir: with `tensors` the safetensors, always config.json and the companions. */
+static int write_files(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes,
+                       int tensors)
 {
     if (!m->matrices_in_w)
         return hyla_error_set(HYLA_ERR_ARG, "%s: a model loaded with bf16 weights only (for inference) is not saved; "
@@ -546,7 +565,7 @@ int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layo
             e->shape[d] = src->shape[d];
     }
     save_ctx ctx = {m, &out, dt};
-    if ((st = hyla_st_write(dir, entries, n_entries, max_shard_bytes, fill_tensor, &ctx)) != HYLA_OK)
+    if (tensors && (st = hyla_st_write(dir, entries, n_entries, max_shard_bytes, fill_tensor, &ctx)) != HYLA_OK)
         goto done;
     char path[4096];
     if ((st = hyla_path_join(path, sizeof path, dir, "config.json")) != HYLA_OK)
@@ -559,6 +578,13 @@ done:
     hyla_params_free(&out);
     return st;
 }
+
+int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes)
+{
+    return write_files(m, dir, layout, max_shard_bytes, 1);
+}
+
+int hyla_model_write_meta(const hyla_model *m, const char *dir) { return write_files(m, dir, NULL, 0, 0); }
 
 int hyla_model_save(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes)
 {

@@ -53,6 +53,10 @@ typedef struct {
      * mapping); w holds the vectors only (matrices_in_w = 0). Owned; NULL otherwise. */
     struct hyla_gguf_file *gguf;
     struct hyla_qmat_s *qw;     /* [table.n_params]; type < 0 rows unused: not a matrix */
+    /* A sharded checkpoint still open (model/pieces.h: hyla_model_load_pieces), owned, or NULL;
+     * the layer its fetch last brought into w (INT32_MIN: none) */
+    struct hyla_pieces_s *pieces;
+    int pieces_layer;
 } hyla_model;
 
 enum { HYLA_FETCH_W = 0, HYLA_FETCH_M = 1, HYLA_FETCH_V = 2 };
@@ -82,6 +86,10 @@ const struct hyla_qmat_s *hyla_model_param_q(const hyla_model *m, hyla_role role
  * bf16 copy of bf16 compute, a GGUF model's stored blocks dequantized). */
 void hyla_model_embed_rows(const hyla_model *m, const int32_t *tokens, int64_t n, float *out);
 
+/* A model of cfg whose weight arena is mapped but untouched (zeros, no memory until written;
+ * huge_pages: every page will be written). Tensors save as `dtype`. */
+int hyla_model_init_empty(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, hyla_dtype dtype,
+                          int huge_pages);
 /* Create a model with spec §6 initialisation (seeded). Tensors save as `dtype`. */
 int hyla_model_init(hyla_model *m, const hyla_config *cfg, const hyla_layout *layout, uint64_t seed,
                     hyla_dtype dtype);
@@ -95,6 +103,8 @@ int hyla_model_save(const hyla_model *m, const char *dir, const hyla_layout *lay
 void hyla_model_set_save_dtype(hyla_model *m, hyla_dtype dtype);
 /* The same files written into the existing directory `dir` (a checkpoint's temporary one). */
 int hyla_model_write_files(const hyla_model *m, const char *dir, const hyla_layout *layout, size_t max_shard_bytes);
+/* ... all but the tensors: config.json (its torch_dtype the save's) and the companion files. */
+int hyla_model_write_meta(const hyla_model *m, const char *dir);
 
 void hyla_model_free(hyla_model *m);
 

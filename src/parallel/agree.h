@@ -1,8 +1,8 @@
 /* Before the first step every rank checks that all ranks run the same job: a 64-bit content hash
  * per item (the flags, the model's weights, the data), gathered from every rank and compared
  * with rank 0's. Collective. */
-#ifndef HYLA_DIST_AGREE_H
-#define HYLA_DIST_AGREE_H
+#ifndef HYLA_PARALLEL_AGREE_H
+#define HYLA_PARALLEL_AGREE_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -10,8 +10,8 @@
  * Every call is collective: all ranks make it, in the same order, with the same sizes. A failing
  * call returns a hyla error code with the message set; the caller then stops the whole job
  * (hyla_comm.abort), since the other ranks are blocked in the same collective. */
-#ifndef HYLA_DIST_COMM_H
-#define HYLA_DIST_COMM_H
+#ifndef HYLA_PARALLEL_COMM_H
+#define HYLA_PARALLEL_COMM_H
 
 #include <stddef.h>
 #include <stdint.h>

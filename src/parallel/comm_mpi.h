@@ -1,7 +1,7 @@
 /* The MPI communicator (OpenMPI). Part of the hyla binary, not of the library: only the CLI
  * links MPI. */
-#ifndef HYLA_DIST_COMM_MPI_H
-#define HYLA_DIST_COMM_MPI_H
+#ifndef HYLA_PARALLEL_COMM_MPI_H
+#define HYLA_PARALLEL_COMM_MPI_H
 
 #include "parallel/comm.h"
 

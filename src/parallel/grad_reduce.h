@@ -13,8 +13,8 @@
  * Memory: the shard (n / N floats, rounded up to whole windows) and two exchange windows of
  * N x part floats, part <= HYLA_REDUCE_PART. Communication per round: (N-1)/N of the gradient
  * out and in per rank, plus the same again for the final allgather (hyla_grad_reducer_gather). */
-#ifndef HYLA_DIST_GRAD_REDUCE_H
-#define HYLA_DIST_GRAD_REDUCE_H
+#ifndef HYLA_PARALLEL_GRAD_REDUCE_H
+#define HYLA_PARALLEL_GRAD_REDUCE_H
 
 #include <stddef.h>
 #include <stdint.h>

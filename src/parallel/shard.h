@@ -6,8 +6,8 @@
  * same order as one process.
  *
  * One source of truth: the trainer allocates by this layout and hyla plan sizes by it. */
-#ifndef HYLA_DIST_SHARD_H
-#define HYLA_DIST_SHARD_H
+#ifndef HYLA_PARALLEL_SHARD_H
+#define HYLA_PARALLEL_SHARD_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -7,8 +7,8 @@
  *                  ranks' copies of it in rank order (acc = first ? g_0 : acc + g_0, then + g_1,
  *                  ...), the order one process adds micro-batches in (parallel/grad_reduce.h).
  *                  Staging: HYLA_SHARD_STEP x ranks floats (hyla_shard_comm_floats). */
-#ifndef HYLA_DIST_SHARD_COMM_H
-#define HYLA_DIST_SHARD_COMM_H
+#ifndef HYLA_PARALLEL_SHARD_COMM_H
+#define HYLA_PARALLEL_SHARD_COMM_H
 
 #include <stdint.h>
 

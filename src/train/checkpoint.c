@@ -251,6 +251,20 @@ int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw 
     return rc;
 }
 
+int hyla_checkpoint_write_state(const char *dir, const hyla_adamw *opt, const hyla_train_state *st)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    return write_state_json(path, opt, st);
+}
+
+int hyla_checkpoint_read_state_opt(const char *dir, hyla_adamw *opt, hyla_train_state *st)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/trainer_state.json", dir);
+    return read_state_json(path, opt, st);
+}
+
 int hyla_checkpoint_read_state(const char *dir, hyla_train_state *st)
 {
     char path[4200];

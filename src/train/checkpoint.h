@@ -35,8 +35,12 @@ int hyla_checkpoint_load(const char *dir, hyla_model *m, hyla_adamw *opt, hyla_t
 /* The model part only (e.g. to size the optimizer before loading its state). */
 int hyla_checkpoint_load_model(const char *dir, hyla_model *m);
 int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw *opt, hyla_train_state *st);
-/* trainer_state.json alone (step, data position, settings), e.g. to restore flags before loading. */
+/* trainer_state.json alone (step, data position, settings), e.g. to restore flags before loading;
+ * _opt: the optimizer's step count into opt too. */
 int hyla_checkpoint_read_state(const char *dir, hyla_train_state *st);
+int hyla_checkpoint_read_state_opt(const char *dir, hyla_adamw *opt, hyla_train_state *st);
+/* DIR/trainer_state.json (a checkpoint's temporary directory). */
+int hyla_checkpoint_write_state(const char *dir, const hyla_adamw *opt, const hyla_train_state *st);
 
 /* LoRA runs: the checkpoint is a PEFT adapter directory (adapter_config.json +
  * adapter_model.safetensors, loadable by PEFT and by --adapter) plus optimizer/model.safetensors

@@ -14,6 +14,9 @@
 #   - resume across rank counts: 10 steps on 2 ranks == 5 on 2 + resume on 1 + 5 == 5 on 2 + resume
 #     on 4 + 5, bit for bit (the step's micro-batch count is kept: --accum follows the ranks); bf16
 #     compute under FSDP resumes exactly (its fp32 masters);
+#   - sharded checkpoints (--save-sharded): 2 ranks' pieces resumed on 1, 2 and 4 ranks == the
+#     straight run, re-saved sharded on 4 ranks, consolidated by hyla convert == the plain
+#     checkpoint's bytes; bf16 + MTP; damaged files; kill -9 of a rank during a sharded save;
 #   - failure: ranks given other flags, another model or other data stop with a clear error on every
 #     rank; a rank that fails stops the job; a LoRA checkpoint resumed on another base model; kill -9
 #     of a rank mid-run stops every rank within seconds and leaves the last complete checkpoint in
@@ -202,6 +205,55 @@ for np in 0 4; do
     fi || { tail -3 "$T/r5.$np/out"; fail "resume on ${np/0/1} rank(s)"; continue; }
     same_run "10 steps on 2 ranks == 5 on 2 + resume on $([ $np -eq 0 ] && echo '1 process (--accum 4)' || echo '4 ranks (--accum 1)') + 5" "$T/r10" "$T/r5.$np"
 done
+# sharded checkpoints (--save-sharded, model/pieces.h): every rank writes its own pieces in
+# parallel; resumed on 1, 2 and 4 ranks == the straight run, bit for bit; hyla convert
+# consolidates one to the plain checkpoint's bytes; a model loads from one directly
+RS=(--model "$T/m" "${DATA[@]}" "${BASE[@]}" --schedule constant --accum 2)
+train "$T/sh4" 2 "${RS[@]}" --steps 4 && train "$T/pl2" 2 "${RS[@]}" --steps 2 && train "$T/sh2" 2 "${RS[@]}" --steps 2 --save-sharded &&
+    [ -f "$T/sh2/ckpt/hyla-pieces.json" ] && [ -f "$T/sh2/ckpt/pieces/rank-00001-of-00002.safetensors" ] &&
+    [ ! -e "$T/sh2/ckpt/model.safetensors" ] && [ ! -e "$T/sh2/ckpt/optimizer" ] &&
+    echo "  ok  --save-sharded: one file of pieces per rank and the index, no whole tensor written" || fail "sharded save"
+for np in 0 2 4; do
+    rm -rf "$T/sh2.$np" && cp -r "$T/sh2" "$T/sh2.$np"
+    if [ $np -eq 0 ]; then
+        "$HYLA" train --resume "$T/sh2.$np/ckpt" --steps 4 --threads 1 --log-json "$T/sh2.$np/log.jsonl" --save "$T/sh2.$np/ckpt" >"$T/sh2.$np/out" 2>&1
+    else
+        "${MPI[@]}" -np $np "$HYLA" train --resume "$T/sh2.$np/ckpt" --steps 4 --log-json "$T/sh2.$np/log.jsonl" --save "$T/sh2.$np/ckpt" >"$T/sh2.$np/out" 2>&1
+    fi || { tail -3 "$T/sh2.$np/out"; fail "sharded resume on ${np/0/1} rank(s)"; continue; }
+    same_run "sharded checkpoint of 2 ranks resumed on $([ $np -eq 0 ] && echo '1 process' || echo "$np ranks") == the straight run, bit for bit" "$T/sh4" "$T/sh2.$np"
+done
+"$HYLA" convert "$T/sh2/ckpt" "$T/sh2.hf" >/dev/null && cmp -s "$T/sh2.hf/model.safetensors" "$T/pl2/ckpt/model.safetensors" &&
+    cmp -s "$T/sh2.hf/config.json" "$T/pl2/ckpt/config.json" && cmp -s "$T/sh2.hf/tokenizer.json" "$T/pl2/ckpt/tokenizer.json" &&
+    echo "  ok  hyla convert of a sharded checkpoint == the plain checkpoint's model.safetensors and config.json, byte for byte" ||
+    fail "convert of a sharded checkpoint"
+"$HYLA" generate "$T/sh2/ckpt" --prompt "And" --max-new 6 >"$T/sh.gen" 2>&1 && "$HYLA" generate "$T/pl2/ckpt" --prompt "And" --max-new 6 >"$T/pl.gen" 2>&1 &&
+    [ "$(head -1 "$T/sh.gen")" = "$(head -1 "$T/pl.gen")" ] && echo "  ok  generate from a sharded checkpoint == from the plain one" ||
+    fail "generate from a sharded checkpoint"
+# ... written sharded again on 4 ranks from 2 ranks' pieces (re-sharded), then consolidated
+rm -rf "$T/sh2.r" && cp -r "$T/sh2" "$T/sh2.r" &&
+    "${MPI[@]}" -np 4 "$HYLA" train --resume "$T/sh2.r/ckpt" --steps 4 --save-sharded --save "$T/sh2.r/ckpt" >"$T/sh2.r/out" 2>&1 &&
+    [ -f "$T/sh2.r/ckpt/pieces/rank-00003-of-00004.safetensors" ] && "$HYLA" convert "$T/sh2.r/ckpt" "$T/sh2.r.hf" >/dev/null &&
+    cmp -s "$T/sh2.r.hf/model.safetensors" "$T/sh4/ckpt/model.safetensors" &&
+    echo "  ok  2 ranks' pieces resumed and saved sharded on 4 ranks, consolidated == the straight run's weights" ||
+    fail "re-sharded save"
+# bf16 compute (the fp32 masters are the pieces) with the MTP loss (the head's pieces too)
+RM=(--model "$T/mm" "${DATA[@]}" "${BASE[@]}" --schedule constant --act-dtype bf16)
+train "$T/shm4" 2 "${RM[@]}" --steps 4 && train "$T/shm2" 2 "${RM[@]}" --steps 2 --save-sharded &&
+    "${MPI[@]}" -np 2 "$HYLA" train --resume "$T/shm2/ckpt" --steps 4 --log-json "$T/shm2/log.jsonl" --save "$T/shm2/ckpt" >"$T/shm2/out2" 2>&1 &&
+    same_run "bf16 compute + MTP loss, fsdp: 4 steps == 2 + sharded save + resume + 2, bit for bit" "$T/shm4" "$T/shm2" ||
+    fail "sharded bf16 + MTP resume"
+# a damaged sharded checkpoint: a clear error naming the file
+cp -r "$T/sh2/ckpt" "$T/shbad1" && truncate -s -100 "$T/shbad1/pieces/rank-00001-of-00002.safetensors"
+expect_error "sharded checkpoint with a truncated rank file" "rank-00001-of-00002.safetensors: .* bytes, the index says" \
+    "$HYLA" train --resume "$T/shbad1" --steps 3 --threads 1
+cp -r "$T/sh2/ckpt" "$T/shbad2" && rm "$T/shbad2/pieces/rank-00000-of-00002.safetensors"
+expect_error "sharded checkpoint missing a rank's file" "rank 0's pieces are missing" "$HYLA" generate "$T/shbad2" --prompt "And"
+cp -r "$T/sh2/ckpt" "$T/shbad3" && sed -i 's/\["layers.0.gdn_qkv", 32768\]/["layers.0.gdn_qkv", 32769]/' "$T/shbad3/hyla-pieces.json"
+expect_error "sharded checkpoint whose index disagrees with config.json" "parameter 2 must be \[\"layers.0.gdn_qkv\", 32768\]" \
+    "$HYLA" convert "$T/shbad3" "$T/shbad3.out"
+[ ! -e "$T/shbad3.out" ] && echo "  ok  ... and nothing written in its place" || fail "convert of a bad sharded checkpoint wrote output"
+expect_error "--save-sharded with one process" "needs --shard fsdp under mpirun" "$HYLA" train --model "$T/m" --synthetic --steps 1 --save-sharded --save "$T/x"
+
 # bf16 compute under FSDP: the fp32 masters are saved beside the moments and taken back as pieces
 R16=(--model "$T/m" "${DATA[@]}" "${BASE[@]}" --steps 4 --save-every 2 --schedule constant --act-dtype bf16)
 train "$T/b4" 2 "${R16[@]}" && train "$T/b2" 2 "${R16[@]}" --steps 2 &&
@@ -303,8 +355,30 @@ else
     sleep 0.5
     left=$(pgrep -fc "hyla train --model $T/m --text" || true)
     [ $rc -ne 0 ] && [ "$left" = 0 ] && "$HYLA" inspect "$T/k" >/dev/null 2>&1 &&
-        "$HYLA" train --resume "$T/k" --steps "$(( $(sed -n 's/.*"step": *\([0-9]*\).*/\1/p' "$T/k/trainer_state.json" | head -1) + 1 ))" --threads 1 >/dev/null 2>&1 &&
+        "$HYLA" train --resume "$T/k" --steps "$(( $(sed -n 's/.*"step":[[:space:]]*\([0-9]*\).*/\1/p' "$T/k/trainer_state.json" | head -1) + 1 ))" --threads 1 >/dev/null 2>&1 &&
         echo "  ok  kill -9 of rank $victim: every rank stopped in ${secs%.*} s (rc $rc); the checkpoint left is complete (it resumes)" ||
         fail "kill -9 of a rank: rc $rc, $left processes left, or the checkpoint does not resume"
+fi
+# ... and of one rank while a sharded save is being written (its file appears in DIR.tmp.PID):
+# nothing is published, the previous sharded checkpoint resumes
+K=(--model "$T/m" --text data/kjv.txt --batch 2 --seq 64 --steps 100000 --save-every 3 --seed 5 --save-sharded)
+"${MPI[@]}" -np 2 "$HYLA" train "${K[@]}" --save "$T/ks" >"$T/kout" 2>"$T/kerr" &
+job=$!
+for _ in $(seq 100); do [ -f "$T/ks/hyla-pieces.json" ] && break; sleep 0.2; done
+victim=$(pgrep -f "hyla train --model $T/m --text data/kjv.txt --batch 2 --seq 64 --steps 100000 --save-every 3" | tail -1)
+for _ in $(seq 20000); do compgen -G "$T/ks.tmp.*" >/dev/null && break; done # the next save has begun
+[ -n "$victim" ] && kill -9 "$victim"
+for _ in $(seq 150); do kill -0 $job 2>/dev/null || break; sleep 0.2; done
+if kill -0 $job 2>/dev/null; then
+    fail "kill -9 during a sharded save: the job still runs after 30 s"; kill -9 $job; pkill -9 -f "hyla train --model $T/m"
+else
+    wait $job; rc=$?
+    sleep 0.5
+    partial=$(compgen -G "$T/ks.tmp.*" | wc -l)
+    step=$(sed -n 's/.*"step":[[:space:]]*\([0-9]*\).*/\1/p' "$T/ks/trainer_state.json" | head -1)
+    [ $rc -ne 0 ] && [ "$partial" -ge 1 ] && [ -n "$step" ] && "${MPI[@]}" -np 2 "$HYLA" train --resume "$T/ks" --steps $((step + 1)) >"$T/kres" 2>&1 &&
+        grep -q "^done: $((step + 1)) steps" "$T/kres" &&
+        echo "  ok  kill -9 of a rank during a sharded save (rc $rc; the partial DIR.tmp.PID left beside, removed by the next save): the previous checkpoint (step $step) resumes" ||
+        { fail "kill -9 during a sharded save: rc $rc, or the checkpoint (step $step) does not resume"; tail -3 "$T/kres"; }
 fi
 [ $fails -eq 0 ]
