@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "core/rss.h"
 #include "parallel/agree.h"
 #include "parallel/comm_mpi.h"
 #include "io/fileio.h"
@@ -35,6 +36,8 @@ static int open_model(const train_args *a, hyla_model *m)
         return hyla_model_load_pieces(m, a->resume, 0);
     if (a->resume && !a->adapter_resume)
         return hyla_checkpoint_load_model(a->resume, m);
+    if (a->model && a->fsdp && !a->lora_rank && !a->adapter) /* FSDP: each rank reads its pieces after setup */
+        return hyla_model_load_deferred(m, a->model);
     if (a->model) /* --param-dtype bf16 (LoRA): the matrices straight into bf16, never an fp32 copy */
         return a->bf16_weights ? hyla_model_load_bf16(m, a->model) : hyla_model_load(m, a->model);
     char *text = NULL;
@@ -198,11 +201,11 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
                "\"activation_bytes\": %zu, \"gradient_bytes\": %zu, \"weight_bytes\": %zu, \"optimizer_bytes\": %zu, "
                "\"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
                "\"copy_hidden_fraction\": %.4f, \"comm_bytes\": %llu, \"comm_seconds\": %.6f, "
-               "\"gather_wait_seconds\": %.6f}\n",
+               "\"gather_wait_seconds\": %.6f, \"peak_rss_bytes\": %zu}\n",
             s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes, hyla_trainer_gradient_bytes(tr),
             hyla_trainer_weight_bytes(tr), 2 * tr->opt.n_floats * sizeof(float),
             (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, train_hidden_fraction(s),
-            (unsigned long long)s->comm_bytes, s->comm_seconds, s->gather_wait_seconds);
+            (unsigned long long)s->comm_bytes, s->comm_seconds, s->gather_wait_seconds, hyla_peak_rss_bytes());
     if (fflush(f) != 0 || ferror(f))
         return hyla_error_set(HYLA_ERR_IO, "%s: write failed at step %lld: %s", path, (long long)step, strerror(errno));
     return HYLA_OK;
@@ -272,14 +275,41 @@ static int open_adapter(const train_args *a, hyla_model *m, hyla_lora *L, int *o
 }
 
 /* Data parallel: before step 1 every rank checks that all run the same job. */
+/* Parameter i's share of model_hash (its fp32 values): so a sharded load hashes the layers as it
+ * reads them and gets the same value. */
+static uint64_t param_hash(const hyla_model *m, int i)
+{
+    const hyla_param *p = &m->table.params[i];
+    return hyla_content_hash(m->w + p->offset, (size_t)p->numel * sizeof(float), 100 + (uint64_t)i);
+}
+
 static uint64_t model_hash(const hyla_model *m)
 {
-    uint64_t h = hyla_content_hash(m->w, m->table.total_floats * sizeof(float), 1);
+    uint64_t h = 0;
+    for (int i = 0; m->matrices_in_w && i < m->table.n_params; i++)
+        h ^= param_hash(m, i);
+    if (!m->matrices_in_w) /* the vectors in w */
+        h ^= hyla_content_hash(m->w, m->table.total_floats * sizeof(float), 1);
     if (m->w16 && !m->matrices_in_w) /* bf16 weights only: the matrices live there */
         h ^= hyla_content_hash(m->w16, m->table.total_floats * sizeof(uint16_t), 6);
     if (m->lora)
         h ^= hyla_content_hash(m->lora->w, m->lora->table.total_floats * sizeof(float), 2);
     return h;
+}
+
+/* FSDP from a model opened deferred (hyla_model_load_deferred): one parameter at a time read
+ * into the arena, hashed, this rank's piece taken and the pages given back; *hash = model_hash
+ * of the whole model. No rank holds more than one tensor beside its pieces (a grouped tensor:
+ * its layer's parameters it fills), less than a step's gathered part. */
+static int load_sharded(hyla_trainer *tr, hyla_model *m, uint64_t *hash)
+{
+    *hash = 0;
+    for (int i = 0; i < m->table.n_params; i++) {
+        HYLA_TRY(hyla_model_load_param(m, i));
+        *hash ^= param_hash(m, i);
+        hyla_fsdp_take_param(&tr->fsdp, i);
+    }
+    return hyla_model_loaded(m);
 }
 
 /* model: model_hash before the trainer took it (FSDP keeps pieces only) */
@@ -432,7 +462,8 @@ static int run(train_args *a, hyla_comm *comm)
     tc.comm = comm;
     tc.fsdp = a->fsdp;
     tc.no_prefetch = a->no_prefetch;
-    uint64_t weights_hash = comm->size > 1 ? model_hash(&m) : 0; /* before FSDP keeps only pieces */
+    int deferred = m.source_set != NULL; /* FSDP's sharded load, after the trainer's setup */
+    uint64_t weights_hash = comm->size > 1 && !deferred ? model_hash(&m) : 0; /* before FSDP keeps only pieces */
     tc.offload_limit = (size_t)limit;
     tc.update_per_layer = a->update_per_layer;
     tc.mtp_weight = a->mtp_loss_weight;
@@ -445,6 +476,8 @@ static int run(train_args *a, hyla_comm *comm)
     memset(&tr, 0, sizeof tr);
     if (rc == HYLA_OK)
         rc = hyla_trainer_init(&tr, &m, &tc);
+    if (rc == HYLA_OK && deferred)
+        rc = load_sharded(&tr, &m, &weights_hash);
     hyla_routing replay = {0, 0, 0, NULL};
     if (rc == HYLA_OK && a->replay && (rc = hyla_routing_read(a->replay, &m.cfg, &replay)) == HYLA_OK &&
         (rc = hyla_trainer_set_replay(&tr, &replay, a->steps)) != HYLA_OK) {

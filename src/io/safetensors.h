@@ -11,6 +11,7 @@
 #ifndef HYLA_IO_SAFETENSORS_H
 #define HYLA_IO_SAFETENSORS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -36,6 +37,9 @@ void hyla_dtype_from_f32(void *dst, const float *src, hyla_dtype dt, size_t n);
 
 #define HYLA_ST_MAX_NDIM 8
 #define HYLA_ST_MAX_HEADER ((size_t)100 << 20) /* header JSON larger than this is rejected */
+#define HYLA_ST_INDEX_NAME "model.safetensors.index.json"
+#define HYLA_ST_SINGLE_NAME "model.safetensors"
+#define HYLA_ST_JSON_MAX_EXACT 9007199254740992.0 /* 2^53: larger JSON numbers may not be exact doubles */
 
 typedef struct {
     char *name;         /* owned by the set (one names block per file) */
@@ -109,5 +113,10 @@ int hyla_st_write(const char *dir, const hyla_st_entry *entries, size_t n, size_
 /* The same, one file DIR/file_name (e.g. adapter_model.safetensors), never sharded. */
 int hyla_st_write_named(const char *dir, const char *file_name, const hyla_st_entry *entries, size_t n,
                         hyla_st_fill_fn fill, void *ctx);
+
+/* Internal to src/io/safetensors*.c: product(shape) * esize (false on overflow); strcmp on
+ * const char * array elements (qsort). */
+bool hyla_st_tensor_nbytes(int ndim, const int64_t *shape, size_t esize, size_t *out);
+int hyla_st_cmp_names(const void *a, const void *b);
 
 #endif

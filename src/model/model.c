@@ -229,7 +229,9 @@ static int keep_carried(hyla_model *m, hyla_st_set *set)
     return HYLA_OK;
 }
 
-static int model_load(hyla_model *m, const char *dir, int bf16_weights)
+/* deferred: check every tensor but load none; the set stays open in m->source_set for
+ * hyla_model_load_layer (FSDP's sharded load). */
+static int model_load(hyla_model *m, const char *dir, int bf16_weights, int deferred)
 {
     memset(m, 0, sizeof *m);
     if (hyla_is_gguf_path(dir))
@@ -269,8 +271,22 @@ static int model_load(hyla_model *m, const char *dir, int bf16_weights)
     hyla_layout layout;
     if ((st = hyla_model_detect_layout(&set, &m->cfg, &layout, dir)) == HYLA_OK &&
         (st = hyla_params_build(&m->table, &m->cfg, &layout)) == HYLA_OK &&
-        (st = alloc_weights(m, !bf16_weights)) == HYLA_OK)
+        (st = alloc_weights(m, !bf16_weights && !deferred)) == HYLA_OK)
         st = check_unexpected(m, &set, dir);
+    if (deferred) { /* every tensor there now; loaded layer by layer later */
+        for (size_t h = 0; st == HYLA_OK && h < m->table.n_hf; h++)
+            if (!hyla_st_find(&set, m->table.hf[h].name))
+                st = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", dir, m->table.hf[h].name);
+        if (st == HYLA_OK && !(m->source_set = malloc(sizeof *m->source_set)))
+            st = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+        if (st == HYLA_OK) {
+            *m->source_set = set;
+            return HYLA_OK;
+        }
+        hyla_st_close(&set);
+        hyla_model_free(m);
+        return st;
+    }
     float *row_buf = NULL;
     if (st == HYLA_OK && bf16_weights) {
         int64_t longest = 1;
@@ -296,8 +312,63 @@ static int model_load(hyla_model *m, const char *dir, int bf16_weights)
     return st;
 }
 
-int hyla_model_load(hyla_model *m, const char *dir) { return model_load(m, dir, 0); }
-int hyla_model_load_bf16(hyla_model *m, const char *dir) { return model_load(m, dir, 1); }
+int hyla_model_load(hyla_model *m, const char *dir) { return model_load(m, dir, 0, 0); }
+int hyla_model_load_bf16(hyla_model *m, const char *dir) { return model_load(m, dir, 1, 0); }
+
+int hyla_model_load_deferred(hyla_model *m, const char *dir)
+{
+    if (hyla_pieces_is_dir(dir))
+        return hyla_model_load_pieces(m, dir, 0);
+    return model_load(m, dir, 0, 1);
+}
+
+/* Does HF tensor ht fill parameter i (some of its rows)? */
+static int feeds(const hyla_param_table *t, const hyla_hf_tensor *ht, int i)
+{
+    if (ht->map == HYLA_HF_ROWS)
+        return ht->param == i;
+    for (int64_t r = 0; r < ht->rows; r++) { /* grouped: rows go to several parameters of its layer */
+        int param;
+        int64_t row;
+        hyla_hf_row_dest(t, ht, r, &param, &row);
+        if (param == i)
+            return 1;
+    }
+    return 0;
+}
+
+int hyla_model_load_param(hyla_model *m, int i)
+{
+    if (m->pieces) { /* a sharded checkpoint's */
+        hyla_pieces_read(m->pieces, HYLA_PIECE_W, i, 0, m->table.params[i].numel, m->w + m->table.params[i].offset);
+        return HYLA_OK;
+    }
+    if (!m->source_set)
+        return hyla_error_set(HYLA_ERR_ARG, "hyla_model_load_param: the model was not opened deferred");
+    for (size_t h = 0; h < m->table.n_hf; h++) {
+        if (m->table.hf[h].layer != m->table.params[i].layer || !feeds(&m->table, &m->table.hf[h], i))
+            continue;
+        const hyla_st_tensor *t = hyla_st_find(m->source_set, m->table.hf[h].name);
+        HYLA_TRY(load_tensor(m, h, t, m->source_dir, NULL));
+        hyla_drop_mapped_pages(t->data, t->nbytes);
+    }
+    return HYLA_OK;
+}
+
+int hyla_model_loaded(hyla_model *m)
+{
+    if (m->pieces) {
+        hyla_model_close_pieces(m);
+        return HYLA_OK;
+    }
+    if (!m->source_set)
+        return HYLA_OK;
+    int st = keep_carried(m, m->source_set);
+    hyla_st_close(m->source_set); /* emptied by keep_carried when it kept the set */
+    free(m->source_set);
+    m->source_set = NULL;
+    return st;
+}
 
 void hyla_model_free(hyla_model *m)
 {
@@ -320,6 +391,9 @@ void hyla_model_free(hyla_model *m)
     free(m->carried_set);
     free(m->carried);
     hyla_pieces_close(m->pieces);
+    if (m->source_set)
+        hyla_st_close(m->source_set);
+    free(m->source_set);
     memset(m, 0, sizeof *m);
 }
 

@@ -57,6 +57,8 @@ typedef struct {
      * the layer its fetch last brought into w (INT32_MIN: none) */
     struct hyla_pieces_s *pieces;
     int pieces_layer;
+    /* Opened deferred (hyla_model_load_deferred): the source's safetensors, still mapped, owned */
+    struct hyla_st_set_s *source_set;
 } hyla_model;
 
 enum { HYLA_FETCH_W = 0, HYLA_FETCH_M = 1, HYLA_FETCH_V = 2 };
@@ -64,6 +66,15 @@ enum { HYLA_FETCH_W = 0, HYLA_FETCH_M = 1, HYLA_FETCH_V = 2 };
 /* Load DIR (config.json + model.safetensors or a sharded index). Checks every tensor: missing,
  * unexpected (mtp.* and model.visual.* are ignored) and mis-shaped tensors are named. */
 int hyla_model_load(hyla_model *m, const char *dir);
+/* FSDP's sharded load: open DIR (a model directory or a sharded checkpoint) and check every
+ * tensor, but read none; w is an untouched mapping. hyla_model_load_param(m, i) then reads the
+ * tensors that fill parameter i into w (a grouped tensor fills its layer's other parameters
+ * too), converting layouts as the load does, so a caller can take its piece and give the pages
+ * back one parameter at a time; hyla_model_loaded closes the source (keeping what a save
+ * carries). */
+int hyla_model_load_deferred(hyla_model *m, const char *dir);
+int hyla_model_load_param(hyla_model *m, int i);
+int hyla_model_loaded(hyla_model *m);
 /* Load for bf16 compute with bf16 weights only: matrix parameters are read into w16 (BF16
  * tensors byte for byte, F32 / F16 ones rounded to nearest even; a value bf16 cannot hold is an
  * error naming the tensor), never into w, so resident weight memory is half of fp32's. For

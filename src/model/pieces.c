@@ -343,9 +343,11 @@ void hyla_pieces_read(const hyla_pieces *pc, int vector, int param, int64_t elem
         int64_t lo, plen;
         hyla_shard_piece(n, pc->ranks, r, &lo, &plen);
         int64_t a = elem0 > lo ? elem0 : lo, b = end < lo + plen ? end : lo + plen;
-        if (b > a)
-            memcpy(dst + (a - elem0), pc->data[((size_t)vector * pc->n_params + param) * pc->ranks + r] + (a - lo),
-                   (size_t)(b - a) * sizeof(float));
+        if (b > a) {
+            const float *src = pc->data[((size_t)vector * pc->n_params + param) * pc->ranks + r] + (a - lo);
+            memcpy(dst + (a - elem0), src, (size_t)(b - a) * sizeof(float));
+            hyla_drop_mapped_pages(src, (size_t)(b - a) * sizeof(float)); /* copied: the file's pages need not stay */
+        }
     }
 }
 

@@ -91,7 +91,7 @@ int hyla_model_set_compute_bf16(hyla_model *m, int weights_bf16_only)
         return hyla_error_set(HYLA_ERR_ARG, "--param-dtype bf16: a model training an adapter keeps its base weights "
                                             "in fp32 (use --act-dtype bf16 alone)");
     HYLA_TRY(hyla_model_alloc_bf16(m));
-    if (m->matrices_in_w)
+    if (m->matrices_in_w && !m->source_set && !m->pieces) /* (opened deferred: no weights in w yet) */
         hyla_model_refresh_bf16(m);
     if (weights_bf16_only && m->matrices_in_w) {
         release_fp32_matrices(m);

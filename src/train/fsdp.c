@@ -378,6 +378,14 @@ void hyla_fsdp_release_all(hyla_fsdp *f)
     f->gathered = 0;
 }
 
+void hyla_fsdp_take_param(hyla_fsdp *f, int i)
+{
+    const hyla_param *p = &f->m->table.params[i];
+    memcpy(f->w + f->shard.params[i].offset, f->m->w + p->offset + f->piece_elem0[i],
+           (size_t)f->shard.params[i].numel * sizeof(float));
+    hyla_model_release_pages(f->m->w + p->offset, hyla_param_span(p) * sizeof(float));
+}
+
 void hyla_fsdp_take_pieces(const hyla_fsdp *f, const float *full, float *pieces)
 {
     for (int i = 0; i < f->shard.n_params; i++)

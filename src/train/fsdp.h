@@ -108,5 +108,8 @@ int hyla_fsdp_gather_all(hyla_fsdp *f);
 void hyla_fsdp_release_all(hyla_fsdp *f);
 /* A whole-table vector (e.g. a moment read from a checkpoint) -> this rank's pieces. */
 void hyla_fsdp_take_pieces(const hyla_fsdp *f, const float *full, float *pieces);
+/* The sharded load: parameter i's weights are in the model's arena: take this rank's piece and
+ * give the arena's pages back. */
+void hyla_fsdp_take_param(hyla_fsdp *f, int i);
 
 #endif

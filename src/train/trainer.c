@@ -118,7 +118,8 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (!model->matrices_in_w && !model->lora) /* a LoRA run's frozen base may be bf16 only: it takes no updates */
         return hyla_error_set(HYLA_ERR_ARG, "train: the model holds bf16 weights only (--param-dtype bf16); training "
                               "keeps fp32 master weights: use --act-dtype bf16 alone (or train a LoRA adapter)");
-    hyla_model_refresh_bf16(model); /* bf16 compute: the copy of the current weights */
+    if (!cfg->fsdp) /* bf16 compute: the copy of the current weights (FSDP: of each part as it is gathered) */
+        hyla_model_refresh_bf16(model);
     size_t n = tr->sharded ? hyla_params_shard_floats(&model->table, (int)ranks, tr->cfg.comm->rank)
                            : trained_table(tr)->total_floats; /* the moments: whole, or this rank's pieces */
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
