@@ -146,6 +146,9 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
                      : hyla_executor_plan(&ex, &in_dtype, &pc->policy, pc->unit, pc->batch, pc->seq));
 
     size_t window = hyla_executor_window_floats(&ex);
+    int window_sums = 0; /* per-layer updates: windows completed per step (a unit that ends its layers) */
+    for (int u = 0; u < ex.n_trunk_units; u++)
+        window_sums += ex.units[u].op0 == 0;
     double scale = 1.0; /* the executor's bytes are the dtype's */
     out->checkpoint_bytes = (double)ex.ckpt_bytes * scale;
     out->work_bytes = (double)ex.work_bytes * scale;
@@ -199,6 +202,14 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         out->reduce_bytes = (double)hyla_grad_reduce_bytes(n, (int)pc->devices);
         if (pc->devices > 1)
             out->comm_bytes = (double)hyla_dp_step_comm_bytes(n, (int)pc->devices, accum);
+    }
+    if (replicated && pc->update_per_layer && pc->devices > 1) { /* the compact head's reducer, and each unit's
+                                                                   * window summed before its update */
+        int N = (int)pc->devices;
+        size_t head = hyla_grad_head_floats(&m->table);
+        out->reduce_bytes = (double)hyla_grad_reduce_bytes(head, N) + (double)hyla_grad_reduce_bytes(window, N);
+        out->comm_bytes = (double)hyla_dp_step_comm_bytes(head, N, 1) +
+                          (double)window_sums * (double)hyla_grad_reduce_comm_bytes(window, N, 1);
     }
     if (sharded) {
         out->param_bytes = fsdp.param_bytes, out->opt_bytes = fsdp.opt_bytes, out->argument_bytes = fsdp.argument_bytes;

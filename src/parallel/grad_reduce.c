@@ -28,12 +28,17 @@ size_t hyla_grad_reduce_bytes(size_t n, int ranks)
     return bytes_of((size_t)ranks, part, nw);
 }
 
-uint64_t hyla_dp_step_comm_bytes(size_t n, int ranks, int64_t accum)
+uint64_t hyla_grad_reduce_comm_bytes(size_t n, int ranks, int64_t rounds)
 {
     size_t part, nw, N = (size_t)ranks;
     layout(n, N, &part, &nw);
     uint64_t window = (uint64_t)part * sizeof(float) * (N - 1); /* to the other ranks, per window */
-    return (uint64_t)accum * nw * window + nw * window + (uint64_t)(HYLA_STEP_LOSS_PARTS * accum) * sizeof(double) * (N - 1);
+    return (uint64_t)rounds * nw * window + nw * window;
+}
+
+uint64_t hyla_dp_step_comm_bytes(size_t n, int ranks, int64_t accum)
+{
+    return hyla_grad_reduce_comm_bytes(n, ranks, accum) + (uint64_t)(HYLA_STEP_LOSS_PARTS * accum) * sizeof(double) * (size_t)(ranks - 1);
 }
 
 int hyla_grad_reducer_init(hyla_grad_reducer *r, hyla_comm *comm, size_t n)

@@ -42,6 +42,8 @@ size_t hyla_grad_reduce_bytes(size_t n, int ranks);
 /* Bytes one rank sends in a data-parallel step of `accum` rounds: every round's alltoall, the
  * final allgather, and the step's loss parts (trainer: 2 doubles per micro-batch, allgathered). */
 uint64_t hyla_dp_step_comm_bytes(size_t n, int ranks, int64_t accum);
+/* ... of one reduction of n floats over `rounds` rounds: the alltoalls and the allgather. */
+uint64_t hyla_grad_reduce_comm_bytes(size_t n, int ranks, int64_t rounds);
 
 int hyla_grad_reducer_init(hyla_grad_reducer *r, hyla_comm *comm, size_t n);
 void hyla_grad_reducer_free(hyla_grad_reducer *r);

@@ -25,6 +25,10 @@ static int apply_layers(void *ctx, int layer0, int layer1, const float *window, 
 {
     hyla_trainer *tr = ctx;
     const hyla_param_table *t = &tr->model->table;
+    if (tr->window_reducing) { /* across ranks: the window's sum in rank order (= micro-batch order) on every rank */
+        HYLA_TRY(hyla_grad_reducer_add(&tr->window_reducer, window, 1));
+        HYLA_TRY(hyla_grad_reducer_gather(&tr->window_reducer, (float *)window));
+    }
     for (int i = 0; i < t->n_params; i++)
         if (t->params[i].layer >= layer0 && t->params[i].layer <= layer1)
             HYLA_TRY(hyla_adamw_update_param(&tr->opt, &t->params[i], tr->model->w, window + (t->params[i].offset - lo),
@@ -87,10 +91,6 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         return hyla_error_set(HYLA_ERR_ARG, "train: %lld ranks x accum %lld x batch %lld x seq %lld: more than 2^40 "
                               "tokens per step", (long long)ranks, (long long)cfg->accum, (long long)cfg->batch,
                               (long long)cfg->seq);
-    if (cfg->update_per_layer && ranks > 1 && !cfg->fsdp)
-        return hyla_error_set(HYLA_ERR_ARG, "per-layer updates across %lld ranks with shard none: not built yet (each "
-                              "layer's gradients would have to be reduced inside backward); use --shard fsdp",
-                              (long long)ranks);
     if (cfg->update_per_layer && (cfg->accum != 1 || cfg->adamw.clip > 0))
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates need --accum 1 and --clip 0 (accumulation and global-norm "
                               "clipping need every gradient before the first update)");
@@ -143,6 +143,9 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     tr->reducing = !tr->sharded && (ranks > 1 || cfg->accum > 1);
     if (st == HYLA_OK && tr->reducing)
         st = hyla_grad_reducer_init(&tr->reducer, tr->cfg.comm, tr->head_floats);
+    tr->window_reducing = !tr->sharded && cfg->update_per_layer && ranks > 1;
+    if (st == HYLA_OK && tr->window_reducing)
+        st = hyla_grad_reducer_init(&tr->window_reducer, tr->cfg.comm, hyla_executor_window_floats(&tr->ex));
     if (st == HYLA_OK && !(tr->loss_parts = calloc((size_t)(HYLA_STEP_LOSS_PARTS * ranks * cfg->accum), sizeof(double))))
         st = hyla_error_set(HYLA_ERR_NOMEM, "train: out of memory");
     if (st == HYLA_OK && tr->ex.host_bytes) {
@@ -167,6 +170,8 @@ void hyla_trainer_free(hyla_trainer *tr)
     free(tr->loss_parts);
     if (tr->reducing)
         hyla_grad_reducer_free(&tr->reducer);
+    if (tr->window_reducing)
+        hyla_grad_reducer_free(&tr->window_reducer);
     if (tr->sharded)
         hyla_fsdp_free(&tr->fsdp);
     memset(tr, 0, sizeof *tr);
@@ -175,7 +180,8 @@ void hyla_trainer_free(hyla_trainer *tr)
 size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr)
 {
     size_t pieces = tr->sharded ? hyla_fsdp_bytes(&tr->fsdp) - hyla_align_up(tr->fsdp.shard.total_floats * sizeof(float)) : 0;
-    return tr->grad_floats * sizeof(float) + (tr->reducing ? hyla_grad_reducer_bytes(&tr->reducer) : 0) + pieces;
+    return tr->grad_floats * sizeof(float) + (tr->reducing ? hyla_grad_reducer_bytes(&tr->reducer) : 0) +
+           (tr->window_reducing ? hyla_grad_reducer_bytes(&tr->window_reducer) : 0) + pieces;
 }
 
 size_t hyla_trainer_weight_bytes(const hyla_trainer *tr)

@@ -73,6 +73,9 @@ typedef struct {
                              * a reducer: one micro-batch's gradient, then the step's sum */
     hyla_grad_reducer reducer; /* N > 1 ranks or accum > 1: the ordered sum of micro-batch gradients */
     int reducing;
+    hyla_grad_reducer window_reducer; /* per-layer updates with shard none over N > 1 ranks: each unit's
+                                       * window summed over the ranks before its layers' update */
+    int window_reducing;
     hyla_fsdp fsdp;         /* cfg.fsdp: the pieces; the optimizer's moments are pieces too */
     int sharded, round_first;
     double *loss_parts;     /* [N][accum][2] every rank's micro-batch ce sums and aux losses */

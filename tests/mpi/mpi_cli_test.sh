@@ -5,7 +5,7 @@
 #     summed in micro-batch order whatever the rank count: src/parallel/grad_reduce.h,
 #     src/parallel/shard_comm.h; the norm sums fixed blocks exactly: core/exact_sum.h), for N = 2 and
 #     4, both shardings, every remat policy (offloading ones included), layer / block / part units,
-#     packed documents, bf16 compute, per-layer updates and no prefetch (fsdp), (shard none) LoRA,
+#     packed documents, bf16 compute, per-layer updates (both), no prefetch (fsdp), (shard none) LoRA,
 #     and FSDP on every oracle model layout. Every run is --threads 1 (the default under mpirun):
 #     oneDNN's sgemm results depend on its thread count.
 #   - measured == planned on every rank, exactly: weights (pieces + gathered high-water), gradients
@@ -139,6 +139,12 @@ planned "measured == planned: LoRA on 2 ranks (the adapter's gradients)" "$T/lor
 # ... and under FSDP: the head's input stage (final norm, embedding, fc and its norms), its layer
 # and its output stage (mtp.norm, lm_head) gathered as parts, its gradients reduce-scattered
 # with the head's (default weight 0.1, as without FSDP)
+# per-layer updates with shard none across ranks: each unit's window summed over the ranks (in
+# rank order) inside backward, before its layers' update; the head's after the step
+MPI_ONLY="--update-per-layer" equal "per-layer updates, shard none" 2 1 none --clip 0
+planned "measured == planned: shard none, per-layer updates (the head's reducer and the window's)" \
+    "$T/per_layer_updates__shard_none.none" 2 1 none --update-per-layer
+MPI_ONLY="--update-per-layer" equal "per-layer updates, shard none, 4 ranks, block units, bf16" 4 1 none --clip 0 --remat-unit block --act-dtype bf16
 MODEL="$T/mm" equal "MTP loss fsdp" 2 1 fsdp
 grep -q '"mtp": ' "$T/mtp_loss_fsdp.fsdp/log.jsonl" || fail "MTP loss fsdp: no MTP loss in the records"
 MODEL="$T/mm" planned "measured == planned: shard fsdp with the MTP loss (its parts gathered, its pieces reduced)" \
@@ -304,7 +310,6 @@ refused() { # NAME PATTERN TRAIN-ARGS...: every rank of an mpirun -np 2 job says
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && [ "$(grep -c -- "$pattern" "$T/err")" -ge 1 ] &&
         echo "  ok  $name: $(grep -m1 -- "$pattern" "$T/err")" || { fail "$name: rc $rc"; head -3 "$T/err"; }
 }
-refused "--update-per-layer under mpirun with shard none" "per-layer updates across 2 ranks with shard none" --update-per-layer --clip 0 --shard none
 refused "--update-per-layer with --accum 2 per rank" "per-layer updates need --accum 1 and --clip 0" --update-per-layer --clip 0 --accum 2
 refused "LoRA with shard fsdp" "LoRA trains a small adapter: use shard none" --lora-rank 4
 
