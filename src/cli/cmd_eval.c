@@ -71,7 +71,7 @@ int hyla_cmd_eval(int argc, char **argv)
     }
     hyla_eval_result e;
     if (st == HYLA_OK)
-        st = hyla_evaluate(&m, &d, seq, batch, pack, &e);
+        st = hyla_evaluate(&m, &d, seq, batch, pack, NULL, &e);
     int rc = 0;
     if (st != HYLA_OK)
         rc = hyla_cli_fail("eval");

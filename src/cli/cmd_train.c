@@ -112,10 +112,20 @@ static int open_eval_data(const train_args *a, const hyla_model *m, hyla_data *d
     return st;
 }
 
-static int run_eval(const train_args *a, const hyla_model *m, const hyla_data *d, int64_t step, FILE *log)
+/* Every rank alike: the batches split over the ranks, FSDP's weights gathered layer by layer
+ * (hyla_fsdp_outside_step); rank 0 prints and logs. */
+static int run_eval(const train_args *a, hyla_comm *comm, hyla_trainer *tr, const hyla_model *m, const hyla_data *d,
+                    int64_t step, FILE *log)
 {
     hyla_eval_result e;
-    HYLA_TRY(hyla_evaluate(m, d, a->seq, a->batch, a->pack, &e));
+    hyla_eval_ranks ranks = {comm, tr->sharded ? &tr->fsdp.source : NULL};
+    int rc = tr->sharded ? hyla_fsdp_outside_step(&tr->fsdp, 1) : HYLA_OK;
+    if (rc == HYLA_OK)
+        rc = hyla_evaluate(m, d, a->seq, a->batch, a->pack, &ranks, &e);
+    if (tr->sharded)
+        hyla_fsdp_outside_step(&tr->fsdp, 0);
+    if (rc != HYLA_OK || comm->rank != 0)
+        return rc;
     printf("eval  step %lld: loss %.4f, perplexity %.3f over %lld tokens of %s\n", (long long)step, e.loss, e.perplexity,
            (long long)e.targets, d->source);
     if (log) {
@@ -150,7 +160,10 @@ static void print_memory(const hyla_trainer *tr, const hyla_model *m)
 }
 
 /* Greedy continuation of a byte-level prompt by re-running the forward over the growing prefix. */
-static int sample_greedy(const hyla_model *m, const char *prompt, int64_t n_new)
+/* Greedy bytes from the prompt; weights: FSDP's gathered layers (every rank runs it, rank 0
+ * prints), or NULL. */
+static int sample_greedy(const hyla_model *m, const hyla_weight_source *weights, int print, const char *prompt,
+                         int64_t n_new)
 {
     int64_t len = (int64_t)strlen(prompt), cap = len + n_new, V = m->cfg.vocab;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
@@ -162,10 +175,11 @@ static int sample_greedy(const hyla_model *m, const char *prompt, int64_t n_new)
     }
     for (int64_t i = 0; i < len; i++)
         ids[i] = (unsigned char)prompt[i];
-    printf("sample> %s", prompt);
+    if (print)
+        printf("sample> %s", prompt);
     for (int64_t t = len; t < cap; t++) {
         hyla_forward_out out;
-        int rc = hyla_forward_last_row(m, ids, t, logits, &out);
+        int rc = hyla_forward_last_row_from(m, weights, ids, t, logits, &out);
         if (rc) {
             free(ids);
             free(logits);
@@ -177,10 +191,13 @@ static int sample_greedy(const hyla_model *m, const char *prompt, int64_t n_new)
             if (last[v] > last[best])
                 best = v;
         ids[t] = best;
-        putchar(best);
-        fflush(stdout);
+        if (print) {
+            putchar(best);
+            fflush(stdout);
+        }
     }
-    printf("\n");
+    if (print)
+        printf("\n");
     free(ids);
     free(logits);
     return HYLA_OK;
@@ -321,18 +338,6 @@ static int ranks_agree(hyla_comm *comm, const train_args *a, uint64_t model, con
     const char *what[] = {"flags", "model weights", "data", "resumed step"};
     uint64_t hash[] = {a->flags_hash, model, data, resume};
     return hyla_ranks_agree(comm, what, hash, 4);
-}
-
-/* FSDP: the whole model in the arena for rank 0's evaluation or sampling (collective), and back. */
-static int whole_weights(hyla_trainer *tr, int on)
-{
-    if (!tr->sharded)
-        return HYLA_OK;
-    if (!on) {
-        hyla_trainer_fsdp_release(tr);
-        return HYLA_OK;
-    }
-    return hyla_fsdp_gather_all(&tr->fsdp);
 }
 
 /* A checkpoint: replicated, rank 0's state is every rank's; FSDP, rank 0 writes it part by part. */
@@ -494,7 +499,7 @@ static int run(train_args *a, hyla_comm *comm)
     }
     hyla_data eval_set;
     memset(&eval_set, 0, sizeof eval_set);
-    if (rc == HYLA_OK && a->eval_data && lead)
+    if (rc == HYLA_OK && a->eval_data) /* every rank evaluates its share */
         rc = open_eval_data(a, &m, &eval_set);
     if (rc == HYLA_OK && (rc = ranks_agree(comm, a, weights_hash, &data, &state)) != HYLA_OK) {
         /* every rank found the same disagreement: each says so before the job stops */
@@ -577,18 +582,21 @@ static int run(train_args *a, hyla_comm *comm)
         }
         if (rc == HYLA_OK && a->svg && last && lead)
             rc = write_measured_svg(a, &tr, &m);
-        /* every rank alike (FSDP gathers the weights for rank 0's evaluation): --eval-data, not rank 0's set */
+        /* every rank alike (each its share of the batches; FSDP gathers layer by layer): --eval-data */
         if (rc == HYLA_OK && a->eval_data && ((a->eval_every > 0 && state.step % a->eval_every == 0) || last)) {
             train_progress_note(&progress);
-            if ((rc = whole_weights(&tr, 1)) == HYLA_OK && lead)
-                rc = run_eval(a, &m, &eval_set, state.step, log);
-            whole_weights(&tr, 0);
+            rc = run_eval(a, comm, &tr, &m, &eval_set, state.step, log);
         }
     }
     if (rc == HYLA_OK)
         train_progress_end(&progress, a, state.step);
-    if (rc == HYLA_OK && a->sample_tokens > 0 && (rc = whole_weights(&tr, 1)) == HYLA_OK && lead)
-        rc = sample_greedy(&m, a->sample_prompt, a->sample_tokens);
+    if (rc == HYLA_OK && a->sample_tokens > 0 && tr.sharded) { /* every rank alike, the layers gathered as used */
+        if ((rc = hyla_fsdp_outside_step(&tr.fsdp, 1)) == HYLA_OK)
+            rc = sample_greedy(&m, &tr.fsdp.source, lead, a->sample_prompt, a->sample_tokens);
+        hyla_fsdp_outside_step(&tr.fsdp, 0);
+    } else if (rc == HYLA_OK && a->sample_tokens > 0 && lead) {
+        rc = sample_greedy(&m, NULL, 1, a->sample_prompt, a->sample_tokens);
+    }
     if (log && fclose(log) != 0 && rc == HYLA_OK)
         rc = hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", a->log_json, strerror(errno));
     hyla_routing_free(&replay);

@@ -7,8 +7,9 @@
 #include "core/error.h"
 #include "engine/executor.h"
 
-static int forward_impl(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
-                        hyla_delta_mode mode, float *logits, hyla_logits_sink sink, void *ctx, hyla_forward_out *out)
+static int forward_impl(const hyla_model *m, const hyla_weight_source *weights, const int32_t *tokens,
+                        const int32_t *labels, int64_t B, int64_t T, hyla_delta_mode mode, float *logits,
+                        hyla_logits_sink sink, void *ctx, hyla_forward_out *out)
 {
     const hyla_config *cfg = &m->cfg;
     if (B < 1 || T < 1)
@@ -21,6 +22,7 @@ static int forward_impl(const hyla_model *m, const int32_t *tokens, const int32_
     HYLA_TRY(hyla_policy_parse(&keep_nothing, "full"));
     hyla_executor ex;
     HYLA_TRY(hyla_executor_init(&ex, m, &keep_nothing, HYLA_UNIT_LAYER, B, T, mode, HYLA_FORWARD_ALL));
+    ex.weights = weights;
     hyla_step_loss loss;
     int st = sink ? hyla_executor_forward_streamed(&ex, tokens, labels, sink, ctx, &loss)
                   : hyla_executor_forward(&ex, tokens, labels, logits, &loss);
@@ -37,13 +39,13 @@ static int forward_impl(const hyla_model *m, const int32_t *tokens, const int32_
 int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
                  hyla_delta_mode mode, float *logits, hyla_forward_out *out)
 {
-    return forward_impl(m, tokens, labels, B, T, mode, logits, NULL, NULL, out);
+    return forward_impl(m, NULL, tokens, labels, B, T, mode, logits, NULL, NULL, out);
 }
 
 int hyla_forward_streamed(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
                           hyla_delta_mode mode, hyla_logits_sink sink, void *ctx, hyla_forward_out *out)
 {
-    return forward_impl(m, tokens, labels, B, T, mode, NULL, sink, ctx, out);
+    return forward_impl(m, NULL, tokens, labels, B, T, mode, NULL, sink, ctx, out);
 }
 
 typedef struct {
@@ -59,8 +61,14 @@ static int keep_last_row(void *ctx, int64_t row0, int64_t rows, const float *log
     return 0;
 }
 
-int hyla_forward_last_row(const hyla_model *m, const int32_t *tokens, int64_t T, float *logits, hyla_forward_out *out)
+int hyla_forward_last_row_from(const hyla_model *m, const hyla_weight_source *weights, const int32_t *tokens, int64_t T,
+                               float *logits, hyla_forward_out *out)
 {
     hyla_last_row k = {logits, T - 1, m->cfg.vocab};
-    return hyla_forward_streamed(m, tokens, NULL, 1, T, HYLA_DELTA_CHUNKED, keep_last_row, &k, out);
+    return forward_impl(m, weights, tokens, NULL, 1, T, HYLA_DELTA_CHUNKED, NULL, keep_last_row, &k, out);
+}
+
+int hyla_forward_last_row(const hyla_model *m, const int32_t *tokens, int64_t T, float *logits, hyla_forward_out *out)
+{
+    return hyla_forward_last_row_from(m, NULL, tokens, T, logits, out);
 }

@@ -25,7 +25,10 @@ int hyla_forward(const hyla_model *m, const int32_t *tokens, const int32_t *labe
  * a sink's non-zero return stops the forward and is returned. */
 int hyla_forward_streamed(const hyla_model *m, const int32_t *tokens, const int32_t *labels, int64_t B, int64_t T,
                           hyla_delta_mode mode, hyla_logits_sink sink, void *ctx, hyla_forward_out *out);
-/* One sequence tokens [T], the logits of its last position only: logits [V]. */
+/* One sequence tokens [T], the logits of its last position only: logits [V]. _from: the weights
+ * come from `weights` (executor.h; e.g. FSDP's gathered layers), NULL: the model's arena. */
 int hyla_forward_last_row(const hyla_model *m, const int32_t *tokens, int64_t T, float *logits, hyla_forward_out *out);
+int hyla_forward_last_row_from(const hyla_model *m, const hyla_weight_source *weights, const int32_t *tokens, int64_t T,
+                               float *logits, hyla_forward_out *out);
 
 #endif

@@ -11,7 +11,9 @@
 
 #include <stdint.h>
 
+#include "engine/executor.h"
 #include "model/model.h"
+#include "parallel/comm.h"
 #include "train/data.h"
 
 typedef struct {
@@ -22,7 +24,18 @@ typedef struct {
     double seconds;
 } hyla_eval_result;
 
+/* Across ranks (hyla train under mpirun): the batches go round-robin over comm's ranks (batch b
+ * on rank b mod N, a rank out of batches runs an empty one so all stay in step), the weights
+ * come from `weights` (FSDP's gathered layers; NULL: the model's arena), and the per-batch sums
+ * are exchanged and added in batch order on every rank: the result is one process's, bit for bit
+ * (at the same thread count). NULL: one process. */
+typedef struct {
+    hyla_comm *comm;
+    const hyla_weight_source *weights;
+} hyla_eval_ranks;
+
 /* Evaluate `m` on `d` (not modified: its position and shuffling are left alone). */
-int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B, int pack, hyla_eval_result *out);
+int hyla_evaluate(const hyla_model *m, const hyla_data *d, int64_t T, int64_t B, int pack, const hyla_eval_ranks *ranks,
+                  hyla_eval_result *out);
 
 #endif

@@ -52,7 +52,7 @@ static int gather_part(hyla_fsdp *f, int l0, int l1, hyla_shard_requests *r)
 {
     for (int i = 0; i < f->m->table.n_params; i++)
         if (in_part(f, &f->m->table.params[i], l0, l1))
-            HYLA_TRY(gather_param(f, i, 1, r));
+            HYLA_TRY(gather_param(f, i, !f->outside, r));
     return HYLA_OK;
 }
 
@@ -83,7 +83,7 @@ static int acquire(void *ctx, int l0, int l1)
     f->wait_seconds += hyla_now() - t0;
     f->next = expected ? k + 1 : f->n_parts; /* off the sequence: no more prefetching this micro-batch */
     int n = f->next;
-    if (f->prefetch && n < f->n_parts && !same_part(f, n, k)) {
+    if (f->prefetch && !f->outside && n < f->n_parts && !same_part(f, n, k)) {
         HYLA_TRY(gather_part(f, f->parts[n][0], f->parts[n][1], &f->reqs));
         f->inflight = n;
     }
@@ -358,6 +358,17 @@ void hyla_fsdp_save_finish(hyla_fsdp *f)
 {
     hyla_fsdp_release_all(f);
     memset(f->save_full, 0, sizeof f->save_full);
+}
+
+int hyla_fsdp_outside_step(hyla_fsdp *f, int on)
+{
+    HYLA_TRY(hyla_shard_wait(f->comm, &f->reqs)); /* (none in flight between steps) */
+    f->inflight = f->kept = -1;
+    f->next = f->n_parts;
+    f->outside = on;
+    if (!on)
+        hyla_fsdp_release_all(f);
+    return HYLA_OK;
 }
 
 int hyla_fsdp_gather_all(hyla_fsdp *f)

@@ -56,6 +56,8 @@ typedef struct {
     size_t *layer_lo, *layer_hi;/* [n_layers] shard ranges of each layer's pieces */
     size_t unit_lo;             /* per-layer: shard offset of the unit whose pieces are in grad */
     int prefetch;               /* start part k + 1's gather when part k is acquired */
+    int outside;                /* acquisitions outside a step (evaluation, sampling): no prefetch, not
+                                 * counted in gathered_peak (hyla_fsdp_outside_step) */
     int (*parts)[2], n_parts;   /* a micro-batch's acquisitions in order (hyla_fsdp_parts) */
     int next;                   /* index in parts of the next acquisition */
     int inflight;               /* part whose gather is in flight, or -1 */
@@ -105,6 +107,10 @@ int hyla_fsdp_save_end(hyla_fsdp *f);
 void hyla_fsdp_save_finish(hyla_fsdp *f);
 /* Every weight gathered whole into the model's arena (an evaluation or sampling), or released again. */
 int hyla_fsdp_gather_all(hyla_fsdp *f);
+/* Evaluation and sampling through the weight source between steps (on), every rank alike: each
+ * part gathered when acquired, no prefetch (their order is not a step's), outside the step's
+ * gathered high-water; off: everything released again. */
+int hyla_fsdp_outside_step(hyla_fsdp *f, int on);
 void hyla_fsdp_release_all(hyla_fsdp *f);
 /* A whole-table vector (e.g. a moment read from a checkpoint) -> this rank's pieces. */
 void hyla_fsdp_take_pieces(const hyla_fsdp *f, const float *full, float *pieces);

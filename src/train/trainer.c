@@ -191,8 +191,6 @@ size_t hyla_trainer_weight_bytes(const hyla_trainer *tr)
     return hyla_align_up(tr->fsdp.shard.total_floats * sizeof(float)) + tr->fsdp.gathered_peak;
 }
 
-void hyla_trainer_fsdp_release(hyla_trainer *tr) { hyla_fsdp_release_all(&tr->fsdp); }
-
 void hyla_trainer_fsdp_adopt(hyla_trainer *tr, const hyla_adamw *full)
 {
     hyla_fsdp_take_pieces(&tr->fsdp, tr->model->w, tr->fsdp.w); /* the weights as the checkpoint left them */

@@ -139,6 +139,17 @@ planned "measured == planned: LoRA on 2 ranks (the adapter's gradients)" "$T/lor
 # ... and under FSDP: the head's input stage (final norm, embedding, fc and its norms), its layer
 # and its output stage (mtp.norm, lm_head) gathered as parts, its gradients reduce-scattered
 # with the head's (default weight 0.1, as without FSDP)
+# evaluation and --sample across ranks: the eval batches split round-robin (3 ranks: uneven
+# rounds, empty batches at the tail), FSDP's layers gathered as used (no whole copy), the sums
+# added in batch order: the eval records and the sample == one process's
+head -20 data/chat_kjv.jsonl > "$T/eval.jsonl"
+equal "evaluation and sample" 3 1 "none fsdp" --eval-data "$T/eval.jsonl" --eval-every 2 --sample 12
+for sh in none fsdp; do
+    grep -q '"eval_loss"' "$T/evaluation_and_sample.$sh/log.jsonl" && [ -n "$(grep '^sample>' "$T/evaluation_and_sample.one/out")" ] &&
+        [ "$(grep '^sample>' "$T/evaluation_and_sample.one/out")" = "$(grep '^sample>' "$T/evaluation_and_sample.$sh/out")" ] &&
+        echo "  ok  --sample on 3 ranks, shard $sh == one process: $(grep '^sample>' "$T/evaluation_and_sample.$sh/out")" ||
+        fail "evaluation / sample across ranks, shard $sh"
+done
 # per-layer updates with shard none across ranks: each unit's window summed over the ranks (in
 # rank order) inside backward, before its layers' update; the head's after the step
 MPI_ONLY="--update-per-layer" equal "per-layer updates, shard none" 2 1 none --clip 0
