@@ -34,6 +34,8 @@ static int open_model(const train_args *a, hyla_model *m)
 {
     if (a->resume && !a->adapter_resume && hyla_pieces_is_dir(a->resume)) /* its tensors at resume_state */
         return hyla_model_load_pieces(m, a->resume, 0);
+    if (a->resume && !a->adapter_resume && a->fsdp) /* FSDP: each rank reads its pieces after setup */
+        return hyla_model_load_deferred(m, a->resume);
     if (a->resume && !a->adapter_resume)
         return hyla_checkpoint_load_model(a->resume, m);
     if (a->model && a->fsdp && !a->lora_rank && !a->adapter) /* FSDP: each rank reads its pieces after setup */
@@ -383,15 +385,10 @@ static int resume_state(const train_args *a, hyla_trainer *tr, hyla_model *m, hy
         return hyla_checkpoint_resume_pieces(a->resume, m, tr->sharded ? &tr->fsdp : NULL, &tr->opt, state);
     if (!tr->sharded)
         return hyla_checkpoint_load_state(a->resume, m, &tr->opt, state);
-    hyla_adamw full;
-    HYLA_TRY(hyla_adamw_init(&full, &tr->opt.cfg, m->table.total_floats));
-    int rc = hyla_fsdp_gather_all(&tr->fsdp); /* the whole model back in m, for the load to complete */
-    if (rc == HYLA_OK)
-        rc = hyla_checkpoint_load_state(a->resume, m, &full, state); /* bf16 compute: the fp32 masters into m */
-    if (rc == HYLA_OK)
-        hyla_trainer_fsdp_adopt(tr, &full);
-    hyla_adamw_free(&full);
-    return rc;
+    /* FSDP (the weights' pieces already read, load_sharded): the moments' pieces, and bf16
+     * compute's fp32 masters over the BF16 weights' */
+    return hyla_checkpoint_load_state_pieces(a->resume, &m->table, &tr->fsdp.shard, tr->fsdp.piece_elem0, &tr->opt,
+                                             tr->fsdp.w, state);
 }
 
 static int run(train_args *a, hyla_comm *comm)

@@ -90,8 +90,12 @@ static int write_moments(const char *dir, const hyla_param_table *t, const hyla_
     return rc;
 }
 
-/* The moments into opt, and master weights (if the file has them) into master. */
-static int read_moments(const char *dir, const hyla_param_table *t, hyla_adamw *opt, int adapter, float *master)
+/* The moments into opt, and master weights (if the file has them) into master; whole tensors at
+ * their table offsets, or with `shard` (FSDP) this rank's pieces only: elements [elem0[i],
+ * elem0[i] + shard->params[i].numel) at shard->params[i].offset, the file's other pages never
+ * kept (mapped, copied, dropped). */
+static int read_moments_into(const char *dir, const hyla_param_table *t, hyla_adamw *opt, int adapter, float *master,
+                             const hyla_param_table *shard, const int64_t *elem0)
 {
     char path[4200];
     snprintf(path, sizeof path, "%s/optimizer/model.safetensors", dir);
@@ -108,8 +112,15 @@ static int read_moments(const char *dir, const hyla_param_table *t, hyla_adamw *
             rc = hyla_error_set(HYLA_ERR_MODEL, "%s: missing tensor '%s'", path, name);
         else if (x->dtype != HYLA_DT_F32 || x->ndim != 1 || x->shape[0] != p->numel)
             rc = hyla_error_set(HYLA_ERR_MODEL, "%s: tensor '%s' must be F32 [%lld]", path, name, (long long)p->numel);
-        else
+        else if (!shard)
             memcpy((j >= n2 ? master : j % 2 ? opt->v : opt->m) + p->offset, x->data, x->nbytes);
+        else { /* this rank's piece */
+            size_t i = (size_t)(p - t->params);
+            const hyla_param *q = &shard->params[i];
+            const float *src = (const float *)x->data + elem0[i];
+            memcpy((j >= n2 ? master : j % 2 ? opt->v : opt->m) + q->offset, src, (size_t)q->numel * sizeof(float));
+            hyla_drop_mapped_pages(src, (size_t)q->numel * sizeof(float));
+        }
     }
     if (rc == HYLA_OK && hyla_st_count(&set) != n)
         rc = hyla_error_set(HYLA_ERR_MODEL, "%s: holds %zu tensors, expected %zu", path, hyla_st_count(&set), n);
@@ -237,6 +248,18 @@ static int read_state_json(const char *path, hyla_adamw *opt, hyla_train_state *
     }
     cJSON_Delete(o);
     return rc;
+}
+
+static int read_moments(const char *dir, const hyla_param_table *t, hyla_adamw *opt, int adapter, float *master)
+{
+    return read_moments_into(dir, t, opt, adapter, master, NULL, NULL);
+}
+
+int hyla_checkpoint_load_state_pieces(const char *dir, const hyla_param_table *t, const hyla_param_table *shard,
+                                      const int64_t *elem0, hyla_adamw *opt, float *w_pieces, hyla_train_state *st)
+{
+    HYLA_TRY(read_moments_into(dir, t, opt, 0, w_pieces, shard, elem0));
+    return hyla_checkpoint_read_state_opt(dir, opt, st);
 }
 
 int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw *opt, hyla_train_state *st)

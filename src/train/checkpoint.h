@@ -35,6 +35,11 @@ int hyla_checkpoint_load(const char *dir, hyla_model *m, hyla_adamw *opt, hyla_t
 /* The model part only (e.g. to size the optimizer before loading its state). */
 int hyla_checkpoint_load_model(const char *dir, hyla_model *m);
 int hyla_checkpoint_load_state(const char *dir, const hyla_model *m, hyla_adamw *opt, hyla_train_state *st);
+/* FSDP's resume: this rank's pieces of the moments (opt holds pieces, layout `shard`, first
+ * elements elem0[]) and, if saved (bf16 compute), of the fp32 master weights into w_pieces; the
+ * state. Only those ranges of the optimizer file are read. */
+int hyla_checkpoint_load_state_pieces(const char *dir, const hyla_param_table *t, const hyla_param_table *shard,
+                                      const int64_t *elem0, hyla_adamw *opt, float *w_pieces, hyla_train_state *st);
 /* trainer_state.json alone (step, data position, settings), e.g. to restore flags before loading;
  * _opt: the optimizer's step count into opt too. */
 int hyla_checkpoint_read_state(const char *dir, hyla_train_state *st);

@@ -191,15 +191,6 @@ size_t hyla_trainer_weight_bytes(const hyla_trainer *tr)
     return hyla_align_up(tr->fsdp.shard.total_floats * sizeof(float)) + tr->fsdp.gathered_peak;
 }
 
-void hyla_trainer_fsdp_adopt(hyla_trainer *tr, const hyla_adamw *full)
-{
-    hyla_fsdp_take_pieces(&tr->fsdp, tr->model->w, tr->fsdp.w); /* the weights as the checkpoint left them */
-    hyla_fsdp_release_all(&tr->fsdp);
-    tr->opt.step = full->step;
-    hyla_fsdp_take_pieces(&tr->fsdp, full->m, tr->opt.m);
-    hyla_fsdp_take_pieces(&tr->fsdp, full->v, tr->opt.v);
-}
-
 size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
 {
     size_t nH = (size_t)tr->ex.n * (size_t)tr->model->cfg.hidden * sizeof(float);

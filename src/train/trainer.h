@@ -118,10 +118,6 @@ size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr);
  * the high-water of gathered weights so far. */
 size_t hyla_trainer_weight_bytes(const hyla_trainer *tr);
 
-/* FSDP: a resumed (plain) checkpoint's state taken as pieces: the weights in the model's arena
- * (gathered whole, then completed by the load: bf16 compute's fp32 masters) and a whole-table
- * optimizer's moments; the arena is released after. */
-void hyla_trainer_fsdp_adopt(hyla_trainer *tr, const hyla_adamw *full);
 
 /* Bytes of the step's device activation arenas (checkpoint + work + offload staging) and fixed
  * step buffers. */
