@@ -38,7 +38,7 @@ static int open_model(const train_args *a, hyla_model *m)
         return hyla_model_load_deferred(m, a->resume);
     if (a->resume && !a->adapter_resume)
         return hyla_checkpoint_load_model(a->resume, m);
-    if (a->model && a->fsdp && !a->lora_rank && !a->adapter) /* FSDP: each rank reads its pieces after setup */
+    if (a->model && a->fsdp && !a->bf16_weights) /* FSDP: each rank reads its pieces after setup */
         return hyla_model_load_deferred(m, a->model);
     if (a->model) /* --param-dtype bf16 (LoRA): the matrices straight into bf16, never an fp32 copy */
         return a->bf16_weights ? hyla_model_load_bf16(m, a->model) : hyla_model_load(m, a->model);
@@ -322,7 +322,7 @@ static uint64_t model_hash(const hyla_model *m)
  * its layer's parameters it fills), less than a step's gathered part. */
 static int load_sharded(hyla_trainer *tr, hyla_model *m, uint64_t *hash)
 {
-    *hash = 0;
+    *hash = m->lora ? hyla_content_hash(m->lora->w, m->lora->table.total_floats * sizeof(float), 2) : 0; /* as model_hash */
     for (int i = 0; i < m->table.n_params; i++) {
         HYLA_TRY(hyla_model_load_param(m, i));
         *hash ^= param_hash(m, i);
@@ -346,7 +346,7 @@ static int ranks_agree(hyla_comm *comm, const train_args *a, uint64_t model, con
 static int save_checkpoint(const train_args *a, hyla_comm *comm, hyla_trainer *tr, hyla_model *m, hyla_lora *lora,
                            int use_lora, const hyla_train_state *state)
 {
-    if (!tr->sharded)
+    if (!tr->sharded || use_lora) /* replicated (an adapter: always): rank 0's state is every rank's */
         return comm->rank ? HYLA_OK : use_lora ? hyla_checkpoint_save_adapter(a->save, lora, &m->table, &tr->opt, state, a->model)
                                                : hyla_checkpoint_save(a->save, m, &tr->opt, state);
     if (a->save_sharded) /* every rank its own pieces, in parallel */

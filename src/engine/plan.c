@@ -75,6 +75,18 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
     out->opt_bytes = 2.0 * pieces * pc->opt_bytes;
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
     out->gathered_bytes = most;
+    if (m->lora) { /* the base frozen as pieces (gathered, never reduced); the adapter replicated, its
+                    * gradient summed by the ordered reducer (train/trainer.c) */
+        double n = (double)m->lora->table.total_floats;
+        out->param_bytes += out->adapter_bytes;
+        out->opt_bytes = 2.0 * n * pc->opt_bytes;
+        out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
+        out->grad_bytes = n * pc->grad_bytes;
+        out->reduce_bytes = (double)hyla_grad_reduce_bytes(m->lora->table.total_floats, N);
+        out->comm_bytes = (double)(N - 1) * 4.0 * (double)A * gather_floats +
+                          (double)hyla_dp_step_comm_bytes(m->lora->table.total_floats, N, A);
+        return;
+    }
     out->grad_bytes = ((double)hyla_grad_head_floats(t) + window +
                        (double)hyla_fsdp_grad_floats(t, ex, N, R, pc->update_per_layer)) * pc->grad_bytes;
     out->reduce_bytes = (double)hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)) +
@@ -99,8 +111,11 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     for (int i = 0; m->lora && i < m->lora->table.n_params; i++)
         adapter += m->lora->table.params[i].numel;
     out->trained_params = m->lora ? adapter : counts.total;
-    if (m->lora && (pc->update_per_layer || (pc->fsdp && pc->devices > 1)))
-        return hyla_error_set(HYLA_ERR_ARG, "plan: LoRA is planned for one device without per-layer updates");
+    if (m->lora && pc->update_per_layer)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: LoRA is planned without per-layer updates");
+    if (m->lora && pc->fsdp && pc->devices > 1 && pc->param_bytes == 2)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: LoRA with shard fsdp keeps the frozen base as fp32 pieces (no "
+                              "--param-dtype bf16)");
     int64_t groups = pc->expert_groups > 1 ? pc->expert_groups : 1;
     int sharded = pc->fsdp && pc->devices > 1;
     if (groups > 1 && !sharded)

@@ -151,11 +151,13 @@ static float *piece_grad(const hyla_fsdp *f, int i)
     return f->grad + (off < f->layer_lo[0] ? off : off - (f->layer_hi[L - 1] - f->layer_lo[0]));
 }
 
-int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch)
+int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch,
+                   int frozen)
 {
     memset(f, 0, sizeof *f);
     f->comm = comm;
     f->m = m;
+    f->frozen = frozen;
     f->per_layer = per_layer;
     f->prefetch = prefetch;
     f->inflight = f->kept = -1;
@@ -190,20 +192,24 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
     shard_layer_ranges(f);
     size_t unit_pieces;
     hyla_fsdp_grad_sizes(t, ex, N, comm->rank, &f->head_pieces, &unit_pieces);
-    size_t grad_floats = f->grad_floats = hyla_fsdp_grad_floats(t, ex, N, comm->rank, per_layer);
+    size_t grad_floats = f->grad_floats = frozen ? 0 : hyla_fsdp_grad_floats(t, ex, N, comm->rank, per_layer);
     f->w = aligned_alloc(64, hyla_align_up((at ? at : 1) * sizeof(float)));
-    f->grad = aligned_alloc(64, hyla_align_up((grad_floats ? grad_floats : 1) * sizeof(float)));
-    f->stage = aligned_alloc(64, hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)));
-    f->sums = calloc((size_t)N, sizeof *f->sums);
-    if (st == HYLA_OK && (!f->w || !f->grad || !f->stage || !f->sums))
+    if (!frozen) { /* (frozen: no gradient of these weights is formed, nothing is reduce-scattered) */
+        f->grad = aligned_alloc(64, hyla_align_up((grad_floats ? grad_floats : 1) * sizeof(float)));
+        f->stage = aligned_alloc(64, hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)));
+        f->sums = calloc((size_t)N, sizeof *f->sums);
+    }
+    if (st == HYLA_OK && (!f->w || (!frozen && (!f->grad || !f->stage || !f->sums))))
         st = hyla_error_set(HYLA_ERR_NOMEM, "fsdp: cannot allocate this rank's %zu-float pieces", at);
     if (st != HYLA_OK) {
         hyla_fsdp_free(f);
         return st;
     }
-    memset(f->grad, 0, grad_floats * sizeof(float));
     hyla_exact_sum_init(&f->sumsq);
-    memset(f->stage, 0, (size_t)hyla_shard_comm_floats(N) * sizeof(float));
+    if (!frozen) {
+        memset(f->grad, 0, grad_floats * sizeof(float));
+        memset(f->stage, 0, (size_t)hyla_shard_comm_floats(N) * sizeof(float));
+    }
     hyla_fsdp_take_pieces(f, m->w, f->w);
     hyla_fsdp_release_all(f);
     f->source = (hyla_weight_source){acquire, release, poll, f};
@@ -230,6 +236,8 @@ void hyla_fsdp_free(hyla_fsdp *f)
 size_t hyla_fsdp_bytes(const hyla_fsdp *f)
 {
     size_t pieces = hyla_align_up((f->shard.total_floats ? f->shard.total_floats : 1) * sizeof(float));
+    if (f->frozen)
+        return pieces;
     return pieces + hyla_align_up((f->grad_floats ? f->grad_floats : 1) * sizeof(float)) + hyla_align_up((size_t)hyla_shard_comm_floats(f->comm->size) * sizeof(float)) +
            (size_t)f->comm->size * sizeof(hyla_exact_sum);
 }

@@ -48,6 +48,8 @@ typedef struct {
     float *grad;                /* the step's summed gradient pieces: [shard.total_floats]; per-layer
                                  * updates: the head's pieces (compact) + one unit's (piece_grad) */
     int per_layer;              /* update each unit's pieces as soon as they are summed (accum 1, no clip) */
+    int frozen;                 /* the weights take no gradient (a LoRA adapter trains beside them): pieces
+                                 * and gathers only; grad, stage and sums are NULL */
     int mtp;                    /* the MTP loss trains the MTP head: its gradients are summed (else frozen) */
     size_t head_pieces;         /* floats of the non-layer parameters' pieces (compact) */
     size_t grad_floats;         /* floats of grad */
@@ -76,7 +78,8 @@ typedef struct {
 
 /* Take this rank's pieces of m's weights (every rank must hold the same m), then release the
  * arena's pages. ex: the step's executor (its units size the per-layer gradient window). */
-int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch);
+int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch,
+                   int frozen);
 
 void hyla_fsdp_free(hyla_fsdp *f);
 /* Bytes the FSDP state owns: weight and gradient pieces, staging, the norm's partial sums (the moments are

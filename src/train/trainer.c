@@ -59,7 +59,7 @@ static int alloc_gradients(hyla_trainer *tr)
 {
     const hyla_param_table *t = trained_table(tr);
     size_t head = t->total_floats, window = 0;
-    if (tr->cfg.update_per_layer || tr->sharded) { /* the head + one unit's window */
+    if (tr->cfg.update_per_layer || (tr->sharded && !tr->model->lora)) { /* the head + one unit's window */
         head = hyla_grad_head_floats(t);
         window = hyla_executor_window_floats(&tr->ex);
         tr->grad_window = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
@@ -74,7 +74,8 @@ static int alloc_gradients(hyla_trainer *tr)
     memset(tr->grads, 0, (head ? head : 1) * sizeof(float)); /* fault the pages in at setup, not in step 1 */
     if (window)
         memset(tr->grad_window, 0, window * sizeof(float));
-    return tr->cfg.update_per_layer || tr->sharded ? hyla_executor_update_per_layer(&tr->ex, &tr->updates) : HYLA_OK;
+    return tr->cfg.update_per_layer || (tr->sharded && !tr->model->lora) ? hyla_executor_update_per_layer(&tr->ex, &tr->updates)
+                                                                         : HYLA_OK;
 }
 
 int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_config *cfg)
@@ -97,9 +98,11 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (model->lora && cfg->update_per_layer)
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates do not apply to LoRA training (the adapter's gradients "
                               "are a small fraction of the model; they are updated once per step)");
-    if (cfg->fsdp && (ranks < 2 || model->lora))
-        return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: %s", ranks < 2 ? "needs more than one rank (mpirun -np N)"
-                              : "LoRA trains a small adapter: use shard none");
+    if (cfg->fsdp && ranks < 2)
+        return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: needs more than one rank (mpirun -np N)");
+    if (cfg->fsdp && model->lora && !model->matrices_in_w)
+        return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: the frozen base is sharded as fp32 pieces: drop --param-dtype "
+                              "bf16 (bf16 compute, --act-dtype bf16, is fine)");
     int mtp = cfg->mtp_weight > 0 || cfg->mtp_only;
     if (mtp && model->cfg.n_mtp_layers < 1)
         return hyla_error_set(HYLA_ERR_ARG, "the MTP loss: the model has no MTP head (no mtp.* tensors; hyla init "
@@ -120,8 +123,9 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
                               "keeps fp32 master weights: use --act-dtype bf16 alone (or train a LoRA adapter)");
     if (!cfg->fsdp) /* bf16 compute: the copy of the current weights (FSDP: of each part as it is gathered) */
         hyla_model_refresh_bf16(model);
-    size_t n = tr->sharded ? hyla_params_shard_floats(&model->table, (int)ranks, tr->cfg.comm->rank)
-                           : trained_table(tr)->total_floats; /* the moments: whole, or this rank's pieces */
+    size_t n = tr->sharded && !model->lora ? hyla_params_shard_floats(&model->table, (int)ranks, tr->cfg.comm->rank)
+                                           : trained_table(tr)->total_floats; /* the moments: whole (an adapter's:
+                                                                                * replicated), or this rank's pieces */
     int st = hyla_adamw_init(&tr->opt, &cfg->adamw, n);
     if (!model->lora && !tr->sharded) /* bf16 compute: every update rewrites the copy of what it changed (a frozen base: never) */
         tr->opt.bf16_copy = model->w16;
@@ -133,14 +137,15 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (st == HYLA_OK)
         st = alloc_gradients(tr);
     if (st == HYLA_OK && tr->sharded &&
-        (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model, &tr->ex, cfg->update_per_layer, !cfg->no_prefetch)) ==
+        (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model, &tr->ex, cfg->update_per_layer, !cfg->no_prefetch,
+                             model->lora != NULL)) ==
             HYLA_OK) {
         tr->fsdp.ex = &tr->ex;
         tr->fsdp.mtp = mtp;
         tr->ex.weights = &tr->fsdp.source;
     }
     /* replicated: the ordered sum, unless the one micro-batch's gradient is the step's */
-    tr->reducing = !tr->sharded && (ranks > 1 || cfg->accum > 1);
+    tr->reducing = (!tr->sharded || model->lora) && (ranks > 1 || cfg->accum > 1); /* (an adapter: replicated) */
     if (st == HYLA_OK && tr->reducing)
         st = hyla_grad_reducer_init(&tr->reducer, tr->cfg.comm, tr->head_floats);
     tr->window_reducing = !tr->sharded && cfg->update_per_layer && ranks > 1;
@@ -179,7 +184,7 @@ void hyla_trainer_free(hyla_trainer *tr)
 
 size_t hyla_trainer_gradient_bytes(const hyla_trainer *tr)
 {
-    size_t pieces = tr->sharded ? hyla_fsdp_bytes(&tr->fsdp) - hyla_align_up(tr->fsdp.shard.total_floats * sizeof(float)) : 0;
+    size_t pieces = tr->sharded ? hyla_fsdp_bytes(&tr->fsdp) - hyla_align_up((tr->fsdp.shard.total_floats ? tr->fsdp.shard.total_floats : 1) * sizeof(float)) : 0;
     return tr->grad_floats * sizeof(float) + (tr->reducing ? hyla_grad_reducer_bytes(&tr->reducer) : 0) +
            (tr->window_reducing ? hyla_grad_reducer_bytes(&tr->window_reducer) : 0) + pieces;
 }
@@ -324,7 +329,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         tr->loss_parts[HYLA_STEP_LOSS_PARTS * (A * comm->rank + round) + 2] = l.mtp_sum;
         if (tr->reducing)
             HYLA_TRY(hyla_grad_reducer_add(&tr->reducer, tr->grads, round == 0));
-        if (tr->sharded) /* the layers' went during backward */
+        if (tr->sharded && !tr->fsdp.frozen) /* the layers' went during backward */
             HYLA_TRY(hyla_fsdp_reduce_head(&tr->fsdp, tr->grads, round == 0));
         if (tr->sharded && tr->cfg.update_per_layer) /* accum 1: the only round */
             HYLA_TRY(hyla_fsdp_update(&tr->fsdp, &tr->opt, -1, -1));
@@ -352,7 +357,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     } else if (tr->cfg.update_per_layer) { /* the layers were updated during backward */
         HYLA_TRY(apply_head(tr));
         stats->grad_norm = sqrt(tr->step_sumsq);
-    } else if (tr->sharded) { /* the pieces: hyla_adamw_step's arithmetic on each rank's part */
+    } else if (tr->sharded && !tr->fsdp.frozen) { /* the pieces: hyla_adamw_step's arithmetic on each rank's part */
         HYLA_TRY(hyla_fsdp_grad_norm(&tr->fsdp, &stats->grad_norm));
         if (!isfinite(stats->grad_norm)) {
             HYLA_TRY(hyla_grad_check_finite(&tr->opt, &tr->fsdp.shard, tr->fsdp.grad));

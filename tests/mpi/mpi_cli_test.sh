@@ -5,7 +5,7 @@
 #     summed in micro-batch order whatever the rank count: src/parallel/grad_reduce.h,
 #     src/parallel/shard_comm.h; the norm sums fixed blocks exactly: core/exact_sum.h), for N = 2 and
 #     4, both shardings, every remat policy (offloading ones included), layer / block / part units,
-#     packed documents, bf16 compute, per-layer updates (both), no prefetch (fsdp), (shard none) LoRA,
+#     packed documents, bf16 compute, per-layer updates (both), no prefetch (fsdp), LoRA (both),
 #     and FSDP on every oracle model layout. Every run is --threads 1 (the default under mpirun):
 #     oneDNN's sgemm results depend on its thread count.
 #   - measured == planned on every rank, exactly: weights (pieces + gathered high-water), gradients
@@ -126,8 +126,12 @@ planned "measured == planned: shard fsdp, per-layer updates (the head's and one 
     "$T/per_layer_updates__block_units.fsdp" 2 1 fsdp --update-per-layer --remat-unit block
 equal "bf16 compute" 2 1 "none fsdp" --act-dtype bf16
 planned "measured == planned: shard fsdp, bf16 compute (a gathered matrix holds its bf16 copy too)" "$T/bf16_compute.fsdp" 2 1 fsdp --act-dtype bf16
-equal "LoRA" 2 1 none --lora-rank 4
+equal "LoRA" 2 1 "none fsdp" --lora-rank 4
 planned "measured == planned: LoRA on 2 ranks (the adapter's gradients)" "$T/lora.none" 2 1 none --lora-rank 4
+# LoRA under FSDP: the frozen base as pieces, gathered layer by layer (never reduced), the
+# adapter replicated with its gradient summed in order
+planned "measured == planned: LoRA on 2 ranks, shard fsdp (base pieces + gathers, the adapter's reducer)" "$T/lora.fsdp" 2 1 fsdp --lora-rank 4
+equal "LoRA fsdp 4 ranks, block units, bf16 compute" 4 1 fsdp --lora-rank 4 --remat-unit block --act-dtype bf16
 # the MTP loss across ranks (shard none: replicated weights, the ordered gradient sum; the MTP
 # cross-entropy sums gathered like the main loss's)
 "$HYLA" init --preset tiny-hybrid --seed 4 --mtp-layers 1 --out "$T/mm" >/dev/null && $PY tests/data/make_qwen_tokenizer.py "$T/mm" >/dev/null &&
@@ -322,7 +326,7 @@ refused() { # NAME PATTERN TRAIN-ARGS...: every rank of an mpirun -np 2 job says
         echo "  ok  $name: $(grep -m1 -- "$pattern" "$T/err")" || { fail "$name: rc $rc"; head -3 "$T/err"; }
 }
 refused "--update-per-layer with --accum 2 per rank" "per-layer updates need --accum 1 and --clip 0" --update-per-layer --clip 0 --accum 2
-refused "LoRA with shard fsdp" "LoRA trains a small adapter: use shard none" --lora-rank 4
+refused "LoRA with shard fsdp over a bf16-only base" "drop --param-dtype bf16" --lora-rank 4 --param-dtype bf16 --act-dtype bf16
 
 # the plan of sharded runs: --expert-groups, and the goal it exists for (seed 002's setting:
 # Qwen3.5-397B-A17B, 1 x 1024 tokens per device, 64 devices, fp32 weights and moments, bf16
