@@ -68,7 +68,7 @@ static int acquire(void *ctx, int l0, int l1)
     int k = l0 == HYLA_WEIGHTS_EMBED ? 0 : f->next; /* a micro-batch starts with the embedding */
     int expected = k < f->n_parts && f->parts[k][0] == l0 && f->parts[k][1] == l1;
     double t0 = hyla_now();
-    if (f->kept >= 0 && same_part(f, f->kept, k)) { /* still gathered */
+    if (f->kept >= 0 && expected && same_part(f, f->kept, k)) { /* still gathered */
         f->kept = -1;
     } else if (f->inflight == k && expected) { /* prefetched: what is left of it */
         HYLA_TRY(hyla_shard_wait(f->comm, &f->reqs));
@@ -100,11 +100,13 @@ static void poll(void *ctx)
 static void release(void *ctx, int l0, int l1)
 {
     hyla_fsdp *f = ctx;
-    if (same_part(f, f->next - 1, f->next)) { /* acquired again next: stays */
+    if (!f->outside && same_part(f, f->next - 1, f->next)) { /* acquired again next: stays */
         f->kept = f->next - 1;
         return;
     }
-    int n = f->next < f->n_parts ? f->next : -1; /* acquired next (its gather may be in flight already) */
+    /* acquired next in a step's order (its gather may be in flight already); outside a step the
+     * order is not the parts list's: everything goes */
+    int n = !f->outside && f->next < f->n_parts ? f->next : -1;
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
         if (in_part(f, p, l0, l1)) {

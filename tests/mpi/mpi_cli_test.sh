@@ -148,6 +148,8 @@ equal "LoRA fsdp 4 ranks, block units, bf16 compute" 4 1 fsdp --lora-rank 4 --re
 # added in batch order: the eval records and the sample == one process's
 head -20 data/chat_kjv.jsonl > "$T/eval.jsonl"
 equal "evaluation and sample" 3 1 "none fsdp" --eval-data "$T/eval.jsonl" --eval-every 2 --sample 12
+# (part units: the step acquires each layer twice in a row, an evaluation once)
+equal "evaluation, part units" 2 1 fsdp --remat-unit part --eval-data "$T/eval.jsonl" --eval-every 3
 for sh in none fsdp; do
     grep -q '"eval_loss"' "$T/evaluation_and_sample.$sh/log.jsonl" && [ -n "$(grep '^sample>' "$T/evaluation_and_sample.one/out")" ] &&
         [ "$(grep '^sample>' "$T/evaluation_and_sample.one/out")" = "$(grep '^sample>' "$T/evaluation_and_sample.$sh/out")" ] &&
