@@ -26,8 +26,10 @@ static int apply_layers(void *ctx, int layer0, int layer1, const float *window, 
     hyla_trainer *tr = ctx;
     const hyla_param_table *t = &tr->model->table;
     if (tr->window_reducing) { /* across ranks: the window's sum in rank order (= micro-batch order) on every rank */
+        double t0 = hyla_now();
         HYLA_TRY(hyla_grad_reducer_add(&tr->window_reducer, window, 1));
         HYLA_TRY(hyla_grad_reducer_gather(&tr->window_reducer, (float *)window));
+        tr->reduce_seconds += hyla_now() - t0;
     }
     for (int i = 0; i < t->n_params; i++)
         if (t->params[i].layer >= layer0 && t->params[i].layer <= layer1)
@@ -51,7 +53,9 @@ static int apply_head(hyla_trainer *tr)
 static int reduce_layers(void *ctx, int layer0, int layer1, const float *window, size_t lo)
 {
     hyla_trainer *tr = ctx;
+    double t0 = hyla_now();
     HYLA_TRY(hyla_fsdp_reduce_layers(&tr->fsdp, layer0, layer1, window, lo, tr->round_first));
+    tr->reduce_seconds += hyla_now() - t0;
     return tr->cfg.update_per_layer ? hyla_fsdp_update(&tr->fsdp, &tr->opt, layer0, layer1) : HYLA_OK;
 }
 
@@ -262,6 +266,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         hyla_host_store_stats_reset(tr->store);
     hyla_comm_stats_reset(comm);
     tr->fsdp.wait_seconds = 0;
+    tr->reduce_seconds = 0;
     double tz = HYLA_PROF_BEGIN();
     hyla_zero_floats(tr->grads, tr->head_floats);
     HYLA_PROF_END("grad_zero", tz);
@@ -327,15 +332,20 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         tr->loss_parts[HYLA_STEP_LOSS_PARTS * (A * comm->rank + round)] = l.ce_sum;
         tr->loss_parts[HYLA_STEP_LOSS_PARTS * (A * comm->rank + round) + 1] = l.aux_loss;
         tr->loss_parts[HYLA_STEP_LOSS_PARTS * (A * comm->rank + round) + 2] = l.mtp_sum;
+        double tr0 = hyla_now();
         if (tr->reducing)
             HYLA_TRY(hyla_grad_reducer_add(&tr->reducer, tr->grads, round == 0));
         if (tr->sharded && !tr->fsdp.frozen) /* the layers' went during backward */
             HYLA_TRY(hyla_fsdp_reduce_head(&tr->fsdp, tr->grads, round == 0));
+        tr->reduce_seconds += hyla_now() - tr0;
         if (tr->sharded && tr->cfg.update_per_layer) /* accum 1: the only round */
             HYLA_TRY(hyla_fsdp_update(&tr->fsdp, &tr->opt, -1, -1));
     }
-    if (tr->reducing)
+    if (tr->reducing) {
+        double tg = hyla_now();
         HYLA_TRY(hyla_grad_reducer_gather(&tr->reducer, tr->grads));
+        tr->reduce_seconds += hyla_now() - tg;
+    }
     double ce_sum, aux_sum;
     int have_aux;
     HYLA_TRY(step_losses(tr, &ce_sum, &aux_sum, &have_aux, &mtp_sum));
@@ -376,6 +386,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     stats->comm_bytes = comm->bytes_sent;
     stats->comm_seconds = comm->seconds;
     stats->gather_wait_seconds = tr->sharded ? tr->fsdp.wait_seconds : 0;
+    stats->reduce_seconds = tr->reduce_seconds;
     stats->offload_bytes = 0;
     stats->copy_seconds = stats->copy_wait_seconds = 0;
     if (tr->store) {

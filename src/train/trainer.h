@@ -62,6 +62,8 @@ typedef struct {
     uint64_t comm_bytes;
     double comm_seconds;
     double gather_wait_seconds; /* FSDP: compute waiting for weight gathers (what the prefetch did not hide) */
+    double reduce_seconds;      /* in the gradient reductions (reduce-scatters, the ordered sums): blocking,
+                                 * none of it hidden behind compute */
 } hyla_step_stats;
 
 typedef struct {
@@ -76,6 +78,7 @@ typedef struct {
     hyla_grad_reducer window_reducer; /* per-layer updates with shard none over N > 1 ranks: each unit's
                                        * window summed over the ranks before its layers' update */
     int window_reducing;
+    double reduce_seconds;  /* this step's so far (hyla_step_stats.reduce_seconds) */
     hyla_fsdp fsdp;         /* cfg.fsdp: the pieces; the optimizer's moments are pieces too */
     int sharded, round_first;
     double *loss_parts;     /* [N][accum][2] every rank's micro-batch ce sums and aux losses */
