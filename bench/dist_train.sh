@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Training across processes (issue: MPI data parallel + FSDP): bench-100m, the same global batch
 # (2 micro-batches of BATCH x SEQ per step) as 2 ranks x 1 thread (mpirun -np 2, --accum 1) with
-# shard none, shard fsdp, and shard fsdp --no-prefetch, and as 1 process x 2 threads (--accum 2).
-# Paired runs (the four in turn, REPEATS times) so drift hits all alike; a run's step time is the
+# shard none, shard fsdp, shard fsdp --no-prefetch and shard fsdp --overlap-reduce, and as 1
+# process x 2 threads (--accum 2).
+# Paired runs (the five in turn, REPEATS times) so drift hits all alike; a run's step time is the
 # mean over steps 2..STEPS, the best run of REPEATS kept. Reports tokens/s and the ratio to one
 # process, bytes each rank sends per step (measured, and planned by hyla plan --devices 2
 # --shard ...), per-rank weight / gradient / moment bytes, seconds in collectives, and the share of
 # communication hidden behind compute: FSDP's weight gathers, 1 - (gather wait with the
-# prefetch) / (gather wait without it); the gradient reductions (reduce-scatters, ordered sums)
-# block: their time and share of the step are reported, 0 hidden.
+# prefetch) / (gather wait without it); the gradient reductions' time and share of the step,
+# and the share of FSDP's reduce-scatters that --overlap-reduce hides, 1 - (its wait for them) /
+# (the blocking run's time in them). No state passing: no context parallelism yet.
 # usage: bench/dist_train.sh [BATCH=1] [SEQ=512] [STEPS=4] [REPEATS=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,8 +23,9 @@ trap 'rm -rf "$out"' EXIT
 TRAIN=(train --model "$MODEL" --synthetic --steps "$STEPS" --batch "$B" --seq "$SEQ" --warmup 1 --seed 3)
 for i in $(seq "$REPEATS"); do
     ./build/hyla "${TRAIN[@]}" --accum 2 --threads 2 --log-json "$out/one.$i.jsonl" >/dev/null
-    for sh in none fsdp fsdp_noprefetch; do
-        extra=(--shard "${sh%_noprefetch}"); [ "$sh" = fsdp_noprefetch ] && extra+=(--no-prefetch)
+    for sh in none fsdp fsdp_noprefetch fsdp_overlap; do
+        extra=(--shard "${sh%_*}"); [ "$sh" = fsdp_noprefetch ] && extra+=(--no-prefetch)
+        [ "$sh" = fsdp_overlap ] && extra+=(--overlap-reduce)
         mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core ./build/hyla "${TRAIN[@]}" --accum 1 --threads 1 \
             "${extra[@]}" --log-json "$out/$sh.$i.jsonl" >/dev/null
     done
@@ -31,6 +34,7 @@ for sh in none fsdp; do
     ./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard $sh --threads 1 --json > "$out/plan.$sh.json"
 done
 ./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard fsdp --no-prefetch --threads 1 --json > "$out/plan.fsdp_noprefetch.json"
+./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard fsdp --overlap-reduce --threads 1 --json > "$out/plan.fsdp_overlap.json"
 /usr/bin/python3 - "$out" "$REPEATS" <<'PY'
 import json, sys
 out, reps = sys.argv[1], int(sys.argv[2])
@@ -41,20 +45,22 @@ def run(path):
     keys = ("comm_bytes", "weight_bytes", "gradient_bytes", "optimizer_bytes", "activation_bytes")
     wait = sum(r["gather_wait_seconds"] for r in rec) / len(rec)
     reduce = sum(r["reduce_seconds"] for r in rec) / len(rec)
+    reduce_wait = sum(r["reduce_wait_seconds"] for r in rec) / len(rec)
     return {"tokens_per_s": rec[0]["tokens"] / secs, "step_seconds": secs, "comm_seconds": comm,
-            "gather_wait_seconds": wait, "gradient_reduce_seconds": reduce, **{k: rec[-1][k] for k in keys}}
+            "gather_wait_seconds": wait, "gradient_reduce_seconds": reduce, "gradient_reduce_wait_seconds": reduce_wait,
+            **{k: rec[-1][k] for k in keys}}
 def best(name):
     return max((run(f"{out}/{name}.{i}.jsonl") for i in range(1, reps + 1)), key=lambda r: r["tokens_per_s"])
 one = best("one")
 res = {"benchmark": "dist_train", "model": "bench-100m", "one_process_2_threads": one}
-for sh in ("none", "fsdp", "fsdp_noprefetch"):
+for sh in ("none", "fsdp", "fsdp_noprefetch", "fsdp_overlap"):
     two, plan = best(sh), json.load(open(f"{out}/plan.{sh}.json"))
     res["global_batch"] = "2 x %s x %s" % (plan["batch"], plan["seq"])
     two["comm_share_of_step"] = two["comm_seconds"] / two["step_seconds"]
     two["comm_hidden_fraction"] = 0.0  # blocking collectives (fsdp: set below from the gather waits)
     two["comm_bytes_planned"] = plan["comm_bytes"]
-    # the gradient reductions block (nothing of them hidden); there is no state passing (no
-    # context parallelism yet)
+    # the gradient reductions: their share of the step, and (--overlap-reduce, below) the share of
+    # the blocking run's that the overlap hid; there is no state passing (no context parallelism yet)
     two["gradient_reduce_share_of_step"] = two["gradient_reduce_seconds"] / two["step_seconds"]
     two["gradient_reduce_hidden_fraction"] = 0.0
     two["comm_gbytes_per_s"] = two["comm_bytes"] / two["comm_seconds"] / 1e9 if two["comm_seconds"] else None
@@ -68,5 +74,9 @@ blocking, hidden = res["two_ranks_1_thread_shard_fsdp_noprefetch"], res["two_ran
 if blocking["gather_wait_seconds"] > 0:
     hidden["comm_hidden_fraction"] = 1 - hidden["gather_wait_seconds"] / blocking["gather_wait_seconds"]
     hidden["comm_hidden_of"] = "weight gathers (vs --no-prefetch)"
+ov, rs = res["two_ranks_1_thread_shard_fsdp_overlap"], res["two_ranks_1_thread_shard_fsdp"]
+if rs["gradient_reduce_seconds"] > 0:
+    ov["gradient_reduce_hidden_fraction"] = 1 - ov["gradient_reduce_wait_seconds"] / rs["gradient_reduce_seconds"]
+    ov["gradient_reduce_hidden_of"] = "reduce-scatters (vs the blocking ones of shard fsdp)"
 print(json.dumps(res, indent=1))
 PY

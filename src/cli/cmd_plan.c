@@ -169,7 +169,7 @@ int hyla_cmd_plan(int argc, char **argv)
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
     int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1, threads = 0, rank = 0;
     int64_t infer_prompt = 0, max_new = 128;
-    int json = 0, per_layer = 0, act_bf16 = 0, no_prefetch = 0;
+    int json = 0, per_layer = 0, act_bf16 = 0, no_prefetch = 0, overlap_reduce = 0;
     double mtp_weight = 0;
     const char *svg = NULL, *budget_s = NULL, *host_s = NULL, *lora_targets = NULL;
     const hyla_opt opts[] = {
@@ -198,6 +198,8 @@ int hyla_cmd_plan(int argc, char **argv)
          (int64_t)1 << 32},
         {"--no-prefetch", OPT_FLAG, &no_prefetch, NULL, "FSDP: as hyla train --no-prefetch (one part gathered at a time)",
          0, 0},
+        {"--overlap-reduce", OPT_FLAG, &overlap_reduce, NULL, "FSDP: as hyla train --overlap-reduce (a second gradient "
+         "window and the in-flight unit's reduce-scatter staging)", 0, 0},
         {"--threads", OPT_INT, &threads, "N", "threads each device's step runs with (default: all cores; per-thread "
          "kernel scratch is part of the working set; under mpirun hyla train runs 1 per rank)", 0, 4096},
         {"--lora-rank", OPT_INT, &lora_rank, "R", "plan LoRA training of rank R (base frozen: no gradients or moments)", 1,
@@ -231,6 +233,7 @@ int hyla_cmd_plan(int argc, char **argv)
     }
     pc.fsdp = !strcmp(shard, "fsdp");
     pc.no_prefetch = no_prefetch;
+    pc.overlap_reduce = overlap_reduce;
     pc.update_per_layer = per_layer;
     pc.mtp = mtp_weight > 0;
     int is_auto = !strcmp(remat, "auto");

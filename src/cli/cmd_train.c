@@ -220,12 +220,13 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
                "\"activation_bytes\": %zu, \"gradient_bytes\": %zu, \"weight_bytes\": %zu, \"optimizer_bytes\": %zu, "
                "\"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
                "\"copy_hidden_fraction\": %.4f, \"comm_bytes\": %llu, \"comm_seconds\": %.6f, "
-               "\"gather_wait_seconds\": %.6f, \"reduce_seconds\": %.6f, \"peak_rss_bytes\": %zu}\n",
+               "\"gather_wait_seconds\": %.6f, \"reduce_seconds\": %.6f, \"reduce_wait_seconds\": %.6f, "
+               "\"peak_rss_bytes\": %zu}\n",
             s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes, hyla_trainer_gradient_bytes(tr),
             hyla_trainer_weight_bytes(tr), 2 * tr->opt.n_floats * sizeof(float),
             (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, train_hidden_fraction(s),
             (unsigned long long)s->comm_bytes, s->comm_seconds, s->gather_wait_seconds, s->reduce_seconds,
-            hyla_peak_rss_bytes());
+            s->reduce_wait_seconds, hyla_peak_rss_bytes());
     if (fflush(f) != 0 || ferror(f))
         return hyla_error_set(HYLA_ERR_IO, "%s: write failed at step %lld: %s", path, (long long)step, strerror(errno));
     return HYLA_OK;
@@ -465,6 +466,7 @@ static int run(train_args *a, hyla_comm *comm)
     tc.comm = comm;
     tc.fsdp = a->fsdp;
     tc.no_prefetch = a->no_prefetch;
+    tc.overlap_reduce = a->overlap_reduce;
     int deferred = m.source_set != NULL; /* FSDP's sharded load, after the trainer's setup */
     uint64_t weights_hash = comm->size > 1 && !deferred ? model_hash(&m) : 0; /* before FSDP keeps only pieces */
     tc.offload_limit = (size_t)limit;
@@ -667,6 +669,9 @@ int hyla_cmd_train(int argc, char **argv)
         {"--threads", OPT_INT, &a.threads, "N", "OpenMP threads (default: all cores; 1 per rank under mpirun)", 0, 4096},
         {"--no-prefetch", OPT_FLAG, &a.no_prefetch, NULL, "FSDP: gather each layer only when it is needed (default: "
          "the next one's gather runs while the current one computes); for measuring what the prefetch hides", 0, 0},
+        {"--overlap-reduce", OPT_FLAG, &a.overlap_reduce, NULL, "FSDP: a unit's gradient reduce-scatters run while "
+         "the next unit's backward computes (costs a second gradient window and the in-flight unit's staging; "
+         "with the prefetch)", 0, 0},
         {"--shard", OPT_STRING, &a.shard, "fsdp|none", "under mpirun: fsdp (default) = each rank keeps its pieces of "
          "the weights, gradients and AdamW moments, layers gathered just before use; none = replicated. Either way "
          "gradients are summed over ranks in a fixed order (bit-identical to one process)", 0, 0},
@@ -818,6 +823,10 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
     a.fsdp = a.shard ? !strcmp(a.shard, "fsdp") : comm->size > 1; /* the default over several ranks: fsdp */
     if (a.fsdp && comm->size == 1) {
         fprintf(stderr, "hyla train: --shard fsdp: sharding needs more than one process (launch with mpirun -np N)\n");
+        return 2;
+    }
+    if (a.overlap_reduce && !a.fsdp) {
+        fprintf(stderr, "hyla train: --overlap-reduce overlaps FSDP's reduce-scatters: it needs --shard fsdp under mpirun\n");
         return 2;
     }
     if (a.save_sharded && (!a.fsdp || frozen_base)) {

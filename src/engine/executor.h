@@ -247,6 +247,9 @@ size_t hyla_executor_window_floats(const hyla_executor *ex);
 void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, size_t *head,
                           size_t *unit);
 size_t hyla_fsdp_grad_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, int per_layer);
+/* ... and of the staging an overlapped reduce-scatter of the largest unit's gradients receives
+ * into (every rank's copy of this rank's pieces: parallel/shard_comm.h). */
+size_t hyla_fsdp_overlap_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank);
 /* The parts a training micro-batch acquires (hyla_weight_source), in order: the embedding, each
  * layer for its forward segment (a layer split over units once per unit); with the MTP loss its
  * input stage, its layer's forward, its output stage, its units' backward and its input stage

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "parallel/shard.h"
+#include "parallel/shard_comm.h"
 #include "engine/executor.h"
 
 int hyla_layer_ranges(const hyla_param_table *t, size_t *lo, size_t *hi)
@@ -103,6 +104,19 @@ void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, in
             sum += per_layer[l];
         *unit = sum > *unit ? sum : *unit;
     }
+}
+
+size_t hyla_fsdp_overlap_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank)
+{
+    size_t most = 0;
+    for (int u = 0; u < ex->n_trunk_units; u++) {
+        size_t sum = 0;
+        for (int i = 0; i < t->n_params; i++)
+            if (t->params[i].layer >= ex->units[u].layer0 && t->params[i].layer <= ex->units[u].layer1)
+                sum += (size_t)hyla_shard_overlap_floats(t->params[i].numel, ranks, rank);
+        most = sum > most ? sum : most;
+    }
+    return most;
 }
 
 size_t hyla_fsdp_grad_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, int per_layer)

@@ -24,6 +24,7 @@ typedef struct {
     int64_t accum;                  /* micro-batches per device per step (0 or 1: one) */
     int64_t expert_groups;          /* FSDP: routed experts gathered / reduce-scattered in this many groups (0, 1: whole layer) */
     int no_prefetch;                /* FSDP: no gather runs ahead (hyla train --no-prefetch) */
+    int overlap_reduce;             /* FSDP: overlapped reduce-scatters (hyla train --overlap-reduce) */
     int64_t rank;                   /* FSDP: the device planned, 0 .. devices - 1 (rank 0 holds the largest pieces) */
     int update_per_layer;           /* optimizer applied per layer in backward: gradients of one unit live at once */
     int mtp;                        /* the MTP loss on: the head's layer runs as one more unit (engine/mtp_loss.h) */

@@ -35,6 +35,9 @@ struct hyla_comm {
     /* allgatherv started: *req completes it (wait) or polls it (test); the self comm completes at
      * once (*req = NULL). recv must not be touched until the wait. */
     int (*iallgatherv)(hyla_comm *c, const void *send, void *recv, const size_t *count, const size_t *displ, void **req);
+    /* alltoallv started, the same way (send and recv untouched until the wait) */
+    int (*ialltoallv)(hyla_comm *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
+                      const size_t *rcount, const size_t *rdispl, void **req);
     int (*wait)(hyla_comm *c, void *req);            /* completes and frees req (NULL: nothing) */
     int (*test)(hyla_comm *c, void *req, int *done); /* lets it progress; *done when complete (req still to wait) */
     int (*barrier)(hyla_comm *c);

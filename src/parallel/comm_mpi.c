@@ -146,6 +146,44 @@ static int mpi_iallgatherv(hyla_comm *c, const void *send, void *recv, const siz
     return st;
 }
 
+/* A started alltoallv: its request first (mpi_wait / mpi_test take it as an MPI_Request *), then
+ * the int arrays MPI may read until it completes; one allocation, freed by the wait. */
+typedef struct {
+    MPI_Request req;
+    int v[];
+} ialltoallv_call;
+
+static int mpi_ialltoallv(hyla_comm *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
+                          const size_t *rcount, const size_t *rdispl, void **req)
+{
+    int n = c->size;
+    ialltoallv_call *call = malloc(sizeof *call + (size_t)(4 * n) * sizeof(int));
+    *req = NULL;
+    if (!call)
+        return hyla_error_set(HYLA_ERR_NOMEM, "MPI ialltoallv: out of memory");
+    int *v = call->v;
+    int st = int_array(scount, n, v, "ialltoallv");
+    if (st == HYLA_OK)
+        st = int_array(sdispl, n, v + n, "ialltoallv");
+    if (st == HYLA_OK)
+        st = int_array(rcount, n, v + 2 * n, "ialltoallv");
+    if (st == HYLA_OK)
+        st = int_array(rdispl, n, v + 3 * n, "ialltoallv");
+    if (st == HYLA_OK) {
+        double t0 = hyla_now();
+        int rc = MPI_Ialltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, MPI_COMM_WORLD, &call->req);
+        uint64_t sent = 0;
+        for (int r = 0; r < n; r++)
+            sent += r != c->rank ? scount[r] : 0;
+        st = account(c, t0, sent, rc, "ialltoallv");
+    }
+    if (st == HYLA_OK)
+        *req = call;
+    else
+        free(call);
+    return st;
+}
+
 static int mpi_wait(hyla_comm *c, void *req)
 {
     if (!req)
@@ -193,8 +231,9 @@ hyla_comm *hyla_comm_mpi_open(int *argc, char ***argv)
         return NULL;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     world = (hyla_comm){0,         1,             NULL,           mpi_alltoall,    mpi_allgather,
-                        mpi_bcast, mpi_alltoallv, mpi_allgatherv, mpi_iallgatherv, mpi_wait,
-                        mpi_test,  mpi_barrier,   mpi_abort,      0,               0.0};
+                        mpi_bcast, mpi_alltoallv, mpi_allgatherv, mpi_iallgatherv, mpi_ialltoallv,
+                        mpi_wait,  mpi_test,      mpi_barrier,    mpi_abort,       0,
+                        0.0};
     MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world.size);
     world.impl = &world;

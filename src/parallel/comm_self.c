@@ -29,6 +29,12 @@ static int self_iallgatherv(hyla_comm *c, const void *send, void *recv, const si
     *req = NULL;
     return self_allgatherv(c, send, recv, count, displ);
 }
+static int self_ialltoallv(hyla_comm *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
+                           const size_t *rcount, const size_t *rdispl, void **req)
+{
+    *req = NULL;
+    return self_alltoallv(c, send, scount, sdispl, recv, rcount, rdispl);
+}
 static int self_wait(hyla_comm *c, void *req) { return 0; }
 static int self_test(hyla_comm *c, void *req, int *done)
 {
@@ -42,8 +48,9 @@ static void self_abort(hyla_comm *c, int code) { exit(code); }
 hyla_comm *hyla_comm_self(void)
 {
     static hyla_comm self = {0,          1,           NULL,          self_copy,          self_copy,
-                             self_bcast, self_alltoallv, self_allgatherv, self_iallgatherv, self_wait,
-                             self_test,  self_barrier,   self_abort,      0,                0.0};
+                             self_bcast, self_alltoallv, self_allgatherv, self_iallgatherv, self_ialltoallv,
+                             self_wait,  self_test,      self_barrier,    self_abort,       0,
+                             0.0};
     return &self;
 }
 

@@ -47,6 +47,19 @@ int hyla_shard_gather(hyla_comm *c, int64_t n, float *full)
     return HYLA_OK;
 }
 
+/* Room for one more request in r. */
+static int request_slot(hyla_shard_requests *r)
+{
+    if (r->n < r->cap)
+        return HYLA_OK;
+    int cap = r->cap ? 2 * r->cap : 64;
+    void **q = realloc(r->req, (size_t)cap * sizeof *q);
+    if (!q)
+        return hyla_error_set(HYLA_ERR_NOMEM, "fsdp: out of memory for %d requests", cap);
+    r->req = q, r->cap = cap;
+    return HYLA_OK;
+}
+
 int hyla_shard_gather_start(hyla_comm *c, int64_t n, float *full, hyla_shard_requests *r)
 {
     int N = c->size;
@@ -54,13 +67,7 @@ int hyla_shard_gather_start(hyla_comm *c, int64_t n, float *full, hyla_shard_req
         return HYLA_OK;
     size_t count[N], displ[N];
     for (int64_t s = 0, S = steps_of(n, N); s < S; s++) {
-        if (r->n == r->cap) {
-            int cap = r->cap ? 2 * r->cap : 64;
-            void **q = realloc(r->req, (size_t)cap * sizeof *q);
-            if (!q)
-                return hyla_error_set(HYLA_ERR_NOMEM, "fsdp: out of memory for %d requests", cap);
-            r->req = q, r->cap = cap;
-        }
+        HYLA_TRY(request_slot(r));
         gather_counts(n, N, s, count, displ);
         HYLA_TRY(c->iallgatherv(c, (const char *)full + displ[c->rank], full, count, displ, &r->req[r->n]));
         r->n++;
@@ -96,6 +103,65 @@ void hyla_shard_requests_free(hyla_shard_requests *r)
     memset(r, 0, sizeof *r);
 }
 
+/* a (+)= the N ranks' parts (parts + r * stride, len floats each) in rank order (first: set). */
+static void add_parts(float *a, const float *parts, int N, int64_t stride, int64_t len, int first)
+{
+    for (int r = 0; r < N; r++) { /* rank order */
+        const float *p = parts + r * stride;
+        if (first && r == 0)
+            memcpy(a, p, (size_t)len * sizeof(float));
+        else
+            for (int64_t i = 0; i < len; i++)
+                a[i] += p[i];
+    }
+}
+
+/* Step s's exchange of a reduce-scatter: what goes to every rank from g, and where every rank's
+ * copy of this rank's step lands (from rank r at recv_at + r * mlen floats). */
+static void scatter_counts(int64_t n, int N, int rank, int64_t s, int64_t recv_at, int64_t mlen, size_t *scount,
+                           size_t *sdispl, size_t *rcount, size_t *rdispl)
+{
+    for (int r = 0; r < N; r++) {
+        int64_t lo, len;
+        step_of(n, N, r, s, &lo, &len);
+        scount[r] = (size_t)len * sizeof(float), sdispl[r] = (size_t)lo * sizeof(float);
+        rcount[r] = (size_t)mlen * sizeof(float), rdispl[r] = (size_t)(recv_at + r * mlen) * sizeof(float);
+    }
+    (void)rank;
+}
+
+int64_t hyla_shard_overlap_floats(int64_t n, int ranks, int rank)
+{
+    int64_t lo, len;
+    hyla_shard_piece(n, ranks, rank, &lo, &len);
+    return (int64_t)ranks * len;
+}
+
+int hyla_shard_reduce_scatter_start(hyla_comm *c, int64_t n, const float *g, float *stage, hyla_shard_requests *r)
+{
+    int N = c->size;
+    size_t scount[N], sdispl[N], rcount[N], rdispl[N];
+    for (int64_t s = 0, S = steps_of(n, N); s < S; s++) {
+        int64_t mlo, mlen;
+        step_of(n, N, c->rank, s, &mlo, &mlen);
+        HYLA_TRY(request_slot(r));
+        scatter_counts(n, N, c->rank, s, (int64_t)N * s * HYLA_SHARD_STEP, mlen, scount, sdispl, rcount, rdispl);
+        HYLA_TRY(c->ialltoallv(c, g, scount, sdispl, stage, rcount, rdispl, &r->req[r->n]));
+        r->n++;
+    }
+    return HYLA_OK;
+}
+
+void hyla_shard_reduce_scatter_finish(hyla_comm *c, int64_t n, float *acc, int first, const float *stage)
+{
+    int N = c->size;
+    for (int64_t s = 0, S = steps_of(n, N); s < S; s++) {
+        int64_t mlo, mlen;
+        step_of(n, N, c->rank, s, &mlo, &mlen);
+        add_parts(acc + s * HYLA_SHARD_STEP, stage + (int64_t)N * s * HYLA_SHARD_STEP, N, mlen, mlen, first);
+    }
+}
+
 int hyla_shard_reduce_scatter(hyla_comm *c, int64_t n, const float *g, float *acc, int first, float *stage)
 {
     int N = c->size;
@@ -111,22 +177,14 @@ int hyla_shard_reduce_scatter(hyla_comm *c, int64_t n, const float *g, float *ac
     for (int64_t s = 0, S = steps_of(n, N); s < S; s++) {
         int64_t mlo, mlen;
         step_of(n, N, c->rank, s, &mlo, &mlen);
-        for (int r = 0; r < N; r++) {
+        for (int r = 0; r < N; r++) { /* (the blocking exchange: each rank's copy at r * STEP) */
             int64_t lo, len;
             step_of(n, N, r, s, &lo, &len);
             scount[r] = (size_t)len * sizeof(float), sdispl[r] = (size_t)lo * sizeof(float);
             rcount[r] = (size_t)mlen * sizeof(float), rdispl[r] = (size_t)(r * HYLA_SHARD_STEP) * sizeof(float);
         }
         HYLA_TRY(c->alltoallv(c, g, scount, sdispl, stage, rcount, rdispl));
-        float *a = acc + s * HYLA_SHARD_STEP;
-        for (int r = 0; r < N; r++) { /* rank order */
-            const float *p = stage + r * HYLA_SHARD_STEP;
-            if (first && r == 0)
-                memcpy(a, p, (size_t)mlen * sizeof(float));
-            else
-                for (int64_t i = 0; i < mlen; i++)
-                    a[i] += p[i];
-        }
+        add_parts(acc + s * HYLA_SHARD_STEP, stage, N, HYLA_SHARD_STEP, mlen, first);
     }
     return HYLA_OK;
 }

@@ -38,5 +38,11 @@ void hyla_shard_requests_free(hyla_shard_requests *r);
 
 /* g: [n] this rank's gradient; acc: [piece length] this rank's sum; stage: hyla_shard_comm_floats. */
 int hyla_shard_reduce_scatter(hyla_comm *c, int64_t n, const float *g, float *acc, int first, float *stage);
+/* The same overlapped with compute: _start sends g (untouched until the requests complete) and
+ * receives every rank's copy of this rank's piece into stage [hyla_shard_overlap_floats]; after
+ * hyla_shard_wait, _finish adds them into acc in rank order: the same arithmetic. */
+int64_t hyla_shard_overlap_floats(int64_t n, int ranks, int rank);
+int hyla_shard_reduce_scatter_start(hyla_comm *c, int64_t n, const float *g, float *stage, hyla_shard_requests *r);
+void hyla_shard_reduce_scatter_finish(hyla_comm *c, int64_t n, float *acc, int first, const float *stage);
 
 #endif

@@ -95,6 +95,8 @@ static void poll(void *ctx)
     hyla_fsdp *f = ctx;
     if (f->inflight >= 0)
         hyla_shard_poll(f->comm, &f->reqs); /* an error shows again at the wait */
+    if (f->rs_layer0 >= 0)
+        hyla_shard_poll(f->comm, &f->rs_reqs);
 }
 
 static void release(void *ctx, int l0, int l1)
@@ -154,7 +156,7 @@ static float *piece_grad(const hyla_fsdp *f, int i)
 }
 
 int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch,
-                   int frozen)
+                   int frozen, int overlap)
 {
     memset(f, 0, sizeof *f);
     f->comm = comm;
@@ -163,6 +165,8 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
     f->per_layer = per_layer;
     f->prefetch = prefetch;
     f->inflight = f->kept = -1;
+    f->rs_layer0 = f->rs_layer1 = -1;
+    f->overlap = overlap && prefetch && !frozen;
     const hyla_param_table *t = &m->table;
     int n = t->n_params, N = comm->size;
     f->shard = *t; /* borrowed: config, layout, index; owned: params */
@@ -196,18 +200,24 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
     hyla_fsdp_grad_sizes(t, ex, N, comm->rank, &f->head_pieces, &unit_pieces);
     size_t grad_floats = f->grad_floats = frozen ? 0 : hyla_fsdp_grad_floats(t, ex, N, comm->rank, per_layer);
     f->w = aligned_alloc(64, hyla_align_up((at ? at : 1) * sizeof(float)));
+    if (f->overlap) {
+        f->rs_stage_floats = hyla_fsdp_overlap_floats(t, ex, N, comm->rank);
+        f->rs_stage = aligned_alloc(64, hyla_align_up((f->rs_stage_floats ? f->rs_stage_floats : 1) * sizeof(float)));
+    }
     if (!frozen) { /* (frozen: no gradient of these weights is formed, nothing is reduce-scattered) */
         f->grad = aligned_alloc(64, hyla_align_up((grad_floats ? grad_floats : 1) * sizeof(float)));
         f->stage = aligned_alloc(64, hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)));
         f->sums = calloc((size_t)N, sizeof *f->sums);
     }
-    if (st == HYLA_OK && (!f->w || (!frozen && (!f->grad || !f->stage || !f->sums))))
+    if (st == HYLA_OK && (!f->w || (!frozen && (!f->grad || !f->stage || !f->sums)) || (f->overlap && !f->rs_stage)))
         st = hyla_error_set(HYLA_ERR_NOMEM, "fsdp: cannot allocate this rank's %zu-float pieces", at);
     if (st != HYLA_OK) {
         hyla_fsdp_free(f);
         return st;
     }
     hyla_exact_sum_init(&f->sumsq);
+    if (f->overlap) /* fault the pages in at setup */
+        memset(f->rs_stage, 0, f->rs_stage_floats * sizeof(float));
     if (!frozen) {
         memset(f->grad, 0, grad_floats * sizeof(float));
         memset(f->stage, 0, (size_t)hyla_shard_comm_floats(N) * sizeof(float));
@@ -232,6 +242,10 @@ void hyla_fsdp_free(hyla_fsdp *f)
     if (f->reqs.n)
         hyla_shard_wait(f->comm, &f->reqs);
     hyla_shard_requests_free(&f->reqs);
+    if (f->rs_reqs.n)
+        hyla_shard_wait(f->comm, &f->rs_reqs);
+    hyla_shard_requests_free(&f->rs_reqs);
+    free(f->rs_stage);
     memset(f, 0, sizeof *f);
 }
 
@@ -240,7 +254,8 @@ size_t hyla_fsdp_bytes(const hyla_fsdp *f)
     size_t pieces = hyla_align_up((f->shard.total_floats ? f->shard.total_floats : 1) * sizeof(float));
     if (f->frozen)
         return pieces;
-    return pieces + hyla_align_up((f->grad_floats ? f->grad_floats : 1) * sizeof(float)) + hyla_align_up((size_t)hyla_shard_comm_floats(f->comm->size) * sizeof(float)) +
+    size_t overlap = f->overlap ? hyla_align_up((f->rs_stage_floats ? f->rs_stage_floats : 1) * sizeof(float)) : 0;
+    return overlap + pieces + hyla_align_up((f->grad_floats ? f->grad_floats : 1) * sizeof(float)) + hyla_align_up((size_t)hyla_shard_comm_floats(f->comm->size) * sizeof(float)) +
            (size_t)f->comm->size * sizeof(hyla_exact_sum);
 }
 
@@ -253,6 +268,43 @@ int hyla_fsdp_reduce_layers(hyla_fsdp *f, int layer0, int layer1, const float *w
             HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, window + (p->offset - lo), piece_grad(f, i), first,
                                                f->stage));
     }
+    return HYLA_OK;
+}
+
+int hyla_fsdp_reduce_start(hyla_fsdp *f, int layer0, int layer1, const float *window, size_t lo, int first)
+{
+    HYLA_ASSERT(f->rs_layer0 < 0);
+    float *stage = f->rs_stage;
+    for (int i = 0; i < f->m->table.n_params; i++) {
+        const hyla_param *p = &f->m->table.params[i];
+        if (p->layer >= layer0 && p->layer <= layer1) {
+            HYLA_TRY(hyla_shard_reduce_scatter_start(f->comm, p->numel, window + (p->offset - lo), stage, &f->rs_reqs));
+            stage += hyla_shard_overlap_floats(p->numel, f->comm->size, f->comm->rank);
+        }
+    }
+    f->rs_layer0 = layer0, f->rs_layer1 = layer1, f->rs_first = first;
+    return HYLA_OK;
+}
+
+int hyla_fsdp_reduce_finish(hyla_fsdp *f, int *layer0, int *layer1)
+{
+    *layer0 = *layer1 = -1;
+    if (f->rs_layer0 < 0)
+        return HYLA_OK;
+    double t0 = hyla_now();
+    HYLA_TRY(hyla_shard_wait(f->comm, &f->rs_reqs));
+    f->reduce_wait_seconds += hyla_now() - t0;
+    f->unit_lo = f->layer_lo[f->rs_layer0];
+    const float *stage = f->rs_stage;
+    for (int i = 0; i < f->m->table.n_params; i++) {
+        const hyla_param *p = &f->m->table.params[i];
+        if (p->layer >= f->rs_layer0 && p->layer <= f->rs_layer1) {
+            hyla_shard_reduce_scatter_finish(f->comm, p->numel, piece_grad(f, i), f->rs_first, stage);
+            stage += hyla_shard_overlap_floats(p->numel, f->comm->size, f->comm->rank);
+        }
+    }
+    *layer0 = f->rs_layer0, *layer1 = f->rs_layer1;
+    f->rs_layer0 = f->rs_layer1 = -1;
     return HYLA_OK;
 }
 

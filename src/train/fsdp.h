@@ -65,7 +65,17 @@ typedef struct {
     int inflight;               /* part whose gather is in flight, or -1 */
     int kept;                   /* part (index) left gathered for an identical next acquisition, or -1 */
     hyla_shard_requests reqs;   /* the prefetch's calls */
+    /* Overlapped reduce-scatters (--overlap-reduce, with the prefetch; not frozen): a unit's are started when its
+     * backward ends and finished when the next unit's ends (or at the step's end), while that
+     * unit computes from the other window (the trainer's two windows). */
+    int overlap;
+    float *rs_stage;            /* [rs_stage_floats] every rank's copies of this rank's pieces of one unit */
+    size_t rs_stage_floats;
+    hyla_shard_requests rs_reqs;/* the started reduce-scatters' calls */
+    int rs_layer0, rs_layer1;   /* the unit started and not finished (rs_layer0 < 0: none) */
+    int rs_first;               /* ... its round is the step's first */
     double wait_seconds;        /* compute waiting for gathers (blocking ones and prefetches' rest), since reset */
+    double reduce_wait_seconds; /* ... for overlapped reduce-scatters to finish, since reset */
     float *save_full[3];        /* a save: the whole-table arrays of the weights and both moments (HYLA_FETCH_*) */
     const float *save_pieces[3];/* ... and this rank's pieces of each */
     int save_part[3];           /* the layer of each now in (-1: the non-layer parameters; INT_MIN: none) */
@@ -79,7 +89,7 @@ typedef struct {
 /* Take this rank's pieces of m's weights (every rank must hold the same m), then release the
  * arena's pages. ex: the step's executor (its units size the per-layer gradient window). */
 int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch,
-                   int frozen);
+                   int frozen, int overlap);
 
 void hyla_fsdp_free(hyla_fsdp *f);
 /* Bytes the FSDP state owns: weight and gradient pieces, staging, the norm's partial sums (the moments are
@@ -89,6 +99,11 @@ size_t hyla_fsdp_bytes(const hyla_fsdp *f);
 /* A unit's layer gradients (window, table offset lo) or the compact head, into the pieces;
  * first: the step's first round. Collective. */
 int hyla_fsdp_reduce_layers(hyla_fsdp *f, int layer0, int layer1, const float *window, size_t lo, int first);
+/* Overlapped: start layers [layer0, layer1]'s reduce-scatters from `window` (which must stay
+ * untouched until the finish); finish the one started (nothing if none): its sums in place in
+ * rank order, its layer range in *layer0 / *layer1 (-1 if none). */
+int hyla_fsdp_reduce_start(hyla_fsdp *f, int layer0, int layer1, const float *window, size_t lo, int first);
+int hyla_fsdp_reduce_finish(hyla_fsdp *f, int *layer0, int *layer1);
 int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first);
 /* Per-layer updates: AdamW (begun for the step) on the pieces just summed (layers [layer0, layer1],
  * or the head: layer0 < 0), their squares added to f->sumsq. */

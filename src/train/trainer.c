@@ -54,6 +54,16 @@ static int reduce_layers(void *ctx, int layer0, int layer1, const float *window,
 {
     hyla_trainer *tr = ctx;
     double t0 = hyla_now();
+    if (tr->fsdp.overlap) { /* the previous unit's finished, this one's started, the next unit into the other window */
+        int l0, l1;
+        HYLA_TRY(hyla_fsdp_reduce_finish(&tr->fsdp, &l0, &l1));
+        if (l0 >= 0 && tr->cfg.update_per_layer)
+            HYLA_TRY(hyla_fsdp_update(&tr->fsdp, &tr->opt, l0, l1));
+        HYLA_TRY(hyla_fsdp_reduce_start(&tr->fsdp, layer0, layer1, window, lo, tr->round_first));
+        tr->updates.window = window == tr->grad_window ? tr->grad_window2 : tr->grad_window;
+        tr->reduce_seconds += hyla_now() - t0;
+        return HYLA_OK;
+    }
     HYLA_TRY(hyla_fsdp_reduce_layers(&tr->fsdp, layer0, layer1, window, lo, tr->round_first));
     tr->reduce_seconds += hyla_now() - t0;
     return tr->cfg.update_per_layer ? hyla_fsdp_update(&tr->fsdp, &tr->opt, layer0, layer1) : HYLA_OK;
@@ -63,21 +73,26 @@ static int alloc_gradients(hyla_trainer *tr)
 {
     const hyla_param_table *t = trained_table(tr);
     size_t head = t->total_floats, window = 0;
+    int two_windows = tr->sharded && !tr->model->lora && !tr->cfg.no_prefetch && tr->cfg.overlap_reduce; /* (hyla_fsdp.overlap) */
     if (tr->cfg.update_per_layer || (tr->sharded && !tr->model->lora)) { /* the head + one unit's window */
         head = hyla_grad_head_floats(t);
         window = hyla_executor_window_floats(&tr->ex);
         tr->grad_window = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
+        if (two_windows) /* overlapped reduce-scatters: a unit's window stays while the next fills */
+            tr->grad_window2 = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
         tr->updates = (hyla_layer_updates){NULL, tr->grad_window, tr->sharded ? reduce_layers : apply_layers, tr};
     }
     tr->grads = hyla_pages_map(head * sizeof(float)); /* streamed every step: huge pages where there are */
     tr->updates.head = tr->grads;
     tr->head_floats = head;
-    tr->grad_floats = head + window;
-    if (!tr->grads || (window && !tr->grad_window))
+    tr->grad_floats = head + window * (tr->grad_window2 ? 2 : 1);
+    if (!tr->grads || (window && !tr->grad_window) || (two_windows && !tr->grad_window2))
         return hyla_error_set(HYLA_ERR_NOMEM, "train: cannot allocate %zu gradient floats", head + window);
     memset(tr->grads, 0, (head ? head : 1) * sizeof(float)); /* fault the pages in at setup, not in step 1 */
     if (window)
         memset(tr->grad_window, 0, window * sizeof(float));
+    if (tr->grad_window2)
+        memset(tr->grad_window2, 0, window * sizeof(float));
     return tr->cfg.update_per_layer || (tr->sharded && !tr->model->lora) ? hyla_executor_update_per_layer(&tr->ex, &tr->updates)
                                                                          : HYLA_OK;
 }
@@ -142,7 +157,7 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         st = alloc_gradients(tr);
     if (st == HYLA_OK && tr->sharded &&
         (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model, &tr->ex, cfg->update_per_layer, !cfg->no_prefetch,
-                             model->lora != NULL)) ==
+                             model->lora != NULL, cfg->overlap_reduce)) ==
             HYLA_OK) {
         tr->fsdp.ex = &tr->ex;
         tr->fsdp.mtp = mtp;
@@ -175,6 +190,7 @@ void hyla_trainer_free(hyla_trainer *tr)
     hyla_host_store_close(tr->store);
     hyla_pages_unmap(tr->grads, tr->head_floats * sizeof(float));
     free(tr->grad_window);
+    free(tr->grad_window2);
     free(tr->replay_buf);
     free(tr->loss_parts);
     if (tr->reducing)
@@ -266,6 +282,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         hyla_host_store_stats_reset(tr->store);
     hyla_comm_stats_reset(comm);
     tr->fsdp.wait_seconds = 0;
+    tr->fsdp.reduce_wait_seconds = 0;
     tr->reduce_seconds = 0;
     double tz = HYLA_PROF_BEGIN();
     hyla_zero_floats(tr->grads, tr->head_floats);
@@ -341,6 +358,14 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         if (tr->sharded && tr->cfg.update_per_layer) /* accum 1: the only round */
             HYLA_TRY(hyla_fsdp_update(&tr->fsdp, &tr->opt, -1, -1));
     }
+    if (tr->sharded && tr->fsdp.overlap) { /* the last unit's reduce-scatters */
+        double tf = hyla_now();
+        int l0, l1;
+        HYLA_TRY(hyla_fsdp_reduce_finish(&tr->fsdp, &l0, &l1));
+        if (l0 >= 0 && tr->cfg.update_per_layer)
+            HYLA_TRY(hyla_fsdp_update(&tr->fsdp, &tr->opt, l0, l1));
+        tr->reduce_seconds += hyla_now() - tf;
+    }
     if (tr->reducing) {
         double tg = hyla_now();
         HYLA_TRY(hyla_grad_reducer_gather(&tr->reducer, tr->grads));
@@ -387,6 +412,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     stats->comm_seconds = comm->seconds;
     stats->gather_wait_seconds = tr->sharded ? tr->fsdp.wait_seconds : 0;
     stats->reduce_seconds = tr->reduce_seconds;
+    stats->reduce_wait_seconds = tr->sharded && tr->fsdp.overlap ? tr->fsdp.reduce_wait_seconds : tr->reduce_seconds;
     stats->offload_bytes = 0;
     stats->copy_seconds = stats->copy_wait_seconds = 0;
     if (tr->store) {

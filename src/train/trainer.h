@@ -39,6 +39,7 @@ typedef struct {
     hyla_comm *comm;           /* the ranks of a data-parallel run (NULL: one process) */
     int fsdp;                  /* shard fsdp over comm's ranks (train/fsdp.h); else replicated ("none") */
     int no_prefetch;           /* FSDP: gather each part only when it is acquired (measurement) */
+    int overlap_reduce;        /* FSDP (with the prefetch): overlap a unit's reduce-scatters with the next unit's backward */
     /* the MTP loss (engine/mtp_loss.h, docs/mtp.md): loss = main + mtp_weight x the MTP head's mean
      * cross-entropy over its targets (0: off, the head untouched); mtp_only: the MTP loss alone
      * and only the head's parameters updated (a frozen trunk) */
@@ -62,8 +63,9 @@ typedef struct {
     uint64_t comm_bytes;
     double comm_seconds;
     double gather_wait_seconds; /* FSDP: compute waiting for weight gathers (what the prefetch did not hide) */
-    double reduce_seconds;      /* in the gradient reductions (reduce-scatters, the ordered sums): blocking,
-                                 * none of it hidden behind compute */
+    double reduce_seconds;      /* in the gradient reductions' calls (reduce-scatters, the ordered sums) */
+    double reduce_wait_seconds; /* ... of it waiting for them: FSDP with the prefetch overlaps a unit's
+                                 * reduce-scatters with the next unit's backward; else all of it */
 } hyla_step_stats;
 
 typedef struct {
@@ -83,6 +85,7 @@ typedef struct {
     int sharded, round_first;
     double *loss_parts;     /* [N][accum][2] every rank's micro-batch ce sums and aux losses */
     float *grad_window;     /* update_per_layer: one unit's layer gradients */
+    float *grad_window2;    /* FSDP with overlapped reduce-scatters: the other unit's, in flight */
     size_t grad_floats;     /* floats of gradient storage (grads + grad_window) */
     size_t head_floats;     /* floats of grads (the whole table, or the compact head) */
     hyla_layer_updates updates;

@@ -38,7 +38,7 @@ BASE=(--batch 2 --seq 32 --steps 3 --warmup 1 --lr 3e-3 --seed 5 --threads 1)
 # the step records without timing and per-rank figures: every field but seconds, tokens/s, copy and
 # comm times and bytes, offload bytes (each rank offloads its own micro-batches) and the bytes of
 # weights, gradients and moments (a rank holds its share; checked against the plan below)
-records() { sed -E 's/"(seconds|tokens_per_s|gather_wait_seconds|gradient_bytes|weight_bytes|optimizer_bytes|offload_bytes|copy_seconds|copy_wait_seconds|copy_hidden_fraction|comm_bytes|comm_seconds|reduce_seconds|peak_rss_bytes)": [^,}]*[,]? ?//g' "$1"; }
+records() { sed -E 's/"(seconds|tokens_per_s|gather_wait_seconds|gradient_bytes|weight_bytes|optimizer_bytes|offload_bytes|copy_seconds|copy_wait_seconds|copy_hidden_fraction|comm_bytes|comm_seconds|reduce_seconds|reduce_wait_seconds|peak_rss_bytes)": [^,}]*[,]? ?//g' "$1"; }
 # same_run NAME DIR_A DIR_B: identical step records and checkpoint tensors (model, optimizer)
 same_run() {
     local name=$1 a=$2 b=$3 f ok=1
@@ -143,6 +143,15 @@ equal "LoRA fsdp 4 ranks, block units, bf16 compute" 4 1 fsdp --lora-rank 4 --re
 # ... and under FSDP: the head's input stage (final norm, embedding, fc and its norms), its layer
 # and its output stage (mtp.norm, lm_head) gathered as parts, its gradients reduce-scattered
 # with the head's (default weight 0.1, as without FSDP)
+# FSDP with overlapped reduce-scatters (--overlap-reduce): a unit's started when its backward
+# ends, finished (added in rank order) when the next unit's ends, the next unit in a second
+# window; the same sums, a second window and the staging planned
+MPI_ONLY="--overlap-reduce" equal "overlapped reduce-scatters" 2 2 fsdp
+planned "measured == planned: --overlap-reduce (a second window, the in-flight unit's staging)" \
+    "$T/overlapped_reduce_scatters.fsdp" 2 2 fsdp --overlap-reduce
+MPI_ONLY="--overlap-reduce --update-per-layer" equal "overlapped reduce-scatters, per-layer updates" 4 1 fsdp --clip 0 --remat-unit block
+MODEL="$T/mm" MPI_ONLY="--overlap-reduce" equal "overlapped reduce-scatters, MTP loss, bf16" 2 1 fsdp --act-dtype bf16 --remat-unit part
+expect_error "--overlap-reduce without FSDP" "needs --shard fsdp under mpirun" "$HYLA" train --model "$T/m" --synthetic --steps 1 --overlap-reduce
 # evaluation and --sample across ranks: the eval batches split round-robin (3 ranks: uneven
 # rounds, empty batches at the tail), FSDP's layers gathered as used (no whole copy), the sums
 # added in batch order: the eval records and the sample == one process's
