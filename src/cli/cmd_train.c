@@ -467,7 +467,9 @@ static int run(train_args *a, hyla_comm *comm)
     tc.fsdp = a->fsdp;
     tc.no_prefetch = a->no_prefetch;
     tc.overlap_reduce = a->overlap_reduce;
-    int deferred = m.source_set != NULL; /* FSDP's sharded load, after the trainer's setup */
+    /* FSDP's sharded load, after the trainer's setup: a model directory, or a sharded checkpoint
+     * given as --model (resumed from, its pieces are read by resume_state) */
+    int deferred = m.source_set != NULL || (m.pieces != NULL && !(a->resume && !a->adapter_resume));
     uint64_t weights_hash = comm->size > 1 && !deferred ? model_hash(&m) : 0; /* before FSDP keeps only pieces */
     tc.offload_limit = (size_t)limit;
     tc.update_per_layer = a->update_per_layer;

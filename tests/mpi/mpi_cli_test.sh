@@ -261,6 +261,11 @@ done
 "$HYLA" generate "$T/sh2/ckpt" --prompt "And" --max-new 6 >"$T/sh.gen" 2>&1 && "$HYLA" generate "$T/pl2/ckpt" --prompt "And" --max-new 6 >"$T/pl.gen" 2>&1 &&
     [ "$(head -1 "$T/sh.gen")" = "$(head -1 "$T/pl.gen")" ] && echo "  ok  generate from a sharded checkpoint == from the plain one" ||
     fail "generate from a sharded checkpoint"
+# a sharded checkpoint as the --model of a new run (each rank reads its pieces) == the plain one
+FM=("${DATA[@]}" "${BASE[@]}" --steps 2)
+train "$T/from_sh" 2 --model "$T/sh2/ckpt" "${FM[@]}" && train "$T/from_pl" 2 --model "$T/pl2/ckpt" "${FM[@]}" &&
+    same_run "a new FSDP run from a sharded checkpoint == from the plain one, bit for bit" "$T/from_pl" "$T/from_sh" ||
+    fail "a sharded checkpoint as --model"
 # ... written sharded again on 4 ranks from 2 ranks' pieces (re-sharded), then consolidated
 rm -rf "$T/sh2.r" && cp -r "$T/sh2" "$T/sh2.r" &&
     "${MPI[@]}" -np 4 "$HYLA" train --resume "$T/sh2.r/ckpt" --steps 4 --save-sharded --save "$T/sh2.r/ckpt" >"$T/sh2.r/out" 2>&1 &&
