@@ -73,26 +73,36 @@ static int int_array(const size_t *in, int n, int *out, const char *what)
     return HYLA_OK;
 }
 
+/* An alltoallv's four arrays as MPI's ints, v[0..4n): counts and displacements sent, received. */
+static int alltoallv_ints(int n, const size_t *scount, const size_t *sdispl, const size_t *rcount, const size_t *rdispl,
+                          int *v, const char *what)
+{
+    const size_t *in[4] = {scount, sdispl, rcount, rdispl};
+    for (int k = 0; k < 4; k++)
+        HYLA_TRY(int_array(in[k], n, v + k * n, what));
+    return HYLA_OK;
+}
+
+/* Bytes an alltoallv sends to the other ranks. */
+static uint64_t alltoallv_sent(const hyla_comm *c, const size_t *scount)
+{
+    uint64_t sent = 0;
+    for (int r = 0; r < c->size; r++)
+        sent += r != c->rank ? scount[r] : 0;
+    return sent;
+}
+
 static int mpi_alltoallv(hyla_comm *c, const void *send, const size_t *scount, const size_t *sdispl, void *recv,
                          const size_t *rcount, const size_t *rdispl)
 {
     int n = c->size, *v = malloc((size_t)(4 * n) * sizeof *v);
     if (!v)
         return hyla_error_set(HYLA_ERR_NOMEM, "MPI alltoallv: out of memory");
-    int st = int_array(scount, n, v, "alltoallv");
-    if (st == HYLA_OK)
-        st = int_array(sdispl, n, v + n, "alltoallv");
-    if (st == HYLA_OK)
-        st = int_array(rcount, n, v + 2 * n, "alltoallv");
-    if (st == HYLA_OK)
-        st = int_array(rdispl, n, v + 3 * n, "alltoallv");
+    int st = alltoallv_ints(n, scount, sdispl, rcount, rdispl, v, "alltoallv");
     if (st == HYLA_OK) {
         double t0 = hyla_now();
         int rc = MPI_Alltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, MPI_COMM_WORLD);
-        uint64_t sent = 0;
-        for (int r = 0; r < n; r++)
-            sent += r != c->rank ? scount[r] : 0;
-        st = account(c, t0, sent, rc, "alltoallv");
+        st = account(c, t0, alltoallv_sent(c, scount), rc, "alltoallv");
     }
     free(v);
     return st;
@@ -162,20 +172,11 @@ static int mpi_ialltoallv(hyla_comm *c, const void *send, const size_t *scount, 
     if (!call)
         return hyla_error_set(HYLA_ERR_NOMEM, "MPI ialltoallv: out of memory");
     int *v = call->v;
-    int st = int_array(scount, n, v, "ialltoallv");
-    if (st == HYLA_OK)
-        st = int_array(sdispl, n, v + n, "ialltoallv");
-    if (st == HYLA_OK)
-        st = int_array(rcount, n, v + 2 * n, "ialltoallv");
-    if (st == HYLA_OK)
-        st = int_array(rdispl, n, v + 3 * n, "ialltoallv");
+    int st = alltoallv_ints(n, scount, sdispl, rcount, rdispl, v, "ialltoallv");
     if (st == HYLA_OK) {
         double t0 = hyla_now();
         int rc = MPI_Ialltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, MPI_COMM_WORLD, &call->req);
-        uint64_t sent = 0;
-        for (int r = 0; r < n; r++)
-            sent += r != c->rank ? scount[r] : 0;
-        st = account(c, t0, sent, rc, "ialltoallv");
+        st = account(c, t0, alltoallv_sent(c, scount), rc, "ialltoallv");
     }
     if (st == HYLA_OK)
         *req = call;
