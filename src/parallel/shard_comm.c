@@ -117,17 +117,16 @@ static void add_parts(float *a, const float *parts, int N, int64_t stride, int64
 }
 
 /* Step s's exchange of a reduce-scatter: what goes to every rank from g, and where every rank's
- * copy of this rank's step lands (from rank r at recv_at + r * mlen floats). */
-static void scatter_counts(int64_t n, int N, int rank, int64_t s, int64_t recv_at, int64_t mlen, size_t *scount,
+ * copy of this rank's step (mlen floats) lands: from rank r at recv_at + r * stride floats. */
+static void scatter_counts(int64_t n, int N, int64_t s, int64_t recv_at, int64_t stride, int64_t mlen, size_t *scount,
                            size_t *sdispl, size_t *rcount, size_t *rdispl)
 {
     for (int r = 0; r < N; r++) {
         int64_t lo, len;
         step_of(n, N, r, s, &lo, &len);
         scount[r] = (size_t)len * sizeof(float), sdispl[r] = (size_t)lo * sizeof(float);
-        rcount[r] = (size_t)mlen * sizeof(float), rdispl[r] = (size_t)(recv_at + r * mlen) * sizeof(float);
+        rcount[r] = (size_t)mlen * sizeof(float), rdispl[r] = (size_t)(recv_at + r * stride) * sizeof(float);
     }
-    (void)rank;
 }
 
 int64_t hyla_shard_overlap_floats(int64_t n, int ranks, int rank)
@@ -145,7 +144,7 @@ int hyla_shard_reduce_scatter_start(hyla_comm *c, int64_t n, const float *g, flo
         int64_t mlo, mlen;
         step_of(n, N, c->rank, s, &mlo, &mlen);
         HYLA_TRY(request_slot(r));
-        scatter_counts(n, N, c->rank, s, (int64_t)N * s * HYLA_SHARD_STEP, mlen, scount, sdispl, rcount, rdispl);
+        scatter_counts(n, N, s, (int64_t)N * s * HYLA_SHARD_STEP, mlen, mlen, scount, sdispl, rcount, rdispl);
         HYLA_TRY(c->ialltoallv(c, g, scount, sdispl, stage, rcount, rdispl, &r->req[r->n]));
         r->n++;
     }
@@ -177,12 +176,7 @@ int hyla_shard_reduce_scatter(hyla_comm *c, int64_t n, const float *g, float *ac
     for (int64_t s = 0, S = steps_of(n, N); s < S; s++) {
         int64_t mlo, mlen;
         step_of(n, N, c->rank, s, &mlo, &mlen);
-        for (int r = 0; r < N; r++) { /* (the blocking exchange: each rank's copy at r * STEP) */
-            int64_t lo, len;
-            step_of(n, N, r, s, &lo, &len);
-            scount[r] = (size_t)len * sizeof(float), sdispl[r] = (size_t)lo * sizeof(float);
-            rcount[r] = (size_t)mlen * sizeof(float), rdispl[r] = (size_t)(r * HYLA_SHARD_STEP) * sizeof(float);
-        }
+        scatter_counts(n, N, s, 0, HYLA_SHARD_STEP, mlen, scount, sdispl, rcount, rdispl); /* one step's staging */
         HYLA_TRY(c->alltoallv(c, g, scount, sdispl, stage, rcount, rdispl));
         add_parts(acc + s * HYLA_SHARD_STEP, stage, N, HYLA_SHARD_STEP, mlen, first);
     }

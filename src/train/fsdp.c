@@ -222,7 +222,8 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
         memset(f->grad, 0, grad_floats * sizeof(float));
         memset(f->stage, 0, (size_t)hyla_shard_comm_floats(N) * sizeof(float));
     }
-    hyla_fsdp_take_pieces(f, m->w, f->w);
+    if (!m->source_set && !m->pieces) /* (opened deferred: the pieces are read later, one tensor at a time) */
+        hyla_fsdp_take_pieces(f, m->w, f->w);
     hyla_fsdp_release_all(f);
     f->source = (hyla_weight_source){acquire, release, poll, f};
     return HYLA_OK;

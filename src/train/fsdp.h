@@ -87,7 +87,10 @@ typedef struct {
 } hyla_fsdp;
 
 /* Take this rank's pieces of m's weights (every rank must hold the same m), then release the
- * arena's pages. ex: the step's executor (its units size the per-layer gradient window). */
+ * arena's pages; a model opened deferred (model.h) has none yet: its pieces come later
+ * (hyla_fsdp_take_param, or a sharded checkpoint's resume). ex: the step's executor (its units
+ * size the per-layer gradient window). frozen: no gradient (LoRA's base); overlap:
+ * --overlap-reduce. */
 int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch,
                    int frozen, int overlap);
 

@@ -49,16 +49,21 @@ static int apply_head(hyla_trainer *tr)
     return HYLA_OK;
 }
 
+/* --overlap-reduce: the started unit's reduce-scatters finished and (per-layer updates) its pieces updated. */
+static int finish_overlapped(hyla_trainer *tr)
+{
+    int l0, l1;
+    HYLA_TRY(hyla_fsdp_reduce_finish(&tr->fsdp, &l0, &l1));
+    return l0 >= 0 && tr->cfg.update_per_layer ? hyla_fsdp_update(&tr->fsdp, &tr->opt, l0, l1) : HYLA_OK;
+}
+
 /* FSDP: a unit's layer gradients are complete: reduce-scatter them into the pieces. */
 static int reduce_layers(void *ctx, int layer0, int layer1, const float *window, size_t lo)
 {
     hyla_trainer *tr = ctx;
     double t0 = hyla_now();
     if (tr->fsdp.overlap) { /* the previous unit's finished, this one's started, the next unit into the other window */
-        int l0, l1;
-        HYLA_TRY(hyla_fsdp_reduce_finish(&tr->fsdp, &l0, &l1));
-        if (l0 >= 0 && tr->cfg.update_per_layer)
-            HYLA_TRY(hyla_fsdp_update(&tr->fsdp, &tr->opt, l0, l1));
+        HYLA_TRY(finish_overlapped(tr));
         HYLA_TRY(hyla_fsdp_reduce_start(&tr->fsdp, layer0, layer1, window, lo, tr->round_first));
         tr->updates.window = window == tr->grad_window ? tr->grad_window2 : tr->grad_window;
         tr->reduce_seconds += hyla_now() - t0;
@@ -360,10 +365,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     }
     if (tr->sharded && tr->fsdp.overlap) { /* the last unit's reduce-scatters */
         double tf = hyla_now();
-        int l0, l1;
-        HYLA_TRY(hyla_fsdp_reduce_finish(&tr->fsdp, &l0, &l1));
-        if (l0 >= 0 && tr->cfg.update_per_layer)
-            HYLA_TRY(hyla_fsdp_update(&tr->fsdp, &tr->opt, l0, l1));
+        HYLA_TRY(finish_overlapped(tr));
         tr->reduce_seconds += hyla_now() - tf;
     }
     if (tr->reducing) {
