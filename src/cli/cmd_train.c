@@ -467,6 +467,7 @@ static int run(train_args *a, hyla_comm *comm)
     tc.fsdp = a->fsdp;
     tc.no_prefetch = a->no_prefetch;
     tc.overlap_reduce = a->overlap_reduce;
+    tc.expert_groups = a->expert_groups;
     /* FSDP's sharded load, after the trainer's setup: a model directory, or a sharded checkpoint
      * given as --model (resumed from, its pieces are read by resume_state) */
     int deferred = m.source_set != NULL || (m.pieces != NULL && !(a->resume && !a->adapter_resume));
@@ -674,6 +675,9 @@ int hyla_cmd_train(int argc, char **argv)
         {"--overlap-reduce", OPT_FLAG, &a.overlap_reduce, NULL, "FSDP: a unit's gradient reduce-scatters run while "
          "the next unit's backward computes (costs a second gradient window and the in-flight unit's staging; "
          "with the prefetch)", 0, 0},
+        {"--expert-groups", OPT_INT, &a.expert_groups, "G", "FSDP: an MoE layer's routed experts are gathered, "
+         "applied and their gradients reduce-scattered G groups at a time inside the experts ops, not with their "
+         "layer (G divides the expert count; hyla plan --expert-groups G plans it)", 1, 1 << 20},
         {"--shard", OPT_STRING, &a.shard, "fsdp|none", "under mpirun: fsdp (default) = each rank keeps its pieces of "
          "the weights, gradients and AdamW moments, layers gathered just before use; none = replicated. Either way "
          "gradients are summed over ranks in a fixed order (bit-identical to one process)", 0, 0},
@@ -829,6 +833,11 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
     }
     if (a.overlap_reduce && !a.fsdp) {
         fprintf(stderr, "hyla train: --overlap-reduce overlaps FSDP's reduce-scatters: it needs --shard fsdp under mpirun\n");
+        return 2;
+    }
+    if (a.expert_groups > 1 && !a.fsdp) {
+        fprintf(stderr, "hyla train: --expert-groups: expert groups are how FSDP gathers an MoE layer: it needs "
+                "--shard fsdp under mpirun\n");
         return 2;
     }
     if (a.save_sharded && (!a.fsdp || frozen_base)) {

@@ -81,6 +81,7 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
     c.aux_dprob = ex->aux_dprob;
     c.recompute = recompute;
     c.lora = ex->m->lora;
+    c.experts = ex->weights && !ex->dry ? ex->weights->experts : NULL;
     if (ex->m->lora) { /* base frozen: the step's gradients are the adapter's */
         c.lora_grads = grads;
         c.grads = NULL;
@@ -215,6 +216,12 @@ void hyla_executor_release_weights(hyla_executor *ex, int l0, int l1)
     if (ex->weights && !ex->dry)
         ex->weights->release(ex->weights->ctx, l0, l1);
 }
+/* The step's weight-source status: the first failed acquire, else the expert groups'. */
+static int weights_result(hyla_executor *ex)
+{
+    int st = ex->weights && ex->weights->experts && !ex->dry ? ex->weights->experts_status(ex->weights->ctx) : HYLA_OK;
+    return ex->weights_status != HYLA_OK ? ex->weights_status : st;
+}
 static void poll_weights(const hyla_executor *ex)
 {
     if (ex->weights && !ex->dry)
@@ -240,6 +247,8 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         }
         HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
     }
+    if (ex->dry && op->experts)
+        ex->expert_calls[op->experts - 1]++;
     for (int i = 0; i < op->n_out && !recompute; i++)
         hyla_offload_write(ex, l, op->out[i]);
     sample_timeline(ex);
@@ -500,6 +509,8 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
             size_t mark = hyla_arena_mark(&ex->work);
             int64_t own = op->bwd_scratch(&ex->m->cfg, ex->n, ex->T);
             float *scratch = op_scratch(ex, op, own);
+            if (ex->dry && op->experts)
+                ex->expert_calls[op->experts - 1]++;
             if (!ex->dry) {
                 hyla_op_ctx c = op_ctx(ex, l, grads, 1);
                 point_scratch(ex, op, &c, scratch, own);
@@ -610,6 +621,28 @@ static void forget_unit(hyla_executor *ex, int u)
         ex->tapes[un->layer0].p[HYLA_S_X] = NULL;
 }
 
+/* A unit's gradient window zeroed before its backward; with expert groups the routed experts'
+ * rows by giving their pages back (read as zeros: they are touched a group at a time, and the
+ * source zeroes each group's again after reducing it). */
+static void zero_window(hyla_executor *ex, int layer0, int layer1)
+{
+    float *w = ex->updates->window;
+    if (!(ex->weights && ex->weights->experts && ex->weights->experts->groups > 1)) {
+        memset(w, 0, (ex->layer_hi[layer1] - ex->window_lo) * sizeof(float));
+        return;
+    }
+    const hyla_param_table *t = &ex->m->table;
+    for (int i = 0; i < t->n_params; i++) {
+        const hyla_param *p = &t->params[i];
+        if (p->layer < layer0 || p->layer > layer1)
+            continue;
+        if (hyla_role_is_routed(p->role))
+            hyla_model_zero_pages(w + (p->offset - ex->window_lo), hyla_param_span(p) * sizeof(float));
+        else
+            memset(w + (p->offset - ex->window_lo), 0, hyla_param_span(p) * sizeof(float));
+    }
+}
+
 int hyla_executor_backward_unit(hyla_executor *ex, int u, float *grads, int cur)
 {
     if (hyla_offload_activate_unit(ex, u) != HYLA_OK)
@@ -618,7 +651,7 @@ int hyla_executor_backward_unit(hyla_executor *ex, int u, float *grads, int cur)
     int trunk = u < ex->n_trunk_units; /* per-layer updates are the trunk layers' (the MTP loss excludes them) */
     if (trunk && ex->updates && !ex->dry && un->op1 == ex->n_ops[un->layer1]) { /* first unit touching its layers */
         ex->window_lo = ex->layer_lo[un->layer0];
-        memset(ex->updates->window, 0, (ex->layer_hi[un->layer1] - ex->window_lo) * sizeof(float));
+        zero_window(ex, un->layer0, un->layer1);
     }
     size_t wmark = hyla_arena_mark(&ex->work);
     hyla_executor_acquire_weights(ex, un->layer0, un->layer1); /* its recompute and backward */
@@ -690,7 +723,7 @@ int hyla_executor_run_step(hyla_executor *ex, const int32_t *tokens, float *grad
     if (ex->dry)
         ex->timeline_forward = ex->n_timeline;
     if (!grads)
-        return ex->weights_status;
+        return weights_result(ex);
     int cur = 0;
     for (int u = ex->n_trunk_units - 1; u >= 0 && ex->io_status == HYLA_OK; u--) {
         int st = hyla_executor_backward_unit(ex, u, grads, cur);
@@ -706,7 +739,7 @@ int hyla_executor_run_step(hyla_executor *ex, const int32_t *tokens, float *grad
         return ex->io_status; /* its message was set by the failed wait */
     if (!ex->dry && !ex->m->lora) /* the embedding is frozen under an adapter */
         embed_backward(ex, tokens, grads, ex->dcarry[cur]);
-    return ex->weights_status;
+    return weights_result(ex);
 }
 
 int hyla_executor_step(hyla_executor *ex, const int32_t *tokens, const int32_t *labels, float *grads, float ce_scale,

@@ -131,6 +131,9 @@ typedef struct {
     int32_t *labels;       /* [n] */
     double *aux_counts, *aux_psum, *aux_dprob; /* [E] */
     int dry;               /* planning pass: allocate on dry arenas, compute nothing */
+    int64_t expert_calls[2]; /* planning pass: calls of the experts ops per step (forward, recompute and
+                              * backward), by tensor (MOE_GATE_UP, MOE_DOWN): FSDP's expert groups
+                              * gather the tensor once per call */
     /* inference (HYLA_FORWARD_LAST / _ROWS): [n, H] or NULL; receives every row's final-normed
      * hidden state (the lm_head's input, rounded alike: the MTP head's trunk input) */
     float *hidden_out;
@@ -229,6 +232,11 @@ typedef struct hyla_weight_source_s {
     void (*release)(void *ctx, int layer0, int layer1);
     void (*poll)(void *ctx); /* after every op: a prefetch in flight may progress */
     void *ctx;
+    /* expert groups (NULL: none): the layer parts hold no routed expert tensors; the experts ops
+     * take them group by group from here (model/layer_ops.h). Their first failure of the step is
+     * experts_status's (read and cleared when the step ends) */
+    const hyla_expert_source *experts;
+    int (*experts_status)(void *ctx);
 } hyla_weight_source;
 
 /* Table offsets of the decoder layers' parameters: layer l owns [lo[l], hi[l]) (contiguous,
@@ -241,6 +249,9 @@ size_t hyla_grad_head_floats(const hyla_param_table *t);
  * updates set up). */
 size_t hyla_grad_head_index(const hyla_executor *ex, size_t offset);
 size_t hyla_executor_window_floats(const hyla_executor *ex);
+/* ... as resident with FSDP's expert groups (groups > 1): the routed experts' rows of one group of
+ * one tensor at a time (the largest), the rest of the unit's layers whole. */
+size_t hyla_executor_window_grouped_floats(const hyla_executor *ex, int groups);
 /* FSDP (train/fsdp.h): floats of rank `rank`'s pieces (parallel/shard.h) of the non-layer parameters
  * and of the largest unit's layers; and of its gradient pieces as the trainer allocates them
  * (every piece, or with per-layer updates the head's and the largest unit's; hyla plan alike). */

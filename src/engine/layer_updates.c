@@ -52,6 +52,27 @@ size_t hyla_executor_window_floats(const hyla_executor *ex)
     return best;
 }
 
+size_t hyla_executor_window_grouped_floats(const hyla_executor *ex, int groups)
+{
+    const hyla_param_table *t = &ex->m->table;
+    size_t lo[HYLA_MAX_LAYERS], hi[HYLA_MAX_LAYERS], best = 0;
+    if (groups <= 1 || hyla_layer_ranges(t, lo, hi))
+        return hyla_executor_window_floats(ex);
+    for (int u = 0; u < ex->n_trunk_units; u++) {
+        size_t w = hi[ex->units[u].layer1] - lo[ex->units[u].layer0], group = 0;
+        for (int i = 0; i < t->n_params; i++) {
+            const hyla_param *p = &t->params[i];
+            if (p->layer < ex->units[u].layer0 || p->layer > ex->units[u].layer1 || !hyla_role_is_routed(p->role))
+                continue;
+            size_t g = (size_t)(p->numel / groups);
+            w -= hyla_param_span(p);
+            group = g > group ? g : group;
+        }
+        best = w + group > best ? w + group : best;
+    }
+    return best;
+}
+
 size_t hyla_grad_head_index(const hyla_executor *ex, size_t offset)
 {
     size_t lo = ex->layer_lo[0], hi = ex->layer_hi[ex->m->cfg.n_layers - 1];

@@ -25,8 +25,12 @@ static int64_t piece_of(const hyla_param_table *t, int i, int ranks, int r)
  * unit backward) plus, with the prefetch, the next one (a part acquired twice in a row is
  * gathered once); and the bytes rank 0 sends per step: each gather sends its piece to the N - 1
  * others, each reduce-scatter sends the others their pieces, plus the norm's partial sum and the
- * loss parts. Expert groups (groups > 1, planned, not executed yet): a layer's routed experts
- * are held whole one group at a time, gathered and as the gradient before its reduce-scatter. */
+ * loss parts. Expert groups (groups > 1, train/fsdp_experts.c): the routed expert tensors are in
+ * no part; while an experts op runs, one group of its tensor's rows is gathered (two with the
+ * prefetch: the next group's gather in flight) on top of its layer's part (and the next part in
+ * flight), and the window holds one group's gradient rows (the largest tensor's); every experts op
+ * call (forward, recompute, backward: counted by the executor's planning pass) gathers its tensor
+ * once more. */
 static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyla_executor *ex, int64_t groups,
                       hyla_plan *out)
 {
@@ -45,24 +49,39 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
         return;
     }
     hyla_fsdp_parts(ex, parts, n_parts);
+    double expert_gathers = 0; /* expert groups: floats this rank sends per micro-batch */
+    double *grouped = calloc((size_t)n_parts, sizeof *grouped); /* ... while part k computes */
+    if (!grouped) {
+        free(parts), free(bytes), free(floats), free(sent);
+        return;
+    }
     for (int i = 0; i < t->n_params; i++) {
         const hyla_param *p = &t->params[i];
         double span = (double)hyla_param_span(p);
-        if (p->role == HYLA_P_MOE_GATE_UP || p->role == HYLA_P_MOE_DOWN)
-            span /= (double)groups;
-        double b = span * (pc->param_bytes + (bf16 && hyla_role_is_matrix(p->role) ? 2.0 : 0.0));
+        double per_float = pc->param_bytes + (bf16 && hyla_role_is_matrix(p->role) ? 2.0 : 0.0);
+        int routed = groups > 1 && hyla_role_is_routed(p->role);
+        double in_flight = routed ? (double)(p->numel / groups) * per_float * (pc->no_prefetch ? 1.0 : 2.0) : 0.0;
         for (int k = 0; k < n_parts; k++)
-            if (hyla_fsdp_in_part(&m->cfg, p, parts[k][0], parts[k][1]))
-                bytes[k] += b, floats[k] += span, sent[k] += (double)piece_of(t, i, N, R);
+            if (hyla_fsdp_in_part(&m->cfg, p, parts[k][0], parts[k][1])) {
+                if (routed)
+                    grouped[k] = in_flight > grouped[k] ? in_flight : grouped[k];
+                else
+                    bytes[k] += span * per_float, floats[k] += span, sent[k] += (double)piece_of(t, i, N, R);
+            }
+        if (routed && p->layer >= 0 && expert_gathers == 0) /* (every routed tensor of a role has one shape) */
+            for (int r = 0; r < 2; r++) {
+                int j = hyla_param_find(t, r ? HYLA_P_MOE_DOWN : HYLA_P_MOE_GATE_UP, p->layer);
+                expert_gathers += (double)ex->expert_calls[r] * (double)piece_of(t, j, N, R);
+            }
         if (!p->mtp || pc->mtp) /* (the MTP head without the MTP loss: frozen, not reduced) */
             scatter_floats += (double)(p->numel - piece_of(t, i, N, R));
     }
-    double most = 0, window = 0, gather_floats = 0;
+    double most = 0, window = 0, gather_floats = expert_gathers;
     int backward = 0; /* past the head: the units' backward parts */
     for (int k = 0; k < n_parts; k++) {
         int again = k > 0 && parts[k][0] == parts[k - 1][0] && parts[k][1] == parts[k - 1][1];
         int next_new = k + 1 < n_parts && !(parts[k + 1][0] == parts[k][0] && parts[k + 1][1] == parts[k][1]);
-        double live = bytes[k] + (!pc->no_prefetch && next_new ? bytes[k + 1] : 0.0);
+        double live = bytes[k] + (!pc->no_prefetch && next_new ? bytes[k + 1] : 0.0) + grouped[k];
         most = live > most ? live : most;
         if (!again)
             gather_floats += sent[k];
@@ -70,7 +89,9 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
             window = floats[k] > window ? floats[k] : window;
         backward |= parts[k][0] == HYLA_WEIGHTS_HEAD;
     }
-    free(parts), free(bytes), free(floats), free(sent);
+    free(parts), free(bytes), free(floats), free(sent), free(grouped);
+    if (groups > 1) /* the window: one group's expert rows at a time */
+        window = (double)hyla_executor_window_grouped_floats(ex, (int)groups);
     out->param_bytes = pieces * pc->param_bytes;
     out->opt_bytes = 2.0 * pieces * pc->opt_bytes;
     out->argument_bytes = out->param_bytes + out->opt_bytes + out->batch_bytes;
@@ -133,6 +154,9 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     if (groups > 1 && m->cfg.n_experts % groups)
         return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups %lld does not divide the model's %lld routed "
                               "experts", (long long)groups, (long long)m->cfg.n_experts);
+    if (groups > 1 && pc->overlap_reduce)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups with --overlap-reduce is not built (the groups' "
+                              "reduce-scatters run right after each group's backward)");
     double shard = pc->fsdp ? (double)pc->devices : 1.0;
     out->adapter_bytes = 4.0 * (double)adapter; /* fp32 adapter weights */
     /* the arenas as allocated: the table's floats (each parameter padded to 16) */

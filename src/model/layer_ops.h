@@ -81,6 +81,19 @@ typedef struct {
 } hyla_tape;
 
 /* Everything an op needs besides the tape. */
+/* Where an MoE layer's routed experts come from when they are not all in the model's arena
+ * (FSDP's expert groups, train/fsdp.h): the experts ops take tensor `role` (MOE_GATE_UP or
+ * MOE_DOWN) of `layer` group by group, experts [e0, e1) at a time: acquire puts their rows in the
+ * arena, release gives them back; with grads, release is told the group's weight gradient rows
+ * are complete (the source reduces them and zeroes them again). Failures are the source's to
+ * report after the step. */
+typedef struct hyla_expert_source_s {
+    int groups;
+    void (*acquire)(void *ctx, int layer, hyla_role role, int64_t e0, int64_t e1);
+    void (*release)(void *ctx, int layer, hyla_role role, int64_t e0, int64_t e1, int grads);
+    void *ctx;
+} hyla_expert_source;
+
 typedef struct {
     const hyla_model *m;
     float *grads;            /* parameter gradients (table layout from offset grad_base), NULL in inference */
@@ -121,6 +134,8 @@ typedef struct {
     /* bf16 compute (m->compute_dtype == HYLA_DT_BF16): ops with .lora set get this scratch for
      * their projections (rounded dy, widened weight rows), hyla_bf16_scratch_floats(cfg, n) floats */
     float *bf16_scratch;
+    /* the routed experts' weights group by group (FSDP's expert groups), or NULL: all in the arena */
+    const hyla_expert_source *experts;
 } hyla_op_ctx;
 
 typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);
@@ -138,6 +153,8 @@ typedef struct {
     hyla_slot in[HYLA_OP_MAX_IO], out[HYLA_OP_MAX_IO];
     hyla_slot reads[HYLA_OP_MAX_IO]; /* slots the backward reads (a subset of in and out) */
     int lora;                /* runs adaptable projections (hyla_op_linear): gets LoRA scratch */
+    int experts;             /* reads routed experts' rows of one tensor (1: MOE_GATE_UP, 2: MOE_DOWN),
+                              * group by group under an expert source */
 } hyla_layer_op;
 
 #define HYLA_MAX_LAYER_OPS 32

@@ -144,6 +144,8 @@ int hyla_model_set_compute_bf16(hyla_model *m, int weights_bf16_only);
  * compute. */
 void hyla_model_refresh_bf16(hyla_model *m);
 void hyla_model_refresh_bf16_param(hyla_model *m, int i);
+/* ... of its elements [a, b) only (FSDP's expert groups). */
+void hyla_model_refresh_bf16_range(hyla_model *m, int i, int64_t a, int64_t b);
 /* bf16 view of a matrix parameter in bf16 compute; NULL otherwise (fp32 compute, a vector
  * parameter, or none). LM_HEAD of a tied model returns EMBED. */
 const uint16_t *hyla_model_param_bf16(const hyla_model *m, hyla_role role, int layer);
@@ -154,5 +156,8 @@ void hyla_model_unmap(void *p, size_t bytes);
 /* Give back the pages of an arena mapping that lie wholly inside [start, start + bytes): they read
  * as zeros and take no memory until written again (a page shared with neighbours is kept). */
 void hyla_model_release_pages(void *start, size_t bytes);
+/* [start, start + bytes) zero again: the whole pages inside given back (an anonymous mapping's read
+ * back as zeros), the partial pages at its edges written. */
+void hyla_model_zero_pages(void *start, size_t bytes);
 
 #endif

@@ -125,22 +125,40 @@ static void fused_gate_up(const hyla_op_ctx *c, hyla_role role, int64_t row0, fl
  * loop's result bit for bit. The bf16, adapter and GGUF paths share per-op scratch: serial. */
 typedef void (*expert_fn)(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, int64_t e,
                           int64_t s0, int64_t cnt);
-static void each_expert(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, expert_fn fn,
-                        double flops_per_row)
+static void expert_range(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, expert_fn fn,
+                         double flops_per_row, int64_t e0, int64_t e1)
 {
     const int32_t *offs = CI32(HYLA_S_OFFS);
-    int64_t E = CFG->n_experts;
     if (hyla_model_param_bf16(c->m, HYLA_P_MOE_GATE_UP, c->layer) || c->lora || c->m->qw) {
-        for (int64_t e = 0; e < E; e++)
+        for (int64_t e = e0; e < e1; e++)
             fn(c, t, d, scratch, e, offs[e], offs[e + 1] - offs[e]);
         return;
     }
     double t0 = HYLA_PROF_BEGIN();
-#pragma omp parallel for schedule(dynamic, 1) HYLA_PAR_IF(flops_per_row * offs[E])
-    for (int64_t e = 0; e < E; e++)
+#pragma omp parallel for schedule(dynamic, 1) HYLA_PAR_IF(flops_per_row * (offs[e1] - offs[e0]))
+    for (int64_t e = e0; e < e1; e++)
         fn(c, t, d, scratch, e, offs[e], offs[e + 1] - offs[e]);
     if (hyla_prof.enabled) /* hyla_gemm counts only calls made outside parallel regions */
-        hyla_prof_gemm_add(flops_per_row * (double)offs[E], hyla_now() - t0);
+        hyla_prof_gemm_add(flops_per_row * (double)(offs[e1] - offs[e0]), hyla_now() - t0);
+}
+/* All experts; with an expert source (FSDP's expert groups) one group of `role`'s rows at a time,
+ * acquired before its experts run and released after (backward: their gradient rows complete).
+ * Each expert's result is the same whichever group it is in. */
+static void each_expert(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, expert_fn fn,
+                        double flops_per_row, hyla_role role, int backward)
+{
+    int64_t E = CFG->n_experts;
+    const hyla_expert_source *src = c->experts;
+    if (!src || src->groups <= 1) {
+        expert_range(c, t, d, scratch, fn, flops_per_row, 0, E);
+        return;
+    }
+    int64_t per = E / src->groups;
+    for (int64_t e0 = 0; e0 < E; e0 += per) {
+        src->acquire(src->ctx, c->layer, role, e0, e0 + per);
+        expert_range(c, t, d, scratch, fn, flops_per_row, e0, e0 + per);
+        src->release(src->ctx, c->layer, role, e0, e0 + per, backward && c->grads != NULL);
+    }
 }
 
 static void expert_up_one(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, int64_t e, int64_t s0,
@@ -180,7 +198,7 @@ static void expert_up_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*[
         split_gate_up(t->p[HYLA_S_EGATE], t->p[HYLA_S_EUP], scratch, slots, Ie);
         return;
     }
-    each_expert(c, t, t, scratch, expert_up_one, 2.0 * CFG->hidden * 2 * CFG->moe_inter);
+    each_expert(c, t, t, scratch, expert_up_one, 2.0 * CFG->hidden * 2 * CFG->moe_inter, HYLA_P_MOE_GATE_UP, 0);
 }
 static int64_t expert_up_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->top_k * 2 * cfg->moe_inter; }
 static void expert_up_bwd_one(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, int64_t e,
@@ -202,7 +220,7 @@ static void expert_up_bwd_one(const hyla_op_ctx *c, const hyla_tape *t, hyla_tap
 }
 static void expert_up_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    each_expert(c, t, d, scratch, expert_up_bwd_one, 2 * 2.0 * CFG->hidden * 2 * CFG->moe_inter);
+    each_expert(c, t, d, scratch, expert_up_bwd_one, 2 * 2.0 * CFG->hidden * 2 * CFG->moe_inter, HYLA_P_MOE_GATE_UP, 1);
 }
 
 /* ---- SwiGLU product (routed: EGATE, EUP -> EH; shared / dense: SGATE, SUP -> SH) ---------- */
@@ -255,7 +273,7 @@ static void expert_down_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
     int64_t H = CFG->hidden, Ie = CFG->moe_inter;
     if (experts_as_items(c, t, HYLA_P_MOE_DOWN, t->p[HYLA_S_EOUT], H, t->p[HYLA_S_EH], Ie, H, Ie, H))
         return;
-    each_expert(c, t, t, scratch, expert_down_one, 2.0 * CFG->hidden * CFG->moe_inter);
+    each_expert(c, t, t, scratch, expert_down_one, 2.0 * CFG->hidden * CFG->moe_inter, HYLA_P_MOE_DOWN, 0);
 }
 static void expert_down_bwd_one(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch, int64_t e,
                                 int64_t s0, int64_t cnt)
@@ -267,7 +285,7 @@ static void expert_down_bwd_one(const hyla_op_ctx *c, const hyla_tape *t, hyla_t
 }
 static void expert_down_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    each_expert(c, t, d, scratch, expert_down_bwd_one, 2 * 2.0 * CFG->hidden * CFG->moe_inter);
+    each_expert(c, t, d, scratch, expert_down_bwd_one, 2 * 2.0 * CFG->hidden * CFG->moe_inter, HYLA_P_MOE_DOWN, 1);
 }
 
 /* ---- shared expert / dense MLP projections ------------------------------------------------ */
@@ -373,11 +391,11 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
     {"moe_gather", gather_fwd, gather_bwd, none, none, HYLA_IN(HYLA_S_HN, HYLA_S_SLOT_TOK), HYLA_OUT(HYLA_S_XE),       \
      HYLA_READS(HYLA_S_SLOT_TOK)},                                                                                     \
     {"moe_expert_up", expert_up_fwd, expert_up_bwd, expert_up_scratch, expert_up_scratch, HYLA_IN(HYLA_S_XE, HYLA_S_OFFS),                       \
-     HYLA_OUT(HYLA_S_EGATE, HYLA_S_EUP), HYLA_READS(HYLA_S_XE, HYLA_S_OFFS), .lora = 1},                                          \
+     HYLA_OUT(HYLA_S_EGATE, HYLA_S_EUP), HYLA_READS(HYLA_S_XE, HYLA_S_OFFS), .lora = 1, .experts = 1},                                          \
     {"moe_expert_act", expert_act_fwd, expert_act_bwd, none, expert_act_scratch, HYLA_IN(HYLA_S_EGATE, HYLA_S_EUP),    \
      HYLA_OUT(HYLA_S_EH), HYLA_READS(HYLA_S_EGATE, HYLA_S_EUP)},                                                       \
     {"moe_expert_down", expert_down_fwd, expert_down_bwd, none, none, HYLA_IN(HYLA_S_EH, HYLA_S_OFFS),                 \
-     HYLA_OUT(HYLA_S_EOUT), HYLA_READS(HYLA_S_EH, HYLA_S_OFFS), .lora = 1}
+     HYLA_OUT(HYLA_S_EOUT), HYLA_READS(HYLA_S_EH, HYLA_S_OFFS), .lora = 1, .experts = 2}
 
 #define MLP_OPS                                                                                                        \
     {"mlp_up", mlp_up_fwd, mlp_up_bwd, mlp_pair_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),             \

@@ -46,6 +46,9 @@ typedef enum {
     HYLA_P__COUNT
 } hyla_role;
 
+/* The routed experts' stacked tensors ([E, rows, cols]: expert e's rows contiguous). */
+static inline int hyla_role_is_routed(hyla_role r) { return r == HYLA_P_MOE_GATE_UP || r == HYLA_P_MOE_DOWN; }
+
 typedef enum { HYLA_HF_ROWS, HYLA_HF_QKVZ, HYLA_HF_BA } hyla_hf_map;
 
 /* Which Hugging Face layout to read or write. Detected from tensor names on load. */

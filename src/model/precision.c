@@ -47,12 +47,14 @@ int hyla_model_alloc_bf16(hyla_model *m)
     return HYLA_OK;
 }
 
-void hyla_model_refresh_bf16_param(hyla_model *m, int i)
+void hyla_model_refresh_bf16_range(hyla_model *m, int i, int64_t a, int64_t b)
 {
     const hyla_param *p = &m->table.params[i];
     if (m->w16 && m->matrices_in_w && hyla_role_is_matrix(p->role))
-        hyla_bf16_pack(m->w16 + p->offset, m->w + p->offset, p->numel);
+        hyla_bf16_pack(m->w16 + p->offset + a, m->w + p->offset + a, b - a);
 }
+
+void hyla_model_refresh_bf16_param(hyla_model *m, int i) { hyla_model_refresh_bf16_range(m, i, 0, m->table.params[i].numel); }
 
 void hyla_model_refresh_bf16(hyla_model *m)
 {
@@ -72,6 +74,19 @@ void hyla_model_release_pages(void *start, size_t bytes)
         madvise((void *)a, b - a, MADV_NOHUGEPAGE);
 #endif
     }
+}
+
+void hyla_model_zero_pages(void *start, size_t bytes)
+{
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), s = (uintptr_t)start, e = s + bytes;
+    uintptr_t a = (s + page - 1) & ~(page - 1), b = e & ~(page - 1);
+    if (b <= a) {
+        memset(start, 0, bytes);
+        return;
+    }
+    memset(start, 0, a - s); /* the edges share their pages with neighbours: written */
+    memset((void *)b, 0, e - b);
+    hyla_model_release_pages((void *)a, b - a); /* the whole pages: read back as zeros */
 }
 
 /* Give back the pages of w that lie wholly inside matrix parameters (their values now live in

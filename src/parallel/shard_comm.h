@@ -26,6 +26,10 @@ typedef struct {
     void **req;
     int n, cap;
 } hyla_shard_requests;
+/* Only elements [a, b) of full (FSDP's expert groups: a group of experts' rows): every rank's
+ * piece of that range (this rank's already in place); r NULL: complete on return, else started
+ * and its calls' requests appended to r. */
+int hyla_shard_gather_range(hyla_comm *c, int64_t n, int64_t a, int64_t b, float *full, hyla_shard_requests *r);
 
 /* The gather of full[0..n) started (this rank's piece already in place); its calls' requests
  * appended to r. full must not be read until hyla_shard_wait. */
@@ -38,6 +42,10 @@ void hyla_shard_requests_free(hyla_shard_requests *r);
 
 /* g: [n] this rank's gradient; acc: [piece length] this rank's sum; stage: hyla_shard_comm_floats. */
 int hyla_shard_reduce_scatter(hyla_comm *c, int64_t n, const float *g, float *acc, int first, float *stage);
+/* Only elements [a, b) of g (g: the whole gradient [n], only the range read): this rank's piece
+ * of the range summed into acc (acc: this rank's whole piece, as above), the same arithmetic. */
+int hyla_shard_reduce_scatter_range(hyla_comm *c, int64_t n, int64_t a, int64_t b, const float *g, float *acc,
+                                    int first, float *stage);
 /* The same overlapped with compute: _start sends g (untouched until the requests complete) and
  * receives every rank's copy of this rank's piece into stage [hyla_shard_overlap_floats]; after
  * hyla_shard_wait, _finish adds them into acc in rank order: the same arithmetic. */

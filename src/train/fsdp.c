@@ -12,9 +12,12 @@
 #include "parallel/shard.h"
 #include "parallel/shard_comm.h"
 
+int hyla_fsdp_grouped(const hyla_fsdp *f, const hyla_param *p) { return f->groups > 1 && hyla_role_is_routed(p->role); }
+
+/* (expert groups: the routed experts are not in any part; the experts ops take them by group) */
 static int in_part(const hyla_fsdp *f, const hyla_param *p, int l0, int l1)
 {
-    return hyla_fsdp_in_part(&f->m->cfg, p, l0, l1);
+    return !hyla_fsdp_grouped(f, p) && hyla_fsdp_in_part(&f->m->cfg, p, l0, l1);
 }
 
 /* Bytes parameter p takes gathered: its fp32 span, and with bf16 compute its bf16 copy (matrices). */
@@ -140,8 +143,7 @@ static void shard_layer_ranges(hyla_fsdp *f)
     }
 }
 
-/* Where parameter i's summed gradient piece lives. */
-static float *piece_grad(const hyla_fsdp *f, int i)
+float *hyla_fsdp_piece_grad(const hyla_fsdp *f, int i)
 {
     const hyla_param *p = &f->m->table.params[i];
     size_t off = f->shard.params[i].offset;
@@ -156,7 +158,7 @@ static float *piece_grad(const hyla_fsdp *f, int i)
 }
 
 int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch,
-                   int frozen, int overlap)
+                   int frozen, int overlap, int expert_groups)
 {
     memset(f, 0, sizeof *f);
     f->comm = comm;
@@ -225,7 +227,8 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
     if (!m->source_set && !m->pieces) /* (opened deferred: the pieces are read later, one tensor at a time) */
         hyla_fsdp_take_pieces(f, m->w, f->w);
     hyla_fsdp_release_all(f);
-    f->source = (hyla_weight_source){acquire, release, poll, f};
+    f->source = (hyla_weight_source){acquire, release, poll, f, NULL, NULL};
+    hyla_fsdp_experts_init(f, expert_groups);
     return HYLA_OK;
 }
 
@@ -246,6 +249,9 @@ void hyla_fsdp_free(hyla_fsdp *f)
     if (f->rs_reqs.n)
         hyla_shard_wait(f->comm, &f->rs_reqs);
     hyla_shard_requests_free(&f->rs_reqs);
+    if (f->grp_reqs.n)
+        hyla_shard_wait(f->comm, &f->grp_reqs);
+    hyla_shard_requests_free(&f->grp_reqs);
     free(f->rs_stage);
     memset(f, 0, sizeof *f);
 }
@@ -265,8 +271,8 @@ int hyla_fsdp_reduce_layers(hyla_fsdp *f, int layer0, int layer1, const float *w
     f->unit_lo = f->layer_lo[layer0];
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
-        if (p->layer >= layer0 && p->layer <= layer1)
-            HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, window + (p->offset - lo), piece_grad(f, i), first,
+        if (p->layer >= layer0 && p->layer <= layer1 && !hyla_fsdp_grouped(f, p)) /* (groups: reduced already) */
+            HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, window + (p->offset - lo), hyla_fsdp_piece_grad(f, i), first,
                                                f->stage));
     }
     return HYLA_OK;
@@ -300,7 +306,7 @@ int hyla_fsdp_reduce_finish(hyla_fsdp *f, int *layer0, int *layer1)
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
         if (p->layer >= f->rs_layer0 && p->layer <= f->rs_layer1) {
-            hyla_shard_reduce_scatter_finish(f->comm, p->numel, piece_grad(f, i), f->rs_first, stage);
+            hyla_shard_reduce_scatter_finish(f->comm, p->numel, hyla_fsdp_piece_grad(f, i), f->rs_first, stage);
             stage += hyla_shard_overlap_floats(p->numel, f->comm->size, f->comm->rank);
         }
     }
@@ -315,7 +321,7 @@ int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first)
         const hyla_param *p = &f->m->table.params[i];
         if (p->layer < 0 && (f->mtp || !p->mtp)) /* (the MTP head without the MTP loss: frozen, no gradient) */
             HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, head + hyla_grad_head_index(f->ex, p->offset),
-                                               piece_grad(f, i), first, f->stage));
+                                               hyla_fsdp_piece_grad(f, i), first, f->stage));
     }
     return HYLA_OK;
 }
@@ -326,7 +332,7 @@ int hyla_fsdp_update(hyla_fsdp *f, hyla_adamw *opt, int layer0, int layer1)
         const hyla_param *p = &f->shard.params[i];
         if (layer0 < 0 ? p->layer >= 0 : p->layer < layer0 || p->layer > layer1)
             continue; /* (the head's: the MTP head's too, which the optimizer skips when frozen) */
-        const float *g = piece_grad(f, i);
+        const float *g = hyla_fsdp_piece_grad(f, i);
         hyla_grad_sumsq_add(&f->sumsq, g, p->numel); /* the norm, as whole-step updates sum it */
         double unused = 0.0;
         HYLA_TRY(hyla_adamw_update_param(opt, p, f->w, g, &unused));
@@ -343,7 +349,7 @@ int hyla_fsdp_grad_norm(hyla_fsdp *f, double *norm)
         hyla_exact_sum_init(&f->sumsq);
     }
     for (int i = 0; !f->per_layer && i < f->shard.n_params; i++) /* each piece starts at a block boundary */
-        hyla_grad_sumsq_add(&mine, piece_grad(f, i), f->shard.params[i].numel);
+        hyla_grad_sumsq_add(&mine, hyla_fsdp_piece_grad(f, i), f->shard.params[i].numel);
     hyla_exact_sum_normalize(&mine);
     HYLA_TRY(f->comm->allgather(f->comm, &mine, all, sizeof mine));
     for (int r = 1; r < f->comm->size; r++) /* exact: any order gives the same sum */
@@ -426,6 +432,7 @@ void hyla_fsdp_save_finish(hyla_fsdp *f)
 int hyla_fsdp_outside_step(hyla_fsdp *f, int on)
 {
     HYLA_TRY(hyla_shard_wait(f->comm, &f->reqs)); /* (none in flight between steps) */
+    HYLA_TRY(hyla_fsdp_experts_drain(f));
     f->inflight = f->kept = -1;
     f->next = f->n_parts;
     f->outside = on;
@@ -437,6 +444,7 @@ int hyla_fsdp_outside_step(hyla_fsdp *f, int on)
 int hyla_fsdp_gather_all(hyla_fsdp *f)
 {
     HYLA_TRY(hyla_shard_wait(f->comm, &f->reqs)); /* (none in flight between steps) */
+    HYLA_TRY(hyla_fsdp_experts_drain(f));
     f->inflight = f->kept = -1;
     for (int i = 0; i < f->m->table.n_params; i++)
         HYLA_TRY(gather_param(f, i, 0, NULL));

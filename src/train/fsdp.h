@@ -82,8 +82,17 @@ typedef struct {
     hyla_exact_sum sumsq;       /* per-layer: this rank's squares of the step's gradient so far */
     size_t gathered, gathered_peak; /* bytes gathered now / at most in a step (fp32, and bf16 compute's copy) */
     size_t head_floats;         /* floats of the compact head gradient (executor layout) */
-    const hyla_executor *ex;    /* for the compact head's index */
+    const hyla_executor *ex;    /* for the compact head's index, the window (expert groups) */
     hyla_weight_source source;
+    /* Expert groups (fsdp_experts.c; groups 1: the routed experts are gathered with their layer) */
+    int groups;
+    hyla_expert_source experts;
+    int expert_status;          /* the first failure of the step's group gathers / reduces */
+    int grp_layer, grp_role;    /* the group whose gather is in flight (layer -1: none), experts from grp_e0 */
+    int64_t grp_e0;
+    hyla_shard_requests grp_reqs;
+    int round_first;            /* the micro-batch is the step's first round (set by the trainer) */
+    double group_reduce_seconds;/* the groups' reduce-scatters, since reset */
 } hyla_fsdp;
 
 /* Take this rank's pieces of m's weights (every rank must hold the same m), then release the
@@ -92,7 +101,7 @@ typedef struct {
  * size the per-layer gradient window). frozen: no gradient (LoRA's base); overlap:
  * --overlap-reduce. */
 int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_executor *ex, int per_layer, int prefetch,
-                   int frozen, int overlap);
+                   int frozen, int overlap, int expert_groups);
 
 void hyla_fsdp_free(hyla_fsdp *f);
 /* Bytes the FSDP state owns: weight and gradient pieces, staging, the norm's partial sums (the moments are
@@ -138,5 +147,13 @@ void hyla_fsdp_take_pieces(const hyla_fsdp *f, const float *full, float *pieces)
 /* The sharded load: parameter i's weights are in the model's arena: take this rank's piece and
  * give the arena's pages back. */
 void hyla_fsdp_take_param(hyla_fsdp *f, int i);
+/* Where parameter i's summed gradient piece lives (per-layer updates: in the current unit's). */
+float *hyla_fsdp_piece_grad(const hyla_fsdp *f, int i);
+/* Expert groups (fsdp_experts.c): set up the source (groups > 1: the weight source's experts);
+ * wait for a group gather in flight (between steps). */
+void hyla_fsdp_experts_init(hyla_fsdp *f, int groups);
+int hyla_fsdp_experts_drain(hyla_fsdp *f);
+/* Is p gathered group by group (expert groups on, a routed expert tensor)? */
+int hyla_fsdp_grouped(const hyla_fsdp *f, const hyla_param *p);
 
 #endif

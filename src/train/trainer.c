@@ -79,10 +79,15 @@ static int alloc_gradients(hyla_trainer *tr)
     const hyla_param_table *t = trained_table(tr);
     size_t head = t->total_floats, window = 0;
     int two_windows = tr->sharded && !tr->model->lora && !tr->cfg.no_prefetch && tr->cfg.overlap_reduce; /* (hyla_fsdp.overlap) */
+    int groups = tr->sharded && !tr->model->lora && tr->cfg.expert_groups > 1;
     if (tr->cfg.update_per_layer || (tr->sharded && !tr->model->lora)) { /* the head + one unit's window */
         head = hyla_grad_head_floats(t);
         window = hyla_executor_window_floats(&tr->ex);
-        tr->grad_window = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
+        if (groups) { /* a mapping: pages of expert rows are touched one group at a time and given back */
+            tr->window_bytes = window * sizeof(float);
+            tr->grad_window = hyla_pages_map_small(tr->window_bytes);
+        } else
+            tr->grad_window = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
         if (two_windows) /* overlapped reduce-scatters: a unit's window stays while the next fills */
             tr->grad_window2 = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
         tr->updates = (hyla_layer_updates){NULL, tr->grad_window, tr->sharded ? reduce_layers : apply_layers, tr};
@@ -90,11 +95,12 @@ static int alloc_gradients(hyla_trainer *tr)
     tr->grads = hyla_pages_map(head * sizeof(float)); /* streamed every step: huge pages where there are */
     tr->updates.head = tr->grads;
     tr->head_floats = head;
-    tr->grad_floats = head + window * (tr->grad_window2 ? 2 : 1);
+    tr->grad_floats = head + (groups ? hyla_executor_window_grouped_floats(&tr->ex, tr->cfg.expert_groups)
+                                     : window * (tr->grad_window2 ? 2 : 1));
     if (!tr->grads || (window && !tr->grad_window) || (two_windows && !tr->grad_window2))
         return hyla_error_set(HYLA_ERR_NOMEM, "train: cannot allocate %zu gradient floats", head + window);
     memset(tr->grads, 0, (head ? head : 1) * sizeof(float)); /* fault the pages in at setup, not in step 1 */
-    if (window)
+    if (window && !groups)
         memset(tr->grad_window, 0, window * sizeof(float));
     if (tr->grad_window2)
         memset(tr->grad_window2, 0, window * sizeof(float));
@@ -122,6 +128,20 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
     if (model->lora && cfg->update_per_layer)
         return hyla_error_set(HYLA_ERR_ARG, "per-layer updates do not apply to LoRA training (the adapter's gradients "
                               "are a small fraction of the model; they are updated once per step)");
+    if (cfg->expert_groups > 1) {
+        int64_t E = model->cfg.n_experts;
+        if (!cfg->fsdp || ranks < 2)
+            return hyla_error_set(HYLA_ERR_ARG, "--expert-groups %d: expert groups are how FSDP gathers an MoE layer; they "
+                                  "need --shard fsdp under mpirun", cfg->expert_groups);
+        if (E < 1)
+            return hyla_error_set(HYLA_ERR_ARG, "--expert-groups %d: the model has no routed experts", cfg->expert_groups);
+        if (E % cfg->expert_groups)
+            return hyla_error_set(HYLA_ERR_ARG, "--expert-groups %d does not divide the model's %lld routed experts",
+                                  cfg->expert_groups, (long long)E);
+        if (cfg->overlap_reduce)
+            return hyla_error_set(HYLA_ERR_ARG, "--expert-groups with --overlap-reduce is not built: the groups' "
+                                  "reduce-scatters run right after each group's backward");
+    }
     if (cfg->fsdp && ranks < 2)
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: needs more than one rank (mpirun -np N)");
     if (cfg->fsdp && model->lora && !model->matrices_in_w)
@@ -162,7 +182,7 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         st = alloc_gradients(tr);
     if (st == HYLA_OK && tr->sharded &&
         (st = hyla_fsdp_init(&tr->fsdp, tr->cfg.comm, model, &tr->ex, cfg->update_per_layer, !cfg->no_prefetch,
-                             model->lora != NULL, cfg->overlap_reduce)) ==
+                             model->lora != NULL, cfg->overlap_reduce, cfg->expert_groups)) ==
             HYLA_OK) {
         tr->fsdp.ex = &tr->ex;
         tr->fsdp.mtp = mtp;
@@ -194,7 +214,10 @@ void hyla_trainer_free(hyla_trainer *tr)
     hyla_adamw_free(&tr->opt);
     hyla_host_store_close(tr->store);
     hyla_pages_unmap(tr->grads, tr->head_floats * sizeof(float));
-    free(tr->grad_window);
+    if (tr->window_bytes)
+        hyla_pages_unmap(tr->grad_window, tr->window_bytes);
+    else
+        free(tr->grad_window);
     free(tr->grad_window2);
     free(tr->replay_buf);
     free(tr->loss_parts);
@@ -289,6 +312,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     tr->fsdp.wait_seconds = 0;
     tr->fsdp.reduce_wait_seconds = 0;
     tr->reduce_seconds = 0;
+    tr->fsdp.group_reduce_seconds = 0;
     double tz = HYLA_PROF_BEGIN();
     hyla_zero_floats(tr->grads, tr->head_floats);
     HYLA_PROF_END("grad_zero", tz);
@@ -341,7 +365,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         }
         if ((tr->reducing || tr->sharded) && round > 0)
             hyla_zero_floats(tr->grads, tr->head_floats);
-        tr->round_first = round == 0;
+        tr->round_first = tr->fsdp.round_first = round == 0;
         int st = hyla_executor_step(&tr->ex, tokens + g * per, labels ? labels + g * per : NULL, tr->grads, ce_scale,
                                     aux_scale, &l);
         if (tr->model->lora)
@@ -413,6 +437,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     stats->comm_bytes = comm->bytes_sent;
     stats->comm_seconds = comm->seconds;
     stats->gather_wait_seconds = tr->sharded ? tr->fsdp.wait_seconds : 0;
+    tr->reduce_seconds += tr->fsdp.group_reduce_seconds; /* (blocking, inside the backward) */
     stats->reduce_seconds = tr->reduce_seconds;
     stats->reduce_wait_seconds = tr->sharded && tr->fsdp.overlap ? tr->fsdp.reduce_wait_seconds : tr->reduce_seconds;
     stats->offload_bytes = 0;

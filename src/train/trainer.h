@@ -40,6 +40,8 @@ typedef struct {
     int fsdp;                  /* shard fsdp over comm's ranks (train/fsdp.h); else replicated ("none") */
     int no_prefetch;           /* FSDP: gather each part only when it is acquired (measurement) */
     int overlap_reduce;        /* FSDP (with the prefetch): overlap a unit's reduce-scatters with the next unit's backward */
+    int expert_groups;         /* FSDP: routed experts gathered / reduce-scattered this many groups at a time
+                                * (train/fsdp.h; 0, 1: with their layer) */
     /* the MTP loss (engine/mtp_loss.h, docs/mtp.md): loss = main + mtp_weight x the MTP head's mean
      * cross-entropy over its targets (0: off, the head untouched); mtp_only: the MTP loss alone
      * and only the head's parameters updated (a frozen trunk) */
@@ -86,7 +88,9 @@ typedef struct {
     double *loss_parts;     /* [N][accum][2] every rank's micro-batch ce sums and aux losses */
     float *grad_window;     /* update_per_layer: one unit's layer gradients */
     float *grad_window2;    /* FSDP with overlapped reduce-scatters: the other unit's, in flight */
-    size_t grad_floats;     /* floats of gradient storage (grads + grad_window) */
+    size_t grad_floats;     /* floats of gradient storage (grads + grad_window; expert groups: the
+                             * window's resident floats, one group of expert rows at a time) */
+    size_t window_bytes;    /* expert groups: the window's mapping (hyla_pages_map_small) */
     size_t head_floats;     /* floats of grads (the whole table, or the compact head) */
     hyla_layer_updates updates;
     double step_sumsq;      /* update_per_layer: sum of squared gradients applied this step */

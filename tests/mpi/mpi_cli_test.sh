@@ -21,8 +21,12 @@
 #     rank; a rank that fails stops the job; a LoRA checkpoint resumed on another base model; kill -9
 #     of a rank mid-run stops every rank within seconds and leaves the last complete checkpoint in
 #     place; bad --shard values, refused combinations;
+#   - expert groups (--expert-groups G): bit-identical to one process and measured == planned with
+#     2, 4 and 8 groups on 2 and 4 ranks, remat / units / offload / bf16 / per-layer / MTP / LoRA /
+#     no prefetch, evaluation and --sample; refused combinations;
 #   - the 10-step training test against the PyTorch oracle passes under mpirun -np 2 (both
-#     shardings); hyla plan --expert-groups and the 397B-A17B goal (under 95 GB per device).
+#     shardings); hyla plan --expert-groups and the 397B-A17B goal (under 95 GB per device, with
+#     flags hyla train accepts).
 # usage: tests/mpi/mpi_cli_test.sh [HYLA [CASES]]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -152,6 +156,29 @@ planned "measured == planned: --overlap-reduce (a second window, the in-flight u
 MPI_ONLY="--overlap-reduce --update-per-layer" equal "overlapped reduce-scatters, per-layer updates" 4 1 fsdp --clip 0 --remat-unit block
 MODEL="$T/mm" MPI_ONLY="--overlap-reduce" equal "overlapped reduce-scatters, MTP loss, bf16" 2 1 fsdp --act-dtype bf16 --remat-unit part
 expect_error "--overlap-reduce without FSDP" "needs --shard fsdp under mpirun" "$HYLA" train --model "$T/m" --synthetic --steps 1 --overlap-reduce
+# FSDP's expert groups (--expert-groups G): the routed expert tensors are in no layer part; the
+# experts ops gather them G groups at a time (the next group's gather in flight) and reduce-scatter
+# each group's gradient rows right after its backward, zeroing them in the window: every expert's
+# arithmetic is the same whichever group it is in, so the run == one process bit for bit; measured
+# == planned per rank (a layer part without its experts + two groups of one tensor gathered, one
+# group's gradient rows in the window, every experts op call's gather in the bytes sent)
+MPI_ONLY="--expert-groups 2" equal "expert groups 2" 2 1 fsdp
+planned "measured == planned: --expert-groups 2 (groups gathered on top of the layer part)" "$T/expert_groups_2.fsdp" 2 1 fsdp --expert-groups 2
+MPI_ONLY="--expert-groups 4" equal "expert groups 4, 4 ranks x accum 2, remat minimal, part units" 4 2 fsdp --remat minimal --remat-unit part
+planned "measured == planned: --expert-groups 4 on 4 ranks, recomputed experts ops gather again" \
+    "$T/expert_groups_4__4_ranks_x_accum_2__remat_minimal__part_units.fsdp" 4 2 fsdp --expert-groups 4 --remat minimal --remat-unit part
+MPI_ONLY="--expert-groups 8 --update-per-layer" equal "expert groups 8, per-layer updates, bf16 compute, block units" 2 1 fsdp --clip 0 --act-dtype bf16 --remat-unit block
+planned "measured == planned: --expert-groups 8, per-layer updates, bf16 (each group's bf16 rows too)" \
+    "$T/expert_groups_8__per_layer_updates__bf16_compute__block_units.fsdp" 2 1 fsdp --expert-groups 8 --update-per-layer --act-dtype bf16 --remat-unit block
+MPI_ONLY="--expert-groups 2 --no-prefetch" equal "expert groups, no prefetch, offload" 2 1 fsdp --remat minimal_offloaded
+planned "measured == planned: --expert-groups 2 --no-prefetch (one group at a time)" \
+    "$T/expert_groups__no_prefetch__offload.fsdp" 2 1 fsdp --expert-groups 2 --no-prefetch --remat minimal_offloaded
+MODEL="$T/mm" MPI_ONLY="--expert-groups 2" equal "expert groups, MTP loss (its layer's experts by group too)" 2 1 fsdp
+MODEL="$T/mm" planned "measured == planned: --expert-groups 2 with the MTP loss" \
+    "$T/expert_groups__mtp_loss__its_layer_s_experts_by_group_too_.fsdp" 2 1 fsdp --expert-groups 2 --mtp-loss-weight 0.1
+MPI_ONLY="--expert-groups 2" equal "expert groups, LoRA (the frozen base's experts by group)" 2 1 fsdp --lora-rank 4
+planned "measured == planned: --expert-groups 2, LoRA" "$T/expert_groups__lora__the_frozen_base_s_experts_by_group_.fsdp" 2 1 fsdp --expert-groups 2 --lora-rank 4
+expect_error "--expert-groups without FSDP" "needs --shard fsdp under mpirun" "$HYLA" train --model "$T/m" --synthetic --steps 1 --expert-groups 2
 # evaluation and --sample across ranks: the eval batches split round-robin (3 ranks: uneven
 # rounds, empty batches at the tail), FSDP's layers gathered as used (no whole copy), the sums
 # added in batch order: the eval records and the sample == one process's
@@ -165,6 +192,9 @@ for sh in none fsdp; do
         echo "  ok  --sample on 3 ranks, shard $sh == one process: $(grep '^sample>' "$T/evaluation_and_sample.$sh/out")" ||
         fail "evaluation / sample across ranks, shard $sh"
 done
+MPI_ONLY="--expert-groups 4" equal "expert groups, evaluation and sample" 2 1 fsdp --eval-data "$T/eval.jsonl" --eval-every 2 --sample 12
+[ "$(grep '^sample>' "$T/expert_groups__evaluation_and_sample.one/out")" = "$(grep '^sample>' "$T/expert_groups__evaluation_and_sample.fsdp/out")" ] &&
+    echo "  ok  --sample with expert groups == one process" || fail "--sample with expert groups"
 # per-layer updates with shard none across ranks: each unit's window summed over the ranks (in
 # rank order) inside backward, before its layers' update; the head's after the step
 MPI_ONLY="--update-per-layer" equal "per-layer updates, shard none" 2 1 none --clip 0
@@ -343,10 +373,14 @@ refused() { # NAME PATTERN TRAIN-ARGS...: every rank of an mpirun -np 2 job says
 }
 refused "--update-per-layer with --accum 2 per rank" "per-layer updates need --accum 1 and --clip 0" --update-per-layer --clip 0 --accum 2
 refused "LoRA with shard fsdp over a bf16-only base" "drop --param-dtype bf16" --lora-rank 4 --param-dtype bf16 --act-dtype bf16
+refused "--expert-groups that does not divide the experts" "does not divide the model's 8 routed experts" --expert-groups 3
+refused "--expert-groups with --overlap-reduce" "with --overlap-reduce is not built" --expert-groups 2 --overlap-reduce
+refused "--expert-groups with shard none" "needs --shard fsdp" --expert-groups 2 --shard none
 
 # the plan of sharded runs: --expert-groups, and the goal it exists for (seed 002's setting:
 # Qwen3.5-397B-A17B, 1 x 1024 tokens per device, 64 devices, fp32 weights and moments, bf16
-# activations) under 95 GB per device
+# activations) under 95 GB per device, with flags hyla train accepts (--expert-groups 32
+# --update-per-layer --act-dtype bf16 --shard fsdp, executed and checked == plan above)
 # (seed 002's model, MaxText's, has no MTP head: the config without mtp_num_hidden_layers)
 $PY -c 'import json, sys; c = json.load(open(sys.argv[1])); c["text_config"].pop("mtp_num_hidden_layers"); json.dump(c, open(sys.argv[2], "w"))' \
     configs/qwen3.5-397b-a17b.json "$T/397b-no-mtp.json"
@@ -356,8 +390,9 @@ P397=(plan "$T/397b-no-mtp.json" --seq 1024 --devices 64 --act-dtype bf16 --json
     $PY - "$T/g1.json" "$T/g8.json" "$T/g16u.json" <<'PYEOF' && echo "  ok  plan --expert-groups: 397B-A17B on 64 devices" || fail "plan --expert-groups"
 import json, sys
 g1, g8, g16u = (json.load(open(p)) for p in sys.argv[1:4])
-# 8 groups hold the layer's other parameters plus 64 of its 512 experts: the gathered weights and
-# the unit's whole gradient shrink, the pieces (argument) do not
+# 8 groups: the layer's other parameters plus two groups (the one computing, the next in flight) of
+# 64 of its 512 experts of one tensor: the gathered weights and the unit's gradient shrink, the
+# pieces (argument) do not
 # (the gathered high-water then becomes the head's: lm_head and its bf16 copy, 6.1 GB)
 ok = g8["gathered_weight_bytes"] < g1["gathered_weight_bytes"] and g8["gradient_bytes"] < g1["gradient_bytes"]
 ok = ok and g8["expert_groups"] == 8 and g8["argument_bytes"] == g1["argument_bytes"]
