@@ -260,7 +260,11 @@ void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, in
 size_t hyla_fsdp_grad_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, int per_layer);
 /* ... and of the staging an overlapped reduce-scatter of the largest unit's gradients receives
  * into (every rank's copy of this rank's pieces: parallel/shard_comm.h). */
-size_t hyla_fsdp_overlap_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank);
+size_t hyla_fsdp_overlap_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, int groups);
+/* ... (expert groups: the routed tensors are not in it) and of the staging of one expert group's
+ * overlapped reduce-scatter (the largest group of any trunk layer's routed tensor; 0 without
+ * groups). */
+size_t hyla_fsdp_group_stage_floats(const hyla_param_table *t, int ranks, int rank, int groups);
 /* The parts a training micro-batch acquires (hyla_weight_source), in order: the embedding, each
  * layer for its forward segment (a layer split over units once per unit); with the MTP loss its
  * input stage, its layer's forward, its output stage, its units' backward and its input stage

@@ -127,15 +127,32 @@ void hyla_fsdp_grad_sizes(const hyla_param_table *t, const hyla_executor *ex, in
     }
 }
 
-size_t hyla_fsdp_overlap_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank)
+size_t hyla_fsdp_overlap_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, int groups)
 {
     size_t most = 0;
     for (int u = 0; u < ex->n_trunk_units; u++) {
         size_t sum = 0;
         for (int i = 0; i < t->n_params; i++)
-            if (t->params[i].layer >= ex->units[u].layer0 && t->params[i].layer <= ex->units[u].layer1)
+            if (t->params[i].layer >= ex->units[u].layer0 && t->params[i].layer <= ex->units[u].layer1 &&
+                !(groups > 1 && hyla_role_is_routed(t->params[i].role))) /* (groups: reduced by group) */
                 sum += (size_t)hyla_shard_overlap_floats(t->params[i].numel, ranks, rank);
         most = sum > most ? sum : most;
+    }
+    return most;
+}
+
+size_t hyla_fsdp_group_stage_floats(const hyla_param_table *t, int ranks, int rank, int groups)
+{
+    size_t most = 0;
+    for (int i = 0; groups > 1 && i < t->n_params; i++) {
+        const hyla_param *p = &t->params[i];
+        if (p->layer < 0 || !hyla_role_is_routed(p->role))
+            continue;
+        int64_t per = p->numel / groups;
+        for (int g = 0; g < groups; g++) {
+            size_t s = (size_t)hyla_shard_overlap_range_floats(p->numel, g * per, (g + 1) * per, ranks, rank);
+            most = s > most ? s : most;
+        }
     }
     return most;
 }

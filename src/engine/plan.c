@@ -115,8 +115,10 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
     if (pc->overlap_reduce && !pc->no_prefetch && !m->lora) { /* overlapped reduce-scatters: a second window, the in-flight unit's
                                          * staging (train/fsdp.h) */
         out->grad_bytes += window * pc->grad_bytes;
-        size_t stage = hyla_fsdp_overlap_floats(t, ex, N, R);
-        out->reduce_bytes += (double)hyla_align_up((stage ? stage : 1) * sizeof(float));
+        size_t stage = hyla_fsdp_overlap_floats(t, ex, N, R, (int)groups);
+        size_t group_stage = hyla_fsdp_group_stage_floats(t, N, R, (int)groups); /* one expert group's in flight */
+        out->reduce_bytes += (double)hyla_align_up((stage ? stage : 1) * sizeof(float)) +
+                             (group_stage ? (double)hyla_align_up(group_stage * sizeof(float)) : 0.0);
     }
     out->comm_bytes = (double)(N - 1) * (4.0 * (double)A * gather_floats + (double)sizeof(hyla_exact_sum) +
                                       (double)(HYLA_STEP_LOSS_PARTS * sizeof(double)) * (double)A) +
@@ -154,9 +156,9 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     if (groups > 1 && m->cfg.n_experts % groups)
         return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups %lld does not divide the model's %lld routed "
                               "experts", (long long)groups, (long long)m->cfg.n_experts);
-    if (groups > 1 && pc->overlap_reduce)
-        return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups with --overlap-reduce is not built (the groups' "
-                              "reduce-scatters run right after each group's backward)");
+    if (groups > 1 && pc->overlap_reduce && pc->update_per_layer && !m->lora)
+        return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups with --overlap-reduce and --update-per-layer is not "
+                              "built");
     double shard = pc->fsdp ? (double)pc->devices : 1.0;
     out->adapter_bytes = 4.0 * (double)adapter; /* fp32 adapter weights */
     /* the arenas as allocated: the table's floats (each parameter padded to 16) */

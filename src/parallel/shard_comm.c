@@ -141,46 +141,69 @@ static void scatter_counts(int64_t n, int N, int64_t a, int64_t b, int64_t s, in
     }
 }
 
-int64_t hyla_shard_overlap_floats(int64_t n, int ranks, int rank)
+int64_t hyla_shard_overlap_floats(int64_t n, int ranks, int rank) { return hyla_shard_overlap_range_floats(n, 0, n, ranks, rank); }
+
+int64_t hyla_shard_overlap_range_floats(int64_t n, int64_t a, int64_t b, int ranks, int rank)
 {
     int64_t lo, len;
-    hyla_shard_piece(n, ranks, rank, &lo, &len);
+    piece_in(n, ranks, rank, a, b, &lo, &len);
     return (int64_t)ranks * len;
 }
 
-int hyla_shard_reduce_scatter_start(hyla_comm *c, int64_t n, const float *g, float *stage, hyla_shard_requests *r)
+int hyla_shard_reduce_scatter_range_start(hyla_comm *c, int64_t n, int64_t a, int64_t b, const float *g, float *stage,
+                                          hyla_shard_requests *r)
 {
     int N = c->size;
     size_t scount[N], sdispl[N], rcount[N], rdispl[N];
-    for (int64_t s = 0, S = steps_of(n, N, 0, n); s < S; s++) {
+    for (int64_t s = 0, S = steps_of(n, N, a, b); s < S; s++) {
         int64_t mlo, mlen;
-        step_of(n, N, c->rank, 0, n, s, &mlo, &mlen);
+        step_of(n, N, c->rank, a, b, s, &mlo, &mlen);
         HYLA_TRY(request_slot(r));
-        scatter_counts(n, N, 0, n, s, (int64_t)N * s * HYLA_SHARD_STEP, mlen, mlen, scount, sdispl, rcount, rdispl);
+        scatter_counts(n, N, a, b, s, (int64_t)N * s * HYLA_SHARD_STEP, mlen, mlen, scount, sdispl, rcount, rdispl);
         HYLA_TRY(c->ialltoallv(c, g, scount, sdispl, stage, rcount, rdispl, &r->req[r->n]));
         r->n++;
     }
     return HYLA_OK;
 }
 
-void hyla_shard_reduce_scatter_finish(hyla_comm *c, int64_t n, float *acc, int first, const float *stage)
+int hyla_shard_reduce_scatter_start(hyla_comm *c, int64_t n, const float *g, float *stage, hyla_shard_requests *r)
+{
+    return hyla_shard_reduce_scatter_range_start(c, n, 0, n, g, stage, r);
+}
+
+/* This rank's first element of range [a, b) in its piece's accumulator acc. */
+static float *range_acc(hyla_comm *c, int64_t n, int64_t a, int64_t b, float *acc)
+{
+    int64_t plo, plen, mine, mine_len;
+    hyla_shard_piece(n, c->size, c->rank, &plo, &plen);
+    piece_in(n, c->size, c->rank, a, b, &mine, &mine_len);
+    return acc + (mine - plo);
+}
+
+void hyla_shard_reduce_scatter_range_finish(hyla_comm *c, int64_t n, int64_t a, int64_t b, float *acc, int first,
+                                            const float *stage)
 {
     int N = c->size;
-    for (int64_t s = 0, S = steps_of(n, N, 0, n); s < S; s++) {
+    float *at = range_acc(c, n, a, b, acc);
+    for (int64_t s = 0, S = steps_of(n, N, a, b); s < S; s++) {
         int64_t mlo, mlen;
-        step_of(n, N, c->rank, 0, n, s, &mlo, &mlen);
-        add_parts(acc + s * HYLA_SHARD_STEP, stage + (int64_t)N * s * HYLA_SHARD_STEP, N, mlen, mlen, first);
+        step_of(n, N, c->rank, a, b, s, &mlo, &mlen);
+        add_parts(at + s * HYLA_SHARD_STEP, stage + (int64_t)N * s * HYLA_SHARD_STEP, N, mlen, mlen, first);
     }
+}
+
+void hyla_shard_reduce_scatter_finish(hyla_comm *c, int64_t n, float *acc, int first, const float *stage)
+{
+    hyla_shard_reduce_scatter_range_finish(c, n, 0, n, acc, first, stage);
 }
 
 int hyla_shard_reduce_scatter_range(hyla_comm *c, int64_t n, int64_t a, int64_t b, const float *g, float *acc,
                                     int first, float *stage)
 {
     int N = c->size;
-    int64_t plo, plen, mine, mine_len;
-    hyla_shard_piece(n, N, c->rank, &plo, &plen);
+    int64_t mine, mine_len;
     piece_in(n, N, c->rank, a, b, &mine, &mine_len);
-    float *at = acc + (mine - plo); /* this rank's first summed element of the range */
+    float *at = range_acc(c, n, a, b, acc);
     if (N == 1) {
         if (first)
             memcpy(at, g + mine, (size_t)mine_len * sizeof(float));

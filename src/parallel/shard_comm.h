@@ -52,5 +52,11 @@ int hyla_shard_reduce_scatter_range(hyla_comm *c, int64_t n, int64_t a, int64_t 
 int64_t hyla_shard_overlap_floats(int64_t n, int ranks, int rank);
 int hyla_shard_reduce_scatter_start(hyla_comm *c, int64_t n, const float *g, float *stage, hyla_shard_requests *r);
 void hyla_shard_reduce_scatter_finish(hyla_comm *c, int64_t n, float *acc, int first, const float *stage);
+/* ... of range [a, b) only (staging: hyla_shard_overlap_range_floats; acc: this rank's whole piece). */
+int64_t hyla_shard_overlap_range_floats(int64_t n, int64_t a, int64_t b, int ranks, int rank);
+int hyla_shard_reduce_scatter_range_start(hyla_comm *c, int64_t n, int64_t a, int64_t b, const float *g, float *stage,
+                                          hyla_shard_requests *r);
+void hyla_shard_reduce_scatter_range_finish(hyla_comm *c, int64_t n, int64_t a, int64_t b, float *acc, int first,
+                                            const float *stage);
 
 #endif

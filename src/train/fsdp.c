@@ -169,6 +169,7 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
     f->inflight = f->kept = -1;
     f->rs_layer0 = f->rs_layer1 = -1;
     f->overlap = overlap && prefetch && !frozen;
+    f->groups = expert_groups > 1 ? expert_groups : 1;
     const hyla_param_table *t = &m->table;
     int n = t->n_params, N = comm->size;
     f->shard = *t; /* borrowed: config, layout, index; owned: params */
@@ -203,15 +204,18 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
     size_t grad_floats = f->grad_floats = frozen ? 0 : hyla_fsdp_grad_floats(t, ex, N, comm->rank, per_layer);
     f->w = aligned_alloc(64, hyla_align_up((at ? at : 1) * sizeof(float)));
     if (f->overlap) {
-        f->rs_stage_floats = hyla_fsdp_overlap_floats(t, ex, N, comm->rank);
+        f->rs_stage_floats = hyla_fsdp_overlap_floats(t, ex, N, comm->rank, f->groups);
         f->rs_stage = aligned_alloc(64, hyla_align_up((f->rs_stage_floats ? f->rs_stage_floats : 1) * sizeof(float)));
+        f->grp_stage_floats = hyla_fsdp_group_stage_floats(t, N, comm->rank, f->groups);
+        if (f->grp_stage_floats)
+            f->grp_stage = aligned_alloc(64, hyla_align_up(f->grp_stage_floats * sizeof(float)));
     }
     if (!frozen) { /* (frozen: no gradient of these weights is formed, nothing is reduce-scattered) */
         f->grad = aligned_alloc(64, hyla_align_up((grad_floats ? grad_floats : 1) * sizeof(float)));
         f->stage = aligned_alloc(64, hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)));
         f->sums = calloc((size_t)N, sizeof *f->sums);
     }
-    if (st == HYLA_OK && (!f->w || (!frozen && (!f->grad || !f->stage || !f->sums)) || (f->overlap && !f->rs_stage)))
+    if (st == HYLA_OK && (!f->w || (!frozen && (!f->grad || !f->stage || !f->sums)) || (f->overlap && (!f->rs_stage || (f->grp_stage_floats && !f->grp_stage)))))
         st = hyla_error_set(HYLA_ERR_NOMEM, "fsdp: cannot allocate this rank's %zu-float pieces", at);
     if (st != HYLA_OK) {
         hyla_fsdp_free(f);
@@ -220,6 +224,8 @@ int hyla_fsdp_init(hyla_fsdp *f, hyla_comm *comm, hyla_model *m, const hyla_exec
     hyla_exact_sum_init(&f->sumsq);
     if (f->overlap) /* fault the pages in at setup */
         memset(f->rs_stage, 0, f->rs_stage_floats * sizeof(float));
+    if (f->grp_stage)
+        memset(f->grp_stage, 0, f->grp_stage_floats * sizeof(float));
     if (!frozen) {
         memset(f->grad, 0, grad_floats * sizeof(float));
         memset(f->stage, 0, (size_t)hyla_shard_comm_floats(N) * sizeof(float));
@@ -252,7 +258,11 @@ void hyla_fsdp_free(hyla_fsdp *f)
     if (f->grp_reqs.n)
         hyla_shard_wait(f->comm, &f->grp_reqs);
     hyla_shard_requests_free(&f->grp_reqs);
+    if (f->grp_rs_reqs.n)
+        hyla_shard_wait(f->comm, &f->grp_rs_reqs);
+    hyla_shard_requests_free(&f->grp_rs_reqs);
     free(f->rs_stage);
+    free(f->grp_stage);
     memset(f, 0, sizeof *f);
 }
 
@@ -262,6 +272,7 @@ size_t hyla_fsdp_bytes(const hyla_fsdp *f)
     if (f->frozen)
         return pieces;
     size_t overlap = f->overlap ? hyla_align_up((f->rs_stage_floats ? f->rs_stage_floats : 1) * sizeof(float)) : 0;
+    overlap += f->grp_stage ? hyla_align_up(f->grp_stage_floats * sizeof(float)) : 0;
     return overlap + pieces + hyla_align_up((f->grad_floats ? f->grad_floats : 1) * sizeof(float)) + hyla_align_up((size_t)hyla_shard_comm_floats(f->comm->size) * sizeof(float)) +
            (size_t)f->comm->size * sizeof(hyla_exact_sum);
 }
@@ -284,7 +295,7 @@ int hyla_fsdp_reduce_start(hyla_fsdp *f, int layer0, int layer1, const float *wi
     float *stage = f->rs_stage;
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
-        if (p->layer >= layer0 && p->layer <= layer1) {
+        if (p->layer >= layer0 && p->layer <= layer1 && !hyla_fsdp_grouped(f, p)) {
             HYLA_TRY(hyla_shard_reduce_scatter_start(f->comm, p->numel, window + (p->offset - lo), stage, &f->rs_reqs));
             stage += hyla_shard_overlap_floats(p->numel, f->comm->size, f->comm->rank);
         }
@@ -305,7 +316,7 @@ int hyla_fsdp_reduce_finish(hyla_fsdp *f, int *layer0, int *layer1)
     const float *stage = f->rs_stage;
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
-        if (p->layer >= f->rs_layer0 && p->layer <= f->rs_layer1) {
+        if (p->layer >= f->rs_layer0 && p->layer <= f->rs_layer1 && !hyla_fsdp_grouped(f, p)) {
             hyla_shard_reduce_scatter_finish(f->comm, p->numel, hyla_fsdp_piece_grad(f, i), f->rs_first, stage);
             stage += hyla_shard_overlap_floats(p->numel, f->comm->size, f->comm->rank);
         }

@@ -92,7 +92,16 @@ typedef struct {
     int64_t grp_e0;
     hyla_shard_requests grp_reqs;
     int round_first;            /* the micro-batch is the step's first round (set by the trainer) */
-    double group_reduce_seconds;/* the groups' reduce-scatters, since reset */
+    double group_reduce_seconds;/* the groups' reduce-scatters (blocking, or their waits), since reset */
+    /* ... overlapped (--overlap-reduce): a group's started when its backward ends, finished when the
+     * next group's ends or its unit's gradients are reduced (hyla_fsdp_experts_finish) */
+    float *grp_stage;           /* [grp_stage_floats] every rank's copies of this rank's piece of one group */
+    size_t grp_stage_floats;
+    hyla_shard_requests grp_rs_reqs;
+    int grp_rs_i;               /* the parameter of the group in flight (-1: none) ... */
+    int64_t grp_rs_a, grp_rs_b; /* ... its element range, */
+    float *grp_rs_window;       /* ... where its gradient rows are in the window (zeroed when finished) */
+    int grp_rs_first;
 } hyla_fsdp;
 
 /* Take this rank's pieces of m's weights (every rank must hold the same m), then release the
@@ -153,6 +162,8 @@ float *hyla_fsdp_piece_grad(const hyla_fsdp *f, int i);
  * wait for a group gather in flight (between steps). */
 void hyla_fsdp_experts_init(hyla_fsdp *f, int groups);
 int hyla_fsdp_experts_drain(hyla_fsdp *f);
+/* Overlapped group reduce-scatters: finish the one in flight (its sums in place, its window rows zeroed). */
+int hyla_fsdp_experts_finish(hyla_fsdp *f);
 /* Is p gathered group by group (expert groups on, a routed expert tensor)? */
 int hyla_fsdp_grouped(const hyla_fsdp *f, const hyla_param *p);
 

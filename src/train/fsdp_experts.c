@@ -5,7 +5,10 @@
  * prefetch the next group's gather runs while this group computes. In backward the group's weight
  * gradient rows are complete when its experts are done: they are reduce-scattered into the
  * pieces at once (the same ordered sum as the layer's, on a range) and zeroed in the window
- * (pages given back), so the window holds one group's expert gradients at a time. The MTP head's
+ * (pages given back), so the window holds one group's expert gradients at a time. With
+ * --overlap-reduce the group's reduce-scatter is started then and finished when the next group's
+ * backward ends (or its unit's gradients are reduced): two groups' rows in the windows, one
+ * group's staging. The MTP head's
  * layer gathers its experts alike; its gradients live in the compact head, reduced after the
  * micro-batch as before. */
 #include <string.h>
@@ -100,10 +103,16 @@ static void release_group(void *ctx, int layer, hyla_role role, int64_t e0, int6
         double t0 = hyla_now();
         if (f->per_layer)
             f->unit_lo = f->layer_lo[window_layer(f)];
-        fail(f, hyla_shard_reduce_scatter_range(f->comm, p->numel, a, b, g, hyla_fsdp_piece_grad(f, i), f->round_first,
-                                                f->stage));
-        f->group_reduce_seconds += hyla_now() - t0;
-        hyla_model_zero_pages(g + a, (size_t)(b - a) * sizeof(float));
+        if (f->overlap) { /* the previous group's finished, this one's started */
+            fail(f, hyla_fsdp_experts_finish(f));
+            fail(f, hyla_shard_reduce_scatter_range_start(f->comm, p->numel, a, b, g, f->grp_stage, &f->grp_rs_reqs));
+            f->grp_rs_i = i, f->grp_rs_a = a, f->grp_rs_b = b, f->grp_rs_window = g, f->grp_rs_first = f->round_first;
+        } else {
+            fail(f, hyla_shard_reduce_scatter_range(f->comm, p->numel, a, b, g, hyla_fsdp_piece_grad(f, i),
+                                                    f->round_first, f->stage));
+            f->group_reduce_seconds += hyla_now() - t0;
+            hyla_model_zero_pages(g + a, (size_t)(b - a) * sizeof(float));
+        }
     }
     hyla_model_release_pages(f->m->w + p->offset + a, (size_t)(b - a) * sizeof(float));
     if (f->m->w16)
@@ -121,7 +130,7 @@ static int experts_status(void *ctx)
 void hyla_fsdp_experts_init(hyla_fsdp *f, int groups)
 {
     f->groups = groups > 1 ? groups : 1;
-    f->grp_layer = -1;
+    f->grp_layer = f->grp_rs_i = -1;
     f->experts = (hyla_expert_source){f->groups, acquire_group, release_group, f};
     if (f->groups > 1) {
         f->source.experts = &f->experts;
@@ -133,4 +142,21 @@ int hyla_fsdp_experts_drain(hyla_fsdp *f)
 {
     f->grp_layer = -1;
     return hyla_shard_wait(f->comm, &f->grp_reqs);
+}
+
+int hyla_fsdp_experts_finish(hyla_fsdp *f)
+{
+    if (f->grp_rs_i < 0)
+        return HYLA_OK;
+    int i = f->grp_rs_i;
+    f->grp_rs_i = -1;
+    const hyla_param *p = &f->m->table.params[i];
+    double t0 = hyla_now();
+    HYLA_TRY(hyla_shard_wait(f->comm, &f->grp_rs_reqs));
+    f->group_reduce_seconds += hyla_now() - t0; /* (overlapped: only the wait) */
+    f->reduce_wait_seconds += hyla_now() - t0;
+    hyla_shard_reduce_scatter_range_finish(f->comm, p->numel, f->grp_rs_a, f->grp_rs_b, hyla_fsdp_piece_grad(f, i),
+                                           f->grp_rs_first, f->grp_stage);
+    hyla_model_zero_pages(f->grp_rs_window + f->grp_rs_a, (size_t)(f->grp_rs_b - f->grp_rs_a) * sizeof(float));
+    return HYLA_OK;
 }

@@ -62,6 +62,7 @@ static int reduce_layers(void *ctx, int layer0, int layer1, const float *window,
 {
     hyla_trainer *tr = ctx;
     double t0 = hyla_now();
+    HYLA_TRY(hyla_fsdp_experts_finish(&tr->fsdp)); /* (an expert group's in flight: the unit's sums complete) */
     if (tr->fsdp.overlap) { /* the previous unit's finished, this one's started, the next unit into the other window */
         HYLA_TRY(finish_overlapped(tr));
         HYLA_TRY(hyla_fsdp_reduce_start(&tr->fsdp, layer0, layer1, window, lo, tr->round_first));
@@ -83,26 +84,29 @@ static int alloc_gradients(hyla_trainer *tr)
     if (tr->cfg.update_per_layer || (tr->sharded && !tr->model->lora)) { /* the head + one unit's window */
         head = hyla_grad_head_floats(t);
         window = hyla_executor_window_floats(&tr->ex);
-        if (groups) { /* a mapping: pages of expert rows are touched one group at a time and given back */
+        if (groups) { /* mappings: pages of expert rows are touched one group at a time and given back */
             tr->window_bytes = window * sizeof(float);
             tr->grad_window = hyla_pages_map_small(tr->window_bytes);
-        } else
+            if (two_windows)
+                tr->grad_window2 = hyla_pages_map_small(tr->window_bytes);
+        } else {
             tr->grad_window = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
-        if (two_windows) /* overlapped reduce-scatters: a unit's window stays while the next fills */
-            tr->grad_window2 = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
+            if (two_windows) /* overlapped reduce-scatters: a unit's window stays while the next fills */
+                tr->grad_window2 = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
+        }
         tr->updates = (hyla_layer_updates){NULL, tr->grad_window, tr->sharded ? reduce_layers : apply_layers, tr};
     }
     tr->grads = hyla_pages_map(head * sizeof(float)); /* streamed every step: huge pages where there are */
     tr->updates.head = tr->grads;
     tr->head_floats = head;
     tr->grad_floats = head + (groups ? hyla_executor_window_grouped_floats(&tr->ex, tr->cfg.expert_groups)
-                                     : window * (tr->grad_window2 ? 2 : 1));
+                                     : window) * (tr->grad_window2 ? 2 : 1);
     if (!tr->grads || (window && !tr->grad_window) || (two_windows && !tr->grad_window2))
         return hyla_error_set(HYLA_ERR_NOMEM, "train: cannot allocate %zu gradient floats", head + window);
     memset(tr->grads, 0, (head ? head : 1) * sizeof(float)); /* fault the pages in at setup, not in step 1 */
     if (window && !groups)
         memset(tr->grad_window, 0, window * sizeof(float));
-    if (tr->grad_window2)
+    if (tr->grad_window2 && !groups)
         memset(tr->grad_window2, 0, window * sizeof(float));
     return tr->cfg.update_per_layer || (tr->sharded && !tr->model->lora) ? hyla_executor_update_per_layer(&tr->ex, &tr->updates)
                                                                          : HYLA_OK;
@@ -138,9 +142,10 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         if (E % cfg->expert_groups)
             return hyla_error_set(HYLA_ERR_ARG, "--expert-groups %d does not divide the model's %lld routed experts",
                                   cfg->expert_groups, (long long)E);
-        if (cfg->overlap_reduce)
-            return hyla_error_set(HYLA_ERR_ARG, "--expert-groups with --overlap-reduce is not built: the groups' "
-                                  "reduce-scatters run right after each group's backward");
+        if (cfg->overlap_reduce && cfg->update_per_layer)
+            return hyla_error_set(HYLA_ERR_ARG, "--expert-groups with --overlap-reduce and --update-per-layer is not "
+                                  "built (a group's overlapped sum would land in the unit pieces the previous unit's "
+                                  "update still reads)");
     }
     if (cfg->fsdp && ranks < 2)
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: needs more than one rank (mpirun -np N)");
@@ -214,11 +219,14 @@ void hyla_trainer_free(hyla_trainer *tr)
     hyla_adamw_free(&tr->opt);
     hyla_host_store_close(tr->store);
     hyla_pages_unmap(tr->grads, tr->head_floats * sizeof(float));
-    if (tr->window_bytes)
+    if (tr->window_bytes) {
         hyla_pages_unmap(tr->grad_window, tr->window_bytes);
-    else
+        if (tr->grad_window2)
+            hyla_pages_unmap(tr->grad_window2, tr->window_bytes);
+    } else {
         free(tr->grad_window);
-    free(tr->grad_window2);
+        free(tr->grad_window2);
+    }
     free(tr->replay_buf);
     free(tr->loss_parts);
     if (tr->reducing)
@@ -389,6 +397,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     }
     if (tr->sharded && tr->fsdp.overlap) { /* the last unit's reduce-scatters */
         double tf = hyla_now();
+        HYLA_TRY(hyla_fsdp_experts_finish(&tr->fsdp));
         HYLA_TRY(finish_overlapped(tr));
         tr->reduce_seconds += hyla_now() - tf;
     }

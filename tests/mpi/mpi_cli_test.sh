@@ -176,6 +176,13 @@ planned "measured == planned: --expert-groups 2 --no-prefetch (one group at a ti
 MODEL="$T/mm" MPI_ONLY="--expert-groups 2" equal "expert groups, MTP loss (its layer's experts by group too)" 2 1 fsdp
 MODEL="$T/mm" planned "measured == planned: --expert-groups 2 with the MTP loss" \
     "$T/expert_groups__mtp_loss__its_layer_s_experts_by_group_too_.fsdp" 2 1 fsdp --expert-groups 2 --mtp-loss-weight 0.1
+# --overlap-reduce: a group's reduce-scatter runs while the next group computes (finished when the
+# next group's backward ends or its unit's gradients are reduced): two groups' rows in the windows
+# and one group's staging planned
+MPI_ONLY="--expert-groups 4 --overlap-reduce" equal "expert groups, overlapped reduce-scatters" 2 2 fsdp
+planned "measured == planned: --expert-groups 4 --overlap-reduce (two windows, a group's staging)" \
+    "$T/expert_groups__overlapped_reduce_scatters.fsdp" 2 2 fsdp --expert-groups 4 --overlap-reduce
+MODEL="$T/mm" MPI_ONLY="--expert-groups 2 --overlap-reduce" equal "expert groups, overlapped, MTP loss, bf16, part units, 4 ranks" 4 1 fsdp --act-dtype bf16 --remat-unit part
 MPI_ONLY="--expert-groups 2" equal "expert groups, LoRA (the frozen base's experts by group)" 2 1 fsdp --lora-rank 4
 planned "measured == planned: --expert-groups 2, LoRA" "$T/expert_groups__lora__the_frozen_base_s_experts_by_group_.fsdp" 2 1 fsdp --expert-groups 2 --lora-rank 4
 expect_error "--expert-groups without FSDP" "needs --shard fsdp under mpirun" "$HYLA" train --model "$T/m" --synthetic --steps 1 --expert-groups 2
@@ -374,7 +381,7 @@ refused() { # NAME PATTERN TRAIN-ARGS...: every rank of an mpirun -np 2 job says
 refused "--update-per-layer with --accum 2 per rank" "per-layer updates need --accum 1 and --clip 0" --update-per-layer --clip 0 --accum 2
 refused "LoRA with shard fsdp over a bf16-only base" "drop --param-dtype bf16" --lora-rank 4 --param-dtype bf16 --act-dtype bf16
 refused "--expert-groups that does not divide the experts" "does not divide the model's 8 routed experts" --expert-groups 3
-refused "--expert-groups with --overlap-reduce" "with --overlap-reduce is not built" --expert-groups 2 --overlap-reduce
+refused "--expert-groups with --overlap-reduce --update-per-layer" "with --overlap-reduce and --update-per-layer is not built" --expert-groups 2 --overlap-reduce --update-per-layer --clip 0
 refused "--expert-groups with shard none" "needs --shard fsdp" --expert-groups 2 --shard none
 
 # the plan of sharded runs: --expert-groups, and the goal it exists for (seed 002's setting:
