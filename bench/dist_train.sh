@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Training across processes (issue: MPI data parallel + FSDP): bench-100m, the same global batch
 # (2 micro-batches of BATCH x SEQ per step) as 2 ranks x 1 thread (mpirun -np 2, --accum 1) with
-# shard none, shard fsdp, shard fsdp --no-prefetch and shard fsdp --overlap-reduce, and as 1
-# process x 2 threads (--accum 2).
-# Paired runs (the five in turn, REPEATS times) so drift hits all alike; a run's step time is the
+# shard none, shard fsdp, shard fsdp --no-prefetch, shard fsdp --overlap-reduce, and shard fsdp
+# --expert-groups 4 without and with --overlap-reduce, and as 1 process x 2 threads (--accum 2).
+# Paired runs (the seven in turn, REPEATS times) so drift hits all alike; a run's step time is the
 # mean over steps 2..STEPS, the best run of REPEATS kept. Reports tokens/s and the ratio to one
 # process, bytes each rank sends per step (measured, and planned by hyla plan --devices 2
 # --shard ...), per-rank weight / gradient / moment bytes, seconds in collectives, and the share of
@@ -20,21 +20,27 @@ bench_setup bench-100m gemm_bench
 unset OMP_NUM_THREADS
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+CONFIGS=(none fsdp fsdp_noprefetch fsdp_overlap fsdp_groups fsdp_groups_overlap)
+flags() { # CONFIG -> its train / plan flags
+    case $1 in
+    none) echo --shard none ;; fsdp) echo --shard fsdp ;; fsdp_noprefetch) echo --shard fsdp --no-prefetch ;;
+    fsdp_overlap) echo --shard fsdp --overlap-reduce ;; fsdp_groups) echo --shard fsdp --expert-groups 4 ;;
+    fsdp_groups_overlap) echo --shard fsdp --expert-groups 4 --overlap-reduce ;;
+    esac
+}
 TRAIN=(train --model "$MODEL" --synthetic --steps "$STEPS" --batch "$B" --seq "$SEQ" --warmup 1 --seed 3)
 for i in $(seq "$REPEATS"); do
     ./build/hyla "${TRAIN[@]}" --accum 2 --threads 2 --log-json "$out/one.$i.jsonl" >/dev/null
-    for sh in none fsdp fsdp_noprefetch fsdp_overlap; do
-        extra=(--shard "${sh%_*}"); [ "$sh" = fsdp_noprefetch ] && extra+=(--no-prefetch)
-        [ "$sh" = fsdp_overlap ] && extra+=(--overlap-reduce)
+    for sh in "${CONFIGS[@]}"; do
+        read -ra extra <<< "$(flags "$sh")"
         mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core ./build/hyla "${TRAIN[@]}" --accum 1 --threads 1 \
             "${extra[@]}" --log-json "$out/$sh.$i.jsonl" >/dev/null
     done
 done
-for sh in none fsdp; do
-    ./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard $sh --threads 1 --json > "$out/plan.$sh.json"
+for sh in "${CONFIGS[@]}"; do
+    read -ra extra <<< "$(flags "$sh")"
+    ./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 "${extra[@]}" --threads 1 --json > "$out/plan.$sh.json"
 done
-./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard fsdp --no-prefetch --threads 1 --json > "$out/plan.fsdp_noprefetch.json"
-./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 --shard fsdp --overlap-reduce --threads 1 --json > "$out/plan.fsdp_overlap.json"
 /usr/bin/python3 - "$out" "$REPEATS" <<'PY'
 import json, sys
 out, reps = sys.argv[1], int(sys.argv[2])
@@ -53,7 +59,7 @@ def best(name):
     return max((run(f"{out}/{name}.{i}.jsonl") for i in range(1, reps + 1)), key=lambda r: r["tokens_per_s"])
 one = best("one")
 res = {"benchmark": "dist_train", "model": "bench-100m", "one_process_2_threads": one}
-for sh in ("none", "fsdp", "fsdp_noprefetch", "fsdp_overlap"):
+for sh in ("none", "fsdp", "fsdp_noprefetch", "fsdp_overlap", "fsdp_groups", "fsdp_groups_overlap"):
     two, plan = best(sh), json.load(open(f"{out}/plan.{sh}.json"))
     res["global_batch"] = "2 x %s x %s" % (plan["batch"], plan["seq"])
     two["comm_share_of_step"] = two["comm_seconds"] / two["step_seconds"]
@@ -78,5 +84,15 @@ ov, rs = res["two_ranks_1_thread_shard_fsdp_overlap"], res["two_ranks_1_thread_s
 if rs["gradient_reduce_seconds"] > 0:
     ov["gradient_reduce_hidden_fraction"] = 1 - ov["gradient_reduce_wait_seconds"] / rs["gradient_reduce_seconds"]
     ov["gradient_reduce_hidden_of"] = "reduce-scatters (vs the blocking ones of shard fsdp)"
+# expert groups (--expert-groups 4: bench-100m's 8 experts gathered 2 at a time inside the experts
+# ops, the next group prefetched): their gathers' wait against plain FSDP's, and the share of the
+# groups' blocking reduce-scatters (and the units') that --overlap-reduce hides
+gov, gr = res["two_ranks_1_thread_shard_fsdp_groups_overlap"], res["two_ranks_1_thread_shard_fsdp_groups"]
+if gr["gradient_reduce_seconds"] > 0:
+    gov["gradient_reduce_hidden_fraction"] = 1 - gov["gradient_reduce_wait_seconds"] / gr["gradient_reduce_seconds"]
+    gov["gradient_reduce_hidden_of"] = "the units' and expert groups' reduce-scatters (vs --expert-groups 4 blocking)"
+if blocking["gather_wait_seconds"] > 0:
+    gr["comm_hidden_fraction"] = 1 - gr["gather_wait_seconds"] / blocking["gather_wait_seconds"]
+    gr["comm_hidden_of"] = "weight gathers, layer parts and expert groups prefetched (vs --no-prefetch without groups)"
 print(json.dumps(res, indent=1))
 PY

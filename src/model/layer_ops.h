@@ -91,6 +91,7 @@ typedef struct hyla_expert_source_s {
     int groups;
     void (*acquire)(void *ctx, int layer, hyla_role role, int64_t e0, int64_t e1);
     void (*release)(void *ctx, int layer, hyla_role role, int64_t e0, int64_t e1, int grads);
+    void (*poll)(void *ctx); /* between experts (one thread): transfers in flight may progress */
     void *ctx;
 } hyla_expert_source;
 

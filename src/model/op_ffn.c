@@ -2,6 +2,7 @@
  * backward side by side. Routed tokens are processed grouped by expert (slots sorted by expert,
  * tokens in order within an expert), which fixes every summation order. */
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "core/gemm.h"
@@ -129,9 +130,14 @@ static void expert_range(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d,
                          double flops_per_row, int64_t e0, int64_t e1)
 {
     const int32_t *offs = CI32(HYLA_S_OFFS);
-    if (hyla_model_param_bf16(c->m, HYLA_P_MOE_GATE_UP, c->layer) || c->lora || c->m->qw) {
-        for (int64_t e = e0; e < e1; e++)
+    const hyla_expert_source *src = c->experts; /* one thread: poll its transfers between experts */
+    int polled = src && src->groups > 1 && omp_get_max_threads() == 1;
+    if (hyla_model_param_bf16(c->m, HYLA_P_MOE_GATE_UP, c->layer) || c->lora || c->m->qw || polled) {
+        for (int64_t e = e0; e < e1; e++) {
             fn(c, t, d, scratch, e, offs[e], offs[e + 1] - offs[e]);
+            if (polled)
+                src->poll(src->ctx);
+        }
         return;
     }
     double t0 = HYLA_PROF_BEGIN();

@@ -100,6 +100,10 @@ static void poll(void *ctx)
         hyla_shard_poll(f->comm, &f->reqs); /* an error shows again at the wait */
     if (f->rs_layer0 >= 0)
         hyla_shard_poll(f->comm, &f->rs_reqs);
+    if (f->grp_layer >= 0) /* expert groups: the next group's gather, a group's reduce-scatter */
+        hyla_shard_poll(f->comm, &f->grp_reqs);
+    if (f->grp_rs_i >= 0)
+        hyla_shard_poll(f->comm, &f->grp_rs_reqs);
 }
 
 static void release(void *ctx, int l0, int l1)

@@ -131,7 +131,7 @@ void hyla_fsdp_experts_init(hyla_fsdp *f, int groups)
 {
     f->groups = groups > 1 ? groups : 1;
     f->grp_layer = f->grp_rs_i = -1;
-    f->experts = (hyla_expert_source){f->groups, acquire_group, release_group, f};
+    f->experts = (hyla_expert_source){f->groups, acquire_group, release_group, f->source.poll, f};
     if (f->groups > 1) {
         f->source.experts = &f->experts;
         f->source.experts_status = experts_status;
