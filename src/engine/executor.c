@@ -228,6 +228,25 @@ static void poll_weights(const hyla_executor *ex)
         ex->weights->poll(ex->weights->ctx);
 }
 
+/* Planning pass: an experts op call of layer l (op->experts: its tensor), counted and recorded in order. */
+static void note_expert_call(hyla_executor *ex, int l, const hyla_layer_op *op)
+{
+    if (!ex->dry || !op->experts)
+        return;
+    ex->expert_calls[op->experts - 1]++;
+    if (ex->n_expert_seq == ex->cap_expert_seq) {
+        int cap = ex->cap_expert_seq ? 2 * ex->cap_expert_seq : 64;
+        int(*seq)[2] = realloc(ex->expert_seq, (size_t)cap * sizeof *seq);
+        if (!seq) {
+            ex->expert_seq_nomem = 1;
+            return;
+        }
+        ex->expert_seq = seq, ex->cap_expert_seq = cap;
+    }
+    ex->expert_seq[ex->n_expert_seq][0] = l, ex->expert_seq[ex->n_expert_seq][1] = op->experts;
+    ex->n_expert_seq++;
+}
+
 static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recompute, int64_t *aux_rows)
 {
     size_t mark = hyla_arena_mark(&ex->work);
@@ -247,8 +266,7 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         }
         HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
     }
-    if (ex->dry && op->experts)
-        ex->expert_calls[op->experts - 1]++;
+    note_expert_call(ex, l, op);
     for (int i = 0; i < op->n_out && !recompute; i++)
         hyla_offload_write(ex, l, op->out[i]);
     sample_timeline(ex);
@@ -509,8 +527,7 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
             size_t mark = hyla_arena_mark(&ex->work);
             int64_t own = op->bwd_scratch(&ex->m->cfg, ex->n, ex->T);
             float *scratch = op_scratch(ex, op, own);
-            if (ex->dry && op->experts)
-                ex->expert_calls[op->experts - 1]++;
+            note_expert_call(ex, l, op);
             if (!ex->dry) {
                 hyla_op_ctx c = op_ctx(ex, l, grads, 1);
                 point_scratch(ex, op, &c, scratch, own);

@@ -134,6 +134,9 @@ typedef struct {
     int64_t expert_calls[2]; /* planning pass: calls of the experts ops per step (forward, recompute and
                               * backward), by tensor (MOE_GATE_UP, MOE_DOWN): FSDP's expert groups
                               * gather the tensor once per call */
+    int (*expert_seq)[2];    /* ... and their order in a micro-batch: {layer, 1 gate_up | 2 down} (FSDP's
+                              * expert groups prefetch the next call's first group) */
+    int n_expert_seq, cap_expert_seq, expert_seq_nomem;
     /* inference (HYLA_FORWARD_LAST / _ROWS): [n, H] or NULL; receives every row's final-normed
      * hidden state (the lm_head's input, rounded alike: the MTP head's trunk input) */
     float *hidden_out;

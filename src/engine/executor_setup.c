@@ -162,6 +162,10 @@ static int executor_setup(hyla_executor *ex, const hyla_model *m, const hyla_pol
         return hyla_error_set(HYLA_ERR_ARG, "batch %lld x seq %lld: the step's activations exceed 2^60 bytes",
                               (long long)B, (long long)T);
     }
+    if (ex->expert_seq_nomem) {
+        hyla_executor_free(ex);
+        return hyla_error_set(HYLA_ERR_NOMEM, "executor: out of memory");
+    }
     ex->ckpt_bytes = ex->ckpt.high_water;
     ex->work_bytes = ex->work.high_water;
     ex->xfer_bytes[0] = ex->xfer[0].high_water;
@@ -198,6 +202,7 @@ static int plan_training(hyla_executor *ex, const hyla_model *m, const hyla_poli
     int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP, 0, 0, mtp);
     if (st && ex->timeline) { /* failed before hyla_executor_free took it */
         free(ex->timeline);
+    free(ex->expert_seq);
         ex->timeline = NULL;
     }
     return st;

@@ -69,6 +69,8 @@ static int acquire(void *ctx, int l0, int l1)
 {
     hyla_fsdp *f = ctx;
     int k = l0 == HYLA_WEIGHTS_EMBED ? 0 : f->next; /* a micro-batch starts with the embedding */
+    if (l0 == HYLA_WEIGHTS_EMBED)
+        f->grp_seq_next = 0; /* (and its experts calls from the first) */
     int expected = k < f->n_parts && f->parts[k][0] == l0 && f->parts[k][1] == l1;
     double t0 = hyla_now();
     if (f->kept >= 0 && expected && same_part(f, f->kept, k)) { /* still gathered */

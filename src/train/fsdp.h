@@ -91,6 +91,7 @@ typedef struct {
     int grp_layer, grp_role;    /* the group whose gather is in flight (layer -1: none), experts from grp_e0 */
     int64_t grp_e0;
     hyla_shard_requests grp_reqs;
+    int grp_seq_next;           /* index in the executor's expert_seq of the next experts call expected */
     int round_first;            /* the micro-batch is the step's first round (set by the trainer) */
     double group_reduce_seconds;/* the groups' reduce-scatters (blocking, or their waits), since reset */
     /* ... overlapped (--overlap-reduce): a group's started when its backward ends, finished when the

@@ -11,6 +11,7 @@
  * group's staging. The MTP head's
  * layer gathers its experts alike; its gradients live in the compact head, reduced after the
  * micro-batch as before. */
+#include <limits.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -54,31 +55,65 @@ static void fail(hyla_fsdp *f, int st)
         f->expert_status = st;
 }
 
+/* The group acquired after experts [e0, e1) of (layer, role): the next group of the tensor, or the
+ * first of the micro-batch's next experts call if that is in the same layer (the same part: the
+ * planned two groups in flight), in the order the executor's planning pass recorded. */
+static int prefetch_next(hyla_fsdp *f, int layer, hyla_role role, int64_t e0, int64_t e1)
+{
+    int64_t E = f->m->cfg.n_experts, na, nb;
+    int i;
+    if (e1 < E) {
+        i = group_range(f, layer, role, e1, e1 + (e1 - e0), &na, &nb);
+        f->grp_e0 = e1;
+    } else {
+        const hyla_executor *ex = f->ex;
+        int k = f->grp_seq_next;
+        if (k >= ex->n_expert_seq || ex->expert_seq[k][0] != layer)
+            return HYLA_OK;
+        role = ex->expert_seq[k][1] == 1 ? HYLA_P_MOE_GATE_UP : HYLA_P_MOE_DOWN;
+        i = group_range(f, layer, role, 0, e1 - e0, &na, &nb);
+        f->grp_e0 = 0;
+    }
+    f->grp_layer = layer, f->grp_role = (int)role;
+    return gather_group(f, i, na, nb, &f->grp_reqs);
+}
+
 static void acquire_group(void *ctx, int layer, hyla_role role, int64_t e0, int64_t e1)
 {
     hyla_fsdp *f = ctx;
     if (f->expert_status != HYLA_OK)
         return; /* the step is failing: its result is discarded */
+    if (e0 == 0) { /* a new experts call: the next expected in the micro-batch's order, or off it */
+        int k = f->grp_seq_next, which = role == HYLA_P_MOE_GATE_UP ? 1 : 2;
+        int expected = f->ex && k < f->ex->n_expert_seq && f->ex->expert_seq[k][0] == layer && f->ex->expert_seq[k][1] == which;
+        f->grp_seq_next = expected ? k + 1 : INT_MAX; /* (off: no prefetch across calls until the next micro-batch) */
+    }
     int64_t a, b;
     int i = group_range(f, layer, role, e0, e1, &a, &b);
     double t0 = hyla_now();
     int st;
-    if (f->grp_layer == layer && f->grp_role == (int)role && f->grp_e0 == e0) /* prefetched: what is left of it */
+    if (f->grp_layer == layer && f->grp_role == (int)role && f->grp_e0 == e0) { /* prefetched: what is left of it */
         st = hyla_shard_wait(f->comm, &f->grp_reqs);
-    else if ((st = hyla_shard_wait(f->comm, &f->grp_reqs)) == HYLA_OK) /* (nothing else may stay in flight) */
+        f->grp_layer = -1;
+    } else if ((st = hyla_fsdp_experts_drain(f)) == HYLA_OK) { /* (an unexpected order: nothing may stay in flight) */
         st = gather_group(f, i, a, b, NULL);
-    f->grp_layer = -1;
+    }
     if (st == HYLA_OK && f->m->w16 && f->m->matrices_in_w) /* bf16 compute: the group's rows of the copy */
         hyla_model_refresh_bf16_range(f->m, i, a, b);
     f->wait_seconds += hyla_now() - t0;
-    int64_t next = e1 + (e1 - e0);
-    if (st == HYLA_OK && f->prefetch && !f->outside && next <= f->m->cfg.n_experts) {
-        int64_t na, nb;
-        group_range(f, layer, role, e1, next, &na, &nb);
-        st = gather_group(f, i, na, nb, &f->grp_reqs);
-        f->grp_layer = layer, f->grp_role = (int)role, f->grp_e0 = e1;
-    }
+    if (st == HYLA_OK && f->prefetch && !f->outside)
+        st = prefetch_next(f, layer, role, e0, e1);
     fail(f, st);
+}
+
+/* Rows [a, b) of parameter i out of the arena (and the gathered count). */
+static void release_rows(hyla_fsdp *f, int i, int64_t a, int64_t b)
+{
+    const hyla_param *p = &f->m->table.params[i];
+    f->gathered -= group_bytes(f, a, b);
+    hyla_model_release_pages(f->m->w + p->offset + a, (size_t)(b - a) * sizeof(float));
+    if (f->m->w16)
+        hyla_model_release_pages(f->m->w16 + p->offset + a, (size_t)(b - a) * sizeof(uint16_t));
 }
 
 /* The executor layer whose table range starts the current window (its unit's first layer). */
@@ -96,7 +131,6 @@ static void release_group(void *ctx, int layer, hyla_role role, int64_t e0, int6
     int64_t a, b;
     int i = group_range(f, layer, role, e0, e1, &a, &b);
     const hyla_param *p = &f->m->table.params[i];
-    f->gathered -= group_bytes(f, a, b);
     if (grads && !f->frozen && layer < f->m->cfg.n_layers && f->expert_status == HYLA_OK) {
         /* the group's gradient rows, in the unit's window: summed into the pieces, then zero again */
         float *g = f->ex->updates->window + (p->offset - f->ex->window_lo);
@@ -114,9 +148,7 @@ static void release_group(void *ctx, int layer, hyla_role role, int64_t e0, int6
             hyla_model_zero_pages(g + a, (size_t)(b - a) * sizeof(float));
         }
     }
-    hyla_model_release_pages(f->m->w + p->offset + a, (size_t)(b - a) * sizeof(float));
-    if (f->m->w16)
-        hyla_model_release_pages(f->m->w16 + p->offset + a, (size_t)(b - a) * sizeof(uint16_t));
+    release_rows(f, i, a, b);
 }
 
 static int experts_status(void *ctx)
@@ -140,8 +172,14 @@ void hyla_fsdp_experts_init(hyla_fsdp *f, int groups)
 
 int hyla_fsdp_experts_drain(hyla_fsdp *f)
 {
-    f->grp_layer = -1;
-    return hyla_shard_wait(f->comm, &f->grp_reqs);
+    int st = hyla_shard_wait(f->comm, &f->grp_reqs);
+    if (f->grp_layer >= 0) { /* a prefetched group nobody asked for: given back */
+        int64_t a, b, per = f->m->cfg.n_experts / f->groups;
+        int i = group_range(f, f->grp_layer, (hyla_role)f->grp_role, f->grp_e0, f->grp_e0 + per, &a, &b);
+        release_rows(f, i, a, b);
+        f->grp_layer = -1;
+    }
+    return st;
 }
 
 int hyla_fsdp_experts_finish(hyla_fsdp *f)
