@@ -735,6 +735,11 @@ int hyla_executor_run_step(hyla_executor *ex, const int32_t *tokens, float *grad
     hyla_executor_acquire_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
     hyla_loss_head(ex, grads, logits, ce_scale, loss);
     hyla_executor_release_weights(ex, HYLA_WEIGHTS_HEAD, HYLA_WEIGHTS_HEAD);
+    if (grads && ex->updates && ex->updates->head_ready && !ex->dry) {
+        int st = ex->updates->head_ready(ex->updates->ctx);
+        if (st != HYLA_OK)
+            return st;
+    }
     ex->dhidden = NULL;
     hyla_arena_reset_to(&ex->work, head_mark);
     if (ex->dry)

@@ -210,11 +210,13 @@ void hyla_executor_free(hyla_executor *ex);
  * and lm_head gradients go to `head`, compact: table offsets [0, layers_lo) then
  * [layers_hi, total) (hyla_grad_head_floats), the MTP head's (its layer's too) included; they are
  * applied after the step. The step's `grads` argument is then ignored except
- * for being non-NULL. */
+ * for being non-NULL. head_ready (optional) is told when the loss head's backward is done: every
+ * non-layer gradient but the embedding's is then complete for this micro-batch. */
 typedef struct hyla_layer_updates_s {
     float *head, *window;
     int (*apply)(void *ctx, int layer0, int layer1, const float *window, size_t lo);
     void *ctx;
+    int (*head_ready)(void *ctx);
 } hyla_layer_updates;
 
 /* Where a training step's weights come from. NULL (the default): the model's arena holds every
@@ -264,6 +266,11 @@ size_t hyla_fsdp_grad_floats(const hyla_param_table *t, const hyla_executor *ex,
 /* ... and of the staging an overlapped reduce-scatter of the largest unit's gradients receives
  * into (every rank's copy of this rank's pieces: parallel/shard_comm.h). */
 size_t hyla_fsdp_overlap_floats(const hyla_param_table *t, const hyla_executor *ex, int ranks, int rank, int groups);
+/* The non-layer parameters whose gradient is complete when the loss head's backward is done (all
+ * but the embedding; the MTP head's only with the MTP loss), and the staging their overlapped
+ * reduce-scatter receives into (every rank's copy of this rank's pieces). */
+int hyla_fsdp_head_early(const hyla_config *cfg, const hyla_param *p, int mtp);
+size_t hyla_fsdp_head_stage_floats(const hyla_param_table *t, int ranks, int rank, int mtp);
 /* ... (expert groups: the routed tensors are not in it) and of the staging of one expert group's
  * overlapped reduce-scatter (the largest group of any trunk layer's routed tensor; 0 without
  * groups). */

@@ -141,6 +141,20 @@ size_t hyla_fsdp_overlap_floats(const hyla_param_table *t, const hyla_executor *
     return most;
 }
 
+int hyla_fsdp_head_early(const hyla_config *cfg, const hyla_param *p, int mtp)
+{
+    return p->layer < 0 && p->role != HYLA_P_EMBED && (mtp || !p->mtp); /* (tied: the lm_head is the embedding) */
+}
+
+size_t hyla_fsdp_head_stage_floats(const hyla_param_table *t, int ranks, int rank, int mtp)
+{
+    size_t sum = 0;
+    for (int i = 0; i < t->n_params; i++)
+        if (hyla_fsdp_head_early(&t->cfg, &t->params[i], mtp))
+            sum += (size_t)hyla_shard_overlap_floats(t->params[i].numel, ranks, rank);
+    return sum;
+}
+
 size_t hyla_fsdp_group_stage_floats(const hyla_param_table *t, int ranks, int rank, int groups)
 {
     size_t most = 0;

@@ -112,13 +112,15 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
                        (double)hyla_fsdp_grad_floats(t, ex, N, R, pc->update_per_layer)) * pc->grad_bytes;
     out->reduce_bytes = (double)hyla_align_up((size_t)hyla_shard_comm_floats(N) * sizeof(float)) +
                         (double)N * (double)sizeof(hyla_exact_sum); /* staging; every rank's norm partial sum */
-    if (pc->overlap_reduce && !pc->no_prefetch && !m->lora) { /* overlapped reduce-scatters: a second window, the in-flight unit's
-                                         * staging (train/fsdp.h) */
+    if (pc->overlap_reduce && !pc->no_prefetch && !m->lora) { /* overlapped reduce-scatters: a second window, the
+                                         * in-flight unit's staging, the early head gradients' (train/fsdp.h) */
         out->grad_bytes += window * pc->grad_bytes;
         size_t stage = hyla_fsdp_overlap_floats(t, ex, N, R, (int)groups);
         size_t group_stage = hyla_fsdp_group_stage_floats(t, N, R, (int)groups); /* one expert group's in flight */
+        size_t head_stage = hyla_fsdp_head_stage_floats(t, N, R, pc->mtp); /* the early head gradients' */
         out->reduce_bytes += (double)hyla_align_up((stage ? stage : 1) * sizeof(float)) +
-                             (group_stage ? (double)hyla_align_up(group_stage * sizeof(float)) : 0.0);
+                             (group_stage ? (double)hyla_align_up(group_stage * sizeof(float)) : 0.0) +
+                             (double)hyla_align_up((head_stage ? head_stage : 1) * sizeof(float));
     }
     out->comm_bytes = (double)(N - 1) * (4.0 * (double)A * gather_floats + (double)sizeof(hyla_exact_sum) +
                                       (double)(HYLA_STEP_LOSS_PARTS * sizeof(double)) * (double)A) +

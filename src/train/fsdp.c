@@ -106,6 +106,8 @@ static void poll(void *ctx)
         hyla_shard_poll(f->comm, &f->grp_reqs);
     if (f->grp_rs_i >= 0)
         hyla_shard_poll(f->comm, &f->grp_rs_reqs);
+    if (f->head_started)
+        hyla_shard_poll(f->comm, &f->head_reqs);
 }
 
 static void release(void *ctx, int l0, int l1)
@@ -269,6 +271,10 @@ void hyla_fsdp_free(hyla_fsdp *f)
     hyla_shard_requests_free(&f->grp_rs_reqs);
     free(f->rs_stage);
     free(f->grp_stage);
+    if (f->head_reqs.n)
+        hyla_shard_wait(f->comm, &f->head_reqs);
+    hyla_shard_requests_free(&f->head_reqs);
+    free(f->head_stage);
     memset(f, 0, sizeof *f);
 }
 
@@ -279,6 +285,7 @@ size_t hyla_fsdp_bytes(const hyla_fsdp *f)
         return pieces;
     size_t overlap = f->overlap ? hyla_align_up((f->rs_stage_floats ? f->rs_stage_floats : 1) * sizeof(float)) : 0;
     overlap += f->grp_stage ? hyla_align_up(f->grp_stage_floats * sizeof(float)) : 0;
+    overlap += f->head_stage ? hyla_align_up((f->head_stage_floats ? f->head_stage_floats : 1) * sizeof(float)) : 0;
     return overlap + pieces + hyla_align_up((f->grad_floats ? f->grad_floats : 1) * sizeof(float)) + hyla_align_up((size_t)hyla_shard_comm_floats(f->comm->size) * sizeof(float)) +
            (size_t)f->comm->size * sizeof(hyla_exact_sum);
 }
@@ -332,14 +339,57 @@ int hyla_fsdp_reduce_finish(hyla_fsdp *f, int *layer0, int *layer1)
     return HYLA_OK;
 }
 
-int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first)
+int hyla_fsdp_set_mtp(hyla_fsdp *f, int mtp)
 {
+    f->mtp = mtp;
+    if (!f->overlap)
+        return HYLA_OK;
+    f->head_stage_floats = hyla_fsdp_head_stage_floats(&f->m->table, f->comm->size, f->comm->rank, mtp);
+    free(f->head_stage);
+    f->head_stage = aligned_alloc(64, hyla_align_up((f->head_stage_floats ? f->head_stage_floats : 1) * sizeof(float)));
+    if (!f->head_stage)
+        return hyla_error_set(HYLA_ERR_NOMEM, "fsdp: cannot allocate %zu floats of head staging", f->head_stage_floats);
+    memset(f->head_stage, 0, f->head_stage_floats * sizeof(float)); /* fault the pages in at setup */
+    return HYLA_OK;
+}
+
+int hyla_fsdp_reduce_head_start(hyla_fsdp *f, const float *head, int first)
+{
+    float *stage = f->head_stage;
     for (int i = 0; i < f->m->table.n_params; i++) {
         const hyla_param *p = &f->m->table.params[i];
+        if (hyla_fsdp_head_early(&f->m->cfg, p, f->mtp)) {
+            HYLA_TRY(hyla_shard_reduce_scatter_start(f->comm, p->numel, head + hyla_grad_head_index(f->ex, p->offset),
+                                                     stage, &f->head_reqs));
+            stage += hyla_shard_overlap_floats(p->numel, f->comm->size, f->comm->rank);
+        }
+    }
+    f->head_started = 1, f->head_first = first;
+    return HYLA_OK;
+}
+
+int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first)
+{
+    if (f->head_started) { /* the early ones: finished, their sums in rank order */
+        HYLA_TRY(hyla_shard_wait(f->comm, &f->head_reqs)); /* (the trainer times this call as a wait) */
+        const float *stage = f->head_stage;
+        for (int i = 0; i < f->m->table.n_params; i++) {
+            const hyla_param *p = &f->m->table.params[i];
+            if (hyla_fsdp_head_early(&f->m->cfg, p, f->mtp)) {
+                hyla_shard_reduce_scatter_finish(f->comm, p->numel, hyla_fsdp_piece_grad(f, i), f->head_first, stage);
+                stage += hyla_shard_overlap_floats(p->numel, f->comm->size, f->comm->rank);
+            }
+        }
+    }
+    for (int i = 0; i < f->m->table.n_params; i++) {
+        const hyla_param *p = &f->m->table.params[i];
+        if (f->head_started && hyla_fsdp_head_early(&f->m->cfg, p, f->mtp))
+            continue;
         if (p->layer < 0 && (f->mtp || !p->mtp)) /* (the MTP head without the MTP loss: frozen, no gradient) */
             HYLA_TRY(hyla_shard_reduce_scatter(f->comm, p->numel, head + hyla_grad_head_index(f->ex, p->offset),
                                                hyla_fsdp_piece_grad(f, i), first, f->stage));
     }
+    f->head_started = 0;
     return HYLA_OK;
 }
 

@@ -103,6 +103,12 @@ typedef struct {
     int64_t grp_rs_a, grp_rs_b; /* ... its element range, */
     float *grp_rs_window;       /* ... where its gradient rows are in the window (zeroed when finished) */
     int grp_rs_first;
+    /* ... and the non-layer gradients complete after the loss head (all but the embedding's:
+     * hyla_fsdp_head_early): started then, finished with the embedding's after the micro-batch */
+    float *head_stage;
+    size_t head_stage_floats;
+    hyla_shard_requests head_reqs;
+    int head_started, head_first;
 } hyla_fsdp;
 
 /* Take this rank's pieces of m's weights (every rank must hold the same m), then release the
@@ -127,6 +133,11 @@ int hyla_fsdp_reduce_layers(hyla_fsdp *f, int layer0, int layer1, const float *w
 int hyla_fsdp_reduce_start(hyla_fsdp *f, int layer0, int layer1, const float *window, size_t lo, int first);
 int hyla_fsdp_reduce_finish(hyla_fsdp *f, int *layer0, int *layer1);
 int hyla_fsdp_reduce_head(hyla_fsdp *f, const float *head, int first);
+/* Overlapped (--overlap-reduce): the early head gradients' reduce-scatters started when the loss
+ * head is done (hyla_fsdp_reduce_head finishes them, then reduces the rest). */
+int hyla_fsdp_reduce_head_start(hyla_fsdp *f, const float *head, int first);
+/* The MTP loss trains the MTP head (its gradients reduced); with overlap, the head's staging. */
+int hyla_fsdp_set_mtp(hyla_fsdp *f, int mtp);
 /* Per-layer updates: AdamW (begun for the step) on the pieces just summed (layers [layer0, layer1],
  * or the head: layer0 < 0), their squares added to f->sumsq. */
 int hyla_fsdp_update(hyla_fsdp *f, hyla_adamw *opt, int layer0, int layer1);

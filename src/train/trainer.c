@@ -75,6 +75,16 @@ static int reduce_layers(void *ctx, int layer0, int layer1, const float *window,
     return tr->cfg.update_per_layer ? hyla_fsdp_update(&tr->fsdp, &tr->opt, layer0, layer1) : HYLA_OK;
 }
 
+/* FSDP with overlapped reduce-scatters: the loss head is done, start the early head gradients'. */
+static int head_ready(void *ctx)
+{
+    hyla_trainer *tr = ctx;
+    double t0 = hyla_now();
+    int st = hyla_fsdp_reduce_head_start(&tr->fsdp, tr->grads, tr->round_first);
+    tr->reduce_seconds += hyla_now() - t0;
+    return st;
+}
+
 static int alloc_gradients(hyla_trainer *tr)
 {
     const hyla_param_table *t = trained_table(tr);
@@ -94,7 +104,8 @@ static int alloc_gradients(hyla_trainer *tr)
             if (two_windows) /* overlapped reduce-scatters: a unit's window stays while the next fills */
                 tr->grad_window2 = aligned_alloc(64, hyla_align_up(window * sizeof(float)));
         }
-        tr->updates = (hyla_layer_updates){NULL, tr->grad_window, tr->sharded ? reduce_layers : apply_layers, tr};
+        tr->updates = (hyla_layer_updates){NULL, tr->grad_window, tr->sharded ? reduce_layers : apply_layers, tr,
+                                           two_windows ? head_ready : NULL};
     }
     tr->grads = hyla_pages_map(head * sizeof(float)); /* streamed every step: huge pages where there are */
     tr->updates.head = tr->grads;
@@ -190,7 +201,7 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
                              model->lora != NULL, cfg->overlap_reduce, cfg->expert_groups)) ==
             HYLA_OK) {
         tr->fsdp.ex = &tr->ex;
-        tr->fsdp.mtp = mtp;
+        st = hyla_fsdp_set_mtp(&tr->fsdp, mtp);
         tr->ex.weights = &tr->fsdp.source;
     }
     /* replicated: the ordered sum, unless the one micro-batch's gradient is the step's */
@@ -321,6 +332,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     tr->fsdp.reduce_wait_seconds = 0;
     tr->reduce_seconds = 0;
     tr->fsdp.group_reduce_seconds = 0;
+    double head_reduce = 0; /* the non-layer gradients' reduction after each micro-batch */
     double tz = HYLA_PROF_BEGIN();
     hyla_zero_floats(tr->grads, tr->head_floats);
     HYLA_PROF_END("grad_zero", tz);
@@ -392,6 +404,7 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         if (tr->sharded && !tr->fsdp.frozen) /* the layers' went during backward */
             HYLA_TRY(hyla_fsdp_reduce_head(&tr->fsdp, tr->grads, round == 0));
         tr->reduce_seconds += hyla_now() - tr0;
+        head_reduce += hyla_now() - tr0; /* (blocking even with --overlap-reduce) */
         if (tr->sharded && tr->cfg.update_per_layer) /* accum 1: the only round */
             HYLA_TRY(hyla_fsdp_update(&tr->fsdp, &tr->opt, -1, -1));
     }
@@ -448,7 +461,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     stats->gather_wait_seconds = tr->sharded ? tr->fsdp.wait_seconds : 0;
     tr->reduce_seconds += tr->fsdp.group_reduce_seconds; /* (blocking, inside the backward) */
     stats->reduce_seconds = tr->reduce_seconds;
-    stats->reduce_wait_seconds = tr->sharded && tr->fsdp.overlap ? tr->fsdp.reduce_wait_seconds : tr->reduce_seconds;
+    stats->reduce_wait_seconds = tr->sharded && tr->fsdp.overlap ? tr->fsdp.reduce_wait_seconds + head_reduce
+                                                                 : tr->reduce_seconds;
     stats->offload_bytes = 0;
     stats->copy_seconds = stats->copy_wait_seconds = 0;
     if (tr->store) {

@@ -66,8 +66,9 @@ typedef struct {
     double comm_seconds;
     double gather_wait_seconds; /* FSDP: compute waiting for weight gathers (what the prefetch did not hide) */
     double reduce_seconds;      /* in the gradient reductions' calls (reduce-scatters, the ordered sums) */
-    double reduce_wait_seconds; /* ... of it waiting for them: FSDP with the prefetch overlaps a unit's
-                                 * reduce-scatters with the next unit's backward; else all of it */
+    double reduce_wait_seconds; /* ... of it waiting for them: FSDP with --overlap-reduce overlaps a unit's
+                                 * (and an expert group's, and the early head gradients') reduce-scatters
+                                 * with the backward, the embedding's blocks; else all of it */
 } hyla_step_stats;
 
 typedef struct {

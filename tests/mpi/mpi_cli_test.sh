@@ -149,12 +149,15 @@ equal "LoRA fsdp 4 ranks, block units, bf16 compute" 4 1 fsdp --lora-rank 4 --re
 # with the head's (default weight 0.1, as without FSDP)
 # FSDP with overlapped reduce-scatters (--overlap-reduce): a unit's started when its backward
 # ends, finished (added in rank order) when the next unit's ends, the next unit in a second
-# window; the same sums, a second window and the staging planned
+# window; the non-layer gradients but the embedding's started when the loss head is done and
+# finished after the micro-batch; the same sums, a second window and the staging planned
 MPI_ONLY="--overlap-reduce" equal "overlapped reduce-scatters" 2 2 fsdp
 planned "measured == planned: --overlap-reduce (a second window, the in-flight unit's staging)" \
     "$T/overlapped_reduce_scatters.fsdp" 2 2 fsdp --overlap-reduce
 MPI_ONLY="--overlap-reduce --update-per-layer" equal "overlapped reduce-scatters, per-layer updates" 4 1 fsdp --clip 0 --remat-unit block
 MODEL="$T/mm" MPI_ONLY="--overlap-reduce" equal "overlapped reduce-scatters, MTP loss, bf16" 2 1 fsdp --act-dtype bf16 --remat-unit part
+MODEL="$T/mm" planned "measured == planned: --overlap-reduce with the MTP loss (the early head gradients' staging spans the MTP head)" \
+    "$T/overlapped_reduce_scatters__mtp_loss__bf16.fsdp" 2 1 fsdp --overlap-reduce --act-dtype bf16 --remat-unit part --mtp-loss-weight 0.1
 expect_error "--overlap-reduce without FSDP" "needs --shard fsdp under mpirun" "$HYLA" train --model "$T/m" --synthetic --steps 1 --overlap-reduce
 # FSDP's expert groups (--expert-groups G): the routed expert tensors are in no layer part; the
 # experts ops gather them G groups at a time (the next group's gather in flight) and reduce-scatter
