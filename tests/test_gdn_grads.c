@@ -11,6 +11,7 @@
  *     even value heads decay fast, odd ones slowly (cross-chunk terms matter); outputs and the
  *     work buffer start as NaN, so unwritten outputs and reads of unwritten scratch fail;
  *  3. bit-identical results with 1 and 2 OpenMP threads;
+ *  5. (below 4 in the file) a sequence split at a chunk boundary == the whole, bit for bit;
  *  4. a timing print of the chunked backward at T=512, Hk=4, Hv=8, dk=dv=128 (no assertion).
  * Every check exits non-zero on failure. Inputs are fp32; every reference is float64 evaluated on
  * the same fp32 values, so the only differences are the kernel's rounding and the FD error.
@@ -1117,6 +1118,49 @@ static void timing(void)
     dr_free(&in);
 }
 
+/* 5. A sequence split at a chunk boundary (context parallelism, ops.h:
+ * hyla_delta_rule_chunked_bwd_state): the later part's backward from the state the earlier
+ * part's forward ends in, then the earlier part's from the later one's initial-state gradient,
+ * == the whole sequence's backward, bit for bit: the pieces run the same chunks with the same
+ * arithmetic: the forward's chunk update (chunk_step) and the backward's state recompute form
+ * K^T diag(f) X and eL S with the same products in the same order, so the state handed over is
+ * the one the whole backward reaches at the boundary, and the reverse sweep's dS likewise. */
+static void test_dr_split(int64_t T1, int64_t T2, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, uint64_t seed)
+{
+    int64_t T = T1 + T2, kd = Hk * dk, vd = Hv * dv, sz = Hv * dk * dv;
+    dr_in in = dr_make(T, Hk, Hv, dk, dv, seed);
+    dr_out whole = dr_kernel(&in);
+    float *S = falloc((size_t)sz), *dS = falloc((size_t)sz), *dS0 = falloc((size_t)sz), *o = falloc((size_t)(T1 * vd));
+    float *fwork = falloc(hyla_delta_rule_chunked_work_floats(Hv, dk, dv));
+    memset(S, 0, (size_t)sz * sizeof(float));
+    hyla_delta_rule_chunked_fwd(o, S, in.q, in.k, in.v, in.g, in.beta, T1, Hk, Hv, dk, dv, fwork);
+    float *dq = falloc((size_t)(T * kd)), *dk_ = falloc((size_t)(T * kd)), *dv_ = falloc((size_t)(T * vd));
+    float *dg = falloc((size_t)(T * Hv)), *db = falloc((size_t)(T * Hv));
+    float *work = falloc(hyla_delta_rule_chunked_bwd_work_floats(T, Hv, dk, dv));
+    /* the later part first (from S, zero final gradient), then the earlier (from zero, dS) */
+    hyla_delta_rule_chunked_bwd_state(dq + T1 * kd, dk_ + T1 * kd, dv_ + T1 * vd, dg + T1 * Hv, db + T1 * Hv, dS,
+                                      in.dout + T1 * vd, in.q + T1 * kd, in.k + T1 * kd, in.v + T1 * vd, in.g + T1 * Hv,
+                                      in.beta + T1 * Hv, S, NULL, T2, Hk, Hv, dk, dv, work);
+    hyla_delta_rule_chunked_bwd_state(dq, dk_, dv_, dg, db, dS0, in.dout, in.q, in.k, in.v, in.g, in.beta, NULL, dS, T1,
+                                      Hk, Hv, dk, dv, work);
+    int ok = same_bits(dq, whole.dq, T * kd) && same_bits(dk_, whole.dk, T * kd) && same_bits(dv_, whole.dv, T * vd) &&
+             same_bits(dg, whole.dg, T * Hv) && same_bits(db, whole.db, T * Hv);
+    /* the state gradient is live: a non-zero dS (the slow heads carry it across the boundary), and
+     * dS0 is the gradient of a zero initial state (finite, checked against a small FD below) */
+    double dS_norm = 0.0;
+    for (int64_t i = 0; i < sz; i++)
+        dS_norm += fabs(dS[i]);
+    ok = ok && dS_norm > 0.0 && isfinite(dS_norm);
+    printf("  %s split at %lld + %lld (Hk %lld, Hv %lld, dk %lld, dv %lld) == whole, bit for bit; |dS| at the "
+           "boundary %.3g\n", ok ? "ok  " : "FAIL", (long long)T1, (long long)T2, (long long)Hk, (long long)Hv,
+           (long long)dk, (long long)dv, dS_norm);
+    if (!ok)
+        failures++;
+    free(S), free(dS), free(dS0), free(o), free(fwork), free(dq), free(dk_), free(dv_), free(dg), free(db), free(work);
+    dr_out_free(&whole);
+    dr_free(&in);
+}
+
 int main(void)
 {
     printf("test_gdn_grads: conv + silu, gates vs finite differences\n");
@@ -1138,6 +1182,11 @@ int main(void)
     test_dr_rec(200, 1, 2, 32, 32, 200);
     test_dr_rec(200, 2, 2, 32, 32, 201);
     test_dr_rec(130, 1, 2, 128, 128, 202);
+
+    printf("test_gdn_grads: a sequence split at a chunk boundary (initial state, state gradients)\n");
+    test_dr_split(64, 70, 1, 2, 32, 32, 300);
+    test_dr_split(128, 128, 2, 4, 32, 32, 301);
+    test_dr_split(64, 1, 2, 2, 128, 128, 302);
 
     printf("test_gdn_grads: threads\n");
     test_threads();

@@ -591,16 +591,20 @@ static void bwd_chunk(float *dV /*[L,ldvo]*/, float *dg /*[L,Hv]*/, float *dbeta
  * first value head of hk (it writes dq, dk; the others add). */
 static void bwd_head(float *d_q, float *d_k, float *d_v, float *d_g, float *d_beta,
                      const float *dout, const float *q, const float *k, const float *v,
-                     const float *g, const float *beta, int64_t T, int64_t Hk, int64_t Hv,
-                     int64_t dk, int64_t dv, int64_t h, int64_t hk, int first, float *slot)
+                     const float *g, const float *beta, const float *S0, const float *dSn, float *dS0,
+                     int64_t T, int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, int64_t h, int64_t hk,
+                     int first, float *slot)
 {
     int64_t nc = (T + CH - 1) / CH, ldqk = Hk * dk, ldvo = Hv * dv, sz = dk * dv;
     float *states = slot, *dS = states + nc * sz;
     bwd_scratch w = bwd_scratch_carve(dS + sz, dk, dv);
     chunk_gates cg;
 
-    /* pass 1: chunk-start states (zero initial state) */
-    memset(states, 0, sizeof(float) * (size_t)sz);
+    /* pass 1: chunk-start states (from the initial state: zero, or this head's of S0) */
+    if (S0)
+        memcpy(states, S0 + h * sz, sizeof(float) * (size_t)sz);
+    else
+        memset(states, 0, sizeof(float) * (size_t)sz);
     for (int64_t c = 0; c + 1 < nc; c++) {
         int64_t c0 = c * CH; /* every chunk but the last is full */
         chunk_gates_load(&cg, g + c0 * Hv + h, beta + c0 * Hv + h, CH, Hv);
@@ -616,8 +620,11 @@ static void bwd_head(float *d_q, float *d_k, float *d_v, float *d_g, float *d_be
         hyla_gemm(1, 0, dk, dv, CH, 1.0f, w.KQ, dk, w.X, dv, cg.eL, states + (c + 1) * sz, dv);
     }
 
-    /* pass 2: reverse sweep, zero final-state gradient */
-    memset(dS, 0, sizeof(float) * (size_t)sz);
+    /* pass 2: reverse sweep from the final state's gradient (zero, or this head's of dSn) */
+    if (dSn)
+        memcpy(dS, dSn + h * sz, sizeof(float) * (size_t)sz);
+    else
+        memset(dS, 0, sizeof(float) * (size_t)sz);
     for (int64_t c = nc - 1; c >= 0; c--) {
         int64_t c0 = c * CH, L = T - c0 < CH ? T - c0 : CH;
         const float *S = states + c * sz;
@@ -641,6 +648,8 @@ static void bwd_head(float *d_q, float *d_k, float *d_v, float *d_g, float *d_be
             }
         }
     }
+    if (dS0) /* dS is now the gradient of the state before the first chunk */
+        memcpy(dS0 + h * sz, dS, sizeof(float) * (size_t)sz);
 }
 
 void hyla_delta_rule_chunked_bwd(float *d_q /*[T,Hk,dk]*/, float *d_k /*[T,Hk,dk]*/,
@@ -651,8 +660,26 @@ void hyla_delta_rule_chunked_bwd(float *d_q /*[T,Hk,dk]*/, float *d_k /*[T,Hk,dk
                                  const float *beta /*[T,Hv]*/, int64_t T, int64_t Hk, int64_t Hv,
                                  int64_t dk, int64_t dv, float *work)
 {
-    if (T <= 0)
+    hyla_delta_rule_chunked_bwd_state(d_q, d_k, d_v, d_g, d_beta, NULL, dout, q, k, v, g, beta, NULL, NULL, T, Hk, Hv,
+                                      dk, dv, work);
+}
+
+void hyla_delta_rule_chunked_bwd_state(float *d_q /*[T,Hk,dk]*/, float *d_k /*[T,Hk,dk]*/,
+                                       float *d_v /*[T,Hv,dv]*/, float *d_g /*[T,Hv]*/,
+                                       float *d_beta /*[T,Hv]*/, float *d_state0 /*[Hv,dk,dv] or NULL*/,
+                                       const float *dout /*[T,Hv,dv]*/, const float *q /*[T,Hk,dk]*/,
+                                       const float *k /*[T,Hk,dk]*/, const float *v /*[T,Hv,dv]*/,
+                                       const float *g /*[T,Hv]*/, const float *beta /*[T,Hv]*/,
+                                       const float *state0 /*[Hv,dk,dv] or NULL*/,
+                                       const float *d_state /*[Hv,dk,dv] or NULL*/, int64_t T, int64_t Hk,
+                                       int64_t Hv, int64_t dk, int64_t dv, float *work)
+{
+    if (T <= 0) {
+        if (d_state0) /* no rows: the state passes through */
+            for (int64_t i = 0; i < Hv * dk * dv; i++)
+                d_state0[i] = d_state ? d_state[i] : 0.0f;
         return;
+    }
     int64_t rep = Hv / Hk;
     size_t slot_floats = bwd_slot_floats(T, dk, dv);
 #pragma omp parallel HYLA_PAR_IF(T * Hv * dk * dv)
@@ -662,8 +689,8 @@ void hyla_delta_rule_chunked_bwd(float *d_q /*[T,Hk,dk]*/, float *d_k /*[T,Hk,dk
         for (int64_t hk = 0; hk < Hk; hk++) {
             float *slot = work + (size_t)omp_get_thread_num() * slot_floats;
             for (int64_t h = hk * rep; h < (hk + 1) * rep; h++)
-                bwd_head(d_q, d_k, d_v, d_g, d_beta, dout, q, k, v, g, beta, T, Hk, Hv, dk, dv, h, hk,
-                         h == hk * rep, slot);
+                bwd_head(d_q, d_k, d_v, d_g, d_beta, dout, q, k, v, g, beta, state0, d_state, d_state0, T, Hk, Hv,
+                         dk, dv, h, hk, h == hk * rep, slot);
         }
         hyla_flush_denormals_end(mxcsr);
     }

@@ -188,6 +188,18 @@ void hyla_delta_rule_chunked_bwd(float *d_q /*[T,Hk,dk]*/, float *d_k /*[T,Hk,dk
                                  const float *v /*[T,Hv,dv]*/, const float *g /*[T,Hv]*/,
                                  const float *beta /*[T,Hv]*/, int64_t T, int64_t Hk, int64_t Hv, int64_t dk,
                                  int64_t dv, float *work);
+/* The same from initial state state0 (NULL: zero) with d_state the gradient of the final state
+ * (NULL: zero), also writing the gradient of the initial state to d_state0 (NULL: not wanted):
+ * a sequence split at a chunk boundary (context parallelism) gives the whole sequence's
+ * gradients when the later part runs first and hands its d_state0 to the earlier part. */
+void hyla_delta_rule_chunked_bwd_state(float *d_q /*[T,Hk,dk]*/, float *d_k /*[T,Hk,dk]*/, float *d_v /*[T,Hv,dv]*/,
+                                       float *d_g /*[T,Hv]*/, float *d_beta /*[T,Hv]*/,
+                                       float *d_state0 /*[Hv,dk,dv] or NULL*/, const float *dout /*[T,Hv,dv]*/,
+                                       const float *q /*[T,Hk,dk]*/, const float *k /*[T,Hk,dk]*/,
+                                       const float *v /*[T,Hv,dv]*/, const float *g /*[T,Hv]*/,
+                                       const float *beta /*[T,Hv]*/, const float *state0 /*[Hv,dk,dv] or NULL*/,
+                                       const float *d_state /*[Hv,dk,dv] or NULL*/, int64_t T, int64_t Hk, int64_t Hv,
+                                       int64_t dk, int64_t dv, float *work);
 size_t hyla_delta_rule_chunked_bwd_work_floats(int64_t T, int64_t Hv, int64_t dk, int64_t dv);
 
 /* Router backward (spec §8.8): top-k indices are constants. dtop_w = dLoss/d(top_w) (after
