@@ -11,7 +11,8 @@
  *     even value heads decay fast, odd ones slowly (cross-chunk terms matter); outputs and the
  *     work buffer start as NaN, so unwritten outputs and reads of unwritten scratch fail;
  *  3. bit-identical results with 1 and 2 OpenMP threads;
- *  5. (below 4 in the file) a sequence split at a chunk boundary == the whole, bit for bit;
+ *  5, 6. (below 4 in the file) a sequence split at a chunk boundary == the whole, bit for bit
+ *     (delta rule; conv dx), the conv's dw within its derived bound;
  *  4. a timing print of the chunked backward at T=512, Hk=4, Hv=8, dk=dv=128 (no assertion).
  * Every check exits non-zero on failure. Inputs are fp32; every reference is float64 evaluated on
  * the same fp32 values, so the only differences are the kernel's rounding and the FD error.
@@ -1118,6 +1119,55 @@ static void timing(void)
     dr_free(&in);
 }
 
+/* 6. The conv over a sequence split in two (context parallelism, ops.h: hyla_conv_silu_bwd_hist):
+ * the later slice reads the K rows before it as history and hands back d_hist, the first taps'
+ * part of those rows' dx, which the earlier slice's sums continue: dx == the whole sequence's bit
+ * for bit (every row's taps in the one order). dw is a sum over rows, so the two slices' parts
+ * rounded apart differ from the whole: each part's double sum rounds once to fp32 and the two
+ * add once more, <= 3 u sum|dpre x| per element (u = 2^-24; the double sums' own error is below
+ * 2^-40 of that). */
+static void test_conv_split(int64_t T0, int64_t T1, int64_t Cc, int64_t K, uint64_t seed)
+{
+    hyla_rng r;
+    hyla_rng_seed(&r, seed);
+    int64_t T = T0 + T1, nx = T * Cc, nw = Cc * K;
+    float *x = falloc((size_t)nx), *w = falloc((size_t)nw), *dy = falloc((size_t)nx), *dx = falloc((size_t)nx);
+    float *dw = falloc((size_t)nw), *dx2 = falloc((size_t)nx), *dw0 = falloc((size_t)nw), *dw1 = falloc((size_t)nw);
+    float *dh = falloc((size_t)((K - 1) * Cc)), *pre = falloc((size_t)nx), *y = falloc((size_t)nx);
+    for (int64_t i = 0; i < nx; i++)
+        x[i] = (float)unif(&r, -3, 3), dy[i] = (float)unif(&r, -1, 1);
+    for (int64_t i = 0; i < nw; i++)
+        w[i] = (float)unif(&r, -1, 1);
+    memset(dw, 0, (size_t)nw * sizeof(float)), memset(dw0, 0, (size_t)nw * sizeof(float));
+    memset(dw1, 0, (size_t)nw * sizeof(float));
+    hyla_conv_silu_bwd(dx, dw, dy, x, w, T, Cc, K);
+    fill_nan(dx2, (size_t)nx);
+    const float *hist = x + (T0 - K) * Cc; /* the K rows before the later slice */
+    hyla_conv_silu_bwd_hist(dx2 + T0 * Cc, dw1, dh, NULL, dy + T0 * Cc, x + T0 * Cc, w, hist, T1, Cc, K);
+    hyla_conv_silu_bwd_hist(dx2, dw0, NULL, dh, dy, x, w, NULL, T0, Cc, K);
+    int ok = same_bits(dx, dx2, nx);
+    /* the bound on dw: sum_t |dpre_t x_{t-K+1+j}| from the whole sequence's pre (forward) */
+    hyla_conv_silu_fwd(y, pre, x, w, NULL, T, Cc, K);
+    double worst = 0.0;
+    for (int64_t c = 0; c < Cc; c++)
+        for (int64_t j = 0; j < K; j++) {
+            double mag = 0.0;
+            for (int64_t t = K - 1 - j; t < T; t++) {
+                double p = pre[t * Cc + c], sg = 1.0 / (1.0 + exp(-p)), dsilu = sg * (1.0 + p * (1.0 - sg));
+                mag += fabs(dy[t * Cc + c] * dsilu * x[(t - K + 1 + j) * Cc + c]);
+            }
+            double err = fabs((double)(dw0[c * K + j] + dw1[c * K + j]) - (double)dw[c * K + j]);
+            double bound = 3.0 * 0x1p-24 * mag * 1.01; /* (+1%: dpre itself is the kernel's fp32 value) */
+            worst = fmax(worst, err / bound);
+            ok = ok && err <= bound;
+        }
+    printf("  %s conv split at %lld + %lld (C %lld, K %lld): dx == whole bit for bit, dw within %.2f of its bound\n",
+           ok ? "ok  " : "FAIL", (long long)T0, (long long)T1, (long long)Cc, (long long)K, worst);
+    if (!ok)
+        failures++;
+    free(x), free(w), free(dy), free(dx), free(dw), free(dx2), free(dw0), free(dw1), free(dh), free(pre), free(y);
+}
+
 /* 5. A sequence split at a chunk boundary (context parallelism, ops.h:
  * hyla_delta_rule_chunked_bwd_state): the later part's backward from the state the earlier
  * part's forward ends in, then the earlier part's from the later one's initial-state gradient,
@@ -1183,7 +1233,10 @@ int main(void)
     test_dr_rec(200, 2, 2, 32, 32, 201);
     test_dr_rec(130, 1, 2, 128, 128, 202);
 
-    printf("test_gdn_grads: a sequence split at a chunk boundary (initial state, state gradients)\n");
+    printf("test_gdn_grads: a sequence split in slices (conv history; delta rule initial state, state gradients)\n");
+    test_conv_split(37, 29, 70, 4, 310);
+    test_conv_split(4, 5, 9, 4, 311);
+    test_conv_split(64, 64, 130, 2, 312);
     test_dr_split(64, 70, 1, 2, 32, 32, 300);
     test_dr_split(128, 128, 2, 4, 32, 32, 301);
     test_dr_split(64, 1, 2, 2, 128, 128, 302);

@@ -102,15 +102,19 @@ static float silu_grad(float u)
 #define CONV_CB 64 /* channels per parallel block of the conv backward */
 
 /* Per block of CONV_CB channels, one thread: (1) dpre = dy silu'(pre) into dx, pre recomputed as
- * in the forward (taps in order, zero history); (2) dw[c,j] += sum_t dpre[t,c] x[t-K+1+j,c],
- * summed over t in order in double; (3) dx[s,c] = sum_j dpre[s+K-1-j,c] w[c,j] in place, rows
- * ascending (row s reads dpre rows s..s+K-1, none overwritten yet). Every sum has one fixed
- * order, so results do not depend on the thread count. dx must not alias dy or x. */
-void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float *dy /*[T,C]*/,
-                        const float *x /*[T,C]*/, const float *w /*[C,K]*/, int64_t T, int64_t C,
-                        int64_t K)
+ * in the forward (taps in order, rows before the first from hist or zero); (2) dw[c,j] +=
+ * sum_t dpre[t,c] x[t-K+1+j,c], summed over t in order in double; (3) dx[s,c] = sum_j
+ * dpre[s+K-1-j,c] w[c,j] in place, rows ascending (row s reads dpre rows s..s+K-1, none
+ * overwritten yet), the sum started from dx_tail for the last K-1 rows (the taps of the rows
+ * after this slice come first in tap order); (4) d_hist: the same sums for the K-1 rows before
+ * the slice over the taps that reach into it (the first taps of those rows' sums). Every sum has
+ * one fixed order, so results do not depend on the thread count. dx must not alias dy or x. */
+void hyla_conv_silu_bwd_hist(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, float *d_hist /*[K-1,C] or NULL*/,
+                             const float *dx_tail /*[K-1,C] or NULL*/, const float *dy /*[T,C]*/,
+                             const float *x /*[T,C]*/, const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/,
+                             int64_t T, int64_t C, int64_t K)
 {
-    HYLA_ASSERT(K <= CONV_MAX_K);
+    HYLA_ASSERT(K <= CONV_MAX_K && (!dx_tail || T >= K - 1));
     int64_t nblk = (C + CONV_CB - 1) / CONV_CB;
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(T * C * K)
     for (int64_t bi = 0; bi < nblk; bi++) {
@@ -124,10 +128,10 @@ void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float
             for (int64_t c = 0; c < nc; c++)
                 pre[c] = 0.0f;
             for (int64_t j = 0; j < K; j++) {
-                int64_t s = t - (K - 1) + j;
-                if (s < 0)
+                const float *xs = conv_row(x, hist, t - (K - 1) + j, C, K);
+                if (!xs)
                     continue;
-                const float *xs = x + s * C + c0;
+                xs += c0;
 #pragma omp simd
                 for (int64_t c = 0; c < nc; c++)
                     pre[c] += wt[j][c] * xs[c];
@@ -141,8 +145,8 @@ void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float
         for (int64_t j = 0; dw && j < K; j++) { /* dw NULL: a frozen kernel */
             for (int64_t c = 0; c < nc; c++)
                 acc[c] = 0.0;
-            for (int64_t t = K - 1 - j; t < T; t++) { /* input row t-K+1+j >= 0 */
-                const float *xs = x + (t - (K - 1) + j) * C + c0, *dp = dx + t * C + c0;
+            for (int64_t t = hist ? 0 : K - 1 - j; t < T; t++) { /* input row t-K+1+j (>= 0 without hist) */
+                const float *xs = conv_row(x, hist, t - (K - 1) + j, C, K) + c0, *dp = dx + t * C + c0;
 #pragma omp simd
                 for (int64_t c = 0; c < nc; c++)
                     acc[c] += (double)dp[c] * xs[c];
@@ -150,9 +154,22 @@ void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float
             for (int64_t c = 0; c < nc; c++)
                 dw[(c0 + c) * K + j] += (float)acc[c];
         }
-        for (int64_t s = 0; s < T; s++) {
+        for (int64_t i = 0; d_hist && i < K - 1; i++) { /* row i - (K - 1): taps j <= i reach rows i - j >= 0 */
             for (int64_t c = 0; c < nc; c++)
                 pre[c] = 0.0f;
+            for (int64_t j = 0; j <= i && i - j < T; j++) {
+                const float *dp = dx + (i - j) * C + c0;
+#pragma omp simd
+                for (int64_t c = 0; c < nc; c++)
+                    pre[c] += dp[c] * wt[j][c];
+            }
+            for (int64_t c = 0; c < nc; c++)
+                d_hist[i * C + c0 + c] = pre[c];
+        }
+        for (int64_t s = 0; s < T; s++) {
+            int64_t tail = s - (T - (K - 1)); /* row of dx_tail, if >= 0 */
+            for (int64_t c = 0; c < nc; c++)
+                pre[c] = dx_tail && tail >= 0 ? dx_tail[tail * C + c0 + c] : 0.0f;
             for (int64_t j = 0; j < K; j++) { /* taps in order, as one sum per element */
                 int64_t t = s + K - 1 - j;
                 if (t >= T)
@@ -167,6 +184,13 @@ void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float
                 dxs[c] = pre[c];
         }
     }
+}
+
+void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float *dy /*[T,C]*/,
+                        const float *x /*[T,C]*/, const float *w /*[C,K]*/, int64_t T, int64_t C,
+                        int64_t K)
+{
+    hyla_conv_silu_bwd_hist(dx, dw, NULL, NULL, dy, x, w, NULL, T, C, K);
 }
 
 /* Spec §8.4: dA_log += sum_i dg g; da = dg (-exp(A_log) softplus'(s)), s = a + dt_bias,

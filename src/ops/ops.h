@@ -176,6 +176,15 @@ size_t hyla_attention_bwd_work_floats(int64_t T, int64_t Hq, int64_t hd);
 /* Conv + SiLU backward for one sequence with zero history: pre is recomputed from x and w. */
 void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float *dy /*[T,C]*/,
                         const float *x /*[T,C]*/, const float *w /*[C,K]*/, int64_t T, int64_t C, int64_t K);
+/* The same for a slice of a longer sequence (context parallelism): rows before the first come
+ * from hist (the forward's); d_hist receives, for the K-1 rows before the slice, the first taps'
+ * part of their dx (NULL: not wanted), and dx_tail (NULL: none; needs T >= K - 1) is that part for
+ * this slice's last K-1 rows from the slice after, which the sums here continue: dx is then
+ * the whole sequence's, bit for bit. */
+void hyla_conv_silu_bwd_hist(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, float *d_hist /*[K-1,C] or NULL*/,
+                             const float *dx_tail /*[K-1,C] or NULL*/, const float *dy /*[T,C]*/,
+                             const float *x /*[T,C]*/, const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/,
+                             int64_t T, int64_t C, int64_t K);
 void hyla_gdn_gates_bwd(float *da /*[n,Hv]*/, float *db /*[n,Hv]*/, float *dA_log /*[Hv] +=*/,
                         float *ddt_bias /*[Hv] +=*/, const float *dg /*[n,Hv]*/, const float *dbeta /*[n,Hv]*/,
                         const float *a /*[n,Hv]*/, const float *b /*[n,Hv]*/, const float *A_log /*[Hv]*/,
