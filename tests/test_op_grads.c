@@ -583,6 +583,72 @@ static void test_attention(void)
     test_attention_case(20, 2, 1, 256, 32); /* the Qwen3-Next head size */
 }
 
+/* A sequence split in two (context parallelism, ops.h: hyla_attention_bwd_past): the later slice's
+ * queries over every key up to theirs, the earlier slice's over its own. The later slice's forward
+ * (out, lse), dq, and dk / dv of the
+ * keys only the later slice's queries see, == the whole sequence's bit for bit (T0 (Hq / Hkv) a
+ * multiple of 64: the query tiles fall alike, every tile's terms and sums are the same). dk, dv
+ * of the earlier keys are the two slices' parts added: the same fp32 terms (P_ij dout_i and
+ * dS_ij q_i, recomputed alike from the same lse and D) summed in another grouping, so each of the
+ * whole's and the split's sums is within gamma_n sum|terms| of the exact sum of those terms, n <=
+ * T r + 1 (r = Hq / Hkv): |split - whole| <= 2 (T r + 1) u sum|terms| (the double-precision
+ * magnitudes here +1%, for the rounding of the terms they stand for). */
+static void test_attention_split(int64_t T0, int64_t T1, int64_t Hq, int64_t Hkv, int64_t hd)
+{
+    int64_t T = T0 + T1, r = Hq / Hkv;
+    size_t nq = (size_t)(T * Hq * hd), nk = (size_t)(T * Hkv * hd);
+    float scale = (float)(1.0 / sqrt((double)hd));
+    float *q = falloc(nq), *k = falloc(nk), *v = falloc(nk), *R = falloc(nq), *out = falloc(nq),
+          *lse = falloc((size_t)(T * Hq));
+    float *dq = falloc(nq), *dk = falloc(nk), *dv = falloc(nk), *dq2 = falloc(nq), *dk0 = falloc(nk), *dv0 = falloc(nk);
+    float *dk1 = falloc(nk), *dv1 = falloc(nk);
+    float *fw = falloc(hyla_attention_work_floats(T)), *bw = falloc(hyla_attention_bwd_work_floats(T, Hq, hd));
+    fill_normal(q, nq, 0.0, 1.0), fill_normal(k, nk, 0.0, 1.0), fill_normal(v, nk, 0.0, 1.0), fill_normal(R, nq, 0.0, 1.0);
+    hyla_attention_fwd(out, lse, q, k, v, T, 0, Hq, Hkv, hd, scale, fw);
+    hyla_attention_bwd(dq, dk, dv, R, out, lse, q, k, v, T, Hq, Hkv, hd, scale, bw);
+    size_t qo = (size_t)(T0 * Hq * hd);
+    hyla_attention_bwd_past(dq2 + qo, dk1, dv1, R + qo, out + qo, lse + T0 * Hq, q + qo, k, v, T1, T0, Hq, Hkv, hd, scale,
+                            bw);
+    hyla_attention_bwd_past(dq2, dk0, dv0, R, out, lse, q, k, v, T0, 0, Hq, Hkv, hd, scale, bw);
+    size_t ko = (size_t)(T0 * Hkv * hd);
+    float *out1 = falloc(nq - qo), *lse1 = falloc((size_t)(T1 * Hq)); /* the forward of the later slice alone */
+    hyla_attention_fwd(out1, lse1, q + qo, k, v, T1, T0, Hq, Hkv, hd, scale, fw);
+    int fwd_ok = memcmp(out1, out + qo, (nq - qo) * sizeof(float)) == 0 &&
+                 memcmp(lse1, lse + T0 * Hq, (size_t)(T1 * Hq) * sizeof(float)) == 0;
+    free(out1), free(lse1);
+    int ok = fwd_ok && memcmp(dq, dq2, nq * sizeof(float)) == 0 && memcmp(dk + ko, dk1 + ko, (nk - ko) * sizeof(float)) == 0 &&
+             memcmp(dv + ko, dv1 + ko, (nk - ko) * sizeof(float)) == 0;
+    double worst = 0.0, u = 0x1p-24, n = (double)(T * r + 1);
+    for (int64_t j = 0; j < T0; j++)
+        for (int64_t g = 0; g < Hkv; g++)
+            for (int64_t d = 0; d < hd; d++) {
+                double mk = 0.0, mv = 0.0; /* sum|dS_ij q_i,d|, sum|P_ij dout_i,d| over the rows that see j */
+                for (int64_t t = j; t < T; t++)
+                    for (int64_t hh = 0; hh < r; hh++) {
+                        int64_t h = g * r + hh;
+                        const float *qi = q + (t * Hq + h) * hd, *oi = R + (t * Hq + h) * hd, *outi = out + (t * Hq + h) * hd;
+                        const float *kj = k + (j * Hkv + g) * hd, *vj = v + (j * Hkv + g) * hd;
+                        double s_ = 0.0, dp = 0.0, D = 0.0;
+                        for (int64_t e = 0; e < hd; e++)
+                            s_ += (double)qi[e] * kj[e], dp += (double)oi[e] * vj[e], D += (double)oi[e] * outi[e];
+                        double P = exp(scale * s_ - lse[t * Hq + h]), dS = scale * P * (dp - D);
+                        mk += fabs(dS * qi[d]), mv += fabs(P * oi[d]);
+                    }
+                size_t at = (size_t)((j * Hkv + g) * hd + d);
+                double ek = fabs((double)(dk0[at] + dk1[at]) - dk[at]), ev = fabs((double)(dv0[at] + dv1[at]) - dv[at]);
+                double bk = 2.0 * n * u * mk * 1.01 + 1e-30, bv = 2.0 * n * u * mv * 1.01 + 1e-30;
+                worst = fmax(worst, fmax(ek / bk, ev / bv));
+                ok = ok && ek <= bk && ev <= bv;
+            }
+    printf("  %s attention split at %ld + %ld (Hq %ld, Hkv %ld, hd %ld): the later slice's forward, dq and the later "
+           "keys' dk, dv == whole bit for bit; the earlier keys' within %.3f of their bound\n", ok ? "ok  " : "FAIL", (long)T0, (long)T1, (long)Hq,
+           (long)Hkv, (long)hd, worst);
+    if (!ok)
+        failures++;
+    free(q), free(k), free(v), free(R), free(out), free(lse), free(dq), free(dk), free(dv), free(dq2), free(dk0),
+        free(dv0), free(dk1), free(dv1), free(fw), free(bw);
+}
+
 /* ---- MoE router -------------------------------------------------------------------------- */
 
 typedef struct {
@@ -801,6 +867,9 @@ int main(void)
     test_swiglu();
     test_rope();
     test_attention();
+    test_attention_split(64, 70, 4, 2, 32);
+    test_attention_split(128, 64, 2, 2, 64);
+    test_attention_split(64, 33, 4, 1, 256);
     for (int renorm = 0; renorm < 2; renorm++)
         for (int aux = 0; aux < 2; aux++)
             test_moe_route_case(renorm, aux);

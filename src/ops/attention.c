@@ -254,7 +254,8 @@ void hyla_attention_fwd(float *out /*[T,Hq,hd]*/, float *lse /*[T,Hq] or NULL*/,
 }
 
 /* ==== backward =============================================================================
- * Causal GQA attention backward for one sequence (past = 0), flash-style, in two passes:
+ * Causal GQA attention backward for one sequence, flash-style (queries from position past, keys
+ * 0 .. past + T - 1: a slice of a longer sequence under context parallelism), in two passes:
  *   A. task (kv head g, block of ATB_BK keys) owns d_k, d_v of those keys. It walks the query
  *      rows that see them (t >= first key) in tiles of ATB_BQ rows, recomputes
  *      S = scale q.k, P = exp(S - lse), dP = dout.v, dS = scale P (dP - D) with
@@ -324,6 +325,7 @@ typedef struct {
     const float *dout, *q, *k, *v, *lse, *D; /* D [T, Hq] = rowsum(dout * out) */
     int64_t T, Hq, Hkv, hd, hdp, r;
     float scale;
+    int64_t past; /* the queries' first position; keys 0 .. past + T - 1 */
 } atb_args;
 
 /* One thread's scratch, carved from atb_thread_floats(hd) floats. */
@@ -380,7 +382,7 @@ static void atb_gather_rows(atb_scratch *s, const atb_args *a, int64_t g, int64_
             atb_copy_row(Qb + i * a->hdp, a->q + (t * a->Hq + h) * a->hd, a);
             atb_copy_row(dOb + i * a->hdp, a->dout + (t * a->Hq + h) * a->hd, a);
         }
-        s->t_b[i] = t;
+        s->t_b[i] = a->past + t;
         s->lse_b[i] = a->lse[t * a->Hq + h];
         s->D_b[i] = a->D[t * a->Hq + h];
     }
@@ -475,13 +477,13 @@ static void atb_tile_keys(atb_scratch *s, const atb_args *a, int nq, int64_t j0,
 static void atb_task_kv(float *d_k, float *d_v, const atb_args *a, int64_t g, int64_t kb,
                         atb_scratch *s)
 {
-    int64_t j0 = kb * ATB_BK, hdp = a->hdp, nrows = a->T * a->r, ld = a->Hkv * a->hd;
-    int nk = (int)(a->T - j0 < ATB_BK ? a->T - j0 : ATB_BK);
+    int64_t j0 = kb * ATB_BK, hdp = a->hdp, nrows = a->T * a->r, ld = a->Hkv * a->hd, S = a->past + a->T;
+    int nk = (int)(S - j0 < ATB_BK ? S - j0 : ATB_BK);
     atb_transpose(s->xT, ATB_BK, a->k + j0 * ld + g * a->hd, ld, nk, a);
     atb_transpose(s->yT, ATB_BK, a->v + j0 * ld + g * a->hd, ld, nk, a);
     memset(s->dK, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
     memset(s->dV, 0, (size_t)(ATB_BK * hdp) * sizeof(float));
-    for (int64_t row0 = j0 * a->r; row0 < nrows; row0 += ATB_BQ) {
+    for (int64_t row0 = (j0 > a->past ? j0 - a->past : 0) * a->r; row0 < nrows; row0 += ATB_BQ) { /* rows that see j0 */
         int nq = (int)(nrows - row0 < ATB_BQ ? nrows - row0 : ATB_BQ);
         atb_gather_rows(s, a, g, row0, nq, s->Qb, s->dOb);
         atb_tile_rows(s, a, nq, j0, nk);
@@ -539,15 +541,28 @@ void hyla_attention_bwd(float *d_q /*[T,Hq,hd]*/, float *d_k /*[T,Hkv,hd]*/,
                         const float *v /*[T,Hkv,hd]*/, int64_t T, int64_t Hq, int64_t Hkv,
                         int64_t hd, float scale, float *work)
 {
-    HYLA_ASSERT(T >= 0 && Hkv > 0 && Hq % Hkv == 0 && hd > 0);
-    if (T == 0)
+    hyla_attention_bwd_past(d_q, d_k, d_v, dout, out, lse, q, k, v, T, 0, Hq, Hkv, hd, scale, work);
+}
+
+void hyla_attention_bwd_past(float *d_q /*[T,Hq,hd]*/, float *d_k /*[S,Hkv,hd]*/, float *d_v /*[S,Hkv,hd]*/,
+                             const float *dout /*[T,Hq,hd]*/, const float *out /*[T,Hq,hd]*/,
+                             const float *lse /*[T,Hq]*/, const float *q /*[T,Hq,hd]*/,
+                             const float *k /*[S,Hkv,hd]*/, const float *v /*[S,Hkv,hd]*/, int64_t T, int64_t past,
+                             int64_t Hq, int64_t Hkv, int64_t hd, float scale, float *work)
+{
+    HYLA_ASSERT(T >= 0 && past >= 0 && Hkv > 0 && Hq % Hkv == 0 && hd > 0);
+    int64_t S = past + T;
+    if (T == 0) { /* no query: no key takes a gradient */
+        memset(d_k, 0, (size_t)(S * Hkv * hd) * sizeof(float));
+        memset(d_v, 0, (size_t)(S * Hkv * hd) * sizeof(float));
         return;
+    }
     float *D = work;
     float *thread_work = work + ((size_t)(T * Hq) + 15) / 16 * 16;
     size_t per_thread = atb_thread_floats(hd);
-    atb_args a = {dout, q, k, v, lse, D, T, Hq, Hkv, hd, atb_hdp(hd), Hq / Hkv, scale};
-    int64_t nkb = (T + ATB_BK - 1) / ATB_BK, nqb = (T * a.r + ATB_BQ - 1) / ATB_BQ;
-#pragma omp parallel HYLA_PAR_IF(T * Hq * T * hd)
+    atb_args a = {dout, q, k, v, lse, D, T, Hq, Hkv, hd, atb_hdp(hd), Hq / Hkv, scale, past};
+    int64_t nkb = (S + ATB_BK - 1) / ATB_BK, nqb = (T * a.r + ATB_BQ - 1) / ATB_BQ;
+#pragma omp parallel HYLA_PAR_IF(T * Hq * S * hd)
     {
         atb_scratch s = atb_carve(thread_work + (size_t)omp_get_thread_num() * per_thread, a.hdp);
 #pragma omp for schedule(static)

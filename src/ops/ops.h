@@ -172,6 +172,15 @@ void hyla_attention_bwd(float *d_q /*[T,Hq,hd]*/, float *d_k /*[T,Hkv,hd]*/, flo
                         const float *k /*[T,Hkv,hd]*/, const float *v /*[T,Hkv,hd]*/, int64_t T, int64_t Hq,
                         int64_t Hkv, int64_t hd, float scale, float *work);
 size_t hyla_attention_bwd_work_floats(int64_t T, int64_t Hq, int64_t hd);
+/* The same for queries at positions past .. past + T - 1 of a longer sequence over its keys
+ * 0 .. past + T - 1 (context parallelism): dk, dv [past + T] are this slice's queries' part (the
+ * earlier slices' keys take the other slices' parts too); dq is the whole sequence's, bit for
+ * bit, when past x (Hq / Hkv) is a multiple of 64 (the query tiles then fall alike). */
+void hyla_attention_bwd_past(float *d_q /*[T,Hq,hd]*/, float *d_k /*[S,Hkv,hd]*/, float *d_v /*[S,Hkv,hd]*/,
+                             const float *dout /*[T,Hq,hd]*/, const float *out /*[T,Hq,hd]*/,
+                             const float *lse /*[T,Hq]*/, const float *q /*[T,Hq,hd]*/,
+                             const float *k /*[S,Hkv,hd]*/, const float *v /*[S,Hkv,hd]*/, int64_t T, int64_t past,
+                             int64_t Hq, int64_t Hkv, int64_t hd, float scale, float *work);
 
 /* Conv + SiLU backward for one sequence with zero history: pre is recomputed from x and w. */
 void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float *dy /*[T,C]*/,
