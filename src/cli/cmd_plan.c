@@ -43,6 +43,8 @@ static void print_json(const hyla_plan *p, const hyla_plan_config *pc)
            p->temp_bytes, p->checkpoint_bytes, p->work_bytes, p->staging_bytes, p->carry_bytes, p->grad_bytes,
            p->gathered_bytes, p->peak_bytes, p->host_bytes, p->head_bytes, p->reduce_bytes,
            (long long)(pc->accum > 1 ? pc->accum : 1), p->comm_bytes, (long long)(pc->expert_groups > 1 ? pc->expert_groups : 1));
+    printf(" \"context_parallel\": %lld, \"context_bytes\": %.0f, \"context_comm_bytes\": %.0f,\n",
+           (long long)(pc->context_parallel > 1 ? pc->context_parallel : 1), p->context_bytes, p->context_comm_bytes);
     printf(" \"checkpoints_by_name\": {");
     for (int c = 0; c <= HYLA_CK__COUNT; c++)
         printf("%s\"%s\": %.0f", c ? ", " : "", hyla_ckpt_name_str((hyla_ckpt_name)c), p->by_name[c]);
@@ -106,6 +108,10 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
     if (pc->expert_groups > 1)
         printf("expert groups: %lld (an MoE layer's routed experts gathered and reduce-scattered %lld at a time)\n",
                (long long)pc->expert_groups, (long long)p->experts_per_group);
+    if (pc->context_parallel > 1)
+        printf("context parallel: %lld slices of %lld tokens, one per device; the link between them %.3f GB (in temp), "
+               "its messages %.3f GB per step (in sent)\n", (long long)pc->context_parallel,
+               (long long)(pc->seq / pc->context_parallel), p->context_bytes / G, p->context_comm_bytes / G);
     printf("parameters %.3f B", p->params / 1e9);
     if (p->adapter_bytes > 0)
         printf(" frozen + a LoRA adapter of %.3f M trained (fp32 weights, gradients and moments: the adapter's only)",
@@ -168,6 +174,7 @@ int hyla_cmd_plan(int argc, char **argv)
 {
     const char *remat = "full", *unit_s = "layer", *pd = "f32", *gd = "f32", *od = "f32", *ad = "f32", *shard = "fsdp";
     int64_t batch = 1, seq = 4096, devices = 1, lora_rank = 0, accum = 1, expert_groups = 1, threads = 0, rank = 0;
+    int64_t context_parallel = 1;
     int64_t infer_prompt = 0, max_new = 128;
     int json = 0, per_layer = 0, act_bf16 = 0, no_prefetch = 0, overlap_reduce = 0;
     double mtp_weight = 0;
@@ -185,6 +192,9 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--shard", OPT_STRING, &shard, "fsdp|none", "how parameters, gradients and moments are split (default fsdp)", 0, 0},
         {"--expert-groups", OPT_INT, &expert_groups, "G", "FSDP: gather and reduce-scatter an MoE layer's routed experts "
          "in G groups (must divide the experts), so no device holds a whole MoE layer (default 1)", 1, 1 << 20},
+        {"--context-parallel", OPT_INT, &context_parallel, "C", "as hyla train --context-parallel C (C = --devices): "
+         "each device runs a slice of seq / C tokens of every sequence, plus the link between the slices (its "
+         "buffers, the kept initial states, its messages)", 1, 1 << 20},
         {"--param-dtype", OPT_STRING, &pd, "f32|bf16", "parameter storage (default f32)", 0, 0},
         {"--grad-dtype", OPT_STRING, &gd, "f32|bf16", "gradient storage (default f32)", 0, 0},
         {"--opt-dtype", OPT_STRING, &od, "f32|bf16", "AdamW moment storage (default f32)", 0, 0},
@@ -226,6 +236,7 @@ int hyla_cmd_plan(int argc, char **argv)
     memset(&pc, 0, sizeof pc);
     pc.batch = batch, pc.seq = seq, pc.devices = devices, pc.accum = accum, pc.expert_groups = expert_groups;
     pc.rank = rank;
+    pc.context_parallel = context_parallel;
     hyla_cli_set_threads(threads);
     if (strcmp(shard, "fsdp") && strcmp(shard, "none")) {
         fprintf(stderr, "hyla plan: --shard must be fsdp or none, got '%s'\n", shard);

@@ -232,6 +232,23 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
     return HYLA_OK;
 }
 
+/* Context parallelism: a step's rounds of B whole rows of T tokens (labels: given, or each row's
+ * next tokens) -> micro-batch g = round g / cp, slice g % cp: B rows of T / cp tokens and their
+ * labels (a slice's last label is the next slice's first token). */
+static void cut_slices(int32_t *st, int32_t *sl, const int32_t *tokens, const int32_t *labels, int64_t rounds, int64_t B,
+                       int64_t T, int cp)
+{
+    int64_t Tl = T / cp;
+    for (int64_t g = 0; g < rounds * cp; g++)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < Tl; t++) {
+                int64_t at = ((g / cp) * B + b) * T + (g % cp) * Tl + t, to = (g * B + b) * Tl + t;
+                int64_t in_row = (g % cp) * Tl + t;
+                st[to] = tokens[at];
+                sl[to] = labels ? labels[at] : in_row + 1 < T ? tokens[at + 1] : -100;
+            }
+}
+
 /* --svg: the last step as measured (tr->ex.measured_*, one sample per op) over the same step
  * planned, which gives the flat bands, the per-name bars and the predicted peak. */
 static int write_measured_svg(const train_args *a, const hyla_trainer *tr, const hyla_model *m)
@@ -434,7 +451,8 @@ static int run(train_args *a, hyla_comm *comm)
     if (rc == HYLA_OK && !strcmp(a->remat, "auto")) { /* the planner picks the policy for this step */
         hyla_plan_config pc;
         memset(&pc, 0, sizeof pc);
-        pc.batch = a->batch, pc.seq = a->seq, pc.devices = 1, pc.unit = tc.unit, pc.update_per_layer = a->update_per_layer;
+        pc.batch = a->batch, pc.seq = a->seq / (a->context_parallel > 1 ? a->context_parallel : 1), pc.devices = 1;
+        pc.unit = tc.unit, pc.update_per_layer = a->update_per_layer;
         pc.mtp = a->mtp_loss_weight > 0 || a->mtp_only;
         pc.param_bytes = pc.grad_bytes = pc.opt_bytes = pc.act_bytes = 4;
         double budget = 0;
@@ -452,7 +470,9 @@ static int run(train_args *a, hyla_comm *comm)
     }
     if (rc == HYLA_OK)
         rc = hyla_lr_schedule_parse(a->schedule, &tc.schedule.kind);
-    tc.batch = a->batch, tc.seq = a->seq, tc.accum = a->accum;
+    int cp = a->context_parallel > 1 ? a->context_parallel : 1; /* (a slice per rank: its length) */
+    tc.batch = a->batch, tc.seq = a->seq / cp, tc.accum = a->accum;
+    tc.context_parallel = cp;
     tc.adamw = (hyla_adamw_config){a->lr, a->beta1, a->beta2, a->eps, a->wd, a->clip};
     tc.schedule.peak = a->lr, tc.schedule.min_lr = a->min_lr, tc.schedule.warmup = a->warmup;
     tc.schedule.total = a->steps, tc.schedule.decay_fraction = a->decay_fraction;
@@ -517,12 +537,18 @@ static int run(train_args *a, hyla_comm *comm)
         snprintf(log_path, sizeof log_path, lead ? "%s" : "%s.rank%d", a->log_json, comm->rank);
     if (rc == HYLA_OK && a->log_json && !(log = fopen(log_path, state.step ? "a" : "w")))
         rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", log_path, strerror(errno));
-    int32_t *tokens = NULL, *labels = NULL;
+    int32_t *tokens = NULL, *labels = NULL, *slice_tokens = NULL, *slice_labels = NULL;
     int64_t step_rows = comm->size * a->accum * a->batch; /* every rank reads the whole step (trainer.h) */
+    if (cp > 1) /* context parallelism: the ranks share each round's sequences, a slice each */
+        step_rows = a->accum * a->batch;
     if (rc == HYLA_OK) {
         tokens = malloc((size_t)(step_rows * a->seq) * sizeof *tokens);
         labels = hyla_data_labelled(&data) ? malloc((size_t)(step_rows * a->seq) * sizeof *labels) : NULL;
-        if (!tokens || (hyla_data_labelled(&data) && !labels))
+        if (cp > 1) {
+            slice_tokens = malloc((size_t)(step_rows * a->seq) * sizeof *slice_tokens);
+            slice_labels = malloc((size_t)(step_rows * a->seq) * sizeof *slice_labels);
+        }
+        if (!tokens || (hyla_data_labelled(&data) && !labels) || (cp > 1 && (!slice_tokens || !slice_labels)))
             rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     }
     if (rc == HYLA_OK) {
@@ -555,7 +581,9 @@ static int run(train_args *a, hyla_comm *comm)
             break;
         if (data.pack)
             hyla_trainer_set_segments(&tr, data.seg_len, data.n_seg);
-        rc = hyla_trainer_step(&tr, tokens, labels, &s);
+        if (cp > 1) /* the trainer's micro-batches: slice g % cp of round g / cp's sequences */
+            cut_slices(slice_tokens, slice_labels, tokens, labels, a->accum, a->batch, a->seq, cp);
+        rc = cp > 1 ? hyla_trainer_step(&tr, slice_tokens, slice_labels, &s) : hyla_trainer_step(&tr, tokens, labels, &s);
         if (rc)
             break;
 
@@ -604,6 +632,8 @@ static int run(train_args *a, hyla_comm *comm)
         rc = hyla_error_set(HYLA_ERR_IO, "%s: write failed: %s", a->log_json, strerror(errno));
     hyla_routing_free(&replay);
     free(tokens);
+    free(slice_tokens);
+    free(slice_labels);
     free(labels);
     if (tr.grads)
         hyla_trainer_free(&tr);
@@ -678,6 +708,9 @@ int hyla_cmd_train(int argc, char **argv)
         {"--expert-groups", OPT_INT, &a.expert_groups, "G", "FSDP: an MoE layer's routed experts are gathered, "
          "applied and their gradients reduce-scattered G groups at a time inside the experts ops, not with their "
          "layer (G divides the expert count; hyla plan --expert-groups G plans it)", 1, 1 << 20},
+        {"--context-parallel", OPT_INT, &a.context_parallel, "C", "split every sequence into C slices, one per rank "
+         "(C = the ranks): the Gated DeltaNet layers pass the conv window and the state from rank to rank, attention "
+         "gathers the keys and values; --seq must divide by C", 1, 1 << 20},
         {"--shard", OPT_STRING, &a.shard, "fsdp|none", "under mpirun: fsdp (default) = each rank keeps its pieces of "
          "the weights, gradients and AdamW moments, layers gathered just before use; none = replicated. Either way "
          "gradients are summed over ranks in a fixed order (bit-identical to one process)", 0, 0},
@@ -834,6 +867,18 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
     if (a.overlap_reduce && !a.fsdp) {
         fprintf(stderr, "hyla train: --overlap-reduce overlaps FSDP's reduce-scatters: it needs --shard fsdp under mpirun\n");
         return 2;
+    }
+    if (a.context_parallel > 1) {
+        const char *why = a.context_parallel != comm->size ? "the slices are the ranks: launch C ranks (mpirun -np C)"
+                          : a.seq % a.context_parallel ? "--seq must divide into the slices"
+                          : a.pack ? "packed documents are not built with it"
+                          : a.eval_data ? "--eval-data is not built with it"
+                          : a.sample_tokens > 0 ? "--sample is not built with it"
+                          : a.replay ? "--replay-routing is not built with it" : NULL;
+        if (why) {
+            fprintf(stderr, "hyla train: --context-parallel %d: %s\n", a.context_parallel, why);
+            return 2;
+        }
     }
     if (a.expert_groups > 1 && !a.fsdp) {
         fprintf(stderr, "hyla train: --expert-groups: expert groups are how FSDP gathers an MoE layer: it needs "

@@ -27,6 +27,7 @@ typedef struct {
     int no_prefetch;          /* --no-prefetch */
     int overlap_reduce;       /* --overlap-reduce */
     int expert_groups;        /* --expert-groups */
+    int context_parallel;     /* --context-parallel */
     int save_sharded;         /* --save-sharded: every FSDP rank writes its own pieces (model/pieces.h) */
     uint64_t flags_hash;      /* of the command line, for the ranks' agreement check */
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;

@@ -82,6 +82,7 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
     c.recompute = recompute;
     c.lora = ex->m->lora;
     c.experts = ex->weights && !ex->dry ? ex->weights->experts : NULL;
+    c.context = ex->dry ? NULL : ex->context;
     if (ex->m->lora) { /* base frozen: the step's gradients are the adapter's */
         c.lora_grads = grads;
         c.grads = NULL;
@@ -228,9 +229,12 @@ static void poll_weights(const hyla_executor *ex)
         ex->weights->poll(ex->weights->ctx);
 }
 
-/* Planning pass: an experts op call of layer l (op->experts: its tensor), counted and recorded in order. */
-static void note_expert_call(hyla_executor *ex, int l, const hyla_layer_op *op)
+/* Planning pass: an experts op call of layer l (op->experts: its tensor), counted and recorded in
+ * order; and the calls of the ops that pass across slices, by phase (0 forward, 1 recompute, 2 backward). */
+static void note_expert_call(hyla_executor *ex, int l, const hyla_layer_op *op, int phase)
 {
+    if (ex->dry && op->context)
+        ex->context_calls[op->context - 1][phase]++;
     if (!ex->dry || !op->experts)
         return;
     ex->expert_calls[op->experts - 1]++;
@@ -266,7 +270,7 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         }
         HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
     }
-    note_expert_call(ex, l, op);
+    note_expert_call(ex, l, op, recompute ? 1 : 0);
     for (int i = 0; i < op->n_out && !recompute; i++)
         hyla_offload_write(ex, l, op->out[i]);
     sample_timeline(ex);
@@ -527,7 +531,7 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
             size_t mark = hyla_arena_mark(&ex->work);
             int64_t own = op->bwd_scratch(&ex->m->cfg, ex->n, ex->T);
             float *scratch = op_scratch(ex, op, own);
-            note_expert_call(ex, l, op);
+            note_expert_call(ex, l, op, 2);
             if (!ex->dry) {
                 hyla_op_ctx c = op_ctx(ex, l, grads, 1);
                 point_scratch(ex, op, &c, scratch, own);
@@ -563,9 +567,10 @@ static void set_labels(hyla_executor *ex, const int32_t *tokens, const int32_t *
             int64_t i = b * ex->T + t;
             ex->labels[i] = labels ? labels[i] : (t + 1 < ex->T ? tokens[i + 1] : -100);
         }
+    int64_t first = ex->context ? ex->context->rank * ex->T : 0; /* (a slice: the whole sequence's positions) */
     for (int64_t s = 0; s < ex->n_seq; s++) /* positions restart with every sequence (document) */
         for (int64_t t = 0; t < ex->seq_len[s]; t++)
-            ex->pos[ex->seq_row0[s] + t] = t;
+            ex->pos[ex->seq_row0[s] + t] = first + t;
 }
 
 void hyla_executor_rows_as_sequences(hyla_executor *ex)
@@ -718,6 +723,8 @@ int hyla_executor_run_step(hyla_executor *ex, const int32_t *tokens, float *grad
     if (mtp) /* the MTP head's input from the trunk's final rows, and its layer */
         hyla_mtp_loss_forward(ex, tokens);
     int64_t E = cfg->n_experts;
+    if (ex->context && !ex->dry && E > 0) /* slices: the statistics of the whole sequences */
+        ex->context->reduce_aux(ex->context->ctx, ex->aux_counts, ex->aux_psum, E, &aux_rows);
     loss->aux_loss = (!ex->dry && aux_rows > 0) ? hyla_aux_loss_finish(ex->aux_counts, ex->aux_psum, aux_rows, E) : NAN;
     if (!ex->dry && aux_rows > 0)
         for (int64_t e = 0; e < E; e++) /* d aux / d p[row,e] = E count_e / rows^2 (spec §8.8) */

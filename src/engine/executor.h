@@ -112,6 +112,7 @@ typedef struct {
     int io_status;         /* first host store error of the step */
     const struct hyla_layer_updates_s *updates; /* per-layer updates, or NULL */
     const struct hyla_weight_source_s *weights; /* where weights come from (FSDP), or NULL: the model's arena */
+    const hyla_context_link *context; /* context parallelism: the rows are slices (model/layer_ops.h), or NULL */
     int weights_status;    /* first failed acquire of the step */
     size_t *layer_lo, *layer_hi;       /* [n_layers] table ranges (per-layer updates) */
     size_t window_lo;                  /* table offset of updates->window[0] in the current unit */
@@ -137,6 +138,9 @@ typedef struct {
     int (*expert_seq)[2];    /* ... and their order in a micro-batch: {layer, 1 gate_up | 2 down} (FSDP's
                               * expert groups prefetch the next call's first group) */
     int n_expert_seq, cap_expert_seq, expert_seq_nomem;
+    int64_t context_calls[3][3]; /* planning pass: calls per step of the ops that pass across slices under
+                                  * context parallelism (conv, delta rule, attention) by phase (forward,
+                                  * recompute, backward): hyla plan counts their messages */
     /* inference (HYLA_FORWARD_LAST / _ROWS): [n, H] or NULL; receives every row's final-normed
      * hidden state (the lm_head's input, rounded alike: the MTP head's trunk input) */
     float *hidden_out;

@@ -127,9 +127,55 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
                       4.0 * (double)A * scatter_floats; /* a reduce-scatter sends each other rank its own piece */
 }
 
+/* Bytes device R sends per micro-batch for the link's messages (train/context.c): the conv
+ * window to the next rank per forward and recompute call, again and the first taps' partial dx
+ * to the previous one per backward call; the chain's state on to the next rank per forward call
+ * (the recompute passes nothing), back per backward call; attention's keys and values gathered
+ * per forward and recompute call, gathered again and their gradients' blocks exchanged per
+ * backward call; the router statistics once. */
+static double context_comm(const hyla_config *cfg, const int64_t calls[3][3], int64_t B, int64_t Tl, int64_t C,
+                           int64_t R)
+{
+    double cd = (double)hyla_cfg_conv_dim(cfg), K = (double)cfg->conv_kernel, f = sizeof(float);
+    double sz = (double)(cfg->lin_v_heads * cfg->lin_k_dim * cfg->lin_v_dim);
+    double keys = (double)(Tl * cfg->n_kv_heads * cfg->head_dim) * f * (double)(C - 1); /* one allgather / alltoall */
+    int next = R + 1 < C, prev = R > 0;
+    double b = (double)B, bytes = 0.0;
+    bytes += (double)(calls[0][0] + calls[0][1]) * b * (next ? K * cd * f : 0.0);
+    bytes += (double)calls[0][2] * b * ((next ? K * cd * f : 0.0) + (prev ? (K - 1.0) * cd * f : 0.0));
+    bytes += (double)calls[1][0] * (next ? b * sz * f : 0.0) + (double)calls[1][2] * (prev ? b * sz * f : 0.0);
+    bytes += (double)(calls[2][0] + calls[2][1]) * b * 2.0 * keys + (double)calls[2][2] * b * 4.0 * keys;
+    if (cfg->n_experts > 0)
+        bytes += (double)(2 * cfg->n_experts + 1) * sizeof(double) * (double)(C - 1);
+    return bytes;
+}
+
 int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan *out)
 {
     memset(out, 0, sizeof *out);
+    if (pc->context_parallel > 1) { /* the step of one slice, and the link beside it */
+        int64_t C = pc->context_parallel;
+        if (C != pc->devices)
+            return hyla_error_set(HYLA_ERR_ARG, "plan: --context-parallel %lld: the slices are the devices (--devices %lld)",
+                                  (long long)C, (long long)C);
+        if (pc->seq % C || pc->seq / C < m->cfg.conv_kernel || pc->seq / C < 2)
+            return hyla_error_set(HYLA_ERR_ARG, "plan: --context-parallel %lld: --seq %lld must divide into slices of at "
+                                  "least the conv window (%lld)", (long long)C, (long long)pc->seq,
+                                  (long long)m->cfg.conv_kernel);
+        if (pc->mtp)
+            return hyla_error_set(HYLA_ERR_ARG, "plan: --context-parallel with the MTP loss is not built");
+        hyla_plan_config slice = *pc;
+        slice.seq = pc->seq / C, slice.context_parallel = 0;
+        HYLA_TRY(hyla_plan_compute(m, &slice, out));
+        int64_t A = pc->accum > 1 ? pc->accum : 1;
+        out->context_bytes = (double)hyla_context_link_bytes(&m->cfg, pc->batch, slice.seq, (int)C);
+        out->context_comm_bytes = (double)A * context_comm(&m->cfg, (const int64_t(*)[3])out->context_calls, pc->batch,
+                                                           slice.seq, C, pc->rank);
+        out->comm_bytes += out->context_comm_bytes;
+        out->temp_bytes += out->context_bytes;
+        out->peak_bytes += out->context_bytes;
+        return HYLA_OK;
+    }
     if (pc->batch < 1 || pc->seq < 2 || pc->devices < 1)
         return hyla_error_set(HYLA_ERR_ARG, "plan: need batch >= 1, seq >= 2, devices >= 1");
     if (pc->rank < 0 || pc->rank >= pc->devices)
@@ -229,6 +275,7 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         out->host_timeline[i] = (double)ex.host_timeline[i] * scale;
         out->staging_timeline[i] = (double)ex.staging_timeline[i] * scale;
     }
+    memcpy(out->context_calls, ex.context_calls, sizeof out->context_calls);
     hyla_plan fsdp = *out; /* sharded: the trainer's own layout (train/fsdp.h) */
     if (sharded)
         plan_fsdp(m, pc, &ex, groups, &fsdp);

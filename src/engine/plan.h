@@ -30,6 +30,8 @@ typedef struct {
     int mtp;                        /* the MTP loss on: the head's layer runs as one more unit (engine/mtp_loss.h) */
     double param_bytes, grad_bytes, opt_bytes; /* per element (what-if storage for the sharded settings) */
     double act_bytes;               /* 4: fp32, 2: bf16 compute (what hyla executes) */
+    int64_t context_parallel;       /* > 1: every sequence of `seq` cut into this many slices, one per device
+                                     * (= devices; train/context.h): the step runs slices of seq / C */
 } hyla_plan_config;
 
 typedef struct {
@@ -63,6 +65,10 @@ typedef struct {
     double *staging_timeline;       /* offload staging in use at the same points (within timeline), owned */
     int n_forward;                  /* timeline samples of the forward; backward starts at this index */
     double peak_bytes;              /* argument + temp (device) */
+    /* context parallelism: the link's buffers, kept states and exchanges (part of temp), and the
+     * bytes its messages send per step (part of comm_bytes) */
+    double context_bytes, context_comm_bytes;
+    int64_t context_calls[3][3];    /* the executor's planning pass (executor.h) */
 } hyla_plan;
 
 int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan *out);

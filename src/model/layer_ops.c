@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "core/arena.h"
 #include "core/bf16.h"
 #include "core/error.h"
 #include "core/gemm.h"
@@ -301,6 +302,39 @@ static void residual_mlp_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape
 }
 const hyla_layer_op hyla_op_residual_mlp = {"residual_mlp", residual_mlp_fwd, residual_mlp_bwd, no_scratch, no_scratch,
                                             HYLA_IN(HYLA_S_H, HYLA_S_SOUT), HYLA_OUT(HYLA_S_Y), .n_reads = 0};
+
+void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size, size_t buf[4], size_t *stage,
+                        size_t *kept_per_layer)
+{
+    size_t cd = (size_t)hyla_cfg_conv_dim(cfg), K = (size_t)cfg->conv_kernel;
+    size_t sz = (size_t)(cfg->lin_v_heads * cfg->lin_k_dim * cfg->lin_v_dim);
+    size_t keys = (size_t)size * (size_t)(T * cfg->n_kv_heads * cfg->head_dim); /* one sequence's, every slice */
+    size_t conv[4] = {K * cd, (K - 1) * cd, (K - 1) * cd, (K - 1) * cd}; /* op_gdn.c: window, d_hist, tail, rows */
+    size_t delta[4] = {(size_t)n_seq * sz, sz, 0, 0};                  /* chain states, a state gradient */
+    for (int i = 0; i < 4; i++) {
+        buf[i] = keys; /* op_attn.c: keys, values; their gradients' parts */
+        buf[i] = conv[i] > buf[i] ? conv[i] : buf[i];
+        buf[i] = delta[i] > buf[i] ? delta[i] : buf[i];
+    }
+    *stage = keys / (size_t)size * (size_t)size; /* a reduce: every rank's block of one sequence's keys */
+    *kept_per_layer = (size_t)n_seq * sz;
+}
+
+size_t hyla_context_link_bytes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size)
+{
+    size_t buf[4], stage, kept, bytes = 0;
+    int64_t linear = 0;
+    hyla_context_sizes(cfg, n_seq, T, size, buf, &stage, &kept);
+    for (int l = 0; l < cfg->n_layers; l++)
+        linear += cfg->layer_kind[l] == HYLA_LAYER_LINEAR;
+    for (int i = 0; i < 4; i++)
+        bytes += hyla_align_up((buf[i] ? buf[i] : 1) * sizeof(float));
+    bytes += hyla_align_up((stage ? stage : 1) * sizeof(float));
+    bytes += hyla_align_up((size_t)(linear ? linear : 1) * kept * sizeof(float));
+    bytes += hyla_align_up((kept ? kept : 1) * sizeof(float)); /* a chain hop's receive */
+    bytes += hyla_align_up((size_t)size * (size_t)(2 * cfg->n_experts + 1) * sizeof(double));
+    return bytes;
+}
 
 int hyla_layer_ops(const hyla_config *cfg, int layer, const hyla_layer_op **ops)
 {

@@ -95,6 +95,46 @@ typedef struct hyla_expert_source_s {
     void *ctx;
 } hyla_expert_source;
 
+/* Context parallelism (train --context-parallel C): every sequence of the call is slice `rank` of
+ * `size` equal slices of a sequence size times as long (rows [rank T, (rank + 1) T) of it). The
+ * token-mixing ops pass across the slice boundaries (every rank makes every call, in the same
+ * order; failures are the link's to report after the step):
+ *   shift_fwd   each rank's `floats` to the next; the previous rank's arrive (rank 0: zeros)
+ *   shift_bwd   each rank's to the previous; the next rank's arrive (the last rank: zeros)
+ *   chain_fwd   run(arg) on each rank in rank order, `state` handed on from each to the next
+ *               (rank 0 starts from the caller's); chain_bwd the same in reverse order
+ *   allgather   every rank's `floats` into all [size][floats], in rank order
+ *   reduce      parts [size][floats] on every rank: this rank's block summed over the ranks in
+ *               rank order into mine [floats]
+ *   layer_state a layer's kept [n_seq][Hv, dk, dv] initial delta-rule states (the forward's, for
+ *               the recompute and the backward)
+ *   buffer      link-owned scratch i (0..3) of at least `floats` (planned with the link)
+ * Positions (RoPE) are the whole sequence's: the executor offsets them by rank T. */
+typedef struct hyla_context_link_s {
+    int rank, size;
+    void (*shift_fwd)(void *ctx, const float *mine, float *prev, size_t floats);
+    void (*shift_bwd)(void *ctx, const float *to_prev, float *from_next, size_t floats);
+    void (*chain_fwd)(void *ctx, float *state, size_t floats, void (*run)(void *arg), void *arg);
+    void (*chain_bwd)(void *ctx, float *state, size_t floats, void (*run)(void *arg), void *arg);
+    void (*allgather)(void *ctx, const float *mine, float *all, size_t floats);
+    void (*reduce)(void *ctx, const float *parts, float *mine, size_t floats);
+    float *(*layer_state)(void *ctx, int layer);
+    float *(*buffer)(void *ctx, int i, size_t floats);
+    /* the router statistics of the whole sequences: every rank's counts, psum [E] and rows added
+     * in rank order, the same on every rank (the aux loss is not a sum over rows) */
+    void (*reduce_aux)(void *ctx, double *counts, double *psum, int64_t E, int64_t *rows);
+    void *ctx;
+} hyla_context_link;
+
+/* The floats the ops ask of a link (n_seq slices of T rows, `size` ranks): buffers 0..3, the
+ * staging of its reduce (every rank's block), and one linear layer's kept states. */
+void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size, size_t buf[4], size_t *stage,
+                        size_t *kept_per_layer);
+/* Bytes a link holds with those (train/context.h allocates so; hyla plan counts so): the buffers,
+ * the staging, every linear layer's kept states and a chain hop's receive, the router statistics'
+ * exchange [size][2 E + 1]. */
+size_t hyla_context_link_bytes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size);
+
 typedef struct {
     const hyla_model *m;
     float *grads;            /* parameter gradients (table layout from offset grad_base), NULL in inference */
@@ -137,6 +177,8 @@ typedef struct {
     float *bf16_scratch;
     /* the routed experts' weights group by group (FSDP's expert groups), or NULL: all in the arena */
     const hyla_expert_source *experts;
+    /* context parallelism: this call's sequences are slices of longer ones, or NULL */
+    const hyla_context_link *context;
 } hyla_op_ctx;
 
 typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);
@@ -154,6 +196,7 @@ typedef struct {
     hyla_slot in[HYLA_OP_MAX_IO], out[HYLA_OP_MAX_IO];
     hyla_slot reads[HYLA_OP_MAX_IO]; /* slots the backward reads (a subset of in and out) */
     int lora;                /* runs adaptable projections (hyla_op_linear): gets LoRA scratch */
+    int context;             /* passes across slices under context parallelism: 1 conv, 2 delta rule, 3 attention */
     int experts;             /* reads routed experts' rows of one tensor (1: MOE_GATE_UP, 2: MOE_DOWN),
                               * group by group under an expert source */
 } hyla_layer_op;

@@ -83,6 +83,18 @@ static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { 
 
 /* ---- causal softmax attention: QR, KR, VRAW -> CTX, LSE ---------------------------------- */
 static float attn_scale(const hyla_config *cfg) { return (float)(1.0 / sqrt((double)cfg->head_dim)); }
+/* Context parallelism: sequence b's keys and values of every slice, in order, into the link's
+ * buffers 0 and 1 ([size T, kv]: this slice's queries read those of slices <= rank). */
+static void slice_keys(const hyla_op_ctx *c, const hyla_tape *t, int64_t o, int64_t T, const float **k, const float **v)
+{
+    const hyla_context_link *cx = c->context;
+    size_t kvT = (size_t)(T * CFG->n_kv_heads * CFG->head_dim), kvo = (size_t)o * (size_t)(CFG->n_kv_heads * CFG->head_dim);
+    float *K = cx->buffer(cx->ctx, 0, (size_t)cx->size * kvT), *V = cx->buffer(cx->ctx, 1, (size_t)cx->size * kvT);
+    cx->allgather(cx->ctx, t->p[HYLA_S_KR] + kvo, K, kvT);
+    cx->allgather(cx->ctx, t->p[HYLA_S_VRAW] + kvo, V, kvT);
+    *k = K, *v = V;
+}
+
 static void core_fwd(const hyla_op_ctx *c, hyla_tape *t, float *work)
 {
     int64_t hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads, kv = Hkv * hd;
@@ -90,6 +102,10 @@ static void core_fwd(const hyla_op_ctx *c, hyla_tape *t, float *work)
         int64_t T = c->seq_len[b], o = c->seq_row0[b];
         const float *k = t->p[HYLA_S_KR] + o * kv, *v = t->p[HYLA_S_VRAW] + o * kv;
         int64_t past = 0;
+        if (c->context) { /* a slice: its queries over the keys of every slice up to its own */
+            slice_keys(c, t, o, T, &k, &v);
+            past = c->context->rank * T;
+        }
         if (c->state) { /* inference: append to the cache (post-norm, post-RoPE keys), attend over it */
             past = c->past[b];
             float *kc = c->state->keys + b * c->max_len * kv, *vc = c->state->values + b * c->max_len * kv;
@@ -112,6 +128,23 @@ static void core_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
     float *dq = scratch, *dk = dq + c->T * Hq * hd, *dv = dk + c->T * Hkv * hd, *work = dv + c->T * Hkv * hd;
     for (int64_t b = 0; b < c->n_seq; b++) {
         int64_t T = c->seq_len[b], o = c->seq_row0[b], qs = T * Hq * hd, ks = T * Hkv * hd, qo = o * Hq * hd, ko = o * Hkv * hd;
+        if (c->context) { /* a slice: dk, dv of every key up to its own, each slice's summed over the ranks */
+            const hyla_context_link *cx = c->context;
+            const float *k, *v;
+            slice_keys(c, t, o, T, &k, &v);
+            size_t all = (size_t)(cx->size * ks), mine = (size_t)((cx->rank + 1) * ks);
+            float *pk = cx->buffer(cx->ctx, 2, all), *pv = cx->buffer(cx->ctx, 3, all);
+            hyla_attention_bwd_past(dq, pk, pv, d->p[HYLA_S_CTX] + qo, t->p[HYLA_S_CTX] + qo, t->p[HYLA_S_LSE] + o * Hq,
+                                    t->p[HYLA_S_QR] + qo, k, v, T, cx->rank * T, Hq, Hkv, hd, attn_scale(CFG), work);
+            memset(pk + mine, 0, (all - mine) * sizeof(float)); /* the later slices' keys: none of this slice's */
+            memset(pv + mine, 0, (all - mine) * sizeof(float));
+            cx->reduce(cx->ctx, pk, dk, (size_t)ks);
+            cx->reduce(cx->ctx, pv, dv, (size_t)ks);
+            acc(d->p[HYLA_S_QR] + qo, dq, qs);
+            acc(d->p[HYLA_S_KR] + ko, dk, ks);
+            acc(d->p[HYLA_S_VRAW] + ko, dv, ks);
+            continue;
+        }
         hyla_attention_bwd(dq, dk, dv, d->p[HYLA_S_CTX] + qo, t->p[HYLA_S_CTX] + qo, t->p[HYLA_S_LSE] + o * Hq,
                            t->p[HYLA_S_QR] + qo, t->p[HYLA_S_KR] + ko, t->p[HYLA_S_VRAW] + ko, T, Hq, Hkv, hd,
                            attn_scale(CFG), work);
@@ -168,7 +201,7 @@ const hyla_layer_op hyla_ops_attn[] = {
     {"attn_norm_rope", prep_fwd, prep_bwd, none, prep_bwd_scratch, HYLA_IN(HYLA_S_QRAW, HYLA_S_KRAW),
      HYLA_OUT(HYLA_S_QR, HYLA_S_KR, HYLA_S_COS, HYLA_S_SIN), HYLA_READS(HYLA_S_QRAW, HYLA_S_KRAW, HYLA_S_COS, HYLA_S_SIN)},
     {"attn_softmax", core_fwd, core_bwd, core_fwd_scratch, core_bwd_scratch, HYLA_IN(HYLA_S_QR, HYLA_S_KR, HYLA_S_VRAW),
-     HYLA_OUT(HYLA_S_CTX, HYLA_S_LSE), HYLA_READS(HYLA_S_QR, HYLA_S_KR, HYLA_S_VRAW, HYLA_S_CTX, HYLA_S_LSE)},
+     HYLA_OUT(HYLA_S_CTX, HYLA_S_LSE), HYLA_READS(HYLA_S_QR, HYLA_S_KR, HYLA_S_VRAW, HYLA_S_CTX, HYLA_S_LSE), .context = 3},
     {"attn_gate", gate_fwd, gate_bwd, none, none, HYLA_IN(HYLA_S_CTX, HYLA_S_GATE), HYLA_OUT(HYLA_S_ATT),
      HYLA_READS(HYLA_S_CTX, HYLA_S_GATE)},
     {"attn_out_proj", out_fwd, out_bwd, none, none, HYLA_IN(HYLA_S_ATT), HYLA_OUT(HYLA_S_MIX), HYLA_READS(HYLA_S_ATT),

@@ -1,5 +1,6 @@
 /* Gated DeltaNet mixer ops (spec §3.4, backward §8.2-8.7), forward and backward side by side.
- * Sequences are [B, T] rows; conv and delta rule run per sequence from a zero state. */
+ * Sequences are [B, T] rows; conv and delta rule run per sequence from a zero state, or (context
+ * parallelism, layer_ops.h) from the previous slice's window and state. */
 #include <math.h>
 #include <string.h>
 
@@ -50,12 +51,27 @@ static void conv_cache_update(float *hist /*[K,cd]*/, const float *x /*[T,cd]*/,
     }
 }
 
+/* Context parallelism: the K raw inputs before this slice of sequence b (the previous slice's
+ * last K rows; rank 0: none), into the link's buffer 0. */
+static const float *slice_history(const hyla_op_ctx *c, const float *x /*[T,cd]*/, int64_t T)
+{
+    int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
+    float *hist = c->context->buffer(c->context->ctx, 0, (size_t)(K * cd));
+    c->context->shift_fwd(c->context->ctx, x + (T - K) * cd, hist, (size_t)(K * cd));
+    return c->context->rank > 0 ? hist : NULL;
+}
+
 static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
     int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
     for (int64_t b = 0; b < c->n_seq; b++) { /* each sequence (row or packed document) from its own window */
         int64_t T = c->seq_len[b], o = c->seq_row0[b];
         float *hist = c->state ? c->state->conv + b * K * cd : NULL;
+        if (c->context) { /* a slice: the window continues the previous slice's */
+            hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV),
+                               slice_history(c, t->p[HYLA_S_QKV] + o * cd, T), T, cd, K);
+            continue;
+        }
         const float *x = t->p[HYLA_S_QKV] + o * cd;
         hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, x, hyla_op_w(c, HYLA_P_GDN_CONV), hist, T, cd, K);
         for (int64_t r = 0; c->keep && r < T - 1; r++) { /* the window after row r: a rollback point */
@@ -67,13 +83,32 @@ static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
             conv_cache_update(hist, x, T, K, cd);
     }
 }
+/* Context parallelism: sequence b's slice. The first taps' part of the dx of the previous slice's
+ * last K-1 rows (from this slice's first K-1 rows alone) goes back to it, the next slice's part
+ * of this slice's last rows arrives and this slice's sums continue it (ops.h). */
+static void conv_bwd_slice(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *dx, int64_t o, int64_t T)
+{
+    int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
+    const float *x = t->p[HYLA_S_QKV] + o * cd, *dy = d->p[HYLA_S_CONV] + o * cd, *w = hyla_op_w(c, HYLA_P_GDN_CONV);
+    const float *hist = slice_history(c, x, T);
+    const hyla_context_link *cx = c->context;
+    float *d_hist = cx->buffer(cx->ctx, 1, (size_t)((K - 1) * cd)), *tail = cx->buffer(cx->ctx, 2, (size_t)((K - 1) * cd));
+    float *rows = cx->buffer(cx->ctx, 3, (size_t)((K - 1) * cd));
+    hyla_conv_silu_bwd_hist(rows, NULL, d_hist, NULL, dy, x, w, hist, K - 1, cd, K);
+    cx->shift_bwd(cx->ctx, d_hist, tail, (size_t)((K - 1) * cd));
+    hyla_conv_silu_bwd_hist(dx, hyla_op_dw(c, HYLA_P_GDN_CONV), NULL, cx->rank + 1 < cx->size ? tail : NULL, dy, x, w,
+                            hist, T, cd, K);
+}
 static void conv_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch /*[n,cd]*/)
 {
     int64_t cd = hyla_cfg_conv_dim(CFG);
     for (int64_t b = 0; b < c->n_seq; b++) {
         int64_t T = c->seq_len[b], o = c->seq_row0[b];
-        hyla_conv_silu_bwd(scratch + o * cd, hyla_op_dw(c, HYLA_P_GDN_CONV), d->p[HYLA_S_CONV] + o * cd,
-                           t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV), T, cd, CFG->conv_kernel);
+        if (c->context)
+            conv_bwd_slice(c, t, d, scratch + o * cd, o, T);
+        else
+            hyla_conv_silu_bwd(scratch + o * cd, hyla_op_dw(c, HYLA_P_GDN_CONV), d->p[HYLA_S_CONV] + o * cd,
+                               t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV), T, cd, CFG->conv_kernel);
     }
     acc(d->p[HYLA_S_QKV], scratch, c->n * cd);
 }
@@ -131,11 +166,81 @@ static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
 }
 
 /* ---- delta rule: GQ, GK, GV, G, BETA -> CORE --------------------------------------------- */
+/* Context parallelism: every sequence's slice from the state the previous slice ends in (the
+ * forward: handed along the ranks in order, and kept for the recompute and the backward), and
+ * the backward from the gradient of the state this slice ends in (handed back in reverse order). */
+typedef struct {
+    const hyla_op_ctx *c;
+    const hyla_tape *t;
+    hyla_tape *d;
+    float *states; /* [n_seq][Hv,dk,dv] chain buffer */
+    float *scratch;
+} delta_slices;
+
+static void delta_slices_fwd(void *arg)
+{
+    delta_slices *a = arg;
+    const hyla_op_ctx *c = a->c;
+    int64_t Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim, sz = Hv * dk * dv;
+    int64_t kd = Hk * dk, vd = Hv * dv;
+    float *kept = c->context->layer_state(c->context->ctx, c->layer), *work = a->scratch + sz;
+    for (int64_t b = 0; b < c->n_seq; b++) {
+        int64_t o = c->seq_row0[b];
+        float *state = a->states + b * sz;
+        if (c->recompute) /* the forward's initial state, kept */
+            memcpy(state, kept + b * sz, (size_t)sz * sizeof(float));
+        else
+            memcpy(kept + b * sz, state, (size_t)sz * sizeof(float));
+        const hyla_tape *t = a->t;
+        hyla_delta_rule_chunked_fwd(t->p[HYLA_S_CORE] + o * vd, state, t->p[HYLA_S_GQ] + o * kd, t->p[HYLA_S_GK] + o * kd,
+                                    t->p[HYLA_S_GV] + o * vd, t->p[HYLA_S_G] + o * Hv, t->p[HYLA_S_BETA] + o * Hv,
+                                    c->seq_len[b], Hk, Hv, dk, dv, work);
+    }
+}
+
+static void delta_slices_bwd(void *arg)
+{
+    delta_slices *a = arg;
+    const hyla_op_ctx *c = a->c;
+    int64_t Tmax = c->T, Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
+    int64_t kd = Hk * dk, vd = Hv * dv, sz = Hv * dk * dv;
+    float *sq = a->scratch, *sk = sq + Tmax * kd, *sv = sk + Tmax * kd, *sg = sv + Tmax * vd, *sb = sg + Tmax * Hv;
+    float *work = sb + Tmax * Hv;
+    const float *kept = c->context->layer_state(c->context->ctx, c->layer);
+    float *d0 = c->context->buffer(c->context->ctx, 1, (size_t)sz);
+    const hyla_tape *t = a->t;
+    hyla_tape *d = a->d;
+    for (int64_t b = 0; b < c->n_seq; b++) {
+        int64_t o = c->seq_row0[b], T = c->seq_len[b];
+        hyla_delta_rule_chunked_bwd_state(sq, sk, sv, sg, sb, d0, d->p[HYLA_S_CORE] + o * vd, t->p[HYLA_S_GQ] + o * kd,
+                                          t->p[HYLA_S_GK] + o * kd, t->p[HYLA_S_GV] + o * vd, t->p[HYLA_S_G] + o * Hv,
+                                          t->p[HYLA_S_BETA] + o * Hv, kept + b * sz, a->states + b * sz, T, Hk, Hv, dk,
+                                          dv, work);
+        memcpy(a->states + b * sz, d0, (size_t)sz * sizeof(float)); /* handed to the previous slice */
+        acc(d->p[HYLA_S_GQ] + o * kd, sq, T * kd);
+        acc(d->p[HYLA_S_GK] + o * kd, sk, T * kd);
+        acc(d->p[HYLA_S_GV] + o * vd, sv, T * vd);
+        acc(d->p[HYLA_S_G] + o * Hv, sg, T * Hv);
+        acc(d->p[HYLA_S_BETA] + o * Hv, sb, T * Hv);
+    }
+}
+
 static void delta_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*state + work*/)
 {
     int64_t Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
     int64_t kd = Hk * dk, vd = Hv * dv;
     float *work = scratch + Hv * dk * dv;
+    if (c->context) {
+        size_t floats = (size_t)(c->n_seq * Hv * dk * dv);
+        delta_slices a = {c, t, NULL, c->context->buffer(c->context->ctx, 0, floats), scratch};
+        if (c->recompute) {
+            delta_slices_fwd(&a);
+        } else {
+            memset(a.states, 0, floats * sizeof(float)); /* (rank 0's: a sequence's start) */
+            c->context->chain_fwd(c->context->ctx, a.states, floats, delta_slices_fwd, &a);
+        }
+        return;
+    }
     for (int64_t b = 0; b < c->n_seq; b++) { /* each sequence (row or packed document) from a zero state */
         int64_t T = c->seq_len[b];
         /* training: zero initial state; inference: continue from (and update) the cached state */
@@ -167,6 +272,13 @@ static void delta_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, fl
     int64_t kd = Hk * dk, vd = Hv * dv;
     float *sq = scratch, *sk = sq + Tmax * kd, *sv = sk + Tmax * kd, *sg = sv + Tmax * vd, *sb = sg + Tmax * Hv;
     float *work = sb + Tmax * Hv;
+    if (c->context) {
+        size_t floats = (size_t)(c->n_seq * Hv * dk * dv);
+        delta_slices a = {c, t, d, c->context->buffer(c->context->ctx, 0, floats), scratch};
+        memset(a.states, 0, floats * sizeof(float)); /* (the last rank's: nothing after the sequence) */
+        c->context->chain_bwd(c->context->ctx, a.states, floats, delta_slices_bwd, &a);
+        return;
+    }
     for (int64_t b = 0; b < c->n_seq; b++) {
         int64_t o = c->seq_row0[b], T = c->seq_len[b];
         hyla_delta_rule_chunked_bwd(sq, sk, sv, sg, sb, d->p[HYLA_S_CORE] + o * vd, t->p[HYLA_S_GQ] + o * kd,
@@ -222,12 +334,12 @@ const hyla_layer_op hyla_ops_gdn[] = {
     {"gdn_in_proj", proj_fwd, proj_bwd, none, none, HYLA_IN(HYLA_S_XN),
      HYLA_OUT(HYLA_S_QKV, HYLA_S_Z, HYLA_S_BL, HYLA_S_AL), HYLA_READS(HYLA_S_XN), .lora = 1},
     {"gdn_conv", conv_fwd, conv_bwd, none, conv_bwd_scratch, HYLA_IN(HYLA_S_QKV), HYLA_OUT(HYLA_S_CONV),
-     HYLA_READS(HYLA_S_QKV)},
+     HYLA_READS(HYLA_S_QKV), .context = 1},
     {"gdn_prep", prep_fwd, prep_bwd, none, prep_bwd_scratch, HYLA_IN(HYLA_S_CONV, HYLA_S_AL, HYLA_S_BL),
      HYLA_OUT(HYLA_S_GQ, HYLA_S_GK, HYLA_S_GV, HYLA_S_G, HYLA_S_BETA), HYLA_READS(HYLA_S_CONV, HYLA_S_AL, HYLA_S_BL)},
     {"gdn_delta_rule", delta_fwd, delta_bwd, delta_fwd_scratch, delta_bwd_scratch,
      HYLA_IN(HYLA_S_GQ, HYLA_S_GK, HYLA_S_GV, HYLA_S_G, HYLA_S_BETA), HYLA_OUT(HYLA_S_CORE),
-     HYLA_READS(HYLA_S_GQ, HYLA_S_GK, HYLA_S_GV, HYLA_S_G, HYLA_S_BETA)},
+     HYLA_READS(HYLA_S_GQ, HYLA_S_GK, HYLA_S_GV, HYLA_S_G, HYLA_S_BETA), .context = 2},
     {"gdn_gated_norm", gnorm_fwd, gnorm_bwd, none, gnorm_bwd_scratch, HYLA_IN(HYLA_S_CORE, HYLA_S_Z),
      HYLA_OUT(HYLA_S_GNORM), HYLA_READS(HYLA_S_CORE, HYLA_S_Z)},
     {"gdn_out_proj", out_fwd, out_bwd, none, none, HYLA_IN(HYLA_S_GNORM), HYLA_OUT(HYLA_S_MIX), HYLA_READS(HYLA_S_GNORM),

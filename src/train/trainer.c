@@ -158,6 +158,18 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
                                   "built (a group's overlapped sum would land in the unit pieces the previous unit's "
                                   "update still reads)");
     }
+    if (cfg->context_parallel > 1) {
+        if (cfg->context_parallel != ranks)
+            return hyla_error_set(HYLA_ERR_ARG, "--context-parallel %d: the slices are the ranks: launch %d (mpirun -np %d); "
+                                  "context parallelism beside data parallelism is not built", cfg->context_parallel,
+                                  cfg->context_parallel, cfg->context_parallel);
+        if (cfg->seq < model->cfg.conv_kernel)
+            return hyla_error_set(HYLA_ERR_ARG, "--context-parallel %d: a slice of %lld tokens is shorter than the conv "
+                                  "window (%lld)", cfg->context_parallel, (long long)cfg->seq,
+                                  (long long)model->cfg.conv_kernel);
+        if (cfg->mtp_weight > 0 || cfg->mtp_only)
+            return hyla_error_set(HYLA_ERR_ARG, "--context-parallel with the MTP loss is not built (--mtp-loss-weight 0)");
+    }
     if (cfg->fsdp && ranks < 2)
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: needs more than one rank (mpirun -np N)");
     if (cfg->fsdp && model->lora && !model->matrices_in_w)
@@ -204,6 +216,9 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         st = hyla_fsdp_set_mtp(&tr->fsdp, mtp);
         tr->ex.weights = &tr->fsdp.source;
     }
+    if (st == HYLA_OK && cfg->context_parallel > 1 &&
+        (st = hyla_context_init(&tr->context, tr->cfg.comm, &model->cfg, cfg->batch, cfg->seq)) == HYLA_OK)
+        tr->ex.context = &tr->context.link;
     /* replicated: the ordered sum, unless the one micro-batch's gradient is the step's */
     tr->reducing = (!tr->sharded || model->lora) && (ranks > 1 || cfg->accum > 1); /* (an adapter: replicated) */
     if (st == HYLA_OK && tr->reducing)
@@ -246,6 +261,8 @@ void hyla_trainer_free(hyla_trainer *tr)
         hyla_grad_reducer_free(&tr->window_reducer);
     if (tr->sharded)
         hyla_fsdp_free(&tr->fsdp);
+    if (tr->ex.context)
+        hyla_context_free(&tr->context);
     memset(tr, 0, sizeof *tr);
 }
 
@@ -266,7 +283,8 @@ size_t hyla_trainer_weight_bytes(const hyla_trainer *tr)
 size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
 {
     size_t nH = (size_t)tr->ex.n * (size_t)tr->model->cfg.hidden * sizeof(float);
-    return tr->ex.ckpt_bytes + tr->ex.work_bytes + tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1] + 4 * hyla_align_up(nH);
+    return tr->ex.ckpt_bytes + tr->ex.work_bytes + tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1] + 4 * hyla_align_up(nH) +
+           (tr->ex.context ? hyla_context_bytes(&tr->context) : 0);
 }
 
 void hyla_trainer_set_segments(hyla_trainer *tr, const int64_t *seg_len, int64_t n_seg)
@@ -352,7 +370,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     }
     /* a step whose rows hold no target (e.g. only the prompt part of long chats) trains the aux loss only */
     float ce_scale = labelled ? (float)(1.0 / (double)labelled) : 0.0f;
-    float aux_scale = (float)(cfg->router_aux_loss_coef / (double)G);
+    /* (slices: the aux loss is one per whole micro-batch, each rank's rows take all of its gradient) */
+    int64_t whole = tr->cfg.context_parallel > 1 ? G / tr->cfg.context_parallel : G;
+    float aux_scale = (float)(cfg->router_aux_loss_coef / (double)whole);
     int mtp = tr->cfg.mtp_weight > 0 || tr->cfg.mtp_only;
     int64_t mtp_targets = mtp ? hyla_mtp_target_count(labels, G * per, T, tr->seg_len, tr->n_seg) : 0;
     double mtp_weight = tr->cfg.mtp_only ? 1.0 : tr->cfg.mtp_weight, mtp_sum;
@@ -388,6 +408,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         tr->round_first = tr->fsdp.round_first = round == 0;
         int st = hyla_executor_step(&tr->ex, tokens + g * per, labels ? labels + g * per : NULL, tr->grads, ce_scale,
                                     aux_scale, &l);
+        if (st == HYLA_OK && tr->ex.context)
+            st = hyla_context_status(&tr->context);
         if (tr->model->lora)
             tr->model->lora->training = 0;
         if (st != HYLA_OK || g + N >= G) { /* segments apply to this step only */

@@ -22,6 +22,7 @@
 #include "parallel/comm.h"
 #include "parallel/grad_reduce.h"
 #include "engine/executor.h"
+#include "train/context.h"
 #include "train/fsdp.h"
 #include "train/optimizer.h"
 
@@ -42,6 +43,10 @@ typedef struct {
     int overlap_reduce;        /* FSDP (with the prefetch): overlap a unit's reduce-scatters with the next unit's backward */
     int expert_groups;         /* FSDP: routed experts gathered / reduce-scattered this many groups at a time
                                 * (train/fsdp.h; 0, 1: with their layer) */
+    /* context parallelism (train/context.h; 0, 1: off): every sequence is cut into this many slices,
+     * one per rank (= the ranks); `seq` is then a slice's length, and the step's micro-batches are
+     * slices: micro-batch g is slice g % C of the sequences of round g / C (hyla train makes them) */
+    int context_parallel;
     /* the MTP loss (engine/mtp_loss.h, docs/mtp.md): loss = main + mtp_weight x the MTP head's mean
      * cross-entropy over its targets (0: off, the head untouched); mtp_only: the MTP loss alone
      * and only the head's parameters updated (a frozen trunk) */
@@ -85,6 +90,7 @@ typedef struct {
     int window_reducing;
     double reduce_seconds;  /* this step's so far (hyla_step_stats.reduce_seconds) */
     hyla_fsdp fsdp;         /* cfg.fsdp: the pieces; the optimizer's moments are pieces too */
+    hyla_context context;   /* cfg.context_parallel > 1: the link between the slices */
     int sharded, round_first;
     double *loss_parts;     /* [N][accum][2] every rank's micro-batch ce sums and aux losses */
     float *grad_window;     /* update_per_layer: one unit's layer gradients */
