@@ -125,11 +125,14 @@ static void print_text(const hyla_plan *p, const hyla_plan_config *pc, const cha
     printf("  temp     %9.3f GB (%8.3f GiB) = checkpoints %.3f + working set %.3f + carries %.3f + gradients %.3f"
            " + gathered weights %.3f%s",
            p->temp_bytes / G, p->temp_bytes / Gi, p->checkpoint_bytes / G, p->work_bytes / G, p->carry_bytes / G,
-           p->grad_bytes / G, p->gathered_bytes / G, p->host_bytes > 0 || p->reduce_bytes > 0 ? "" : "\n");
+           p->grad_bytes / G, p->gathered_bytes / G, "");
     if (p->reduce_bytes > 0)
-        printf(" + gradient reduction %.3f%s", p->reduce_bytes / G, p->host_bytes > 0 ? "" : "\n");
+        printf(" + gradient reduction %.3f", p->reduce_bytes / G);
     if (p->host_bytes > 0)
-        printf(" + offload staging %.3f\n", p->staging_bytes / G);
+        printf(" + offload staging %.3f", p->staging_bytes / G);
+    if (p->context_bytes > 0)
+        printf(" + context link %.3f", p->context_bytes / G);
+    printf("\n");
     printf("  total    %9.3f GB (%8.3f GiB)\n", p->peak_bytes / G, p->peak_bytes / Gi);
     if (p->comm_bytes > 0)
         printf("  sent     %9.3f GB per step by %s (%lld micro-batch(es) per device: %s)\n", p->comm_bytes / G,

@@ -470,7 +470,7 @@ static int run(train_args *a, hyla_comm *comm)
     }
     if (rc == HYLA_OK)
         rc = hyla_lr_schedule_parse(a->schedule, &tc.schedule.kind);
-    int cp = a->context_parallel > 1 ? a->context_parallel : 1; /* (a slice per rank: its length) */
+    int cp = a->context_parallel > 1 ? (int)a->context_parallel : 1; /* (a slice per rank: its length) */
     tc.batch = a->batch, tc.seq = a->seq / cp, tc.accum = a->accum;
     tc.context_parallel = cp;
     tc.adamw = (hyla_adamw_config){a->lr, a->beta1, a->beta2, a->eps, a->wd, a->clip};
@@ -487,7 +487,7 @@ static int run(train_args *a, hyla_comm *comm)
     tc.fsdp = a->fsdp;
     tc.no_prefetch = a->no_prefetch;
     tc.overlap_reduce = a->overlap_reduce;
-    tc.expert_groups = a->expert_groups;
+    tc.expert_groups = (int)a->expert_groups;
     /* FSDP's sharded load, after the trainer's setup: a model directory, or a sharded checkpoint
      * given as --model (resumed from, its pieces are read by resume_state) */
     int deferred = m.source_set != NULL || (m.pieces != NULL && !(a->resume && !a->adapter_resume));
@@ -876,7 +876,7 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
                           : a.sample_tokens > 0 ? "--sample is not built with it"
                           : a.replay ? "--replay-routing is not built with it" : NULL;
         if (why) {
-            fprintf(stderr, "hyla train: --context-parallel %d: %s\n", a.context_parallel, why);
+            fprintf(stderr, "hyla train: --context-parallel %lld: %s\n", (long long)a.context_parallel, why);
             return 2;
         }
     }

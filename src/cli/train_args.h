@@ -26,8 +26,8 @@ typedef struct {
     int fsdp;                 /* what it means (default: fsdp over more than one rank) */
     int no_prefetch;          /* --no-prefetch */
     int overlap_reduce;       /* --overlap-reduce */
-    int expert_groups;        /* --expert-groups */
-    int context_parallel;     /* --context-parallel */
+    int64_t expert_groups;    /* --expert-groups (OPT_INT fills an int64_t) */
+    int64_t context_parallel; /* --context-parallel */
     int save_sharded;         /* --save-sharded: every FSDP rank writes its own pieces (model/pieces.h) */
     uint64_t flags_hash;      /* of the command line, for the ranks' agreement check */
     double lr, min_lr, wd, clip, beta1, beta2, eps, decay_fraction;

@@ -96,7 +96,8 @@ p = json.load(open(sys.argv[1]))
 rec = [json.loads(l) for l in open(sys.argv[2])]
 want = {"weight_bytes": p["param_bytes"] - p["adapter_bytes"] + p["gathered_weight_bytes"],
         "gradient_bytes": p["gradient_bytes"] + p["reduce_bytes"], "optimizer_bytes": p["optimizer_bytes"],
-        "activation_bytes": p["checkpoint_bytes"] + p["work_bytes"] + p["offload_staging_bytes"] + p["carry_bytes"],
+        "activation_bytes": p["checkpoint_bytes"] + p["work_bytes"] + p["offload_staging_bytes"] + p["carry_bytes"] +
+                            p["context_bytes"],
         "comm_bytes": p["comm_bytes"]}
 bad = [(k, r["step"], r[k], v) for r in rec for k, v in want.items() if r[k] != v]
 last = rec[-1]
@@ -189,6 +190,61 @@ MODEL="$T/mm" MPI_ONLY="--expert-groups 2 --overlap-reduce" equal "expert groups
 MPI_ONLY="--expert-groups 2" equal "expert groups, LoRA (the frozen base's experts by group)" 2 1 fsdp --lora-rank 4
 planned "measured == planned: --expert-groups 2, LoRA" "$T/expert_groups__lora__the_frozen_base_s_experts_by_group_.fsdp" 2 1 fsdp --expert-groups 2 --lora-rank 4
 expect_error "--expert-groups without FSDP" "needs --shard fsdp under mpirun" "$HYLA" train --model "$T/m" --synthetic --steps 1 --expert-groups 2
+# context parallelism (--context-parallel C, C = the ranks): every sequence cut into C slices, one per
+# rank. The forward of every row is the whole sequence's bit for bit (slices of whole 64-row chunks:
+# the conv window, the delta-rule state and attention's keys are passed, positions offset; the
+# kernels' split == whole is shown in test_gdn_grads / test_op_grads), so step 1's loss differs
+# only by how the rows' double sums are grouped (~1e-15 relative): equal to the 8 printed decimals
+# (1e-8). The gradient sums over rows are regrouped (each rank's rows, then the ranks in order; the
+# earlier keys' attention gradients as two slices' parts): an n-term fp32 sum regrouped moves by <=
+# 2 n u sum|terms| (u = 2^-24), n = the B T rows of a micro-batch; for the grad norm, dominated by
+# large elements whose terms do not cancel, that is <= 2 n u relative (512 rows: 6.1e-5). Later
+# steps start from weights that differ by those updates: their losses within 1e-6 relative (an
+# error in what is passed moves step 1's loss by 1e-3 or more). With bf16 compute the later steps
+# are not compared: a master weight moved by the regrouping can round to the neighbouring bf16
+# value (2^-8 relative), a discrete change the fp32 bound does not cover; step 1 (the same bf16
+# weights and inputs) is held to the same bounds.
+cp_close() { # NAME NP ACCUM ARGS...: mpirun -np NP --context-parallel NP vs one process on the whole sequences
+    local name=$1 np=$2 acc=$3 d="$T/cp_$(printf %s "$1" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' _)"; shift 3
+    local CPB=(--text data/kjv.txt --batch 2 --seq 256 --steps 3 --warmup 1 --lr 3e-3 --seed 5 --threads 1)
+    train "$d.one" 0 --model "${MODEL:-$T/m}" "${CPB[@]}" --accum "$acc" "$@" &&
+        train "$d.cp" "$np" --model "${MODEL:-$T/m}" "${CPB[@]}" --accum "$acc" --context-parallel "$np" "$@" ${MPI_ONLY:-} &&
+        $PY - "$d.one/log.jsonl" "$d.cp/log.jsonl" "$name" "$*" <<'PYEOF' || fail "context parallel: $name"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1])]
+b = [json.loads(l) for l in open(sys.argv[2])]
+rows, u = 2 * 256, 2.0 ** -24
+ok = len(a) == len(b) == 3
+ok = ok and abs(a[0]["loss"] - b[0]["loss"]) <= 1e-8 and abs(a[0]["aux"] - b[0]["aux"]) <= 1e-8
+gn = abs(a[0]["grad_norm"] - b[0]["grad_norm"]) / a[0]["grad_norm"]
+ok = ok and gn <= 2 * rows * u
+later = max(abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a[1:], b[1:]))
+bf16 = "bf16" in sys.argv[4]
+ok = ok and (bf16 or later <= 1e-6)
+act = b[0]["activation_bytes"] / a[0]["activation_bytes"]  # (the link included: hyla plan --context-parallel)
+print(f"  {'ok  ' if ok else 'FAIL'} {sys.argv[3]}: activations per rank {act:.2f}x one process's; step 1 loss {b[0]['loss']} (one process {a[0]['loss']}), grad norm "
+      f"within {gn:.1e} (bound {2 * rows * u:.1e}), steps 2-3 losses within {later:.1e}" +
+      (" (bf16: not bounded)" if bf16 else " (bound 1e-6)"))
+sys.exit(0 if ok else 1)
+PYEOF
+}
+cp_close "2 slices, shard none" 2 1 --shard none
+planned "measured == planned: --context-parallel 2, shard none (a slice's step + the link)" "$T/cp_2_slices__shard_none.cp" 2 1 none \
+    --seq 256 --context-parallel 2
+MPI_ONLY="--expert-groups 2" cp_close "4 slices, fsdp, accum 2, remat minimal_offloaded, expert groups" 4 2 --remat minimal_offloaded
+planned "measured == planned: --context-parallel 4 with FSDP, expert groups, offload (the slices' messages in the bytes sent)" \
+    "$T/cp_4_slices__fsdp__accum_2__remat_minimal_offloaded__expert_groups.cp" 4 2 fsdp --seq 256 --context-parallel 4 \
+    --remat minimal_offloaded --expert-groups 2
+cp_close "4 slices, fsdp, bf16 compute, block units, per-layer updates" 4 1 --act-dtype bf16 --remat-unit block --update-per-layer --clip 0
+refused_cp() { # NAME PATTERN NP ARGS...
+    local name=$1 pattern=$2 np=$3; shift 3
+    timeout 60 "${MPI[@]}" -np "$np" "$HYLA" train --model "$T/m" --text data/kjv.txt --batch 1 --seq 64 --steps 1 "$@" >"$T/out" 2>"$T/err"; local rc=$?
+    [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "$pattern" "$T/err" && echo "  ok  $name: $(grep -m1 -- "$pattern" "$T/err")" ||
+        { fail "$name: rc $rc"; head -3 "$T/err"; }
+}
+refused_cp "--context-parallel other than the ranks" "the slices are the ranks" 2 --context-parallel 4
+refused_cp "--context-parallel with a --seq that does not divide" "must divide into the slices" 2 --context-parallel 2 --seq 63
+refused_cp "--context-parallel with the MTP loss" "with the MTP loss is not built" 2 --context-parallel 2 --model "$T/mm" --mtp-loss-weight 0.1
 # evaluation and --sample across ranks: the eval batches split round-robin (3 ranks: uneven
 # rounds, empty batches at the tail), FSDP's layers gathered as used (no whole copy), the sums
 # added in batch order: the eval records and the sample == one process's
