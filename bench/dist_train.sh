@@ -2,15 +2,17 @@
 # Training across processes (issue: MPI data parallel + FSDP): bench-100m, the same global batch
 # (2 micro-batches of BATCH x SEQ per step) as 2 ranks x 1 thread (mpirun -np 2, --accum 1) with
 # shard none, shard fsdp, shard fsdp --no-prefetch, shard fsdp --overlap-reduce, and shard fsdp
-# --expert-groups 4 without and with --overlap-reduce, and as 1 process x 2 threads (--accum 2).
-# Paired runs (the seven in turn, REPEATS times) so drift hits all alike; a run's step time is the
+# --expert-groups 4 without and with --overlap-reduce, and shard fsdp --context-parallel 2 (each
+# sequence in two slices), and as 1 process x 2 threads (--accum 2).
+# Paired runs (the eight in turn, REPEATS times) so drift hits all alike; a run's step time is the
 # mean over steps 2..STEPS, the best run of REPEATS kept. Reports tokens/s and the ratio to one
 # process, bytes each rank sends per step (measured, and planned by hyla plan --devices 2
 # --shard ...), per-rank weight / gradient / moment bytes, seconds in collectives, and the share of
 # communication hidden behind compute: FSDP's weight gathers, 1 - (gather wait with the
 # prefetch) / (gather wait without it); the gradient reductions' time and share of the step,
 # and the share of FSDP's reduce-scatters that --overlap-reduce hides, 1 - (its wait for them) /
-# (the blocking run's time in them). No state passing: no context parallelism yet.
+# (the blocking run's time in them); context parallelism's state passing (the delta-rule chain)
+# and the link's other messages, their share of the step (none hidden: they block).
 # usage: bench/dist_train.sh [BATCH=1] [SEQ=512] [STEPS=4] [REPEATS=2]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,12 +22,13 @@ bench_setup bench-100m gemm_bench
 unset OMP_NUM_THREADS
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-CONFIGS=(none fsdp fsdp_noprefetch fsdp_overlap fsdp_groups fsdp_groups_overlap)
+CONFIGS=(none fsdp fsdp_noprefetch fsdp_overlap fsdp_groups fsdp_groups_overlap fsdp_context)
 flags() { # CONFIG -> its train / plan flags
     case $1 in
     none) echo --shard none ;; fsdp) echo --shard fsdp ;; fsdp_noprefetch) echo --shard fsdp --no-prefetch ;;
     fsdp_overlap) echo --shard fsdp --overlap-reduce ;; fsdp_groups) echo --shard fsdp --expert-groups 4 ;;
     fsdp_groups_overlap) echo --shard fsdp --expert-groups 4 --overlap-reduce ;;
+    fsdp_context) echo --shard fsdp --context-parallel 2 ;;
     esac
 }
 TRAIN=(train --model "$MODEL" --synthetic --steps "$STEPS" --batch "$B" --seq "$SEQ" --warmup 1 --seed 3)
@@ -33,12 +36,15 @@ for i in $(seq "$REPEATS"); do
     ./build/hyla "${TRAIN[@]}" --accum 2 --threads 2 --log-json "$out/one.$i.jsonl" >/dev/null
     for sh in "${CONFIGS[@]}"; do
         read -ra extra <<< "$(flags "$sh")"
+        # (context parallel: the step's 2 micro-batches of B x SEQ each cut into 2 slices, --accum 2 per rank)
+        [ "$sh" = fsdp_context ] && extra+=(--accum 2)
         mpirun --allow-run-as-root --oversubscribe -np 2 --bind-to core ./build/hyla "${TRAIN[@]}" --accum 1 --threads 1 \
             "${extra[@]}" --log-json "$out/$sh.$i.jsonl" >/dev/null
     done
 done
 for sh in "${CONFIGS[@]}"; do
     read -ra extra <<< "$(flags "$sh")"
+    [ "$sh" = fsdp_context ] && extra+=(--accum 2)
     ./build/hyla plan "$MODEL" --batch "$B" --seq "$SEQ" --devices 2 "${extra[@]}" --threads 1 --json > "$out/plan.$sh.json"
 done
 /usr/bin/python3 - "$out" "$REPEATS" <<'PY'
@@ -52,14 +58,17 @@ def run(path):
     wait = sum(r["gather_wait_seconds"] for r in rec) / len(rec)
     reduce = sum(r["reduce_seconds"] for r in rec) / len(rec)
     reduce_wait = sum(r["reduce_wait_seconds"] for r in rec) / len(rec)
+    context = sum(r["context_seconds"] for r in rec) / len(rec)
+    chain = sum(r["context_chain_seconds"] for r in rec) / len(rec)
     return {"tokens_per_s": rec[0]["tokens"] / secs, "step_seconds": secs, "comm_seconds": comm,
             "gather_wait_seconds": wait, "gradient_reduce_seconds": reduce, "gradient_reduce_wait_seconds": reduce_wait,
+            "context_seconds": context, "state_passing_seconds": chain,
             **{k: rec[-1][k] for k in keys}}
 def best(name):
     return max((run(f"{out}/{name}.{i}.jsonl") for i in range(1, reps + 1)), key=lambda r: r["tokens_per_s"])
 one = best("one")
 res = {"benchmark": "dist_train", "model": "bench-100m", "one_process_2_threads": one}
-for sh in ("none", "fsdp", "fsdp_noprefetch", "fsdp_overlap", "fsdp_groups", "fsdp_groups_overlap"):
+for sh in ("none", "fsdp", "fsdp_noprefetch", "fsdp_overlap", "fsdp_groups", "fsdp_groups_overlap", "fsdp_context"):
     two, plan = best(sh), json.load(open(f"{out}/plan.{sh}.json"))
     res["global_batch"] = "2 x %s x %s" % (plan["batch"], plan["seq"])
     two["comm_share_of_step"] = two["comm_seconds"] / two["step_seconds"]
@@ -94,5 +103,13 @@ if gr["gradient_reduce_seconds"] > 0:
 if blocking["gather_wait_seconds"] > 0:
     gr["comm_hidden_fraction"] = 1 - gr["gather_wait_seconds"] / blocking["gather_wait_seconds"]
     gr["comm_hidden_of"] = "weight gathers, layer parts and expert groups prefetched (vs --no-prefetch without groups)"
+# context parallelism (--context-parallel 2: each of the step's sequences cut in two, a slice per
+# rank): the link's messages block, none is hidden behind compute; the state passing (the delta
+# rule's chain, its bubble included: rank 1 waits for rank 0's slice) and its share of the step
+cx = res["two_ranks_1_thread_shard_fsdp_context"]
+cx["state_passing_share_of_step"] = cx["state_passing_seconds"] / cx["step_seconds"]
+cx["context_messages_share_of_step"] = cx["context_seconds"] / cx["step_seconds"]
+cx["state_passing_hidden_fraction"] = 0.0
+cx["state_passing_hidden_of"] = "none: the chain is sequential and blocking (no pipelining over micro-batches yet)"
 print(json.dumps(res, indent=1))
 PY

@@ -6,6 +6,7 @@
 
 #include "core/arena.h"
 #include "core/error.h"
+#include "core/profile.h"
 
 static void note(hyla_context *cx, int st)
 {
@@ -26,8 +27,10 @@ static void hop(hyla_context *cx, int from, int to, float *state, size_t floats)
         sc[to] = floats * sizeof(float);
     if (c->rank == to)
         rc[from] = floats * sizeof(float);
+    double t0 = hyla_now();
     if (cx->status == HYLA_OK)
         note(cx, c->alltoallv(c, state, sc, zero, cx->hop, rc, zero));
+    cx->seconds += hyla_now() - t0, cx->chain_seconds += hyla_now() - t0;
     if (c->rank == to)
         memcpy(state, cx->hop, floats * sizeof(float));
 }
@@ -45,8 +48,10 @@ static void shift(hyla_context *cx, int step, const float *send, float *recv, si
         rc[from] = floats * sizeof(float);
     else
         memset(recv, 0, floats * sizeof(float));
+    double t0 = hyla_now();
     if (cx->status == HYLA_OK)
         note(cx, c->alltoallv(c, send, sc, zero, recv, rc, zero));
+    cx->seconds += hyla_now() - t0;
 }
 
 static void shift_fwd(void *ctx, const float *mine, float *prev, size_t floats) { shift(ctx, 1, mine, prev, floats); }
@@ -80,16 +85,20 @@ static void chain_bwd(void *ctx, float *state, size_t floats, void (*run)(void *
 static void allgather(void *ctx, const float *mine, float *all, size_t floats)
 {
     hyla_context *cx = ctx;
+    double t0 = hyla_now();
     if (cx->status == HYLA_OK)
         note(cx, cx->comm->allgather(cx->comm, mine, all, floats * sizeof(float)));
+    cx->seconds += hyla_now() - t0;
 }
 
 static void reduce(void *ctx, const float *parts, float *mine, size_t floats)
 {
     hyla_context *cx = ctx;
     HYLA_ASSERT(floats * (size_t)cx->comm->size <= cx->stage_floats);
+    double t0 = hyla_now();
     if (cx->status == HYLA_OK)
         note(cx, cx->comm->alltoall(cx->comm, parts, cx->stage, floats * sizeof(float)));
+    cx->seconds += hyla_now() - t0;
     memcpy(mine, cx->stage, floats * sizeof(float));
     for (int r = 1; r < cx->comm->size; r++) /* rank order */
         for (size_t i = 0; i < floats; i++)
@@ -121,8 +130,10 @@ static void reduce_aux(void *ctx, double *counts, double *psum, int64_t E, int64
     mine[2 * E] = (double)*rows;
     double own[w];
     memcpy(own, mine, w * sizeof(double));
+    double t0 = hyla_now();
     if (cx->status == HYLA_OK)
         note(cx, cx->comm->allgather(cx->comm, own, cx->aux, w * sizeof(double)));
+    cx->seconds += hyla_now() - t0;
     for (int64_t e = 0; e < E; e++) { /* rank order */
         counts[e] = cx->aux[e], psum[e] = cx->aux[E + e];
         for (int r = 1; r < N; r++)

@@ -40,6 +40,8 @@ typedef struct {
     double *aux;           /* [size][2 E + 1] the ranks' router statistics */
     int64_t E;
     int status;            /* the first failed message of the step (HYLA_OK: none) */
+    double seconds;        /* in the link's messages, since reset (the chain's hops: waiting for the ranks before) */
+    double chain_seconds;  /* ... of it in the delta-rule chain's hops (the state passing and its bubble) */
 } hyla_context;
 
 /* A link for micro-batches of n_seq sequences of T rows per rank (slices of size x T). */

@@ -71,6 +71,8 @@ typedef struct {
     double comm_seconds;
     double gather_wait_seconds; /* FSDP: compute waiting for weight gathers (what the prefetch did not hide) */
     double reduce_seconds;      /* in the gradient reductions' calls (reduce-scatters, the ordered sums) */
+    double context_seconds;     /* context parallelism: in the link's messages (none hidden: they block) */
+    double context_chain_seconds; /* ... of it passing the delta-rule state along the ranks (and waiting for it) */
     double reduce_wait_seconds; /* ... of it waiting for them: FSDP with --overlap-reduce overlaps a unit's
                                  * (and an expert group's, and the early head gradients') reduce-scatters
                                  * with the backward, the embedding's blocks; else all of it */
