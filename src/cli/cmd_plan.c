@@ -195,7 +195,7 @@ int hyla_cmd_plan(int argc, char **argv)
         {"--shard", OPT_STRING, &shard, "fsdp|none", "how parameters, gradients and moments are split (default fsdp)", 0, 0},
         {"--expert-groups", OPT_INT, &expert_groups, "G", "FSDP: gather and reduce-scatter an MoE layer's routed experts "
          "in G groups (must divide the experts), so no device holds a whole MoE layer (default 1)", 1, 1 << 20},
-        {"--context-parallel", OPT_INT, &context_parallel, "C", "as hyla train --context-parallel C (C = --devices): "
+        {"--context-parallel", OPT_INT, &context_parallel, "C", "as hyla train --context-parallel C (C divides --devices): "
          "each device runs a slice of seq / C tokens of every sequence, plus the link between the slices (its "
          "buffers, the kept initial states, its messages)", 1, 1 << 20},
         {"--param-dtype", OPT_STRING, &pd, "f32|bf16", "parameter storage (default f32)", 0, 0},

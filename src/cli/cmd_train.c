@@ -232,18 +232,20 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
     return HYLA_OK;
 }
 
-/* Context parallelism: a step's rounds of B whole rows of T tokens (labels: given, or each row's
- * next tokens) -> micro-batch g = round g / cp, slice g % cp: B rows of T / cp tokens and their
- * labels (a slice's last label is the next slice's first token). */
-static void cut_slices(int32_t *st, int32_t *sl, const int32_t *tokens, const int32_t *labels, int64_t rounds, int64_t B,
-                       int64_t T, int cp)
+/* Context parallelism: a step's `wholes` micro-batches of B whole rows of T tokens (labels: given,
+ * or each row's next tokens) -> the trainer's micro-batch g (run by rank g % N) = slice g % cp of
+ * whole micro-batch (g / N) (N / cp) + (g % N) / cp: B rows of T / cp tokens and their labels (a
+ * slice's last label is the next slice's first token). */
+static void cut_slices(int32_t *st, int32_t *sl, const int32_t *tokens, const int32_t *labels, int64_t wholes, int64_t B,
+                       int64_t T, int cp, int N)
 {
     int64_t Tl = T / cp;
-    for (int64_t g = 0; g < rounds * cp; g++)
+    for (int64_t g = 0; g < wholes * cp; g++)
         for (int64_t b = 0; b < B; b++)
             for (int64_t t = 0; t < Tl; t++) {
-                int64_t at = ((g / cp) * B + b) * T + (g % cp) * Tl + t, to = (g * B + b) * Tl + t;
-                int64_t in_row = (g % cp) * Tl + t;
+                int64_t whole = (g / N) * (N / cp) + (g % N) / cp, slice = g % cp;
+                int64_t at = (whole * B + b) * T + slice * Tl + t, to = (g * B + b) * Tl + t;
+                int64_t in_row = slice * Tl + t;
                 st[to] = tokens[at];
                 sl[to] = labels ? labels[at] : in_row + 1 < T ? tokens[at + 1] : -100;
             }
@@ -539,8 +541,8 @@ static int run(train_args *a, hyla_comm *comm)
         rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", log_path, strerror(errno));
     int32_t *tokens = NULL, *labels = NULL, *slice_tokens = NULL, *slice_labels = NULL;
     int64_t step_rows = comm->size * a->accum * a->batch; /* every rank reads the whole step (trainer.h) */
-    if (cp > 1) /* context parallelism: the ranks share each round's sequences, a slice each */
-        step_rows = a->accum * a->batch;
+    if (cp > 1) /* context parallelism: each group of cp ranks shares its sequences, a slice each */
+        step_rows = comm->size / cp * a->accum * a->batch;
     if (rc == HYLA_OK) {
         tokens = malloc((size_t)(step_rows * a->seq) * sizeof *tokens);
         labels = hyla_data_labelled(&data) ? malloc((size_t)(step_rows * a->seq) * sizeof *labels) : NULL;
@@ -582,7 +584,7 @@ static int run(train_args *a, hyla_comm *comm)
         if (data.pack)
             hyla_trainer_set_segments(&tr, data.seg_len, data.n_seg);
         if (cp > 1) /* the trainer's micro-batches: slice g % cp of round g / cp's sequences */
-            cut_slices(slice_tokens, slice_labels, tokens, labels, a->accum, a->batch, a->seq, cp);
+            cut_slices(slice_tokens, slice_labels, tokens, labels, step_rows / a->batch, a->batch, a->seq, cp, comm->size);
         rc = cp > 1 ? hyla_trainer_step(&tr, slice_tokens, slice_labels, &s) : hyla_trainer_step(&tr, tokens, labels, &s);
         if (rc)
             break;
@@ -708,9 +710,10 @@ int hyla_cmd_train(int argc, char **argv)
         {"--expert-groups", OPT_INT, &a.expert_groups, "G", "FSDP: an MoE layer's routed experts are gathered, "
          "applied and their gradients reduce-scattered G groups at a time inside the experts ops, not with their "
          "layer (G divides the expert count; hyla plan --expert-groups G plans it)", 1, 1 << 20},
-        {"--context-parallel", OPT_INT, &a.context_parallel, "C", "split every sequence into C slices, one per rank "
-         "(C = the ranks): the Gated DeltaNet layers pass the conv window and the state from rank to rank, attention "
-         "gathers the keys and values; --seq must divide by C", 1, 1 << 20},
+        {"--context-parallel", OPT_INT, &a.context_parallel, "C", "split every sequence into C slices, one per rank of "
+         "a group of C ranks (C divides the ranks; the groups are data parallel): the Gated DeltaNet layers pass the "
+         "conv window and the state from rank to rank, attention gathers the keys and values; --seq must divide by C",
+         1, 1 << 20},
         {"--shard", OPT_STRING, &a.shard, "fsdp|none", "under mpirun: fsdp (default) = each rank keeps its pieces of "
          "the weights, gradients and AdamW moments, layers gathered just before use; none = replicated. Either way "
          "gradients are summed over ranks in a fixed order (bit-identical to one process)", 0, 0},
@@ -869,7 +872,7 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
         return 2;
     }
     if (a.context_parallel > 1) {
-        const char *why = a.context_parallel != comm->size ? "the slices are the ranks: launch C ranks (mpirun -np C)"
+        const char *why = comm->size % a.context_parallel ? "C must divide the ranks (groups of C ranks share a sequence)"
                           : a.seq % a.context_parallel ? "--seq must divide into the slices"
                           : a.pack ? "packed documents are not built with it"
                           : a.eval_data ? "--eval-data is not built with it"

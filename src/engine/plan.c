@@ -155,9 +155,9 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     memset(out, 0, sizeof *out);
     if (pc->context_parallel > 1) { /* the step of one slice, and the link beside it */
         int64_t C = pc->context_parallel;
-        if (C != pc->devices)
-            return hyla_error_set(HYLA_ERR_ARG, "plan: --context-parallel %lld: the slices are the devices (--devices %lld)",
-                                  (long long)C, (long long)C);
+        if (pc->devices % C)
+            return hyla_error_set(HYLA_ERR_ARG, "plan: --context-parallel %lld must divide --devices %lld (groups of C "
+                                  "devices share a sequence)", (long long)C, (long long)pc->devices);
         if (pc->seq % C || pc->seq / C < m->cfg.conv_kernel || pc->seq / C < 2)
             return hyla_error_set(HYLA_ERR_ARG, "plan: --context-parallel %lld: --seq %lld must divide into slices of at "
                                   "least the conv window (%lld)", (long long)C, (long long)pc->seq,
@@ -170,7 +170,7 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
         int64_t A = pc->accum > 1 ? pc->accum : 1;
         out->context_bytes = (double)hyla_context_link_bytes(&m->cfg, pc->batch, slice.seq, (int)C);
         out->context_comm_bytes = (double)A * context_comm(&m->cfg, (const int64_t(*)[3])out->context_calls, pc->batch,
-                                                           slice.seq, C, pc->rank);
+                                                           slice.seq, C, pc->rank % C);
         out->comm_bytes += out->context_comm_bytes;
         out->temp_bytes += out->context_bytes;
         out->peak_bytes += out->context_bytes;

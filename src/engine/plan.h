@@ -30,8 +30,9 @@ typedef struct {
     int mtp;                        /* the MTP loss on: the head's layer runs as one more unit (engine/mtp_loss.h) */
     double param_bytes, grad_bytes, opt_bytes; /* per element (what-if storage for the sharded settings) */
     double act_bytes;               /* 4: fp32, 2: bf16 compute (what hyla executes) */
-    int64_t context_parallel;       /* > 1: every sequence of `seq` cut into this many slices, one per device
-                                     * (= devices; train/context.h): the step runs slices of seq / C */
+    int64_t context_parallel;       /* > 1: every sequence of `seq` cut into this many slices, one per device of
+                                     * a group of C (C divides devices; train/context.h): the step runs slices
+                                     * of seq / C, the link's messages are device rank % C's */
 } hyla_plan_config;
 
 typedef struct {

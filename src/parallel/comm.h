@@ -43,6 +43,10 @@ struct hyla_comm {
     int (*barrier)(hyla_comm *c);
     /* stop every rank of the job with this exit code (does not return) */
     void (*abort)(hyla_comm *c, int code);
+    /* the ranks that give the same color, ordered by key, as a communicator of their own
+     * (collective over c); close frees one made so */
+    int (*split)(hyla_comm *c, int color, int key, hyla_comm **out);
+    void (*close)(hyla_comm *c);
     /* bytes this rank sent to other ranks, and seconds spent inside collectives (since reset) */
     uint64_t bytes_sent;
     double seconds;

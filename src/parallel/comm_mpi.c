@@ -1,4 +1,4 @@
-/* The MPI communicator: hyla's four collectives on MPI_COMM_WORLD, bytes only (MPI_BYTE), so no
+/* The MPI communicator: hyla's collectives on MPI_COMM_WORLD (or a split of it), bytes only (MPI_BYTE), so no
  * MPI reduction and no MPI datatype conversion touches the data. Errors return (MPI_ERRORS_RETURN)
  * as hyla errors naming the collective; the caller aborts the job. */
 #include "parallel/comm_mpi.h"
@@ -9,6 +9,13 @@
 
 #include "core/error.h"
 #include "core/profile.h"
+
+/* c->impl: which MPI communicator c is */
+typedef struct {
+    MPI_Comm comm;
+} mpi_impl;
+
+static MPI_Comm mc(const hyla_comm *c) { return ((const mpi_impl *)c->impl)->comm; }
 
 static int mpi_fail(int rc, const char *what)
 {
@@ -40,7 +47,7 @@ static int mpi_alltoall(hyla_comm *c, const void *send, void *recv, size_t bytes
     int n = 0;
     HYLA_TRY(count_of(bytes, "alltoall", &n));
     double t0 = hyla_now();
-    int rc = MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD);
+    int rc = MPI_Alltoall(send, n, MPI_BYTE, recv, n, MPI_BYTE, mc(c));
     return account(c, t0, (uint64_t)bytes * (uint64_t)(c->size - 1), rc, "alltoall");
 }
 
@@ -49,7 +56,7 @@ static int mpi_allgather(hyla_comm *c, const void *send, void *recv, size_t byte
     int n = 0;
     HYLA_TRY(count_of(bytes, "allgather", &n));
     double t0 = hyla_now();
-    int rc = MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, MPI_COMM_WORLD);
+    int rc = MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, mc(c));
     return account(c, t0, (uint64_t)bytes * (uint64_t)(c->size - 1), rc, "allgather");
 }
 
@@ -58,7 +65,7 @@ static int mpi_bcast(hyla_comm *c, void *buf, size_t bytes, int root)
     int n = 0;
     HYLA_TRY(count_of(bytes, "bcast", &n));
     double t0 = hyla_now();
-    int rc = MPI_Bcast(buf, n, MPI_BYTE, root, MPI_COMM_WORLD);
+    int rc = MPI_Bcast(buf, n, MPI_BYTE, root, mc(c));
     return account(c, t0, c->rank == root ? (uint64_t)bytes * (uint64_t)(c->size - 1) : 0, rc, "bcast");
 }
 
@@ -101,7 +108,7 @@ static int mpi_alltoallv(hyla_comm *c, const void *send, const size_t *scount, c
     int st = alltoallv_ints(n, scount, sdispl, rcount, rdispl, v, "alltoallv");
     if (st == HYLA_OK) {
         double t0 = hyla_now();
-        int rc = MPI_Alltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, MPI_COMM_WORLD);
+        int rc = MPI_Alltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, mc(c));
         st = account(c, t0, alltoallv_sent(c, scount), rc, "alltoallv");
     }
     free(v);
@@ -120,7 +127,7 @@ static int mpi_allgatherv(hyla_comm *c, const void *send, void *recv, const size
         double t0 = hyla_now();
         int in_place = (const char *)recv + displ[c->rank] == (const char *)send; /* MPI wants it said */
         int rc = MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, v[c->rank], MPI_BYTE, recv, v, v + n, MPI_BYTE,
-                                MPI_COMM_WORLD);
+                                mc(c));
         st = account(c, t0, count[c->rank] * (uint64_t)(n - 1), rc, "allgatherv");
     }
     free(v);
@@ -145,7 +152,7 @@ static int mpi_iallgatherv(hyla_comm *c, const void *send, void *recv, const siz
         double t0 = hyla_now();
         int in_place = (const char *)recv + displ[c->rank] == (const char *)send;
         int rc = MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, v[c->rank], MPI_BYTE, recv, v, v + n, MPI_BYTE,
-                                 MPI_COMM_WORLD, r);
+                                 mc(c), r);
         st = account(c, t0, count[c->rank] * (uint64_t)(n - 1), rc, "iallgatherv");
     }
     free(v);
@@ -175,7 +182,7 @@ static int mpi_ialltoallv(hyla_comm *c, const void *send, const size_t *scount, 
     int st = alltoallv_ints(n, scount, sdispl, rcount, rdispl, v, "ialltoallv");
     if (st == HYLA_OK) {
         double t0 = hyla_now();
-        int rc = MPI_Ialltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, MPI_COMM_WORLD, &call->req);
+        int rc = MPI_Ialltoallv(send, v, v + n, MPI_BYTE, recv, v + 2 * n, v + 3 * n, MPI_BYTE, mc(c), &call->req);
         st = account(c, t0, alltoallv_sent(c, scount), rc, "ialltoallv");
     }
     if (st == HYLA_OK)
@@ -208,7 +215,7 @@ static int mpi_test(hyla_comm *c, void *req, int *done)
 static int mpi_barrier(hyla_comm *c)
 {
     double t0 = hyla_now();
-    int rc = MPI_Barrier(MPI_COMM_WORLD);
+    int rc = MPI_Barrier(mc(c));
     return account(c, t0, 0, rc, "barrier");
 }
 
@@ -223,21 +230,50 @@ static int launched_by_mpirun(void)
     return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
 }
 
+static void mpi_close(hyla_comm *c)
+{
+    MPI_Comm_free(&((mpi_impl *)c->impl)->comm);
+    free(c);
+}
+
+static int mpi_split(hyla_comm *c, int color, int key, hyla_comm **out)
+{
+    hyla_comm *s = malloc(sizeof *s + sizeof(mpi_impl));
+    if (!s)
+        return hyla_error_set(HYLA_ERR_NOMEM, "MPI split: out of memory");
+    *s = *c;
+    mpi_impl *impl = (mpi_impl *)(s + 1);
+    double t0 = hyla_now();
+    int rc = MPI_Comm_split(mc(c), color, key, &impl->comm);
+    int st = account(c, t0, 0, rc, "comm split");
+    if (st != HYLA_OK) {
+        free(s);
+        return st;
+    }
+    MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(impl->comm, &s->rank);
+    MPI_Comm_size(impl->comm, &s->size);
+    s->impl = impl, s->close = mpi_close, s->bytes_sent = 0, s->seconds = 0.0;
+    *out = s;
+    return HYLA_OK;
+}
+
 hyla_comm *hyla_comm_mpi_open(int *argc, char ***argv)
 {
     if (!launched_by_mpirun())
         return hyla_comm_self();
     static hyla_comm world;
+    static mpi_impl world_impl;
     if (MPI_Init(argc, argv) != MPI_SUCCESS)
         return NULL;
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-    world = (hyla_comm){0,         1,             NULL,           mpi_alltoall,    mpi_allgather,
+    world_impl.comm = MPI_COMM_WORLD;
+    world = (hyla_comm){0,         1,             &world_impl,    mpi_alltoall,    mpi_allgather,
                         mpi_bcast, mpi_alltoallv, mpi_allgatherv, mpi_iallgatherv, mpi_ialltoallv,
-                        mpi_wait,  mpi_test,      mpi_barrier,    mpi_abort,       0,
-                        0.0};
+                        mpi_wait,  mpi_test,      mpi_barrier,    mpi_abort,       mpi_split,
+                        NULL,      0,             0.0};
     MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world.size);
-    world.impl = &world;
     return &world;
 }
 

@@ -44,13 +44,19 @@ static int self_test(hyla_comm *c, void *req, int *done)
 static int self_bcast(hyla_comm *c, void *buf, size_t bytes, int root) { return 0; }
 static int self_barrier(hyla_comm *c) { return 0; }
 static void self_abort(hyla_comm *c, int code) { exit(code); }
+static void self_close(hyla_comm *c) {}
+static int self_split(hyla_comm *c, int color, int key, hyla_comm **out)
+{
+    *out = c; /* one rank: itself (close does nothing) */
+    return 0;
+}
 
 hyla_comm *hyla_comm_self(void)
 {
     static hyla_comm self = {0,          1,           NULL,          self_copy,          self_copy,
                              self_bcast, self_alltoallv, self_allgatherv, self_iallgatherv, self_ialltoallv,
-                             self_wait,  self_test,      self_barrier,    self_abort,       0,
-                             0.0};
+                             self_wait,  self_test,      self_barrier,    self_abort,       self_split,
+                             self_close, 0,              0.0};
     return &self;
 }
 

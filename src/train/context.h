@@ -1,5 +1,6 @@
-/* Context parallelism over a communicator's ranks (train --context-parallel C, C = the ranks):
- * every sequence of a micro-batch is cut into C equal slices, rank r computing slice r. The link
+/* Context parallelism over a communicator's ranks (train --context-parallel C: the trainer splits
+ * the job's ranks into groups of C consecutive ranks, each group's own communicator here): every
+ * sequence of a micro-batch is cut into C equal slices, rank r of the group computing slice r. The link
  * (model/layer_ops.h, hyla_context_link) carries what crosses the slice boundaries:
  *   - the conv window: each rank's last K inputs to the next rank (forward, and again in the
  *     recompute and backward), the first taps' part of the previous slice's dx back (backward);

@@ -159,10 +159,10 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
                                   "update still reads)");
     }
     if (cfg->context_parallel > 1) {
-        if (cfg->context_parallel != ranks)
-            return hyla_error_set(HYLA_ERR_ARG, "--context-parallel %d: the slices are the ranks: launch %d (mpirun -np %d); "
-                                  "context parallelism beside data parallelism is not built", cfg->context_parallel,
-                                  cfg->context_parallel, cfg->context_parallel);
+        if (ranks % cfg->context_parallel)
+            return hyla_error_set(HYLA_ERR_ARG, "--context-parallel %d does not divide the %lld ranks (groups of %d ranks "
+                                  "share each sequence, a slice each)", cfg->context_parallel, (long long)ranks,
+                                  cfg->context_parallel);
         if (cfg->seq < model->cfg.conv_kernel)
             return hyla_error_set(HYLA_ERR_ARG, "--context-parallel %d: a slice of %lld tokens is shorter than the conv "
                                   "window (%lld)", cfg->context_parallel, (long long)cfg->seq,
@@ -216,9 +216,14 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         st = hyla_fsdp_set_mtp(&tr->fsdp, mtp);
         tr->ex.weights = &tr->fsdp.source;
     }
-    if (st == HYLA_OK && cfg->context_parallel > 1 &&
-        (st = hyla_context_init(&tr->context, tr->cfg.comm, &model->cfg, cfg->batch, cfg->seq)) == HYLA_OK)
-        tr->ex.context = &tr->context.link;
+    if (st == HYLA_OK && cfg->context_parallel > 1) { /* the ranks r C .. r C + C - 1 share their sequences */
+        hyla_comm *group = NULL, *world = tr->cfg.comm;
+        st = world->split(world, world->rank / cfg->context_parallel, world->rank % cfg->context_parallel, &group);
+        if (st == HYLA_OK && (st = hyla_context_init(&tr->context, group, &model->cfg, cfg->batch, cfg->seq)) != HYLA_OK)
+            group->close(group);
+        if (st == HYLA_OK)
+            tr->ex.context = &tr->context.link;
+    }
     /* replicated: the ordered sum, unless the one micro-batch's gradient is the step's */
     tr->reducing = (!tr->sharded || model->lora) && (ranks > 1 || cfg->accum > 1); /* (an adapter: replicated) */
     if (st == HYLA_OK && tr->reducing)
@@ -261,8 +266,11 @@ void hyla_trainer_free(hyla_trainer *tr)
         hyla_grad_reducer_free(&tr->window_reducer);
     if (tr->sharded)
         hyla_fsdp_free(&tr->fsdp);
-    if (tr->ex.context)
+    if (tr->ex.context) {
+        hyla_comm *group = tr->context.comm;
         hyla_context_free(&tr->context);
+        group->close(group);
+    }
     memset(tr, 0, sizeof *tr);
 }
 
@@ -346,6 +354,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     if (tr->store)
         hyla_host_store_stats_reset(tr->store);
     hyla_comm_stats_reset(comm);
+    if (tr->ex.context)
+        hyla_comm_stats_reset(tr->context.comm);
     tr->fsdp.wait_seconds = 0;
     tr->fsdp.reduce_wait_seconds = 0;
     tr->reduce_seconds = 0;
@@ -479,8 +489,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     }
     stats->tokens = G * per;
     stats->seconds = hyla_now() - t0;
-    stats->comm_bytes = comm->bytes_sent;
-    stats->comm_seconds = comm->seconds;
+    stats->comm_bytes = comm->bytes_sent + (tr->ex.context ? tr->context.comm->bytes_sent : 0); /* (the link's group) */
+    stats->comm_seconds = comm->seconds + (tr->ex.context ? tr->context.comm->seconds : 0);
     stats->gather_wait_seconds = tr->sharded ? tr->fsdp.wait_seconds : 0;
     tr->reduce_seconds += tr->fsdp.group_reduce_seconds; /* (blocking, inside the backward) */
     stats->reduce_seconds = tr->reduce_seconds;

@@ -44,8 +44,9 @@ typedef struct {
     int expert_groups;         /* FSDP: routed experts gathered / reduce-scattered this many groups at a time
                                 * (train/fsdp.h; 0, 1: with their layer) */
     /* context parallelism (train/context.h; 0, 1: off): every sequence is cut into this many slices,
-     * one per rank (= the ranks); `seq` is then a slice's length, and the step's micro-batches are
-     * slices: micro-batch g is slice g % C of the sequences of round g / C (hyla train makes them) */
+     * one per rank of a group of C consecutive ranks (C divides the ranks); `seq` is then a slice's
+     * length, and the step's micro-batches are slices: micro-batch g (rank g % N runs it) is slice
+     * g % C of the sequences of group (g % N) / C in round g / N (hyla train makes them) */
     int context_parallel;
     /* the MTP loss (engine/mtp_loss.h, docs/mtp.md): loss = main + mtp_weight x the MTP head's mean
      * cross-entropy over its targets (0: off, the head untouched); mtp_only: the MTP loss alone

@@ -190,8 +190,8 @@ MODEL="$T/mm" MPI_ONLY="--expert-groups 2 --overlap-reduce" equal "expert groups
 MPI_ONLY="--expert-groups 2" equal "expert groups, LoRA (the frozen base's experts by group)" 2 1 fsdp --lora-rank 4
 planned "measured == planned: --expert-groups 2, LoRA" "$T/expert_groups__lora__the_frozen_base_s_experts_by_group_.fsdp" 2 1 fsdp --expert-groups 2 --lora-rank 4
 expect_error "--expert-groups without FSDP" "needs --shard fsdp under mpirun" "$HYLA" train --model "$T/m" --synthetic --steps 1 --expert-groups 2
-# context parallelism (--context-parallel C, C = the ranks): every sequence cut into C slices, one per
-# rank. The forward of every row is the whole sequence's bit for bit (slices of whole 64-row chunks:
+# context parallelism (--context-parallel C, C divides the ranks): every sequence cut into C slices,
+# one per rank of a group of C ranks (the groups data parallel). The forward of every row is the whole sequence's bit for bit (slices of whole 64-row chunks:
 # the conv window, the delta-rule state and attention's keys are passed, positions offset; the
 # kernels' split == whole is shown in test_gdn_grads / test_op_grads), so step 1's loss differs
 # only by how the rows' double sums are grouped (~1e-15 relative): equal to the 8 printed decimals
@@ -204,11 +204,12 @@ expect_error "--expert-groups without FSDP" "needs --shard fsdp under mpirun" "$
 # are not compared: a master weight moved by the regrouping can round to the neighbouring bf16
 # value (2^-8 relative), a discrete change the fp32 bound does not cover; step 1 (the same bf16
 # weights and inputs) is held to the same bounds.
-cp_close() { # NAME NP ACCUM ARGS...: mpirun -np NP --context-parallel NP vs one process on the whole sequences
-    local name=$1 np=$2 acc=$3 d="$T/cp_$(printf %s "$1" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' _)"; shift 3
+cp_close() { # NAME NP C ACCUM ARGS...: mpirun -np NP --context-parallel C --accum ACCUM vs one process on the
+              # whole sequences with --accum NP / C x ACCUM (the groups of C ranks are data parallel)
+    local name=$1 np=$2 c=$3 acc=$4 d="$T/cp_$(printf %s "$1" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' _)"; shift 4
     local CPB=(--text data/kjv.txt --batch 2 --seq 256 --steps 3 --warmup 1 --lr 3e-3 --seed 5 --threads 1)
-    train "$d.one" 0 --model "${MODEL:-$T/m}" "${CPB[@]}" --accum "$acc" "$@" &&
-        train "$d.cp" "$np" --model "${MODEL:-$T/m}" "${CPB[@]}" --accum "$acc" --context-parallel "$np" "$@" ${MPI_ONLY:-} &&
+    train "$d.one" 0 --model "${MODEL:-$T/m}" "${CPB[@]}" --accum $((np / c * acc)) "$@" &&
+        train "$d.cp" "$np" --model "${MODEL:-$T/m}" "${CPB[@]}" --accum "$acc" --context-parallel "$c" "$@" ${MPI_ONLY:-} &&
         $PY - "$d.one/log.jsonl" "$d.cp/log.jsonl" "$name" "$*" <<'PYEOF' || fail "context parallel: $name"
 import json, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
@@ -228,21 +229,25 @@ print(f"  {'ok  ' if ok else 'FAIL'} {sys.argv[3]}: activations per rank {act:.2
 sys.exit(0 if ok else 1)
 PYEOF
 }
-cp_close "2 slices, shard none" 2 1 --shard none
+cp_close "2 slices, shard none" 2 2 1 --shard none
 planned "measured == planned: --context-parallel 2, shard none (a slice's step + the link)" "$T/cp_2_slices__shard_none.cp" 2 1 none \
     --seq 256 --context-parallel 2
-MPI_ONLY="--expert-groups 2" cp_close "4 slices, fsdp, accum 2, remat minimal_offloaded, expert groups" 4 2 --remat minimal_offloaded
+MPI_ONLY="--expert-groups 2" cp_close "4 slices, fsdp, accum 2, remat minimal_offloaded, expert groups" 4 4 2 --remat minimal_offloaded
 planned "measured == planned: --context-parallel 4 with FSDP, expert groups, offload (the slices' messages in the bytes sent)" \
     "$T/cp_4_slices__fsdp__accum_2__remat_minimal_offloaded__expert_groups.cp" 4 2 fsdp --seq 256 --context-parallel 4 \
     --remat minimal_offloaded --expert-groups 2
-cp_close "4 slices, fsdp, bf16 compute, block units, per-layer updates" 4 1 --act-dtype bf16 --remat-unit block --update-per-layer --clip 0
+cp_close "4 slices, fsdp, bf16 compute, block units, per-layer updates" 4 4 1 --act-dtype bf16 --remat-unit block --update-per-layer --clip 0
+# beside data parallelism: 4 ranks = 2 groups of 2 slices (the link over each group's own communicator)
+MPI_ONLY="--expert-groups 2" cp_close "2 slices x 2 data-parallel groups, fsdp, expert groups" 4 2 1
+planned "measured == planned: 4 ranks, --context-parallel 2 (two groups; FSDP over all four)" \
+    "$T/cp_2_slices_x_2_data_parallel_groups__fsdp__expert_groups.cp" 4 1 fsdp --seq 256 --context-parallel 2 --expert-groups 2
 refused_cp() { # NAME PATTERN NP ARGS...
     local name=$1 pattern=$2 np=$3; shift 3
     timeout 60 "${MPI[@]}" -np "$np" "$HYLA" train --model "$T/m" --text data/kjv.txt --batch 1 --seq 64 --steps 1 "$@" >"$T/out" 2>"$T/err"; local rc=$?
     [ $rc -ne 0 ] && [ $rc -ne 124 ] && grep -q -- "$pattern" "$T/err" && echo "  ok  $name: $(grep -m1 -- "$pattern" "$T/err")" ||
         { fail "$name: rc $rc"; head -3 "$T/err"; }
 }
-refused_cp "--context-parallel other than the ranks" "the slices are the ranks" 2 --context-parallel 4
+refused_cp "--context-parallel that does not divide the ranks" "must divide the ranks" 2 --context-parallel 4
 refused_cp "--context-parallel with a --seq that does not divide" "must divide into the slices" 2 --context-parallel 2 --seq 63
 refused_cp "--context-parallel with the MTP loss" "with the MTP loss is not built" 2 --context-parallel 2 --model "$T/mm" --mtp-loss-weight 0.1
 # evaluation and --sample across ranks: the eval batches split round-robin (3 ranks: uneven
