@@ -322,7 +322,7 @@ void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int si
 
 size_t hyla_context_link_bytes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size)
 {
-    size_t buf[4], stage, kept, bytes = 0;
+    size_t buf[4], stage, kept, bytes = 0, cd = (size_t)hyla_cfg_conv_dim(cfg), K = (size_t)cfg->conv_kernel;
     int64_t linear = 0;
     hyla_context_sizes(cfg, n_seq, T, size, buf, &stage, &kept);
     for (int l = 0; l < cfg->n_layers; l++)
@@ -331,7 +331,9 @@ size_t hyla_context_link_bytes(const hyla_config *cfg, int64_t n_seq, int64_t T,
         bytes += hyla_align_up((buf[i] ? buf[i] : 1) * sizeof(float));
     bytes += hyla_align_up((stage ? stage : 1) * sizeof(float));
     bytes += hyla_align_up((size_t)(linear ? linear : 1) * kept * sizeof(float));
-    bytes += hyla_align_up((kept ? kept : 1) * sizeof(float)); /* a chain hop's receive */
+    size_t out[4] = {kept, kept, K * cd, (K - 1) * cd}; /* the sends in flight (train/context.c) */
+    for (int i = 0; i < 4; i++)
+        bytes += hyla_align_up((out[i] ? out[i] : 1) * sizeof(float));
     bytes += hyla_align_up((size_t)size * (size_t)(2 * cfg->n_experts + 1) * sizeof(double));
     return bytes;
 }

@@ -131,8 +131,8 @@ typedef struct hyla_context_link_s {
 void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size, size_t buf[4], size_t *stage,
                         size_t *kept_per_layer);
 /* Bytes a link holds with those (train/context.h allocates so; hyla plan counts so): the buffers,
- * the staging, every linear layer's kept states and a chain hop's receive, the router statistics'
- * exchange [size][2 E + 1]. */
+ * the staging, every linear layer's kept states, the sends in flight (the chain's state both ways,
+ * the conv window, its partial dx), the router statistics' exchange [size][2 E + 1]. */
 size_t hyla_context_link_bytes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size);
 
 typedef struct {

@@ -7,7 +7,7 @@
  * linked into the hyla binary only, so the library and its users need no MPI). A backend for
  * another transport (NCCL between GPUs, say) fills the same table.
  *
- * Every call is collective: all ranks make it, in the same order, with the same sizes. A failing
+ * Every call but isend / recv is collective: all ranks make it, in the same order, with the same sizes. A failing
  * call returns a hyla error code with the message set; the caller then stops the whole job
  * (hyla_comm.abort), since the other ranks are blocked in the same collective. */
 #ifndef HYLA_PARALLEL_COMM_H
@@ -47,6 +47,11 @@ struct hyla_comm {
      * (collective over c); close frees one made so */
     int (*split)(hyla_comm *c, int color, int key, hyla_comm **out);
     void (*close)(hyla_comm *c);
+    /* point to point (not collective): buf's bytes to rank `to`, started (*req completes with wait;
+     * buf untouched until then), and from rank `from` into buf, complete on return; messages of
+     * one tag between two ranks arrive in the order sent */
+    int (*isend)(hyla_comm *c, const void *buf, size_t bytes, int to, int tag, void **req);
+    int (*recv)(hyla_comm *c, void *buf, size_t bytes, int from, int tag);
     /* bytes this rank sent to other ranks, and seconds spent inside collectives (since reset) */
     uint64_t bytes_sent;
     double seconds;

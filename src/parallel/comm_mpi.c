@@ -212,6 +212,33 @@ static int mpi_test(hyla_comm *c, void *req, int *done)
     return account(c, t0, 0, rc, "test");
 }
 
+static int mpi_isend(hyla_comm *c, const void *buf, size_t bytes, int to, int tag, void **req)
+{
+    int n = 0;
+    *req = NULL;
+    HYLA_TRY(count_of(bytes, "isend", &n));
+    MPI_Request *r = malloc(sizeof *r);
+    if (!r)
+        return hyla_error_set(HYLA_ERR_NOMEM, "MPI isend: out of memory");
+    double t0 = hyla_now();
+    int rc = MPI_Isend(buf, n, MPI_BYTE, to, tag, mc(c), r);
+    int st = account(c, t0, bytes, rc, "isend");
+    if (st == HYLA_OK)
+        *req = r;
+    else
+        free(r);
+    return st;
+}
+
+static int mpi_recv(hyla_comm *c, void *buf, size_t bytes, int from, int tag)
+{
+    int n = 0;
+    HYLA_TRY(count_of(bytes, "recv", &n));
+    double t0 = hyla_now();
+    int rc = MPI_Recv(buf, n, MPI_BYTE, from, tag, mc(c), MPI_STATUS_IGNORE);
+    return account(c, t0, 0, rc, "recv");
+}
+
 static int mpi_barrier(hyla_comm *c)
 {
     double t0 = hyla_now();
@@ -271,7 +298,7 @@ hyla_comm *hyla_comm_mpi_open(int *argc, char ***argv)
     world = (hyla_comm){0,         1,             &world_impl,    mpi_alltoall,    mpi_allgather,
                         mpi_bcast, mpi_alltoallv, mpi_allgatherv, mpi_iallgatherv, mpi_ialltoallv,
                         mpi_wait,  mpi_test,      mpi_barrier,    mpi_abort,       mpi_split,
-                        NULL,      0,             0.0};
+                        NULL,      mpi_isend,     mpi_recv,       0,               0.0};
     MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world.size);
     return &world;

@@ -45,6 +45,12 @@ static int self_bcast(hyla_comm *c, void *buf, size_t bytes, int root) { return 
 static int self_barrier(hyla_comm *c) { return 0; }
 static void self_abort(hyla_comm *c, int code) { exit(code); }
 static void self_close(hyla_comm *c) {}
+static int self_isend(hyla_comm *c, const void *buf, size_t bytes, int to, int tag, void **req)
+{
+    *req = NULL; /* one rank: nobody to send to (callers never send to themselves) */
+    return 0;
+}
+static int self_recv(hyla_comm *c, void *buf, size_t bytes, int from, int tag) { return 0; }
 static int self_split(hyla_comm *c, int color, int key, hyla_comm **out)
 {
     *out = c; /* one rank: itself (close does nothing) */
@@ -56,7 +62,7 @@ hyla_comm *hyla_comm_self(void)
     static hyla_comm self = {0,          1,           NULL,          self_copy,          self_copy,
                              self_bcast, self_alltoallv, self_allgatherv, self_iallgatherv, self_ialltoallv,
                              self_wait,  self_test,      self_barrier,    self_abort,       self_split,
-                             self_close, 0,              0.0};
+                             self_close, self_isend,     self_recv,       0,                0.0};
     return &self;
 }
 

@@ -14,43 +14,41 @@ static void note(hyla_context *cx, int st)
         cx->status = st;
 }
 
-/* One point-to-point hop as an alltoallv of the whole communicator: `from` sends `floats` of
- * state to `to`, whose state they replace; every other pair moves nothing. */
-static void hop(hyla_context *cx, int from, int to, float *state, size_t floats)
+/* The point-to-point messages (not collectives: a rank waits only for the one it receives from, so
+ * the chain pipelines over the Gated DeltaNet layers between two attention layers' gathers): each
+ * kind its own tag and send buffer, its previous send completed before the buffer is reused. */
+enum { SEND_CHAIN_FWD, SEND_CHAIN_BWD, SEND_SHIFT_FWD, SEND_SHIFT_BWD };
+
+static void send_to(hyla_context *cx, int kind, const float *data, size_t floats, int to)
 {
     hyla_comm *c = cx->comm;
-    int N = c->size;
-    size_t zero[N], sc[N], rc[N];
-    memset(zero, 0, sizeof zero), memset(sc, 0, sizeof sc), memset(rc, 0, sizeof rc);
-    HYLA_ASSERT(floats <= cx->kept_floats);
-    if (c->rank == from)
-        sc[to] = floats * sizeof(float);
-    if (c->rank == to)
-        rc[from] = floats * sizeof(float);
-    double t0 = hyla_now();
+    HYLA_ASSERT(floats <= cx->out_floats[kind]);
+    if (cx->status != HYLA_OK)
+        return;
+    note(cx, c->wait(c, cx->out_req[kind]));
+    cx->out_req[kind] = NULL;
+    memcpy(cx->out[kind], data, floats * sizeof(float));
     if (cx->status == HYLA_OK)
-        note(cx, c->alltoallv(c, state, sc, zero, cx->hop, rc, zero));
-    cx->seconds += hyla_now() - t0, cx->chain_seconds += hyla_now() - t0;
-    if (c->rank == to)
-        memcpy(state, cx->hop, floats * sizeof(float));
+        note(cx, c->isend(c, cx->out[kind], floats * sizeof(float), to, 1 + kind, &cx->out_req[kind]));
 }
 
-/* Every rank sends to rank + step (if there is one) and receives from rank - step (zeros if none). */
+static void recv_from(hyla_context *cx, int kind, float *dst, size_t floats, int from)
+{
+    if (cx->status == HYLA_OK)
+        note(cx, cx->comm->recv(cx->comm, dst, floats * sizeof(float), from, 1 + kind));
+}
+
+/* Each rank's `floats` to rank + step (if there is one); rank - step's into recv (zeros if none). */
 static void shift(hyla_context *cx, int step, const float *send, float *recv, size_t floats)
 {
-    hyla_comm *c = cx->comm;
-    int N = c->size, to = c->rank + step, from = c->rank - step;
-    size_t zero[N], sc[N], rc[N];
-    memset(zero, 0, sizeof zero), memset(sc, 0, sizeof sc), memset(rc, 0, sizeof rc);
+    int N = cx->comm->size, to = cx->comm->rank + step, from = cx->comm->rank - step;
+    double t0 = hyla_now();
     if (to >= 0 && to < N)
-        sc[to] = floats * sizeof(float);
+        send_to(cx, step > 0 ? SEND_SHIFT_FWD : SEND_SHIFT_BWD, send, floats, to);
     if (from >= 0 && from < N)
-        rc[from] = floats * sizeof(float);
+        recv_from(cx, step > 0 ? SEND_SHIFT_FWD : SEND_SHIFT_BWD, recv, floats, from);
     else
         memset(recv, 0, floats * sizeof(float));
-    double t0 = hyla_now();
-    if (cx->status == HYLA_OK)
-        note(cx, c->alltoallv(c, send, sc, zero, recv, rc, zero));
     cx->seconds += hyla_now() - t0;
 }
 
@@ -60,26 +58,30 @@ static void shift_bwd(void *ctx, const float *to_prev, float *from_next, size_t 
     shift(ctx, -1, to_prev, from_next, floats);
 }
 
-static void chain_fwd(void *ctx, float *state, size_t floats, void (*run)(void *arg), void *arg)
+/* The state from the rank before (waiting for it: the chain's bubble), run, the state on. */
+static void chain(hyla_context *cx, int step, float *state, size_t floats, void (*run)(void *arg), void *arg)
 {
-    hyla_context *cx = ctx;
-    for (int h = 0; h < cx->comm->size; h++) {
-        if (h == cx->comm->rank)
-            run(arg);
-        if (h + 1 < cx->comm->size)
-            hop(cx, h, h + 1, state, floats);
-    }
+    int N = cx->comm->size, from = cx->comm->rank - step, to = cx->comm->rank + step;
+    int kind = step > 0 ? SEND_CHAIN_FWD : SEND_CHAIN_BWD;
+    double t0 = hyla_now();
+    if (from >= 0 && from < N)
+        recv_from(cx, kind, state, floats, from);
+    double waited = hyla_now() - t0;
+    run(arg);
+    double t1 = hyla_now();
+    if (to >= 0 && to < N)
+        send_to(cx, kind, state, floats, to);
+    double sent = hyla_now() - t1;
+    cx->seconds += waited + sent, cx->chain_seconds += waited + sent;
 }
 
+static void chain_fwd(void *ctx, float *state, size_t floats, void (*run)(void *arg), void *arg)
+{
+    chain(ctx, 1, state, floats, run, arg);
+}
 static void chain_bwd(void *ctx, float *state, size_t floats, void (*run)(void *arg), void *arg)
 {
-    hyla_context *cx = ctx;
-    for (int h = cx->comm->size - 1; h >= 0; h--) {
-        if (h == cx->comm->rank)
-            run(arg);
-        if (h > 0)
-            hop(cx, h, h - 1, state, floats);
-    }
+    chain(ctx, -1, state, floats, run, arg);
 }
 
 static void allgather(void *ctx, const float *mine, float *all, size_t floats)
@@ -161,7 +163,12 @@ int hyla_context_init(hyla_context *cx, hyla_comm *comm, const hyla_config *cfg,
         ok &= (cx->buf[i] = aligned_alloc(64, hyla_align_up((cx->buf_floats[i] ? cx->buf_floats[i] : 1) * sizeof(float)))) != NULL;
     ok &= (cx->stage = aligned_alloc(64, hyla_align_up((cx->stage_floats ? cx->stage_floats : 1) * sizeof(float)))) != NULL;
     ok &= (cx->kept = aligned_alloc(64, hyla_align_up((size_t)(linear ? linear : 1) * kept * sizeof(float)))) != NULL;
-    ok &= (cx->hop = aligned_alloc(64, hyla_align_up((kept ? kept : 1) * sizeof(float)))) != NULL;
+    size_t cd = (size_t)hyla_cfg_conv_dim(cfg), K = (size_t)cfg->conv_kernel;
+    size_t out[4] = {kept, kept, K * cd, (K - 1) * cd}; /* (hyla_context_link_bytes counts them alike) */
+    for (int i = 0; i < 4; i++) {
+        cx->out_floats[i] = out[i];
+        ok &= (cx->out[i] = aligned_alloc(64, hyla_align_up((out[i] ? out[i] : 1) * sizeof(float)))) != NULL;
+    }
     ok &= (cx->aux = aligned_alloc(64, hyla_align_up((size_t)comm->size * (size_t)(2 * cx->E + 1) * sizeof(double)))) != NULL;
     if (!ok) {
         hyla_context_free(cx);
@@ -171,7 +178,8 @@ int hyla_context_init(hyla_context *cx, hyla_comm *comm, const hyla_config *cfg,
         memset(cx->buf[i], 0, cx->buf_floats[i] * sizeof(float));
     memset(cx->stage, 0, cx->stage_floats * sizeof(float));
     memset(cx->kept, 0, (size_t)linear * kept * sizeof(float));
-    memset(cx->hop, 0, kept * sizeof(float));
+    for (int i = 0; i < 4; i++)
+        memset(cx->out[i], 0, cx->out_floats[i] * sizeof(float));
     cx->link = (hyla_context_link){comm->rank, comm->size, shift_fwd, shift_bwd, chain_fwd, chain_bwd, allgather, reduce,
                                    layer_state, buffer, reduce_aux, cx};
     return HYLA_OK;
@@ -183,7 +191,11 @@ void hyla_context_free(hyla_context *cx)
         free(cx->buf[i]);
     free(cx->stage);
     free(cx->kept);
-    free(cx->hop);
+    for (int i = 0; i < 4; i++) {
+        if (cx->out_req[i]) /* (a send still in flight: completed first) */
+            cx->comm->wait(cx->comm, cx->out_req[i]);
+        free(cx->out[i]);
+    }
     free(cx->aux);
     memset(cx, 0, sizeof *cx);
 }
@@ -198,7 +210,8 @@ size_t hyla_context_bytes(const hyla_context *cx)
         b += hyla_align_up((cx->buf_floats[i] ? cx->buf_floats[i] : 1) * sizeof(float));
     b += hyla_align_up((cx->stage_floats ? cx->stage_floats : 1) * sizeof(float));
     b += hyla_align_up((size_t)(linear ? linear : 1) * cx->kept_floats * sizeof(float));
-    b += hyla_align_up((cx->kept_floats ? cx->kept_floats : 1) * sizeof(float));
+    for (int i = 0; i < 4; i++)
+        b += hyla_align_up((cx->out_floats[i] ? cx->out_floats[i] : 1) * sizeof(float));
     b += hyla_align_up((size_t)cx->comm->size * (size_t)(2 * cx->E + 1) * sizeof(double));
     return b;
 }

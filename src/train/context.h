@@ -7,14 +7,19 @@
  *   - the delta rule's state, a chain in rank order: rank r waits for rank r - 1's final state,
  *     runs its slice from it, hands its own on; the backward hands the state gradient back in
  *     reverse order. The dependency is sequential: per Gated DeltaNet layer the ranks take turns
- *     (the bubble: (C - 1) / C of the delta rule's time is waited, the rest of the layer runs in
- *     parallel); the recompute uses the kept initial states and passes nothing;
+ *     (pipelined over the layers as above: the bubble is C - 1 delta rules per run of Gated
+ *     DeltaNet layers between attention layers); the recompute uses the kept initial states and
+ *     passes nothing;
  *   - attention: every rank's keys and values gathered (its queries read the slices up to its own,
  *     positions offset by r T), and in backward each key slice's gradient summed over the ranks
  *     in rank order;
  *   - the router statistics (the aux loss is of the whole sequences).
- * Every message is a collective of the communicator (alltoallv with one pair for the chain's
- * hops), made by every rank in the same order because every rank runs the same ops.
+ * The chain's and the conv window's messages are point to point (a rank waits only for the rank
+ * it receives from, so the chain pipelines over consecutive Gated DeltaNet layers: rank r runs
+ * layer l's delta rule while rank r + 1 waits for it and rank r - 1 is already at layer l + 1,
+ * up to the next attention layer, whose gathers every rank of the group makes); the gathers and
+ * the key gradients' exchange are collectives, made by every rank in the same order because
+ * every rank runs the same ops.
  * Buffers: the link's four scratch buffers and reduce staging (hyla_context_sizes) and the kept
  * initial states of every linear layer, allocated at init; hyla plan --context-parallel counts
  * them, and the messages. */
@@ -36,7 +41,10 @@ typedef struct {
     size_t stage_floats;
     float *kept;           /* the linear layers' kept initial states, kept_floats each */
     size_t kept_floats;
-    float *hop;            /* [kept_floats] a chain hop's receive (MPI does not receive into what it sends) */
+    float *out[4];         /* the sends in flight, by kind: the chain's state forward / backward, the conv
+                            * window forward, its partial dx backward */
+    size_t out_floats[4];
+    void *out_req[4];
     int64_t kept_at[HYLA_MAX_LAYERS]; /* a linear layer's place in kept (-1 for the others) */
     double *aux;           /* [size][2 E + 1] the ranks' router statistics */
     int64_t E;
