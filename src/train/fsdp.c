@@ -257,23 +257,14 @@ void hyla_fsdp_free(hyla_fsdp *f)
     free(f->stage);
     free(f->sums);
     free(f->parts);
-    if (f->reqs.n)
-        hyla_shard_wait(f->comm, &f->reqs);
-    hyla_shard_requests_free(&f->reqs);
-    if (f->rs_reqs.n)
-        hyla_shard_wait(f->comm, &f->rs_reqs);
-    hyla_shard_requests_free(&f->rs_reqs);
-    if (f->grp_reqs.n)
-        hyla_shard_wait(f->comm, &f->grp_reqs);
-    hyla_shard_requests_free(&f->grp_reqs);
-    if (f->grp_rs_reqs.n)
-        hyla_shard_wait(f->comm, &f->grp_rs_reqs);
-    hyla_shard_requests_free(&f->grp_rs_reqs);
+    hyla_shard_requests *in_flight[] = {&f->reqs, &f->rs_reqs, &f->grp_reqs, &f->grp_rs_reqs, &f->head_reqs};
+    for (size_t i = 0; i < sizeof in_flight / sizeof *in_flight; i++) { /* (completed before their buffers go) */
+        if (in_flight[i]->n)
+            hyla_shard_wait(f->comm, in_flight[i]);
+        hyla_shard_requests_free(in_flight[i]);
+    }
     free(f->rs_stage);
     free(f->grp_stage);
-    if (f->head_reqs.n)
-        hyla_shard_wait(f->comm, &f->head_reqs);
-    hyla_shard_requests_free(&f->head_reqs);
     free(f->head_stage);
     memset(f, 0, sizeof *f);
 }
