@@ -251,6 +251,38 @@ static void cut_slices(int32_t *st, int32_t *sl, const int32_t *tokens, const in
             }
 }
 
+/* Context parallelism with packed documents: the step's pieces (seg_len, tiling its `wholes` x B
+ * rows of T) cut at the slices' edges into the trainer's micro-batches' pieces (the order of
+ * cut_slices), and past[g B + b]: how many tokens of the piece that row b of micro-batch g starts
+ * with lie before its slice (0: a piece starts at the slice's first token). out_seg holds
+ * n_seg x cp at most; returns the count. */
+static int64_t cut_pieces(int64_t *out_seg, int64_t *past, const int64_t *seg_len, int64_t n_seg, int64_t wholes,
+                          int64_t B, int64_t T, int cp, int N)
+{
+    int64_t Tl = T / cp, n_out = 0, rows = wholes * B;
+    int64_t first[rows + 1]; /* each row's first piece */
+    for (int64_t i = 0, at = 0, r = 0; i < n_seg && r < rows; i++) {
+        if (at % T == 0)
+            first[r++] = i;
+        at += seg_len[i];
+    }
+    first[rows] = n_seg;
+    for (int64_t g = 0; g < wholes * cp; g++)
+        for (int64_t b = 0; b < B; b++) {
+            int64_t row = ((g / N) * (N / cp) + (g % N) / cp) * B + b, lo = (g % cp) * Tl, hi = lo + Tl;
+            past[g * B + b] = 0;
+            for (int64_t i = first[row], start = 0; i < first[row + 1]; start += seg_len[i], i++) {
+                int64_t a = start > lo ? start : lo, e = start + seg_len[i] < hi ? start + seg_len[i] : hi;
+                if (e <= a)
+                    continue;
+                if (a == lo && start < lo) /* the row's first piece here began in a slice before */
+                    past[g * B + b] = lo - start;
+                out_seg[n_out++] = e - a;
+            }
+        }
+    return n_out;
+}
+
 /* --svg: the last step as measured (tr->ex.measured_*, one sample per op) over the same step
  * planned, which gives the flat bands, the per-name bars and the predicted peak. */
 static int write_measured_svg(const train_args *a, const hyla_trainer *tr, const hyla_model *m)
@@ -540,6 +572,7 @@ static int run(train_args *a, hyla_comm *comm)
     if (rc == HYLA_OK && a->log_json && !(log = fopen(log_path, state.step ? "a" : "w")))
         rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", log_path, strerror(errno));
     int32_t *tokens = NULL, *labels = NULL, *slice_tokens = NULL, *slice_labels = NULL;
+    int64_t *slice_seg = NULL, *slice_past = NULL; /* (packed slices) */
     int64_t step_rows = comm->size * a->accum * a->batch; /* every rank reads the whole step (trainer.h) */
     if (cp > 1) /* context parallelism: each group of cp ranks shares its sequences, a slice each */
         step_rows = comm->size / cp * a->accum * a->batch;
@@ -549,8 +582,9 @@ static int run(train_args *a, hyla_comm *comm)
         if (cp > 1) {
             slice_tokens = malloc((size_t)(step_rows * a->seq) * sizeof *slice_tokens);
             slice_labels = malloc((size_t)(step_rows * a->seq) * sizeof *slice_labels);
+            slice_past = malloc((size_t)(step_rows * cp) * sizeof *slice_past);
         }
-        if (!tokens || (hyla_data_labelled(&data) && !labels) || (cp > 1 && (!slice_tokens || !slice_labels)))
+        if (!tokens || (hyla_data_labelled(&data) && !labels) || (cp > 1 && (!slice_tokens || !slice_labels || !slice_past)))
             rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     }
     if (rc == HYLA_OK) {
@@ -581,10 +615,22 @@ static int run(train_args *a, hyla_comm *comm)
         int last = step + 1 == a->steps;
         if (a->svg && last && lead && (rc = hyla_executor_measure(&tr.ex)) != HYLA_OK)
             break;
-        if (data.pack)
+        if (data.pack && cp == 1)
             hyla_trainer_set_segments(&tr, data.seg_len, data.n_seg);
-        if (cp > 1) /* the trainer's micro-batches: slice g % cp of round g / cp's sequences */
+        if (cp > 1) /* the trainer's micro-batches: slices of the step's sequences */
             cut_slices(slice_tokens, slice_labels, tokens, labels, step_rows / a->batch, a->batch, a->seq, cp, comm->size);
+        if (cp > 1 && data.pack) { /* ... and of their pieces */
+            int64_t *more = realloc(slice_seg, (size_t)(data.n_seg * cp) * sizeof *more);
+            if (!more) {
+                rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
+                break;
+            }
+            slice_seg = more;
+            int64_t n = cut_pieces(slice_seg, slice_past, data.seg_len, data.n_seg, step_rows / a->batch, a->batch,
+                                   a->seq, cp, comm->size);
+            hyla_trainer_set_segments(&tr, slice_seg, n);
+            hyla_trainer_set_context_past(&tr, slice_past);
+        }
         rc = cp > 1 ? hyla_trainer_step(&tr, slice_tokens, slice_labels, &s) : hyla_trainer_step(&tr, tokens, labels, &s);
         if (rc)
             break;
@@ -636,6 +682,8 @@ static int run(train_args *a, hyla_comm *comm)
     free(tokens);
     free(slice_tokens);
     free(slice_labels);
+    free(slice_seg);
+    free(slice_past);
     free(labels);
     if (tr.grads)
         hyla_trainer_free(&tr);
@@ -874,7 +922,6 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
     if (a.context_parallel > 1) {
         const char *why = comm->size % a.context_parallel ? "C must divide the ranks (groups of C ranks share a sequence)"
                           : a.seq % a.context_parallel ? "--seq must divide into the slices"
-                          : a.pack ? "packed documents are not built with it"
                           : a.eval_data ? "--eval-data is not built with it"
                           : a.sample_tokens > 0 ? "--sample is not built with it"
                           : a.replay ? "--replay-routing is not built with it" : NULL;

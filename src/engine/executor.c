@@ -83,6 +83,7 @@ static hyla_op_ctx op_ctx(const hyla_executor *ex, int l, float *grads, int reco
     c.lora = ex->m->lora;
     c.experts = ex->weights && !ex->dry ? ex->weights->experts : NULL;
     c.context = ex->dry ? NULL : ex->context;
+    c.context_past = ex->context_past;
     if (ex->m->lora) { /* base frozen: the step's gradients are the adapter's */
         c.lora_grads = grads;
         c.grads = NULL;
@@ -567,10 +568,13 @@ static void set_labels(hyla_executor *ex, const int32_t *tokens, const int32_t *
             int64_t i = b * ex->T + t;
             ex->labels[i] = labels ? labels[i] : (t + 1 < ex->T ? tokens[i + 1] : -100);
         }
-    int64_t first = ex->context ? ex->context->rank * ex->T : 0; /* (a slice: the whole sequence's positions) */
-    for (int64_t s = 0; s < ex->n_seq; s++) /* positions restart with every sequence (document) */
+    for (int64_t s = 0; s < ex->n_seq; s++) { /* positions restart with every sequence (document) */
+        int64_t r0 = ex->seq_row0[s], first = 0; /* (a slice: a continuing document's positions go on) */
+        if (ex->context && r0 % ex->T == 0)
+            first = ex->context_past[r0 / ex->T];
         for (int64_t t = 0; t < ex->seq_len[s]; t++)
-            ex->pos[ex->seq_row0[s] + t] = first + t;
+            ex->pos[r0 + t] = first + t;
+    }
 }
 
 void hyla_executor_rows_as_sequences(hyla_executor *ex)

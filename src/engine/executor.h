@@ -113,6 +113,7 @@ typedef struct {
     const struct hyla_layer_updates_s *updates; /* per-layer updates, or NULL */
     const struct hyla_weight_source_s *weights; /* where weights come from (FSDP), or NULL: the model's arena */
     const hyla_context_link *context; /* context parallelism: the rows are slices (model/layer_ops.h), or NULL */
+    const int64_t *context_past;      /* ... [B] the tokens of each row's continuing document before the slice */
     int weights_status;    /* first failed acquire of the step */
     size_t *layer_lo, *layer_hi;       /* [n_layers] table ranges (per-layer updates) */
     size_t window_lo;                  /* table offset of updates->window[0] in the current unit */

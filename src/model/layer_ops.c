@@ -303,6 +303,13 @@ static void residual_mlp_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape
 const hyla_layer_op hyla_op_residual_mlp = {"residual_mlp", residual_mlp_fwd, residual_mlp_bwd, no_scratch, no_scratch,
                                             HYLA_IN(HYLA_S_H, HYLA_S_SOUT), HYLA_OUT(HYLA_S_Y), .n_reads = 0};
 
+int64_t hyla_seq_past(const hyla_op_ctx *c, int64_t i)
+{
+    return c->seq_row0[i] % c->T ? 0 : c->context_past[c->seq_row0[i] / c->T];
+}
+
+int hyla_seq_ends_row(const hyla_op_ctx *c, int64_t i) { return (c->seq_row0[i] + c->seq_len[i]) % c->T == 0; }
+
 void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size, size_t buf[4], size_t *stage,
                         size_t *kept_per_layer)
 {

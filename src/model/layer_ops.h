@@ -177,9 +177,19 @@ typedef struct {
     float *bf16_scratch;
     /* the routed experts' weights group by group (FSDP's expert groups), or NULL: all in the arena */
     const hyla_expert_source *experts;
-    /* context parallelism: this call's sequences are slices of longer ones, or NULL */
+    /* context parallelism: this call's B rows are slices of longer ones, or NULL; context_past [B]:
+     * the tokens of the document that a row's first sequence continues, before this slice (0: it
+     * starts here; unpacked rows: rank T). The link's messages are per row (every rank has B rows,
+     * whatever its documents); a row's first sequence continues from the slice before when its
+     * past > 0, its last one into the slice after. */
     const hyla_context_link *context;
+    const int64_t *context_past;
 } hyla_op_ctx;
+
+/* Context parallelism: the tokens before this slice of sequence i's document (0 unless it is the
+ * first of its row and continues from the slice before), and whether it ends its row. */
+int64_t hyla_seq_past(const hyla_op_ctx *c, int64_t i);
+int hyla_seq_ends_row(const hyla_op_ctx *c, int64_t i);
 
 typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);
 typedef void (*hyla_op_bwd_fn)(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch);

@@ -83,29 +83,88 @@ static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { 
 
 /* ---- causal softmax attention: QR, KR, VRAW -> CTX, LSE ---------------------------------- */
 static float attn_scale(const hyla_config *cfg) { return (float)(1.0 / sqrt((double)cfg->head_dim)); }
-/* Context parallelism: sequence b's keys and values of every slice, in order, into the link's
- * buffers 0 and 1 ([size T, kv]: this slice's queries read those of slices <= rank). */
-static void slice_keys(const hyla_op_ctx *c, const hyla_tape *t, int64_t o, int64_t T, const float **k, const float **v)
+/* Context parallelism: row b's keys and values of every slice, in order, into the link's buffers
+ * 0 and 1 ([size T, kv]; every rank gathers every row). A row's first sequence, when it continues
+ * a document, reads its keys from `past` before the slice on; the others only their own. */
+static void row_keys(const hyla_op_ctx *c, const hyla_tape *t, int64_t b, const float **k, const float **v)
 {
     const hyla_context_link *cx = c->context;
-    size_t kvT = (size_t)(T * CFG->n_kv_heads * CFG->head_dim), kvo = (size_t)o * (size_t)(CFG->n_kv_heads * CFG->head_dim);
+    size_t kvT = (size_t)(c->T * CFG->n_kv_heads * CFG->head_dim), kvo = (size_t)b * kvT;
     float *K = cx->buffer(cx->ctx, 0, (size_t)cx->size * kvT), *V = cx->buffer(cx->ctx, 1, (size_t)cx->size * kvT);
     cx->allgather(cx->ctx, t->p[HYLA_S_KR] + kvo, K, kvT);
     cx->allgather(cx->ctx, t->p[HYLA_S_VRAW] + kvo, V, kvT);
     *k = K, *v = V;
 }
 
+/* Where sequence i's keys start (the row's gathered keys, its document's first) and its past. */
+static int64_t seq_keys(const hyla_op_ctx *c, const hyla_tape *t, int64_t i, const float *K, const float *V,
+                        const float **k, const float **v)
+{
+    int64_t kv = CFG->n_kv_heads * CFG->head_dim, past = hyla_seq_past(c, i), o = c->seq_row0[i];
+    if (past > 0) { /* from the document's start, slices before included */
+        int64_t at = c->context->rank * c->T + o % c->T - past;
+        *k = K + at * kv, *v = V + at * kv;
+    } else {
+        *k = t->p[HYLA_S_KR] + o * kv, *v = t->p[HYLA_S_VRAW] + o * kv;
+    }
+    return past;
+}
+
+static void core_fwd_slices(const hyla_op_ctx *c, hyla_tape *t, float *work)
+{
+    int64_t hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
+    for (int64_t b = 0; b < c->B; b++) {
+        const float *K, *V, *k, *v;
+        row_keys(c, t, b, &K, &V);
+        for (int64_t i = 0; i < c->n_seq; i++) {
+            if (c->seq_row0[i] / c->T != b)
+                continue;
+            int64_t o = c->seq_row0[i], past = seq_keys(c, t, i, K, V, &k, &v);
+            hyla_attention_fwd(t->p[HYLA_S_CTX] + o * Hq * hd, t->p[HYLA_S_LSE] + o * Hq, t->p[HYLA_S_QR] + o * Hq * hd, k,
+                               v, c->seq_len[i], past, Hq, Hkv, hd, attn_scale(CFG), work);
+        }
+    }
+}
+
+/* Backward of row b: each sequence's dk, dv of the keys it reads into the row's parts [size T, kv]
+ * (zero elsewhere), every key slice's summed over the ranks in rank order. */
+static void core_bwd_row(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, int64_t b, float *dq, float *dk,
+                         float *dv, float *work)
+{
+    const hyla_context_link *cx = c->context;
+    int64_t hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads, kv = Hkv * hd, T = c->T;
+    const float *K, *V, *k, *v;
+    row_keys(c, t, b, &K, &V);
+    size_t all = (size_t)(cx->size * T * kv);
+    float *pk = cx->buffer(cx->ctx, 2, all), *pv = cx->buffer(cx->ctx, 3, all);
+    memset(pk, 0, all * sizeof(float)), memset(pv, 0, all * sizeof(float));
+    for (int64_t i = 0; i < c->n_seq; i++) {
+        if (c->seq_row0[i] / T != b)
+            continue;
+        int64_t o = c->seq_row0[i], len = c->seq_len[i], qo = o * Hq * hd, past = seq_keys(c, t, i, K, V, &k, &v);
+        int64_t at = cx->rank * T + o % T - past; /* its first key in the row */
+        hyla_attention_bwd_past(dq, pk + at * kv, pv + at * kv, d->p[HYLA_S_CTX] + qo, t->p[HYLA_S_CTX] + qo,
+                                t->p[HYLA_S_LSE] + o * Hq, t->p[HYLA_S_QR] + qo, k, v, len, past, Hq, Hkv, hd,
+                                attn_scale(CFG), work);
+        acc(d->p[HYLA_S_QR] + qo, dq, len * Hq * hd);
+    }
+    cx->reduce(cx->ctx, pk, dk, (size_t)(T * kv));
+    cx->reduce(cx->ctx, pv, dv, (size_t)(T * kv));
+    acc(d->p[HYLA_S_KR] + b * T * kv, dk, T * kv);
+    acc(d->p[HYLA_S_VRAW] + b * T * kv, dv, T * kv);
+}
+
 static void core_fwd(const hyla_op_ctx *c, hyla_tape *t, float *work)
 {
     int64_t hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads, kv = Hkv * hd;
+    if (c->context) { /* slices: a continuing document's queries over its keys in the slices before too */
+        core_fwd_slices(c, t, work);
+        return;
+    }
     for (int64_t b = 0; b < c->n_seq; b++) { /* each sequence (row or packed document) attends to itself */
         int64_t T = c->seq_len[b], o = c->seq_row0[b];
         const float *k = t->p[HYLA_S_KR] + o * kv, *v = t->p[HYLA_S_VRAW] + o * kv;
         int64_t past = 0;
-        if (c->context) { /* a slice: its queries over the keys of every slice up to its own */
-            slice_keys(c, t, o, T, &k, &v);
-            past = c->context->rank * T;
-        }
         if (c->state) { /* inference: append to the cache (post-norm, post-RoPE keys), attend over it */
             past = c->past[b];
             float *kc = c->state->keys + b * c->max_len * kv, *vc = c->state->values + b * c->max_len * kv;
@@ -126,25 +185,10 @@ static void core_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
 {
     int64_t hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
     float *dq = scratch, *dk = dq + c->T * Hq * hd, *dv = dk + c->T * Hkv * hd, *work = dv + c->T * Hkv * hd;
-    for (int64_t b = 0; b < c->n_seq; b++) {
+    for (int64_t b = 0; c->context && b < c->B; b++) /* slices: per row, the key slices' gradients summed over ranks */
+        core_bwd_row(c, t, d, b, dq, dk, dv, work);
+    for (int64_t b = 0; !c->context && b < c->n_seq; b++) {
         int64_t T = c->seq_len[b], o = c->seq_row0[b], qs = T * Hq * hd, ks = T * Hkv * hd, qo = o * Hq * hd, ko = o * Hkv * hd;
-        if (c->context) { /* a slice: dk, dv of every key up to its own, each slice's summed over the ranks */
-            const hyla_context_link *cx = c->context;
-            const float *k, *v;
-            slice_keys(c, t, o, T, &k, &v);
-            size_t all = (size_t)(cx->size * ks), mine = (size_t)((cx->rank + 1) * ks);
-            float *pk = cx->buffer(cx->ctx, 2, all), *pv = cx->buffer(cx->ctx, 3, all);
-            hyla_attention_bwd_past(dq, pk, pv, d->p[HYLA_S_CTX] + qo, t->p[HYLA_S_CTX] + qo, t->p[HYLA_S_LSE] + o * Hq,
-                                    t->p[HYLA_S_QR] + qo, k, v, T, cx->rank * T, Hq, Hkv, hd, attn_scale(CFG), work);
-            memset(pk + mine, 0, (all - mine) * sizeof(float)); /* the later slices' keys: none of this slice's */
-            memset(pv + mine, 0, (all - mine) * sizeof(float));
-            cx->reduce(cx->ctx, pk, dk, (size_t)ks);
-            cx->reduce(cx->ctx, pv, dv, (size_t)ks);
-            acc(d->p[HYLA_S_QR] + qo, dq, qs);
-            acc(d->p[HYLA_S_KR] + ko, dk, ks);
-            acc(d->p[HYLA_S_VRAW] + ko, dv, ks);
-            continue;
-        }
         hyla_attention_bwd(dq, dk, dv, d->p[HYLA_S_CTX] + qo, t->p[HYLA_S_CTX] + qo, t->p[HYLA_S_LSE] + o * Hq,
                            t->p[HYLA_S_QR] + qo, t->p[HYLA_S_KR] + ko, t->p[HYLA_S_VRAW] + ko, T, Hq, Hkv, hd,
                            attn_scale(CFG), work);

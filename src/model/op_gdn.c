@@ -51,27 +51,56 @@ static void conv_cache_update(float *hist /*[K,cd]*/, const float *x /*[T,cd]*/,
     }
 }
 
-/* Context parallelism: the K raw inputs before this slice of sequence b (the previous slice's
- * last K rows; rank 0: none), into the link's buffer 0. */
-static const float *slice_history(const hyla_op_ctx *c, const float *x /*[T,cd]*/, int64_t T)
+/* Context parallelism: the K raw inputs before row b's slice (the previous slice's last K rows,
+ * those before the continuing document's start zeroed; none when nothing continues), into the
+ * link's buffer 0. Every rank makes the exchange for every row. */
+static const float *row_history(const hyla_op_ctx *c, const float *x_row /*[T,cd]*/, int64_t b)
+{
+    int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel, past = c->context_past[b];
+    float *hist = c->context->buffer(c->context->ctx, 0, (size_t)(K * cd));
+    c->context->shift_fwd(c->context->ctx, x_row + (c->T - K) * cd, hist, (size_t)(K * cd));
+    if (past < K) /* (another document's rows, or none) */
+        memset(hist, 0, (size_t)((K - past) * cd) * sizeof(float));
+    return past > 0 ? hist : NULL;
+}
+
+/* The sequences of row b: [*i0, *i1) of the call's (each inside one row, in order). */
+static void row_seqs(const hyla_op_ctx *c, int64_t b, int64_t *i0, int64_t *i1)
+{
+    int64_t i = 0;
+    while (i < c->n_seq && c->seq_row0[i] / c->T < b)
+        i++;
+    *i0 = i;
+    while (i < c->n_seq && c->seq_row0[i] / c->T == b)
+        i++;
+    *i1 = i;
+}
+
+static void conv_fwd_slices(const hyla_op_ctx *c, hyla_tape *t)
 {
     int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
-    float *hist = c->context->buffer(c->context->ctx, 0, (size_t)(K * cd));
-    c->context->shift_fwd(c->context->ctx, x + (T - K) * cd, hist, (size_t)(K * cd));
-    return c->context->rank > 0 ? hist : NULL;
+    for (int64_t b = 0; b < c->B; b++) {
+        const float *hist = row_history(c, t->p[HYLA_S_QKV] + b * c->T * cd, b);
+        int64_t i0, i1;
+        row_seqs(c, b, &i0, &i1);
+        for (int64_t i = i0; i < i1; i++) { /* the row's first sequence continues the window before */
+            int64_t o = c->seq_row0[i];
+            hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV),
+                               hyla_seq_past(c, i) ? hist : NULL, c->seq_len[i], cd, K);
+        }
+    }
 }
 
 static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
     int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
+    if (c->context) { /* slices: windows continue across them */
+        conv_fwd_slices(c, t);
+        return;
+    }
     for (int64_t b = 0; b < c->n_seq; b++) { /* each sequence (row or packed document) from its own window */
         int64_t T = c->seq_len[b], o = c->seq_row0[b];
         float *hist = c->state ? c->state->conv + b * K * cd : NULL;
-        if (c->context) { /* a slice: the window continues the previous slice's */
-            hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV),
-                               slice_history(c, t->p[HYLA_S_QKV] + o * cd, T), T, cd, K);
-            continue;
-        }
         const float *x = t->p[HYLA_S_QKV] + o * cd;
         hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, x, hyla_op_w(c, HYLA_P_GDN_CONV), hist, T, cd, K);
         for (int64_t r = 0; c->keep && r < T - 1; r++) { /* the window after row r: a rollback point */
@@ -83,32 +112,45 @@ static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
             conv_cache_update(hist, x, T, K, cd);
     }
 }
-/* Context parallelism: sequence b's slice. The first taps' part of the dx of the previous slice's
- * last K-1 rows (from this slice's first K-1 rows alone) goes back to it, the next slice's part
- * of this slice's last rows arrives and this slice's sums continue it (ops.h). */
-static void conv_bwd_slice(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *dx, int64_t o, int64_t T)
+/* Context parallelism: row b. The first taps' part of the dx of the K-1 rows before the slice
+ * (from the continuing first sequence's first rows alone; zero for rows before its document, or
+ * when nothing continues) goes back to the previous rank, the next rank's part of this row's last
+ * rows arrives and the last sequence's sums continue it (ops.h). */
+static void conv_bwd_row(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *dx_all, int64_t b)
 {
-    int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
-    const float *x = t->p[HYLA_S_QKV] + o * cd, *dy = d->p[HYLA_S_CONV] + o * cd, *w = hyla_op_w(c, HYLA_P_GDN_CONV);
-    const float *hist = slice_history(c, x, T);
+    int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel, i0, i1;
+    const float *w = hyla_op_w(c, HYLA_P_GDN_CONV), *hist = row_history(c, t->p[HYLA_S_QKV] + b * c->T * cd, b);
     const hyla_context_link *cx = c->context;
     float *d_hist = cx->buffer(cx->ctx, 1, (size_t)((K - 1) * cd)), *tail = cx->buffer(cx->ctx, 2, (size_t)((K - 1) * cd));
     float *rows = cx->buffer(cx->ctx, 3, (size_t)((K - 1) * cd));
-    hyla_conv_silu_bwd_hist(rows, NULL, d_hist, NULL, dy, x, w, hist, K - 1, cd, K);
+    row_seqs(c, b, &i0, &i1);
+    int64_t past = i1 > i0 ? hyla_seq_past(c, i0) : 0;
+    memset(d_hist, 0, (size_t)((K - 1) * cd) * sizeof(float));
+    if (past > 0) { /* the continuing sequence's first rows alone give the rows before their part */
+        int64_t o = c->seq_row0[i0], n = c->seq_len[i0] < K - 1 ? c->seq_len[i0] : K - 1;
+        hyla_conv_silu_bwd_hist(rows, NULL, d_hist, NULL, d->p[HYLA_S_CONV] + o * cd, t->p[HYLA_S_QKV] + o * cd, w, hist,
+                                n, cd, K);
+        if (past < K - 1) /* (rows of another document before it: nothing of this one) */
+            memset(d_hist, 0, (size_t)((K - 1 - past) * cd) * sizeof(float));
+    }
     cx->shift_bwd(cx->ctx, d_hist, tail, (size_t)((K - 1) * cd));
-    hyla_conv_silu_bwd_hist(dx, hyla_op_dw(c, HYLA_P_GDN_CONV), NULL, cx->rank + 1 < cx->size ? tail : NULL, dy, x, w,
-                            hist, T, cd, K);
+    for (int64_t i = i0; i < i1; i++) {
+        int64_t o = c->seq_row0[i];
+        hyla_conv_silu_bwd_hist(dx_all + o * cd, hyla_op_dw(c, HYLA_P_GDN_CONV), NULL,
+                                hyla_seq_ends_row(c, i) && cx->rank + 1 < cx->size ? tail : NULL,
+                                d->p[HYLA_S_CONV] + o * cd, t->p[HYLA_S_QKV] + o * cd, w, hyla_seq_past(c, i) ? hist : NULL,
+                                c->seq_len[i], cd, K);
+    }
 }
 static void conv_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch /*[n,cd]*/)
 {
     int64_t cd = hyla_cfg_conv_dim(CFG);
-    for (int64_t b = 0; b < c->n_seq; b++) {
+    for (int64_t b = 0; c->context && b < c->B; b++)
+        conv_bwd_row(c, t, d, scratch, b);
+    for (int64_t b = 0; !c->context && b < c->n_seq; b++) {
         int64_t T = c->seq_len[b], o = c->seq_row0[b];
-        if (c->context)
-            conv_bwd_slice(c, t, d, scratch + o * cd, o, T);
-        else
-            hyla_conv_silu_bwd(scratch + o * cd, hyla_op_dw(c, HYLA_P_GDN_CONV), d->p[HYLA_S_CONV] + o * cd,
-                               t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV), T, cd, CFG->conv_kernel);
+        hyla_conv_silu_bwd(scratch + o * cd, hyla_op_dw(c, HYLA_P_GDN_CONV), d->p[HYLA_S_CONV] + o * cd,
+                           t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV), T, cd, CFG->conv_kernel);
     }
     acc(d->p[HYLA_S_QKV], scratch, c->n * cd);
 }
@@ -166,14 +208,16 @@ static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
 }
 
 /* ---- delta rule: GQ, GK, GV, G, BETA -> CORE --------------------------------------------- */
-/* Context parallelism: every sequence's slice from the state the previous slice ends in (the
- * forward: handed along the ranks in order, and kept for the recompute and the backward), and
- * the backward from the gradient of the state this slice ends in (handed back in reverse order). */
+/* Context parallelism: each row's first sequence, when it continues a document, from the state the
+ * previous slice's row ends in (the forward: handed along the ranks in order, and kept for the
+ * recompute and the backward); the row's last sequence hands its final state on, and in backward
+ * takes the gradient of it from the next slice (handed back in reverse order); a row's other
+ * sequences start from zero as without slices. The chain carries one state per row. */
 typedef struct {
     const hyla_op_ctx *c;
     const hyla_tape *t;
     hyla_tape *d;
-    float *states; /* [n_seq][Hv,dk,dv] chain buffer */
+    float *states; /* [B][Hv,dk,dv] chain buffer: per row */
     float *scratch;
 } delta_slices;
 
@@ -183,18 +227,29 @@ static void delta_slices_fwd(void *arg)
     const hyla_op_ctx *c = a->c;
     int64_t Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim, sz = Hv * dk * dv;
     int64_t kd = Hk * dk, vd = Hv * dv;
-    float *kept = c->context->layer_state(c->context->ctx, c->layer), *work = a->scratch + sz;
-    for (int64_t b = 0; b < c->n_seq; b++) {
-        int64_t o = c->seq_row0[b];
-        float *state = a->states + b * sz;
+    float *kept = c->context->layer_state(c->context->ctx, c->layer), *own = a->scratch, *work = a->scratch + sz;
+    const hyla_tape *t = a->t;
+    for (int64_t b = 0; b < c->B; b++) {
+        float *row_state = a->states + b * sz;
         if (c->recompute) /* the forward's initial state, kept */
-            memcpy(state, kept + b * sz, (size_t)sz * sizeof(float));
-        else
-            memcpy(kept + b * sz, state, (size_t)sz * sizeof(float));
-        const hyla_tape *t = a->t;
-        hyla_delta_rule_chunked_fwd(t->p[HYLA_S_CORE] + o * vd, state, t->p[HYLA_S_GQ] + o * kd, t->p[HYLA_S_GK] + o * kd,
-                                    t->p[HYLA_S_GV] + o * vd, t->p[HYLA_S_G] + o * Hv, t->p[HYLA_S_BETA] + o * Hv,
-                                    c->seq_len[b], Hk, Hv, dk, dv, work);
+            memcpy(row_state, kept + b * sz, (size_t)sz * sizeof(float));
+        else if (c->context_past[b] == 0) /* (nothing continues: whatever arrived is another document's) */
+            memset(row_state, 0, (size_t)sz * sizeof(float));
+        if (!c->recompute)
+            memcpy(kept + b * sz, row_state, (size_t)sz * sizeof(float));
+        int64_t i0, i1;
+        row_seqs(c, b, &i0, &i1);
+        for (int64_t i = i0; i < i1; i++) {
+            int64_t o = c->seq_row0[i];
+            float *state = i == i0 ? row_state : own; /* the first from the row's, the others from zero */
+            if (i > i0)
+                memset(state, 0, (size_t)sz * sizeof(float));
+            hyla_delta_rule_chunked_fwd(t->p[HYLA_S_CORE] + o * vd, state, t->p[HYLA_S_GQ] + o * kd,
+                                        t->p[HYLA_S_GK] + o * kd, t->p[HYLA_S_GV] + o * vd, t->p[HYLA_S_G] + o * Hv,
+                                        t->p[HYLA_S_BETA] + o * Hv, c->seq_len[i], Hk, Hv, dk, dv, work);
+            if (i == i1 - 1 && state != row_state) /* the row's last state goes on */
+                memcpy(row_state, state, (size_t)sz * sizeof(float));
+        }
     }
 }
 
@@ -210,18 +265,28 @@ static void delta_slices_bwd(void *arg)
     float *d0 = c->context->buffer(c->context->ctx, 1, (size_t)sz);
     const hyla_tape *t = a->t;
     hyla_tape *d = a->d;
-    for (int64_t b = 0; b < c->n_seq; b++) {
-        int64_t o = c->seq_row0[b], T = c->seq_len[b];
-        hyla_delta_rule_chunked_bwd_state(sq, sk, sv, sg, sb, d0, d->p[HYLA_S_CORE] + o * vd, t->p[HYLA_S_GQ] + o * kd,
-                                          t->p[HYLA_S_GK] + o * kd, t->p[HYLA_S_GV] + o * vd, t->p[HYLA_S_G] + o * Hv,
-                                          t->p[HYLA_S_BETA] + o * Hv, kept + b * sz, a->states + b * sz, T, Hk, Hv, dk,
-                                          dv, work);
-        memcpy(a->states + b * sz, d0, (size_t)sz * sizeof(float)); /* handed to the previous slice */
-        acc(d->p[HYLA_S_GQ] + o * kd, sq, T * kd);
-        acc(d->p[HYLA_S_GK] + o * kd, sk, T * kd);
-        acc(d->p[HYLA_S_GV] + o * vd, sv, T * vd);
-        acc(d->p[HYLA_S_G] + o * Hv, sg, T * Hv);
-        acc(d->p[HYLA_S_BETA] + o * Hv, sb, T * Hv);
+    for (int64_t b = 0; b < c->B; b++) {
+        int64_t i0, i1;
+        row_seqs(c, b, &i0, &i1);
+        float *row_d = a->states + b * sz; /* in: the gradient of the row's last state; out: of its first's */
+        int continues = c->context_past[b] > 0;
+        for (int64_t i = i1 - 1; i >= i0; i--) {
+            int64_t o = c->seq_row0[i], T = c->seq_len[i];
+            hyla_delta_rule_chunked_bwd_state(sq, sk, sv, sg, sb, i == i0 && continues ? d0 : NULL, d->p[HYLA_S_CORE] + o * vd,
+                                              t->p[HYLA_S_GQ] + o * kd, t->p[HYLA_S_GK] + o * kd, t->p[HYLA_S_GV] + o * vd,
+                                              t->p[HYLA_S_G] + o * Hv, t->p[HYLA_S_BETA] + o * Hv,
+                                              i == i0 && continues ? kept + b * sz : NULL, i == i1 - 1 ? row_d : NULL, T,
+                                              Hk, Hv, dk, dv, work);
+            acc(d->p[HYLA_S_GQ] + o * kd, sq, T * kd);
+            acc(d->p[HYLA_S_GK] + o * kd, sk, T * kd);
+            acc(d->p[HYLA_S_GV] + o * vd, sv, T * vd);
+            acc(d->p[HYLA_S_G] + o * Hv, sg, T * Hv);
+            acc(d->p[HYLA_S_BETA] + o * Hv, sb, T * Hv);
+        }
+        if (continues) /* handed to the previous slice (zero when nothing continues) */
+            memcpy(row_d, d0, (size_t)sz * sizeof(float));
+        else
+            memset(row_d, 0, (size_t)sz * sizeof(float));
     }
 }
 
@@ -231,7 +296,7 @@ static void delta_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*state
     int64_t kd = Hk * dk, vd = Hv * dv;
     float *work = scratch + Hv * dk * dv;
     if (c->context) {
-        size_t floats = (size_t)(c->n_seq * Hv * dk * dv);
+        size_t floats = (size_t)(c->B * Hv * dk * dv);
         delta_slices a = {c, t, NULL, c->context->buffer(c->context->ctx, 0, floats), scratch};
         if (c->recompute) {
             delta_slices_fwd(&a);
@@ -273,7 +338,7 @@ static void delta_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, fl
     float *sq = scratch, *sk = sq + Tmax * kd, *sv = sk + Tmax * kd, *sg = sv + Tmax * vd, *sb = sg + Tmax * Hv;
     float *work = sb + Tmax * Hv;
     if (c->context) {
-        size_t floats = (size_t)(c->n_seq * Hv * dk * dv);
+        size_t floats = (size_t)(c->B * Hv * dk * dv);
         delta_slices a = {c, t, d, c->context->buffer(c->context->ctx, 0, floats), scratch};
         memset(a.states, 0, floats * sizeof(float)); /* (the last rank's: nothing after the sequence) */
         c->context->chain_bwd(c->context->ctx, a.states, floats, delta_slices_bwd, &a);

@@ -114,7 +114,7 @@ void hyla_conv_silu_bwd_hist(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, float 
                              const float *x /*[T,C]*/, const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/,
                              int64_t T, int64_t C, int64_t K)
 {
-    HYLA_ASSERT(K <= CONV_MAX_K && (!dx_tail || T >= K - 1));
+    HYLA_ASSERT(K <= CONV_MAX_K); /* (dx_tail's row for row s is s + K - 1 - T: in range for any T) */
     int64_t nblk = (C + CONV_CB - 1) / CONV_CB;
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(T * C * K)
     for (int64_t bi = 0; bi < nblk; bi++) {

@@ -187,8 +187,9 @@ void hyla_conv_silu_bwd(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, const float
                         const float *x /*[T,C]*/, const float *w /*[C,K]*/, int64_t T, int64_t C, int64_t K);
 /* The same for a slice of a longer sequence (context parallelism): rows before the first come
  * from hist (the forward's); d_hist receives, for the K-1 rows before the slice, the first taps'
- * part of their dx (NULL: not wanted), and dx_tail (NULL: none; needs T >= K - 1) is that part for
- * this slice's last K-1 rows from the slice after, which the sums here continue: dx is then
+ * part of their dx (NULL: not wanted), and dx_tail (NULL: none) is that part for the K-1 rows
+ * ending this slice from the slice after (T < K - 1: its last T rows are this slice's), which
+ * the sums here continue: dx is then
  * the whole sequence's, bit for bit. */
 void hyla_conv_silu_bwd_hist(float *dx /*[T,C]*/, float *dw /*[C,K] +=*/, float *d_hist /*[K-1,C] or NULL*/,
                              const float *dx_tail /*[K-1,C] or NULL*/, const float *dy /*[T,C]*/,

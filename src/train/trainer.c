@@ -221,8 +221,14 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         st = world->split(world, world->rank / cfg->context_parallel, world->rank % cfg->context_parallel, &group);
         if (st == HYLA_OK && (st = hyla_context_init(&tr->context, group, &model->cfg, cfg->batch, cfg->seq)) != HYLA_OK)
             group->close(group);
+        if (st == HYLA_OK && !(tr->slice_past = malloc((size_t)cfg->batch * sizeof *tr->slice_past)))
+            st = hyla_error_set(HYLA_ERR_NOMEM, "train: out of memory");
+        for (int64_t b = 0; st == HYLA_OK && b < cfg->batch; b++)
+            tr->slice_past[b] = (int64_t)group->rank * cfg->seq;
         if (st == HYLA_OK)
-            tr->ex.context = &tr->context.link;
+            tr->ex.context = &tr->context.link, tr->ex.context_past = tr->slice_past;
+        else if (group && tr->context.comm)
+            hyla_context_free(&tr->context), group->close(group);
     }
     /* replicated: the ordered sum, unless the one micro-batch's gradient is the step's */
     tr->reducing = (!tr->sharded || model->lora) && (ranks > 1 || cfg->accum > 1); /* (an adapter: replicated) */
@@ -271,6 +277,7 @@ void hyla_trainer_free(hyla_trainer *tr)
         hyla_context_free(&tr->context);
         group->close(group);
     }
+    free(tr->slice_past);
     memset(tr, 0, sizeof *tr);
 }
 
@@ -294,6 +301,8 @@ size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
     return tr->ex.ckpt_bytes + tr->ex.work_bytes + tr->ex.xfer_bytes[0] + tr->ex.xfer_bytes[1] + 4 * hyla_align_up(nH) +
            (tr->ex.context ? hyla_context_bytes(&tr->context) : 0);
 }
+
+void hyla_trainer_set_context_past(hyla_trainer *tr, const int64_t *past) { tr->context_past = past; }
 
 void hyla_trainer_set_segments(hyla_trainer *tr, const int64_t *seg_len, int64_t n_seg)
 {
@@ -417,6 +426,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         if ((tr->reducing || tr->sharded) && round > 0)
             hyla_zero_floats(tr->grads, tr->head_floats);
         tr->round_first = tr->fsdp.round_first = round == 0;
+        if (tr->ex.context) /* (packed slices: this micro-batch's rows' continuing documents) */
+            tr->ex.context_past = tr->context_past ? tr->context_past + g * tr->cfg.batch : tr->slice_past;
         int st = hyla_executor_step(&tr->ex, tokens + g * per, labels ? labels + g * per : NULL, tr->grads, ce_scale,
                                     aux_scale, &l);
         if (st == HYLA_OK && tr->ex.context)

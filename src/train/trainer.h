@@ -94,6 +94,8 @@ typedef struct {
     double reduce_seconds;  /* this step's so far (hyla_step_stats.reduce_seconds) */
     hyla_fsdp fsdp;         /* cfg.fsdp: the pieces; the optimizer's moments are pieces too */
     hyla_context context;   /* cfg.context_parallel > 1: the link between the slices */
+    const int64_t *context_past; /* [G][B] each micro-batch's rows' continuing tokens (packed slices), or NULL */
+    int64_t *slice_past;    /* [B] unpacked slices: this rank's slice start in every row */
     int sharded, round_first;
     double *loss_parts;     /* [N][accum][2] every rank's micro-batch ce sums and aux losses */
     float *grad_window;     /* update_per_layer: one unit's layer gradients */
@@ -129,6 +131,10 @@ void hyla_trainer_free(hyla_trainer *tr);
  * (-100 = not a target), or NULL for next-token labels within each sequence; ce is the mean over
  * the step's targets. */
 int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *labels, hyla_step_stats *stats);
+/* Context parallelism with packed documents: for the next step, past[g B + b] = the tokens of the
+ * document row b of micro-batch g continues from before its slice (0: none); NULL: unpacked rows
+ * (each slice continues its whole row). */
+void hyla_trainer_set_context_past(hyla_trainer *tr, const int64_t *past);
 
 /* Bytes of gradient storage (the whole table, or the head + one unit's window; with a reducer
  * its shard and windows; FSDP: the head, one unit's window, the summed pieces, the reduce-scatter

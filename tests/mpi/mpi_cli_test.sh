@@ -191,41 +191,45 @@ MPI_ONLY="--expert-groups 2" equal "expert groups, LoRA (the frozen base's exper
 planned "measured == planned: --expert-groups 2, LoRA" "$T/expert_groups__lora__the_frozen_base_s_experts_by_group_.fsdp" 2 1 fsdp --expert-groups 2 --lora-rank 4
 expect_error "--expert-groups without FSDP" "needs --shard fsdp under mpirun" "$HYLA" train --model "$T/m" --synthetic --steps 1 --expert-groups 2
 # context parallelism (--context-parallel C, C divides the ranks): every sequence cut into C slices,
-# one per rank of a group of C ranks (the groups data parallel). The forward of every row is the whole sequence's bit for bit (slices of whole 64-row chunks:
-# the conv window, the delta-rule state and attention's keys are passed, positions offset; the
-# kernels' split == whole is shown in test_gdn_grads / test_op_grads), so step 1's loss differs
-# only by how the rows' double sums are grouped (~1e-15 relative): equal to the 8 printed decimals
-# (1e-8). The gradient sums over rows are regrouped (each rank's rows, then the ranks in order; the
-# earlier keys' attention gradients as two slices' parts): an n-term fp32 sum regrouped moves by <=
-# 2 n u sum|terms| (u = 2^-24), n = the B T rows of a micro-batch; for the grad norm, dominated by
-# large elements whose terms do not cancel, that is <= 2 n u relative (512 rows: 6.1e-5). Later
-# steps start from weights that differ by those updates: their losses within 1e-6 relative (an
-# error in what is passed moves step 1's loss by 1e-3 or more). With bf16 compute the later steps
-# are not compared: a master weight moved by the regrouping can round to the neighbouring bf16
-# value (2^-8 relative), a discrete change the fp32 bound does not cover; step 1 (the same bf16
-# weights and inputs) is held to the same bounds.
+# one per rank of a group of C ranks (the groups data parallel). The forward of every row is the
+# whole sequence's bit for bit (slices of whole 64-row chunks: the conv window, the delta-rule
+# state and attention's keys are passed, positions offset; the kernels' split == whole is shown in
+# test_gdn_grads / test_op_grads), so step 1's loss differs only by how the rows' double sums are
+# grouped (~1e-15 relative): equal to the printed 9 significant digits (one unit of the last one,
+# x 1.5 for the decimal rounding of both). The gradient sums over rows are regrouped (each rank's
+# rows, then the ranks in order; the earlier keys' attention gradients as two slices' parts): an
+# n-term fp32 sum regrouped moves by <= 2 n u sum|terms| (u = 2^-24), n = the B T rows of a
+# micro-batch; for the grad norm, dominated by large elements whose terms do not cancel, that is
+# <= 2 n u relative (512 rows: 6.1e-5). Later steps start from weights updated by AdamW, which
+# divides every gradient element by its own magnitude (+ eps 1e-8): an element whose row sum
+# cancels to near zero can take a visibly different update (at most lr), so the later losses are
+# held to 1e-4 relative (seen: <= 1.4e-5), still far below what an error in what is passed moves
+# step 1's loss by (1e-3 or more). With bf16 compute the later steps are not compared (a master
+# weight moved that way can round to the neighbouring bf16 value); step 1 is held to the same
+# bounds.
 cp_close() { # NAME NP C ACCUM ARGS...: mpirun -np NP --context-parallel C --accum ACCUM vs one process on the
               # whole sequences with --accum NP / C x ACCUM (the groups of C ranks are data parallel)
     local name=$1 np=$2 c=$3 acc=$4 d="$T/cp_$(printf %s "$1" | tr 'A-Z' 'a-z' | tr -c 'a-z0-9' _)"; shift 4
-    local CPB=(--text data/kjv.txt --batch 2 --seq 256 --steps 3 --warmup 1 --lr 3e-3 --seed 5 --threads 1)
+    local CPB=(${CP_DATA:---text data/kjv.txt} --batch 2 --seq 256 --steps 3 --warmup 1 --lr 3e-3 --seed 5 --threads 1)
     train "$d.one" 0 --model "${MODEL:-$T/m}" "${CPB[@]}" --accum $((np / c * acc)) "$@" &&
         train "$d.cp" "$np" --model "${MODEL:-$T/m}" "${CPB[@]}" --accum "$acc" --context-parallel "$c" "$@" ${MPI_ONLY:-} &&
         $PY - "$d.one/log.jsonl" "$d.cp/log.jsonl" "$name" "$*" <<'PYEOF' || fail "context parallel: $name"
-import json, sys
+import json, math, sys
 a = [json.loads(l) for l in open(sys.argv[1])]
 b = [json.loads(l) for l in open(sys.argv[2])]
 rows, u = 2 * 256, 2.0 ** -24
 ok = len(a) == len(b) == 3
-ok = ok and abs(a[0]["loss"] - b[0]["loss"]) <= 1e-8 and abs(a[0]["aux"] - b[0]["aux"]) <= 1e-8
+unit = lambda x: 1.5 * 10.0 ** (math.floor(math.log10(abs(x))) - 8)  # one unit of the 9th digit, x 1.5
+ok = ok and abs(a[0]["loss"] - b[0]["loss"]) <= unit(a[0]["loss"]) and abs(a[0]["aux"] - b[0]["aux"]) <= unit(a[0]["aux"])
 gn = abs(a[0]["grad_norm"] - b[0]["grad_norm"]) / a[0]["grad_norm"]
 ok = ok and gn <= 2 * rows * u
 later = max(abs(x["loss"] - y["loss"]) / x["loss"] for x, y in zip(a[1:], b[1:]))
 bf16 = "bf16" in sys.argv[4]
-ok = ok and (bf16 or later <= 1e-6)
+ok = ok and (bf16 or later <= 1e-4)
 act = b[0]["activation_bytes"] / a[0]["activation_bytes"]  # (the link included: hyla plan --context-parallel)
 print(f"  {'ok  ' if ok else 'FAIL'} {sys.argv[3]}: activations per rank {act:.2f}x one process's; step 1 loss {b[0]['loss']} (one process {a[0]['loss']}), grad norm "
       f"within {gn:.1e} (bound {2 * rows * u:.1e}), steps 2-3 losses within {later:.1e}" +
-      (" (bf16: not bounded)" if bf16 else " (bound 1e-6)"))
+      (" (bf16: not bounded)" if bf16 else " (bound 1e-4)"))
 sys.exit(0 if ok else 1)
 PYEOF
 }
@@ -241,6 +245,10 @@ cp_close "4 slices, fsdp, bf16 compute, block units, per-layer updates" 4 4 1 --
 MPI_ONLY="--expert-groups 2" cp_close "2 slices x 2 data-parallel groups, fsdp, expert groups" 4 2 1
 planned "measured == planned: 4 ranks, --context-parallel 2 (two groups; FSDP over all four)" \
     "$T/cp_2_slices_x_2_data_parallel_groups__fsdp__expert_groups.cp" 4 1 fsdp --seq 256 --context-parallel 2 --expert-groups 2
+# packed documents: a piece cut by a slice edge continues in the next slice (its window, state and
+# keys passed, positions going on); a piece starting at a slice's first token starts fresh there
+CP_DATA="--data-jsonl data/chat_kjv.jsonl --pack" cp_close "2 slices, packed documents" 2 2 1 --shard none
+CP_DATA="--data-jsonl data/chat_kjv.jsonl --pack" MPI_ONLY="--expert-groups 2" cp_close "4 slices, packed documents, fsdp, accum 2" 4 4 2
 refused_cp() { # NAME PATTERN NP ARGS...
     local name=$1 pattern=$2 np=$3; shift 3
     timeout 60 "${MPI[@]}" -np "$np" "$HYLA" train --model "$T/m" --text data/kjv.txt --batch 1 --seq 64 --steps 1 "$@" >"$T/out" 2>"$T/err"; local rc=$?
