@@ -922,8 +922,6 @@ static int train_main(train_args *ap, const hyla_command_spec *specp, hyla_comm 
     if (a.context_parallel > 1) {
         const char *why = comm->size % a.context_parallel ? "C must divide the ranks (groups of C ranks share a sequence)"
                           : a.seq % a.context_parallel ? "--seq must divide into the slices"
-                          : a.eval_data ? "--eval-data is not built with it"
-                          : a.sample_tokens > 0 ? "--sample is not built with it"
                           : a.replay ? "--replay-routing is not built with it" : NULL;
         if (why) {
             fprintf(stderr, "hyla train: --context-parallel %lld: %s\n", (long long)a.context_parallel, why);

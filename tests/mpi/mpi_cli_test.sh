@@ -249,6 +249,19 @@ planned "measured == planned: 4 ranks, --context-parallel 2 (two groups; FSDP ov
 # keys passed, positions going on); a piece starting at a slice's first token starts fresh there
 CP_DATA="--data-jsonl data/chat_kjv.jsonl --pack" cp_close "2 slices, packed documents" 2 2 1 --shard none
 CP_DATA="--data-jsonl data/chat_kjv.jsonl --pack" MPI_ONLY="--expert-groups 2" cp_close "4 slices, packed documents, fsdp, accum 2" 4 4 2
+# evaluation and --sample under context parallelism run on whole sequences (each rank its share of
+# the eval batches, as without it): the same sample, eval losses within the later steps' bound
+head -20 data/chat_kjv.jsonl > "$T/eval.jsonl"
+CPE=(--text data/kjv.txt --batch 2 --seq 128 --steps 3 --warmup 1 --lr 3e-3 --seed 5 --threads 1 --eval-data "$T/eval.jsonl" --eval-every 2 --sample 12)
+train "$T/cpe.one" 0 --model "$T/m" "${CPE[@]}" --accum 2 && train "$T/cpe.cp" 4 --model "$T/m" "${CPE[@]}" --accum 1 --context-parallel 2 &&
+    [ -n "$(grep '^sample>' "$T/cpe.one/out")" ] && [ "$(grep '^sample>' "$T/cpe.one/out")" = "$(grep '^sample>' "$T/cpe.cp/out")" ] &&
+    $PY - "$T/cpe.one/log.jsonl" "$T/cpe.cp/log.jsonl" <<'PYEOF' || fail "evaluation / sample with context parallelism"
+import json, sys
+ev = [[json.loads(l)["eval_loss"] for l in open(p) if "eval_loss" in l] for p in sys.argv[1:3]]
+ok = len(ev[0]) == len(ev[1]) == 2 and all(abs(x - y) / x <= 1e-4 for x, y in zip(*ev))
+print(f"  {'ok  ' if ok else 'FAIL'} evaluation and --sample with --context-parallel 2 on 4 ranks: eval losses {ev[1]} (one process {ev[0]}), the same sample")
+sys.exit(0 if ok else 1)
+PYEOF
 refused_cp() { # NAME PATTERN NP ARGS...
     local name=$1 pattern=$2 np=$3; shift 3
     timeout 60 "${MPI[@]}" -np "$np" "$HYLA" train --model "$T/m" --text data/kjv.txt --batch 1 --seq 64 --steps 1 "$@" >"$T/out" 2>"$T/err"; local rc=$?
