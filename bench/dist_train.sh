@@ -111,6 +111,19 @@ if blocking["gather_wait_seconds"] > 0:
 cx = res["two_ranks_1_thread_shard_fsdp_context"]
 cx["state_passing_share_of_step"] = cx["state_passing_seconds"] / cx["step_seconds"]
 cx["context_messages_share_of_step"] = cx["context_seconds"] / cx["step_seconds"]
-cx["state_passing_not_hidden_of"] = "the chain's waits and sends (pipelined over layers, not over micro-batches)"
+# hidden: against the chain run rank after rank (no pipelining), where rank r would wait, per
+# chain, for the delta rules of the r ranks before it (forward) and of the C - 1 - r after it
+# (backward): 1 - (the waits measured, every rank) / (those serial waits, from each rank's own
+# delta-rule time inside the chain; slices of equal size)
+C, hid = 2, []
+for i in range(1, reps + 1):
+    wait = serial = 0.0
+    for r in range(C):
+        recs = [json.loads(l) for l in open(f"{out}/fsdp_context.{i}.jsonl" + (f".rank{r}" if r else ""))][1:]
+        wait += sum(x["context_chain_wait_seconds"] for x in recs)
+        serial += sum(r * x["context_chain_run_seconds"][0] + (C - 1 - r) * x["context_chain_run_seconds"][1] for x in recs)
+    hid.append(1 - wait / serial if serial > 0 else 0.0)
+cx["state_passing_hidden_fraction"] = sum(hid) / len(hid)
+cx["state_passing_hidden_of"] = "the chain's waits against the chain run rank after rank (pipelined over layers)"
 print(json.dumps(res, indent=1))
 PY

@@ -221,12 +221,14 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
                "\"offload_bytes\": %llu, \"copy_seconds\": %.6f, \"copy_wait_seconds\": %.6f, "
                "\"copy_hidden_fraction\": %.4f, \"comm_bytes\": %llu, \"comm_seconds\": %.6f, "
                "\"gather_wait_seconds\": %.6f, \"reduce_seconds\": %.6f, \"reduce_wait_seconds\": %.6f, "
-               "\"context_seconds\": %.6f, \"context_chain_seconds\": %.6f, \"peak_rss_bytes\": %zu}\n",
+               "\"context_seconds\": %.6f, \"context_chain_seconds\": %.6f, \"context_chain_wait_seconds\": %.6f, "
+               "\"context_chain_run_seconds\": [%.6f, %.6f], \"peak_rss_bytes\": %zu}\n",
             s->lr, s->grad_norm, (long long)s->tokens, s->seconds, s->tokens / s->seconds, act_bytes, hyla_trainer_gradient_bytes(tr),
             hyla_trainer_weight_bytes(tr), 2 * tr->opt.n_floats * sizeof(float),
             (unsigned long long)s->offload_bytes, s->copy_seconds, s->copy_wait_seconds, train_hidden_fraction(s),
             (unsigned long long)s->comm_bytes, s->comm_seconds, s->gather_wait_seconds, s->reduce_seconds,
-            s->reduce_wait_seconds, s->context_seconds, s->context_chain_seconds, hyla_peak_rss_bytes());
+            s->reduce_wait_seconds, s->context_seconds, s->context_chain_seconds, s->context_chain_wait_seconds,
+            s->context_chain_run_seconds[0], s->context_chain_run_seconds[1], hyla_peak_rss_bytes());
     if (fflush(f) != 0 || ferror(f))
         return hyla_error_set(HYLA_ERR_IO, "%s: write failed at step %lld: %s", path, (long long)step, strerror(errno));
     return HYLA_OK;

@@ -69,6 +69,7 @@ static void chain(hyla_context *cx, int step, float *state, size_t floats, void 
     double waited = hyla_now() - t0;
     run(arg);
     double t1 = hyla_now();
+    cx->chain_wait_seconds += waited, cx->chain_run_seconds[step > 0 ? 0 : 1] += t1 - t0 - waited;
     if (to >= 0 && to < N)
         send_to(cx, kind, state, floats, to);
     double sent = hyla_now() - t1;

@@ -51,6 +51,8 @@ typedef struct {
     int status;            /* the first failed message of the step (HYLA_OK: none) */
     double seconds;        /* in the link's messages, since reset (the chain's hops: waiting for the ranks before) */
     double chain_seconds;  /* ... of it in the delta-rule chain's hops (the state passing and its bubble) */
+    double chain_wait_seconds;   /* ... of that waiting for the state to arrive */
+    double chain_run_seconds[2]; /* the delta rule's own time inside the chain: forward, backward */
 } hyla_context;
 
 /* A link for micro-batches of n_seq sequences of T rows per rank (slices of size x T). */

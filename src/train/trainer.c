@@ -369,7 +369,8 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     tr->fsdp.reduce_wait_seconds = 0;
     tr->reduce_seconds = 0;
     tr->fsdp.group_reduce_seconds = 0;
-    tr->context.seconds = tr->context.chain_seconds = 0;
+    tr->context.seconds = tr->context.chain_seconds = tr->context.chain_wait_seconds = 0;
+    tr->context.chain_run_seconds[0] = tr->context.chain_run_seconds[1] = 0;
     double head_reduce = 0; /* the non-layer gradients' reduction after each micro-batch */
     double tz = HYLA_PROF_BEGIN();
     hyla_zero_floats(tr->grads, tr->head_floats);
@@ -506,6 +507,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     tr->reduce_seconds += tr->fsdp.group_reduce_seconds; /* (blocking, inside the backward) */
     stats->reduce_seconds = tr->reduce_seconds;
     stats->context_seconds = tr->context.seconds, stats->context_chain_seconds = tr->context.chain_seconds;
+    stats->context_chain_wait_seconds = tr->context.chain_wait_seconds;
+    stats->context_chain_run_seconds[0] = tr->context.chain_run_seconds[0];
+    stats->context_chain_run_seconds[1] = tr->context.chain_run_seconds[1];
     stats->reduce_wait_seconds = tr->sharded && tr->fsdp.overlap ? tr->fsdp.reduce_wait_seconds + head_reduce
                                                                  : tr->reduce_seconds;
     stats->offload_bytes = 0;

@@ -74,6 +74,9 @@ typedef struct {
     double reduce_seconds;      /* in the gradient reductions' calls (reduce-scatters, the ordered sums) */
     double context_seconds;     /* context parallelism: in the link's messages (none hidden: they block) */
     double context_chain_seconds; /* ... of it passing the delta-rule state along the ranks (and waiting for it) */
+    double context_chain_wait_seconds; /* ... of that waiting for the state */
+    double context_chain_run_seconds[2]; /* the delta rule's time inside the chain, forward / backward (what a
+                                          * chain run rank after rank would make the ranks after wait) */
     double reduce_wait_seconds; /* ... of it waiting for them: FSDP with --overlap-reduce overlaps a unit's
                                  * (and an expert group's, and the early head gradients') reduce-scatters
                                  * with the backward, the embedding's blocks; else all of it */

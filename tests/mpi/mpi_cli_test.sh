@@ -42,7 +42,7 @@ BASE=(--batch 2 --seq 32 --steps 3 --warmup 1 --lr 3e-3 --seed 5 --threads 1)
 # the step records without timing and per-rank figures: every field but seconds, tokens/s, copy and
 # comm times and bytes, offload bytes (each rank offloads its own micro-batches) and the bytes of
 # weights, gradients and moments (a rank holds its share; checked against the plan below)
-records() { sed -E 's/"(seconds|tokens_per_s|gather_wait_seconds|gradient_bytes|weight_bytes|optimizer_bytes|offload_bytes|copy_seconds|copy_wait_seconds|copy_hidden_fraction|comm_bytes|comm_seconds|reduce_seconds|reduce_wait_seconds|context_seconds|context_chain_seconds|peak_rss_bytes)": [^,}]*[,]? ?//g' "$1"; }
+records() { sed -E 's/"(seconds|tokens_per_s|gather_wait_seconds|gradient_bytes|weight_bytes|optimizer_bytes|offload_bytes|copy_seconds|copy_wait_seconds|copy_hidden_fraction|comm_bytes|comm_seconds|reduce_seconds|reduce_wait_seconds|context_seconds|context_chain_seconds|context_chain_wait_seconds|peak_rss_bytes)": [^,}]*[,]? ?//g; s/"context_chain_run_seconds": \[[^]]*\][,]? ?//g' "$1"; }
 # same_run NAME DIR_A DIR_B: identical step records and checkpoint tensors (model, optimizer)
 same_run() {
     local name=$1 a=$2 b=$3 f ok=1
