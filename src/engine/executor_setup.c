@@ -202,7 +202,6 @@ static int plan_training(hyla_executor *ex, const hyla_model *m, const hyla_poli
     int st = executor_setup(ex, m, policy, unit, B, T, HYLA_DELTA_CHUNKED, 0, 1, timeline, CAP, 0, 0, mtp);
     if (st && ex->timeline) { /* failed before hyla_executor_free took it */
         free(ex->timeline);
-    free(ex->expert_seq);
         ex->timeline = NULL;
     }
     return st;
@@ -303,6 +302,7 @@ void hyla_executor_free(hyla_executor *ex)
         free(ex->dcarry[i]);
     }
     free(ex->timeline);
+    free(ex->expert_seq);
     free(ex->layer_lo);
     free(ex->layer_hi);
     free(ex->measured_device);
