@@ -499,6 +499,29 @@ expect_error "plan --expert-groups on a dense model" "the model has no routed ex
     "$HYLA" plan configs/qwen3.5-0.8b.json --devices 4 --expert-groups 2
 expect_error "plan --expert-groups without FSDP" "need --shard fsdp over more than one device" \
     "$HYLA" plan configs/qwen3.5-397b-a17b.json --devices 64 --shard none --expert-groups 8
+# the plan of context parallelism at a real size: one 32,768-token sequence of Qwen3-Next-80B-A3B on 8
+# devices, 8 slices: every rank's activations an eighth of the whole sequence's on one (the link
+# on top), the link's messages in the bytes sent (a middle rank's both ways)
+P80=(plan configs/qwen3-next-80b-a3b.json --seq 32768 --devices 8 --act-dtype bf16 --expert-groups 8 --update-per-layer --json)
+"$HYLA" "${P80[@]}" > "$T/80b.json" && for r in 0 3 7; do "$HYLA" "${P80[@]}" --context-parallel 8 --rank $r > "$T/80b.cp$r.json" || break; done &&
+    $PY - "$T/80b.json" "$T/80b.cp0.json" "$T/80b.cp3.json" "$T/80b.cp7.json" <<'PYEOF' && echo "  ok  plan --context-parallel 8: 32k tokens of Qwen3-Next-80B-A3B on 8 devices" || fail "plan --context-parallel 8 (80B, 32k)"
+import json, sys
+whole, *cp = (json.load(open(p)) for p in sys.argv[1:5])
+act = lambda p: p["checkpoint_bytes"] + p["work_bytes"] + p["carry_bytes"] + p["offload_staging_bytes"]
+ratio = act(cp[0]) / act(whole)
+ok = 0.11 < ratio < 0.14 and all(p["context_parallel"] == 8 and p["context_bytes"] > 0 for p in cp)
+# (the ranks' FSDP pieces differ by the alignment of the last ones: totals within 0.1%)
+ok = ok and all(abs(p["total_bytes"] / cp[0]["total_bytes"] - 1) < 1e-3 for p in cp) and cp[0]["total_bytes"] < whole["total_bytes"]
+ok = ok and cp[1]["context_comm_bytes"] > cp[0]["context_comm_bytes"]  # a middle rank sends both ways
+print(f"      per rank: activations {act(cp[0])/1e9:.2f} GB = {ratio:.3f} x the whole sequence's {act(whole)/1e9:.2f} GB, "
+      f"the link {cp[0]['context_bytes']/1e9:.3f} GB, total {cp[0]['total_bytes']/1e9:.1f} GB (without: {whole['total_bytes']/1e9:.1f}); "
+      f"its messages {cp[0]['context_comm_bytes']/1e9:.2f} / {cp[1]['context_comm_bytes']/1e9:.2f} / {cp[2]['context_comm_bytes']/1e9:.2f} GB per step (ranks 0, 3, 7)")
+sys.exit(0 if ok else 1)
+PYEOF
+expect_error "plan --context-parallel that does not divide the devices" "must divide --devices" \
+    "$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 6 --context-parallel 4
+expect_error "plan --context-parallel with a --seq that does not divide" "must divide into slices" \
+    "$HYLA" plan configs/qwen3-next-80b-a3b.json --devices 4 --context-parallel 4 --seq 4098
 
 # kill -9 of one rank mid-run: the others stop within seconds; the checkpoint is the last complete one
 K=(--model "$T/m" --text data/kjv.txt --batch 2 --seq 64 --steps 100000 --save-every 2 --seed 5)
