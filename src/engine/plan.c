@@ -204,9 +204,6 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
     if (groups > 1 && m->cfg.n_experts % groups)
         return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups %lld does not divide the model's %lld routed "
                               "experts", (long long)groups, (long long)m->cfg.n_experts);
-    if (groups > 1 && pc->overlap_reduce && pc->update_per_layer && !m->lora)
-        return hyla_error_set(HYLA_ERR_ARG, "plan: --expert-groups with --overlap-reduce and --update-per-layer is not "
-                              "built");
     double shard = pc->fsdp ? (double)pc->devices : 1.0;
     out->adapter_bytes = 4.0 * (double)adapter; /* fp32 adapter weights */
     /* the arenas as allocated: the table's floats (each parameter padded to 16) */

@@ -109,6 +109,11 @@ typedef struct {
     size_t head_stage_floats;
     hyla_shard_requests head_reqs;
     int head_started, head_first;
+    /* per-layer updates with overlapped reduce-scatters and expert groups: the previous unit's
+     * reduce-scatters finished and its pieces updated (the trainer's) before this unit's first
+     * group sum lands in the unit's pieces */
+    int (*finish_unit)(void *ctx);
+    void *finish_ctx;
 } hyla_fsdp;
 
 /* Take this rank's pieces of m's weights (every rank must hold the same m), then release the

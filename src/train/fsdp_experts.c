@@ -135,6 +135,8 @@ static void release_group(void *ctx, int layer, hyla_role role, int64_t e0, int6
         /* the group's gradient rows, in the unit's window: summed into the pieces, then zero again */
         float *g = f->ex->updates->window + (p->offset - f->ex->window_lo);
         double t0 = hyla_now();
+        if (f->per_layer && f->overlap && f->rs_layer0 >= 0 && f->finish_unit) /* (its pieces' place is this unit's) */
+            fail(f, f->finish_unit(f->finish_ctx));
         if (f->per_layer)
             f->unit_lo = f->layer_lo[window_layer(f)];
         if (f->overlap) { /* the previous group's finished, this one's started */

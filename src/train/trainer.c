@@ -57,6 +57,17 @@ static int finish_overlapped(hyla_trainer *tr)
     return l0 >= 0 && tr->cfg.update_per_layer ? hyla_fsdp_update(&tr->fsdp, &tr->opt, l0, l1) : HYLA_OK;
 }
 
+/* Expert groups with overlapped reduce-scatters and per-layer updates: the previous unit's
+ * finished and updated before the next unit's first group sum (fsdp.h, finish_unit). */
+static int finish_unit(void *ctx)
+{
+    hyla_trainer *tr = ctx;
+    double t0 = hyla_now();
+    int st = finish_overlapped(tr);
+    tr->reduce_seconds += hyla_now() - t0;
+    return st;
+}
+
 /* FSDP: a unit's layer gradients are complete: reduce-scatter them into the pieces. */
 static int reduce_layers(void *ctx, int layer0, int layer1, const float *window, size_t lo)
 {
@@ -153,10 +164,6 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
         if (E % cfg->expert_groups)
             return hyla_error_set(HYLA_ERR_ARG, "--expert-groups %d does not divide the model's %lld routed experts",
                                   cfg->expert_groups, (long long)E);
-        if (cfg->overlap_reduce && cfg->update_per_layer)
-            return hyla_error_set(HYLA_ERR_ARG, "--expert-groups with --overlap-reduce and --update-per-layer is not "
-                                  "built (a group's overlapped sum would land in the unit pieces the previous unit's "
-                                  "update still reads)");
     }
     if (cfg->context_parallel > 1) {
         if (ranks % cfg->context_parallel)
@@ -213,6 +220,7 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
                              model->lora != NULL, cfg->overlap_reduce, cfg->expert_groups)) ==
             HYLA_OK) {
         tr->fsdp.ex = &tr->ex;
+        tr->fsdp.finish_unit = finish_unit, tr->fsdp.finish_ctx = tr;
         st = hyla_fsdp_set_mtp(&tr->fsdp, mtp);
         tr->ex.weights = &tr->fsdp.source;
     }
