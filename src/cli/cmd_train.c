@@ -237,29 +237,36 @@ static int log_json(FILE *f, const char *path, int64_t step, const hyla_step_sta
 /* Context parallelism: a step's `wholes` micro-batches of B whole rows of T tokens (labels: given,
  * or each row's next tokens) -> the trainer's micro-batch g (run by rank g % N) = slice g % cp of
  * whole micro-batch (g / N) (N / cp) + (g % N) / cp: B rows of T / cp tokens and their labels (a
- * slice's last label is the next slice's first token). */
-static void cut_slices(int32_t *st, int32_t *sl, const int32_t *tokens, const int32_t *labels, int64_t wholes, int64_t B,
-                       int64_t T, int cp, int N)
+ * slice's last label is the next slice's first token), and next[2 (g B + b) + {0, 1}]: the token
+ * after the row's slice and its target (the MTP head's; token -1 after the last slice). */
+static void cut_slices(int32_t *st, int32_t *sl, int32_t *next, const int32_t *tokens, const int32_t *labels,
+                       int64_t wholes, int64_t B, int64_t T, int cp, int N)
 {
     int64_t Tl = T / cp;
     for (int64_t g = 0; g < wholes * cp; g++)
-        for (int64_t b = 0; b < B; b++)
+        for (int64_t b = 0; b < B; b++) {
+            /* the token after the slice and its target (the MTP head's), none after the last slice */
+            int64_t whole = (g / N) * (N / cp) + (g % N) / cp, hi = (g % cp + 1) * Tl, after = (whole * B + b) * T + hi;
+            int32_t *nx = next + 2 * (g * B + b);
+            nx[0] = hi < T ? tokens[after] : -1;
+            nx[1] = hi >= T ? -100 : labels ? labels[after] : hi + 1 < T ? tokens[after + 1] : -100;
             for (int64_t t = 0; t < Tl; t++) {
-                int64_t whole = (g / N) * (N / cp) + (g % N) / cp, slice = g % cp;
-                int64_t at = (whole * B + b) * T + slice * Tl + t, to = (g * B + b) * Tl + t;
+                int64_t slice = g % cp, at = (whole * B + b) * T + slice * Tl + t, to = (g * B + b) * Tl + t;
                 int64_t in_row = slice * Tl + t;
                 st[to] = tokens[at];
                 sl[to] = labels ? labels[at] : in_row + 1 < T ? tokens[at + 1] : -100;
             }
+        }
 }
 
 /* Context parallelism with packed documents: the step's pieces (seg_len, tiling its `wholes` x B
  * rows of T) cut at the slices' edges into the trainer's micro-batches' pieces (the order of
  * cut_slices), and past[g B + b]: how many tokens of the piece that row b of micro-batch g starts
- * with lie before its slice (0: a piece starts at the slice's first token). out_seg holds
+ * with lie before its slice (0: a piece starts at the slice's first token); next (cut_slices')
+ * loses the token after a slice whose row's last piece ends with it. out_seg holds
  * n_seg x cp at most; returns the count. */
-static int64_t cut_pieces(int64_t *out_seg, int64_t *past, const int64_t *seg_len, int64_t n_seg, int64_t wholes,
-                          int64_t B, int64_t T, int cp, int N)
+static int64_t cut_pieces(int64_t *out_seg, int64_t *past, int32_t *next, const int64_t *seg_len, int64_t n_seg,
+                          int64_t wholes, int64_t B, int64_t T, int cp, int N)
 {
     int64_t Tl = T / cp, n_out = 0, rows = wholes * B;
     int64_t first[rows + 1]; /* each row's first piece */
@@ -279,6 +286,8 @@ static int64_t cut_pieces(int64_t *out_seg, int64_t *past, const int64_t *seg_le
                     continue;
                 if (a == lo && start < lo) /* the row's first piece here began in a slice before */
                     past[g * B + b] = lo - start;
+                if (e == hi && start + seg_len[i] == hi) /* the row's last piece ends with the slice: nothing goes on */
+                    next[2 * (g * B + b)] = -1;
                 out_seg[n_out++] = e - a;
             }
         }
@@ -575,6 +584,7 @@ static int run(train_args *a, hyla_comm *comm)
         rc = hyla_error_set(HYLA_ERR_IO, "%s: cannot open for writing: %s", log_path, strerror(errno));
     int32_t *tokens = NULL, *labels = NULL, *slice_tokens = NULL, *slice_labels = NULL;
     int64_t *slice_seg = NULL, *slice_past = NULL; /* (packed slices) */
+    int32_t *slice_next = NULL;                    /* (the MTP head's token after each slice) */
     int64_t step_rows = comm->size * a->accum * a->batch; /* every rank reads the whole step (trainer.h) */
     if (cp > 1) /* context parallelism: each group of cp ranks shares its sequences, a slice each */
         step_rows = comm->size / cp * a->accum * a->batch;
@@ -585,8 +595,10 @@ static int run(train_args *a, hyla_comm *comm)
             slice_tokens = malloc((size_t)(step_rows * a->seq) * sizeof *slice_tokens);
             slice_labels = malloc((size_t)(step_rows * a->seq) * sizeof *slice_labels);
             slice_past = malloc((size_t)(step_rows * cp) * sizeof *slice_past);
+            slice_next = malloc((size_t)(2 * step_rows * cp) * sizeof *slice_next);
         }
-        if (!tokens || (hyla_data_labelled(&data) && !labels) || (cp > 1 && (!slice_tokens || !slice_labels || !slice_past)))
+        if (!tokens || (hyla_data_labelled(&data) && !labels) ||
+            (cp > 1 && (!slice_tokens || !slice_labels || !slice_past || !slice_next)))
             rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     }
     if (rc == HYLA_OK) {
@@ -620,7 +632,8 @@ static int run(train_args *a, hyla_comm *comm)
         if (data.pack && cp == 1)
             hyla_trainer_set_segments(&tr, data.seg_len, data.n_seg);
         if (cp > 1) /* the trainer's micro-batches: slices of the step's sequences */
-            cut_slices(slice_tokens, slice_labels, tokens, labels, step_rows / a->batch, a->batch, a->seq, cp, comm->size);
+            cut_slices(slice_tokens, slice_labels, slice_next, tokens, labels, step_rows / a->batch, a->batch, a->seq, cp,
+                       comm->size);
         if (cp > 1 && data.pack) { /* ... and of their pieces */
             int64_t *more = realloc(slice_seg, (size_t)(data.n_seg * cp) * sizeof *more);
             if (!more) {
@@ -628,11 +641,13 @@ static int run(train_args *a, hyla_comm *comm)
                 break;
             }
             slice_seg = more;
-            int64_t n = cut_pieces(slice_seg, slice_past, data.seg_len, data.n_seg, step_rows / a->batch, a->batch,
-                                   a->seq, cp, comm->size);
+            int64_t n = cut_pieces(slice_seg, slice_past, slice_next, data.seg_len, data.n_seg, step_rows / a->batch,
+                                   a->batch, a->seq, cp, comm->size);
             hyla_trainer_set_segments(&tr, slice_seg, n);
             hyla_trainer_set_context_past(&tr, slice_past);
         }
+        if (cp > 1)
+            hyla_trainer_set_context_next(&tr, slice_next);
         rc = cp > 1 ? hyla_trainer_step(&tr, slice_tokens, slice_labels, &s) : hyla_trainer_step(&tr, tokens, labels, &s);
         if (rc)
             break;
@@ -686,6 +701,7 @@ static int run(train_args *a, hyla_comm *comm)
     free(slice_labels);
     free(slice_seg);
     free(slice_past);
+    free(slice_next);
     free(labels);
     if (tr.grads)
         hyla_trainer_free(&tr);

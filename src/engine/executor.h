@@ -114,6 +114,8 @@ typedef struct {
     const struct hyla_weight_source_s *weights; /* where weights come from (FSDP), or NULL: the model's arena */
     const hyla_context_link *context; /* context parallelism: the rows are slices (model/layer_ops.h), or NULL */
     const int64_t *context_past;      /* ... [B] the tokens of each row's continuing document before the slice */
+    const int32_t *context_next;      /* ... [B][2] the token after each row's slice and its target when the
+                                       * row's last sequence goes on (token -1: it ends here); the MTP head's */
     int weights_status;    /* first failed acquire of the step */
     size_t *layer_lo, *layer_hi;       /* [n_layers] table ranges (per-layer updates) */
     size_t window_lo;                  /* table offset of updates->window[0] in the current unit */

@@ -12,17 +12,22 @@
 #include "ops/ops.h"
 
 /* The row's next token inside its sequence (its own token at the sequence's end), and with
- * targets set, row i's MTP target: row i + 1's target inside the sequence, else -100. */
+ * targets set, row i's MTP target: row i + 1's target inside the sequence, else -100. Context
+ * parallelism: a row's last sequence that goes on in the next slice takes the token after the
+ * slice and its target from ex->context_next. */
 static void inputs_and_targets(hyla_executor *ex, const int32_t *tokens, int32_t *next, int targets)
 {
     for (int64_t s = 0; s < ex->n_seq; s++) {
         int64_t r0 = ex->seq_row0[s], len = ex->seq_len[s];
+        const int32_t *after = NULL; /* {token, target} after the slice, when the sequence goes on there */
+        if (ex->context && ex->context_next && (r0 + len) % ex->T == 0 && ex->context_next[2 * ((r0 + len) / ex->T - 1)] >= 0)
+            after = ex->context_next + 2 * ((r0 + len) / ex->T - 1);
         for (int64_t t = 0; t < len; t++) {
             int64_t i = r0 + t;
             int inside = t + 1 < len;
-            next[i] = tokens[inside ? i + 1 : i];
+            next[i] = inside ? tokens[i + 1] : after ? after[0] : tokens[i];
             if (targets)
-                ex->mtp_labels[i] = inside ? ex->labels[i + 1] : -100;
+                ex->mtp_labels[i] = inside ? ex->labels[i + 1] : after ? after[1] : -100;
         }
     }
 }

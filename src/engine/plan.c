@@ -162,8 +162,6 @@ int hyla_plan_compute(const hyla_model *m, const hyla_plan_config *pc, hyla_plan
             return hyla_error_set(HYLA_ERR_ARG, "plan: --context-parallel %lld: --seq %lld must divide into slices of at "
                                   "least the conv window (%lld)", (long long)C, (long long)pc->seq,
                                   (long long)m->cfg.conv_kernel);
-        if (pc->mtp)
-            return hyla_error_set(HYLA_ERR_ARG, "plan: --context-parallel with the MTP loss is not built");
         hyla_plan_config slice = *pc;
         slice.seq = pc->seq / C, slice.context_parallel = 0;
         HYLA_TRY(hyla_plan_compute(m, &slice, out));

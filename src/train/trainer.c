@@ -174,8 +174,6 @@ int hyla_trainer_init(hyla_trainer *tr, hyla_model *model, const hyla_train_conf
             return hyla_error_set(HYLA_ERR_ARG, "--context-parallel %d: a slice of %lld tokens is shorter than the conv "
                                   "window (%lld)", cfg->context_parallel, (long long)cfg->seq,
                                   (long long)model->cfg.conv_kernel);
-        if (cfg->mtp_weight > 0 || cfg->mtp_only)
-            return hyla_error_set(HYLA_ERR_ARG, "--context-parallel with the MTP loss is not built (--mtp-loss-weight 0)");
     }
     if (cfg->fsdp && ranks < 2)
         return hyla_error_set(HYLA_ERR_ARG, "shard fsdp: needs more than one rank (mpirun -np N)");
@@ -311,6 +309,7 @@ size_t hyla_trainer_activation_bytes(const hyla_trainer *tr)
 }
 
 void hyla_trainer_set_context_past(hyla_trainer *tr, const int64_t *past) { tr->context_past = past; }
+void hyla_trainer_set_context_next(hyla_trainer *tr, const int32_t *next) { tr->context_next = next; }
 
 void hyla_trainer_set_segments(hyla_trainer *tr, const int64_t *seg_len, int64_t n_seg)
 {
@@ -404,6 +403,13 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
     float aux_scale = (float)(cfg->router_aux_loss_coef / (double)whole);
     int mtp = tr->cfg.mtp_weight > 0 || tr->cfg.mtp_only;
     int64_t mtp_targets = mtp ? hyla_mtp_target_count(labels, G * per, T, tr->seg_len, tr->n_seg) : 0;
+    if (mtp && tr->ex.context) { /* slices: the targets of the rows whose next token is in the next slice */
+        if (!tr->context_next)
+            return hyla_error_set(HYLA_ERR_ARG, "the MTP loss with context parallelism needs each slice's next token "
+                                  "(hyla_trainer_set_context_next)");
+        for (int64_t i = 0; i < G * tr->cfg.batch; i++)
+            mtp_targets += tr->context_next[2 * i] >= 0 && tr->context_next[2 * i + 1] >= 0;
+    }
     double mtp_weight = tr->cfg.mtp_only ? 1.0 : tr->cfg.mtp_weight, mtp_sum;
     tr->ex.mtp_scale = mtp_targets ? (float)(mtp_weight / (double)mtp_targets) : 0.0f;
     if (tr->cfg.mtp_only) /* the head alone: no gradient of the main loss or the router's */
@@ -435,8 +441,10 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
         if ((tr->reducing || tr->sharded) && round > 0)
             hyla_zero_floats(tr->grads, tr->head_floats);
         tr->round_first = tr->fsdp.round_first = round == 0;
-        if (tr->ex.context) /* (packed slices: this micro-batch's rows' continuing documents) */
+        if (tr->ex.context) { /* (packed slices: this micro-batch's rows' continuing documents) */
             tr->ex.context_past = tr->context_past ? tr->context_past + g * tr->cfg.batch : tr->slice_past;
+            tr->ex.context_next = tr->context_next ? tr->context_next + 2 * g * tr->cfg.batch : NULL;
+        }
         int st = hyla_executor_step(&tr->ex, tokens + g * per, labels ? labels + g * per : NULL, tr->grads, ce_scale,
                                     aux_scale, &l);
         if (st == HYLA_OK && tr->ex.context)

@@ -99,6 +99,8 @@ typedef struct {
     hyla_context context;   /* cfg.context_parallel > 1: the link between the slices */
     const int64_t *context_past; /* [G][B] each micro-batch's rows' continuing tokens (packed slices), or NULL */
     int64_t *slice_past;    /* [B] unpacked slices: this rank's slice start in every row */
+    const int32_t *context_next; /* [G][B][2] each micro-batch's rows' token after the slice and its target
+                                  * (token -1: the row's last sequence ends in the slice); the MTP loss */
     int sharded, round_first;
     double *loss_parts;     /* [N][accum][2] every rank's micro-batch ce sums and aux losses */
     float *grad_window;     /* update_per_layer: one unit's layer gradients */
@@ -138,6 +140,9 @@ int hyla_trainer_step(hyla_trainer *tr, const int32_t *tokens, const int32_t *la
  * document row b of micro-batch g continues from before its slice (0: none); NULL: unpacked rows
  * (each slice continues its whole row). */
 void hyla_trainer_set_context_past(hyla_trainer *tr, const int64_t *past);
+/* ... and next[(g B + b) 2 + {0, 1}]: the token after row b's slice in micro-batch g and its
+ * target, token -1 where the row's last sequence ends in the slice (the MTP loss needs them). */
+void hyla_trainer_set_context_next(hyla_trainer *tr, const int32_t *next);
 
 /* Bytes of gradient storage (the whole table, or the head + one unit's window; with a reducer
  * its shard and windows; FSDP: the head, one unit's window, the summed pieces, the reduce-scatter
