@@ -232,13 +232,12 @@ static void poll_weights(const hyla_executor *ex)
 
 /* Planning pass: an experts op call of layer l (op->experts: its tensor), counted and recorded in
  * order; and the calls of the ops that pass across slices, by phase (0 forward, 1 recompute, 2 backward). */
-static void note_expert_call(hyla_executor *ex, int l, const hyla_layer_op *op, int phase)
+static void note_op_call(hyla_executor *ex, int l, const hyla_layer_op *op, int phase)
 {
     if (ex->dry && op->context)
         ex->context_calls[op->context - 1][phase]++;
     if (!ex->dry || !op->experts)
         return;
-    ex->expert_calls[op->experts - 1]++;
     if (ex->n_expert_seq == ex->cap_expert_seq) {
         int cap = ex->cap_expert_seq ? 2 * ex->cap_expert_seq : 64;
         int(*seq)[2] = realloc(ex->expert_seq, (size_t)cap * sizeof *seq);
@@ -271,7 +270,7 @@ static void run_fwd(hyla_executor *ex, int l, const hyla_layer_op *op, int recom
         }
         HYLA_PROF_END(recompute ? "recompute" : op->name, t0);
     }
-    note_expert_call(ex, l, op, recompute ? 1 : 0);
+    note_op_call(ex, l, op, recompute ? 1 : 0);
     for (int i = 0; i < op->n_out && !recompute; i++)
         hyla_offload_write(ex, l, op->out[i]);
     sample_timeline(ex);
@@ -532,7 +531,7 @@ static void backward_unit(hyla_executor *ex, int u, float *grads, int cur)
             size_t mark = hyla_arena_mark(&ex->work);
             int64_t own = op->bwd_scratch(&ex->m->cfg, ex->n, ex->T);
             float *scratch = op_scratch(ex, op, own);
-            note_expert_call(ex, l, op, 2);
+            note_op_call(ex, l, op, 2);
             if (!ex->dry) {
                 hyla_op_ctx c = op_ctx(ex, l, grads, 1);
                 point_scratch(ex, op, &c, scratch, own);

@@ -135,11 +135,9 @@ typedef struct {
     int32_t *labels;       /* [n] */
     double *aux_counts, *aux_psum, *aux_dprob; /* [E] */
     int dry;               /* planning pass: allocate on dry arenas, compute nothing */
-    int64_t expert_calls[2]; /* planning pass: calls of the experts ops per step (forward, recompute and
-                              * backward), by tensor (MOE_GATE_UP, MOE_DOWN): FSDP's expert groups
-                              * gather the tensor once per call */
-    int (*expert_seq)[2];    /* ... and their order in a micro-batch: {layer, 1 gate_up | 2 down} (FSDP's
-                              * expert groups prefetch the next call's first group) */
+    int (*expert_seq)[2];    /* planning pass: the experts ops' calls of a micro-batch (forward, recompute
+                              * and backward) in order, {layer, 1 gate_up | 2 down}: FSDP's expert groups
+                              * gather the tensor once per call and prefetch the next call's first group */
     int n_expert_seq, cap_expert_seq, expert_seq_nomem;
     int64_t context_calls[3][3]; /* planning pass: calls per step of the ops that pass across slices under
                                   * context parallelism (conv, delta rule, attention) by phase (forward,

@@ -69,9 +69,9 @@ static void plan_fsdp(const hyla_model *m, const hyla_plan_config *pc, const hyl
                     bytes[k] += span * per_float, floats[k] += span, sent[k] += (double)piece_of(t, i, N, R);
             }
         if (routed && p->layer >= 0 && expert_gathers == 0) /* (every routed tensor of a role has one shape) */
-            for (int r = 0; r < 2; r++) {
-                int j = hyla_param_find(t, r ? HYLA_P_MOE_DOWN : HYLA_P_MOE_GATE_UP, p->layer);
-                expert_gathers += (double)ex->expert_calls[r] * (double)piece_of(t, j, N, R);
+            for (int k = 0; k < ex->n_expert_seq; k++) {
+                int j = hyla_param_find(t, ex->expert_seq[k][1] == 2 ? HYLA_P_MOE_DOWN : HYLA_P_MOE_GATE_UP, p->layer);
+                expert_gathers += (double)piece_of(t, j, N, R);
             }
         if (!p->mtp || pc->mtp) /* (the MTP head without the MTP loss: frozen, not reduced) */
             scatter_floats += (double)(p->numel - piece_of(t, i, N, R));

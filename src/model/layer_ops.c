@@ -310,8 +310,19 @@ int64_t hyla_seq_past(const hyla_op_ctx *c, int64_t i)
 
 int hyla_seq_ends_row(const hyla_op_ctx *c, int64_t i) { return (c->seq_row0[i] + c->seq_len[i]) % c->T == 0; }
 
-void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size, size_t buf[4], size_t *stage,
-                        size_t *kept_per_layer)
+void hyla_row_seqs(const hyla_op_ctx *c, int64_t b, int64_t *i0, int64_t *i1)
+{
+    int64_t i = 0;
+    while (i < c->n_seq && c->seq_row0[i] / c->T < b)
+        i++;
+    *i0 = i;
+    while (i < c->n_seq && c->seq_row0[i] / c->T == b)
+        i++;
+    *i1 = i;
+}
+
+void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size, size_t buf[4], size_t out[4],
+                        size_t *stage, size_t *kept_per_layer)
 {
     size_t cd = (size_t)hyla_cfg_conv_dim(cfg), K = (size_t)cfg->conv_kernel;
     size_t sz = (size_t)(cfg->lin_v_heads * cfg->lin_k_dim * cfg->lin_v_dim);
@@ -323,24 +334,23 @@ void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int si
         buf[i] = conv[i] > buf[i] ? conv[i] : buf[i];
         buf[i] = delta[i] > buf[i] ? delta[i] : buf[i];
     }
-    *stage = keys / (size_t)size * (size_t)size; /* a reduce: every rank's block of one sequence's keys */
+    /* the sends in flight (train/context.c): the chain's states both ways, the conv window, its partial dx */
+    out[0] = out[1] = (size_t)n_seq * sz, out[2] = K * cd, out[3] = (K - 1) * cd;
+    *stage = keys; /* a reduce: every rank's block of one sequence's keys */
     *kept_per_layer = (size_t)n_seq * sz;
 }
 
 size_t hyla_context_link_bytes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size)
 {
-    size_t buf[4], stage, kept, bytes = 0, cd = (size_t)hyla_cfg_conv_dim(cfg), K = (size_t)cfg->conv_kernel;
+    size_t buf[4], out[4], stage, kept, bytes = 0;
     int64_t linear = 0;
-    hyla_context_sizes(cfg, n_seq, T, size, buf, &stage, &kept);
+    hyla_context_sizes(cfg, n_seq, T, size, buf, out, &stage, &kept);
     for (int l = 0; l < cfg->n_layers; l++)
         linear += cfg->layer_kind[l] == HYLA_LAYER_LINEAR;
     for (int i = 0; i < 4; i++)
-        bytes += hyla_align_up((buf[i] ? buf[i] : 1) * sizeof(float));
+        bytes += hyla_align_up((buf[i] ? buf[i] : 1) * sizeof(float)) + hyla_align_up((out[i] ? out[i] : 1) * sizeof(float));
     bytes += hyla_align_up((stage ? stage : 1) * sizeof(float));
     bytes += hyla_align_up((size_t)(linear ? linear : 1) * kept * sizeof(float));
-    size_t out[4] = {kept, kept, K * cd, (K - 1) * cd}; /* the sends in flight (train/context.c) */
-    for (int i = 0; i < 4; i++)
-        bytes += hyla_align_up((out[i] ? out[i] : 1) * sizeof(float));
     bytes += hyla_align_up((size_t)size * (size_t)(2 * cfg->n_experts + 1) * sizeof(double));
     return bytes;
 }

@@ -126,13 +126,14 @@ typedef struct hyla_context_link_s {
     void *ctx;
 } hyla_context_link;
 
-/* The floats the ops ask of a link (n_seq slices of T rows, `size` ranks): buffers 0..3, the
- * staging of its reduce (every rank's block), and one linear layer's kept states. */
-void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size, size_t buf[4], size_t *stage,
-                        size_t *kept_per_layer);
+/* The floats the ops ask of a link (n_seq slices of T rows, `size` ranks): buffers 0..3, its sends
+ * in flight (the chain's state forward / backward, the conv window, its partial dx), the staging
+ * of its reduce (every rank's block), and one linear layer's kept states. */
+void hyla_context_sizes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size, size_t buf[4], size_t out[4],
+                        size_t *stage, size_t *kept_per_layer);
 /* Bytes a link holds with those (train/context.h allocates so; hyla plan counts so): the buffers,
- * the staging, every linear layer's kept states, the sends in flight (the chain's state both ways,
- * the conv window, its partial dx), the router statistics' exchange [size][2 E + 1]. */
+ * the sends in flight, the staging, every linear layer's kept states, the router statistics'
+ * exchange [size][2 E + 1]. */
 size_t hyla_context_link_bytes(const hyla_config *cfg, int64_t n_seq, int64_t T, int size);
 
 typedef struct {
@@ -190,6 +191,8 @@ typedef struct {
  * first of its row and continues from the slice before), and whether it ends its row. */
 int64_t hyla_seq_past(const hyla_op_ctx *c, int64_t i);
 int hyla_seq_ends_row(const hyla_op_ctx *c, int64_t i);
+/* The sequences of row b: [*i0, *i1) of the call's (each inside one row, in order). */
+void hyla_row_seqs(const hyla_op_ctx *c, int64_t b, int64_t *i0, int64_t *i1);
 
 typedef void (*hyla_op_fwd_fn)(const hyla_op_ctx *c, hyla_tape *t, float *scratch);
 typedef void (*hyla_op_bwd_fn)(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch);

@@ -116,9 +116,9 @@ static void core_fwd_slices(const hyla_op_ctx *c, hyla_tape *t, float *work)
     for (int64_t b = 0; b < c->B; b++) {
         const float *K, *V, *k, *v;
         row_keys(c, t, b, &K, &V);
-        for (int64_t i = 0; i < c->n_seq; i++) {
-            if (c->seq_row0[i] / c->T != b)
-                continue;
+        int64_t i0, i1;
+        hyla_row_seqs(c, b, &i0, &i1);
+        for (int64_t i = i0; i < i1; i++) {
             int64_t o = c->seq_row0[i], past = seq_keys(c, t, i, K, V, &k, &v);
             hyla_attention_fwd(t->p[HYLA_S_CTX] + o * Hq * hd, t->p[HYLA_S_LSE] + o * Hq, t->p[HYLA_S_QR] + o * Hq * hd, k,
                                v, c->seq_len[i], past, Hq, Hkv, hd, attn_scale(CFG), work);
@@ -138,9 +138,9 @@ static void core_bwd_row(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d,
     size_t all = (size_t)(cx->size * T * kv);
     float *pk = cx->buffer(cx->ctx, 2, all), *pv = cx->buffer(cx->ctx, 3, all);
     memset(pk, 0, all * sizeof(float)), memset(pv, 0, all * sizeof(float));
-    for (int64_t i = 0; i < c->n_seq; i++) {
-        if (c->seq_row0[i] / T != b)
-            continue;
+    int64_t i0, i1;
+    hyla_row_seqs(c, b, &i0, &i1);
+    for (int64_t i = i0; i < i1; i++) {
         int64_t o = c->seq_row0[i], len = c->seq_len[i], qo = o * Hq * hd, past = seq_keys(c, t, i, K, V, &k, &v);
         int64_t at = cx->rank * T + o % T - past; /* its first key in the row */
         hyla_attention_bwd_past(dq, pk + at * kv, pv + at * kv, d->p[HYLA_S_CTX] + qo, t->p[HYLA_S_CTX] + qo,

@@ -64,25 +64,13 @@ static const float *row_history(const hyla_op_ctx *c, const float *x_row /*[T,cd
     return past > 0 ? hist : NULL;
 }
 
-/* The sequences of row b: [*i0, *i1) of the call's (each inside one row, in order). */
-static void row_seqs(const hyla_op_ctx *c, int64_t b, int64_t *i0, int64_t *i1)
-{
-    int64_t i = 0;
-    while (i < c->n_seq && c->seq_row0[i] / c->T < b)
-        i++;
-    *i0 = i;
-    while (i < c->n_seq && c->seq_row0[i] / c->T == b)
-        i++;
-    *i1 = i;
-}
-
 static void conv_fwd_slices(const hyla_op_ctx *c, hyla_tape *t)
 {
     int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
     for (int64_t b = 0; b < c->B; b++) {
         const float *hist = row_history(c, t->p[HYLA_S_QKV] + b * c->T * cd, b);
         int64_t i0, i1;
-        row_seqs(c, b, &i0, &i1);
+        hyla_row_seqs(c, b, &i0, &i1);
         for (int64_t i = i0; i < i1; i++) { /* the row's first sequence continues the window before */
             int64_t o = c->seq_row0[i];
             hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV),
@@ -123,7 +111,7 @@ static void conv_bwd_row(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d,
     const hyla_context_link *cx = c->context;
     float *d_hist = cx->buffer(cx->ctx, 1, (size_t)((K - 1) * cd)), *tail = cx->buffer(cx->ctx, 2, (size_t)((K - 1) * cd));
     float *rows = cx->buffer(cx->ctx, 3, (size_t)((K - 1) * cd));
-    row_seqs(c, b, &i0, &i1);
+    hyla_row_seqs(c, b, &i0, &i1);
     int64_t past = i1 > i0 ? hyla_seq_past(c, i0) : 0;
     memset(d_hist, 0, (size_t)((K - 1) * cd) * sizeof(float));
     if (past > 0) { /* the continuing sequence's first rows alone give the rows before their part */
@@ -238,7 +226,7 @@ static void delta_slices_fwd(void *arg)
         if (!c->recompute)
             memcpy(kept + b * sz, row_state, (size_t)sz * sizeof(float));
         int64_t i0, i1;
-        row_seqs(c, b, &i0, &i1);
+        hyla_row_seqs(c, b, &i0, &i1);
         for (int64_t i = i0; i < i1; i++) {
             int64_t o = c->seq_row0[i];
             float *state = i == i0 ? row_state : own; /* the first from the row's, the others from zero */
@@ -267,7 +255,7 @@ static void delta_slices_bwd(void *arg)
     hyla_tape *d = a->d;
     for (int64_t b = 0; b < c->B; b++) {
         int64_t i0, i1;
-        row_seqs(c, b, &i0, &i1);
+        hyla_row_seqs(c, b, &i0, &i1);
         float *row_d = a->states + b * sz; /* in: the gradient of the row's last state; out: of its first's */
         int continues = c->context_past[b] > 0;
         for (int64_t i = i1 - 1; i >= i0; i--) {

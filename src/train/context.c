@@ -154,8 +154,9 @@ int hyla_context_init(hyla_context *cx, hyla_comm *comm, const hyla_config *cfg,
     cx->comm = comm;
     cx->E = cfg->n_experts;
     size_t kept;
-    hyla_context_sizes(cfg, n_seq, T, comm->size, cx->buf_floats, &cx->stage_floats, &kept);
+    hyla_context_sizes(cfg, n_seq, T, comm->size, cx->buf_floats, cx->out_floats, &cx->stage_floats, &kept);
     cx->kept_floats = kept;
+    cx->bytes = hyla_context_link_bytes(cfg, n_seq, T, comm->size); /* (what the allocations below take) */
     int64_t linear = 0;
     for (int l = 0; l < HYLA_MAX_LAYERS; l++)
         cx->kept_at[l] = l < cfg->n_layers && cfg->layer_kind[l] == HYLA_LAYER_LINEAR ? linear++ : -1;
@@ -164,12 +165,8 @@ int hyla_context_init(hyla_context *cx, hyla_comm *comm, const hyla_config *cfg,
         ok &= (cx->buf[i] = aligned_alloc(64, hyla_align_up((cx->buf_floats[i] ? cx->buf_floats[i] : 1) * sizeof(float)))) != NULL;
     ok &= (cx->stage = aligned_alloc(64, hyla_align_up((cx->stage_floats ? cx->stage_floats : 1) * sizeof(float)))) != NULL;
     ok &= (cx->kept = aligned_alloc(64, hyla_align_up((size_t)(linear ? linear : 1) * kept * sizeof(float)))) != NULL;
-    size_t cd = (size_t)hyla_cfg_conv_dim(cfg), K = (size_t)cfg->conv_kernel;
-    size_t out[4] = {kept, kept, K * cd, (K - 1) * cd}; /* (hyla_context_link_bytes counts them alike) */
-    for (int i = 0; i < 4; i++) {
-        cx->out_floats[i] = out[i];
-        ok &= (cx->out[i] = aligned_alloc(64, hyla_align_up((out[i] ? out[i] : 1) * sizeof(float)))) != NULL;
-    }
+    for (int i = 0; i < 4; i++)
+        ok &= (cx->out[i] = aligned_alloc(64, hyla_align_up((cx->out_floats[i] ? cx->out_floats[i] : 1) * sizeof(float)))) != NULL;
     ok &= (cx->aux = aligned_alloc(64, hyla_align_up((size_t)comm->size * (size_t)(2 * cx->E + 1) * sizeof(double)))) != NULL;
     if (!ok) {
         hyla_context_free(cx);
@@ -201,21 +198,7 @@ void hyla_context_free(hyla_context *cx)
     memset(cx, 0, sizeof *cx);
 }
 
-size_t hyla_context_bytes(const hyla_context *cx)
-{
-    size_t b = 0;
-    int64_t linear = 0;
-    for (int l = 0; l < HYLA_MAX_LAYERS; l++)
-        linear += cx->kept_at[l] >= 0;
-    for (int i = 0; i < 4; i++)
-        b += hyla_align_up((cx->buf_floats[i] ? cx->buf_floats[i] : 1) * sizeof(float));
-    b += hyla_align_up((cx->stage_floats ? cx->stage_floats : 1) * sizeof(float));
-    b += hyla_align_up((size_t)(linear ? linear : 1) * cx->kept_floats * sizeof(float));
-    for (int i = 0; i < 4; i++)
-        b += hyla_align_up((cx->out_floats[i] ? cx->out_floats[i] : 1) * sizeof(float));
-    b += hyla_align_up((size_t)cx->comm->size * (size_t)(2 * cx->E + 1) * sizeof(double));
-    return b;
-}
+size_t hyla_context_bytes(const hyla_context *cx) { return cx->bytes; }
 
 int hyla_context_status(hyla_context *cx)
 {

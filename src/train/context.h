@@ -48,6 +48,7 @@ typedef struct {
     int64_t kept_at[HYLA_MAX_LAYERS]; /* a linear layer's place in kept (-1 for the others) */
     double *aux;           /* [size][2 E + 1] the ranks' router statistics */
     int64_t E;
+    size_t bytes;          /* all of it (hyla_context_link_bytes) */
     int status;            /* the first failed message of the step (HYLA_OK: none) */
     double seconds;        /* in the link's messages, since reset (the chain's hops: waiting for the ranks before) */
     double chain_seconds;  /* ... of it in the delta-rule chain's hops (the state passing and its bubble) */
