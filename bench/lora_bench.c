@@ -5,12 +5,16 @@
  * One JSON line per mode; policy full / unit layer (hyla train's default). lora-bf16base: the frozen
  * base read as bf16 only (hyla train --lora-rank R --param-dtype bf16: bf16 compute, fp32 adapter and
  * moments), alone in its process, so that its peak resident set (VmHWM) less the resident set before
- * the model was loaded is the run's memory, printed beside the plan's peak (argument + temp bytes). */
+ * the model was loaded is the run's memory, printed beside the plan's peak (argument + temp bytes).
+ * HYLA_BENCH_POLICY in the environment: the remat policy (default full, hyla train's default; none keeps
+ * every activation, as PEFT without gradient checkpointing does). Each line carries the timed steps'
+ * per-op profile (seconds per step) and their GEMM FLOPs and seconds. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/error.h"
+#include "core/profile.h"
 #include "core/rss.h"
 #include "engine/plan.h"
 #include "model/lora.h"
@@ -40,7 +44,9 @@ static void bench(hyla_model *m, int lora, int64_t B, int64_t T, int64_t steps, 
     }
     hyla_train_config tc;
     memset(&tc, 0, sizeof tc);
-    hyla_policy_parse(&tc.policy, "full");
+    const char *policy = getenv("HYLA_BENCH_POLICY") ? getenv("HYLA_BENCH_POLICY") : "full";
+    if (hyla_policy_parse(&tc.policy, policy))
+        die("HYLA_BENCH_POLICY");
     tc.unit = HYLA_UNIT_LAYER, tc.batch = B, tc.seq = T, tc.accum = 1;
     tc.adamw = (hyla_adamw_config){1e-4, 0.9, 0.95, 1e-8, 0.1, 1.0};
     tc.schedule = (hyla_lr_schedule){HYLA_SCHED_CONSTANT, 1e-4, 1e-4, 0, steps + 1, 0};
@@ -67,6 +73,7 @@ static void bench(hyla_model *m, int lora, int64_t B, int64_t T, int64_t steps, 
             die("step");
         if (i == 0) {
             warm = s.seconds;
+            hyla_prof_reset(); /* the timed steps' profile only */
             continue;
         }
         best = s.seconds < best ? s.seconds : best;
@@ -76,15 +83,15 @@ static void bench(hyla_model *m, int lora, int64_t B, int64_t T, int64_t steps, 
     if (bf16_base) /* as loaded: bf16 matrices, fp32 vectors */
         params = plan.param_bytes;
     double moments = 8.0 * (double)tr.opt.n_floats, grads = (double)hyla_trainer_gradient_bytes(&tr);
-    printf("{\"mode\": \"%s\", \"rank\": %lld, \"targets\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"steps\": %lld, "
+    printf("{\"mode\": \"%s\", \"policy\": \"%s\", \"rank\": %lld, \"targets\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"steps\": %lld, "
            "\"best_step_seconds\": %.4f, \"mean_step_seconds\": %.4f, \"warmup_step_seconds\": %.4f, \"tokens_per_s\": %.1f, "
            "\"loss\": %.5f, \"params\": %lld, \"trained_params\": %lld, "
            "\"planned\": {\"param_bytes\": %.0f, \"optimizer_bytes\": %.0f, \"gradient_bytes\": %.0f, \"argument_bytes\": %.0f, "
            "\"checkpoint_bytes\": %.0f, \"work_bytes\": %.0f, \"temp_bytes\": %.0f}, "
            "\"measured\": {\"param_bytes\": %.0f, \"optimizer_bytes\": %.0f, \"gradient_bytes\": %.0f, "
            "\"checkpoint_high_water\": %zu, \"work_high_water\": %zu}, \"activation_arenas_plan_equals_measured\": %s, "
-           "\"planned_peak_bytes\": %.0f, \"peak_rss_growth_bytes\": %zu, \"peak_rss_growth_over_plan\": %.4f}\n",
-           bf16_base ? "lora-bf16base" : lora ? "lora" : "full", (long long)(lora ? rank : 0), lora ? (targets ? targets : "all-linear") : "", (long long)B,
+           "\"planned_peak_bytes\": %.0f, \"peak_rss_growth_bytes\": %zu, \"peak_rss_growth_over_plan\": %.4f",
+           bf16_base ? "lora-bf16base" : lora ? "lora" : "full", policy, (long long)(lora ? rank : 0), lora ? (targets ? targets : "all-linear") : "", (long long)B,
            (long long)T, (long long)steps, best, sum / (double)steps, warm, (double)(B * T) / best, s.loss,
            (long long)plan.params, (long long)plan.trained_params, plan.param_bytes, plan.opt_bytes, plan.grad_bytes,
            plan.argument_bytes, plan.checkpoint_bytes, plan.work_bytes, plan.temp_bytes, params, moments, grads,
@@ -92,6 +99,10 @@ static void bench(hyla_model *m, int lora, int64_t B, int64_t T, int64_t steps, 
            (double)tr.ex.ckpt.high_water == plan.checkpoint_bytes && (double)tr.ex.work.high_water == plan.work_bytes
                ? "true" : "false", plan.peak_bytes, hyla_peak_rss_bytes() - rss_before_load,
            (double)(hyla_peak_rss_bytes() - rss_before_load) / plan.peak_bytes);
+    printf(", \"gemm_flops_per_step\": %.4g, \"gemm_seconds_per_step\": %.4f, \"profile\": ",
+           hyla_prof.gemm_flops / (double)steps, hyla_prof.gemm_seconds / (double)steps);
+    hyla_prof_print_json(stdout);
+    printf("}\n");
     fflush(stdout);
     hyla_trainer_free(&tr);
     hyla_plan_free(&plan);
@@ -110,6 +121,7 @@ int main(int argc, char **argv)
     }
     hyla_model m;
     rss_before_load = hyla_rss_bytes();
+    hyla_prof.enabled = 1;
     if (strstr(argv[6], "bf16base") ? hyla_model_load_bf16(&m, argv[1]) : hyla_model_load(&m, argv[1]))
         die(argv[1]);
     int64_t B = atoll(argv[2]), T = atoll(argv[3]), steps = atoll(argv[4]), rank = atoll(argv[5]);

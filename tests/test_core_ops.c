@@ -757,13 +757,19 @@ static void test_gemm_bf16(void)
 }
 
 /* ---- bf16 compute's products (core/gemm_bf16w.c): bf16 weights, activations as bf16 values in
- * fp32 buffers; y = x W^T (skinny M <= 4 and blocked sgemm paths, N across several 256-row weight
- * blocks) and dx += dy W, against float64 on the same values, with test_linear_bf16's bound. */
+ * fp32 buffers; y = x W^T (skinny M <= 4 and blocked paths: N across several 256-row weight blocks
+ * widened; M across 512-row blocks and dy across column blocks native) and dx += dy W, against
+ * float64 on the same values, with test_linear_bf16's bound, both ways (native and widened, whatever
+ * this CPU would choose). Each way's result must not depend on the thread count (bit-identity between
+ * a process with --threads 1 and one with more rests on it; seen to hold for oneDNN's bf16 matmul). */
 static void test_linear_bf16w(void)
 {
-    const int64_t dims[][3] = {{1, 300, 33}, {4, 600, 64}, {5, 257, 48}, {70, 513, 96}};
-    chk c = chk_begin("linear bf16w (x W^T, dy W) vs float64");
-    for (int di = 0; di < 4; di++)
+    const int64_t dims[][3] = {{1, 300, 33}, {4, 600, 64}, {5, 257, 48}, {70, 513, 96}, {600, 1500, 40}};
+    for (int native = 0; native < 2; native++) {
+    hyla_bf16w_set_kind(native);
+    chk c = chk_begin(native ? "linear bf16w native (x W^T, dy W) vs float64, 1 thread == 2"
+                             : "linear bf16w widened (x W^T, dy W) vs float64, 1 thread == 2");
+    for (int di = 0; di < 5; di++)
         for (int acc = 0; acc < 2; acc++) {
             int64_t M = dims[di][0], N = dims[di][1], K = dims[di][2];
             float *x = malloc((size_t)(M * K) * 4), *y = malloc((size_t)(M * N) * 4), *y0 = malloc((size_t)(M * N) * 4);
@@ -780,8 +786,24 @@ static void test_linear_bf16w(void)
                 y[i] = y0[i] = acc ? (float)hyla_rng_normal(&rng) : NAN;
                 dy[i] = hyla_bf16_to_f32(hyla_bf16_from_f32((float)hyla_rng_normal(&rng)));
             }
+            float *y1 = malloc((size_t)(M * N) * 4), *dx1 = malloc((size_t)(M * K) * 4);
+            memcpy(y1, y, (size_t)(M * N) * 4), memcpy(dx1, dx, (size_t)(M * K) * 4);
             hyla_linear_bf16w(y, x, W, M, K, N, acc, scratch);
             hyla_linear_bf16w_dx(dx, dy, W, M, K, N, scratch);
+            int threads = omp_get_max_threads();
+            omp_set_num_threads(1);
+            hyla_linear_bf16w(y1, x, W, M, K, N, acc, scratch);
+            hyla_linear_bf16w_dx(dx1, dy, W, M, K, N, scratch);
+            omp_set_num_threads(threads);
+            /* (widened, one row: the fp32 sgemm's [1 x N] x [N x K] is a GEMV that splits its sum over the
+             * threads; a run is still deterministic at a given thread count) */
+            int one_row_sgemm = !native && M == 1;
+            if (memcmp(y, y1, (size_t)(M * N) * 4) || (!one_row_sgemm && memcmp(dx, dx1, (size_t)(M * K) * 4))) {
+                fprintf(stderr, "  %s: [%lld x %lld x %lld] differs between 1 and %d threads\n", c.name, (long long)M,
+                        (long long)K, (long long)N, threads);
+                c.bad++;
+            }
+            free(y1), free(dx1);
             for (int64_t i = 0; i < M; i++) {
                 for (int64_t n = 0; n < N; n++) {
                     double ref = acc ? y0[i * N + n] : 0.0, mag = acc ? fabs(y0[i * N + n]) : 0.0;
@@ -803,6 +825,9 @@ static void test_linear_bf16w(void)
             free(x), free(y), free(y0), free(dy), free(dx), free(dx0), free(scratch), free(W);
         }
     chk_end(&c);
+    }
+    hyla_bf16w_set_kind(-1);
+    printf("  bf16 compute's products on this CPU: %s\n", hyla_bf16w_kind_name());
 }
 
 /* ---- bf16 array conversions: exactly the scalar definition (core/bf16.h) -----------------------

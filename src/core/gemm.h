@@ -37,12 +37,18 @@ void hyla_gemm_bf16(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, c
                     int accumulate, float *C);
 
 /* bf16 compute's products (core/gemm_bf16w.c): bf16 weights W[N,K], activations x[M,K] / dy[M,N]
- * given as fp32 buffers holding bf16 values, fp32 accumulation:
+ * given as fp32 buffers holding bf16 values, fp32 accumulation, by one of two ways chosen once per
+ * process by the CPU (hyla_bf16w_native: oneDNN's bf16 matmul on CPUs whose vdpbf16ps outruns
+ * fp32 FMA, else the weights widened into the fp32 sgemm; HYLA_BF16_PRODUCTS=native|widened|auto
+ * overrides):
  *   hyla_linear_bf16w:    y[M,N] (+)= x W^T
  *   hyla_linear_bf16w_dx: dx[M,K] += dy W
  * scratch: hyla_bf16w_scratch_floats(M, K) floats. (The weight gradient dy^T x of such buffers
  * is a plain hyla_gemm: both are fp32 buffers.) */
 int64_t hyla_bf16w_scratch_floats(int64_t M, int64_t K);
+int hyla_bf16w_native(void);
+const char *hyla_bf16w_kind_name(void); /* "native" or "widened" */
+void hyla_bf16w_set_kind(int native);   /* tests and benchmarks: 1 native, 0 widened, -1 the CPU's choice */
 void hyla_linear_bf16w(float *y, const float *x, const uint16_t *W, int64_t M, int64_t K, int64_t N, int accumulate,
                        float *scratch);
 void hyla_linear_bf16w_dx(float *dx, const float *dy, const uint16_t *W, int64_t M, int64_t K, int64_t N, float *scratch);
