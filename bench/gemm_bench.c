@@ -1,7 +1,8 @@
 /* GEMM seam benchmark on hyla's shapes, in one run: fp32 oneDNN (dnnl_sgemm) vs OpenBLAS
  * (cblas_sgemm), and hyla's bf16 linear (hyla_linear_bf16: oneDNN bf16 matmul, or hyla's skinny
- * kernel for M <= 4) with fp32 accumulation, and bf16 compute's product (hyla_linear_bf16w: bf16
- * weights widened per 256-row block into the fp32 sgemm; the skinny kernel for M <= 4).
+ * kernel for M <= 4) with fp32 accumulation, and bf16 compute's product (hyla_linear_bf16w: this
+ * CPU's way, "bf16_products": native = oneDNN's bf16 matmul, widened = bf16 weights widened per
+ * 256-row block into the fp32 sgemm; the skinny kernel for M <= 4).
  * Prints one JSON object per shape and a summary;
  * GFLOP/s and % of the machine's peaks, measured in the same run by a register-only loop of 24
  * independent 512-bit FMAs / vdpbf16ps per thread (the most either instruction can retire; the
@@ -122,8 +123,9 @@ static double instruction_peak(int bf16) { return bf16 ? 800.0 : 435.0; }
 int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "--peaks")) { /* the instruction peaks alone, for other benches */
-        printf("{\"threads\": %d, \"peak_gflops\": %.0f, \"peak_bf16_gflops\": %.0f}\n", omp_get_max_threads(),
-               instruction_peak(0), __builtin_cpu_supports("avx512bf16") ? instruction_peak(1) : 0.0);
+        printf("{\"threads\": %d, \"peak_gflops\": %.0f, \"peak_bf16_gflops\": %.0f, \"bf16_products\": \"%s\"}\n",
+               omp_get_max_threads(), instruction_peak(0),
+               __builtin_cpu_supports("avx512bf16") ? instruction_peak(1) : 0.0, hyla_bf16w_kind_name());
         return 0;
     }
     const char *peak_env = getenv("HYLA_PEAK_GFLOPS");
@@ -165,8 +167,8 @@ int main(int argc, char **argv)
     scratch_w = malloc((size_t)hyla_bf16w_scratch_floats(1, maxK) * 4);
     const char *core = getenv("OPENBLAS_CORETYPE");
     printf("{\"threads\": %d, \"peak_gflops\": %.0f, \"peak_bf16_gflops\": %.0f, \"bf16_skinny_kernel\": \"%s\", "
-           "\"openblas_coretype\": \"%s\", \"shapes\": [\n", omp_get_max_threads(), peak, peak16,
-           hyla_bf16_skinny_kernel_name(), core ? core : "(auto)");
+           "\"bf16_products\": \"%s\", \"openblas_coretype\": \"%s\", \"shapes\": [\n", omp_get_max_threads(), peak,
+           peak16, hyla_bf16_skinny_kernel_name(), hyla_bf16w_kind_name(), core ? core : "(auto)");
     double sum_ratio = 0, sum_bf16 = 0, sum_w = 0;
     int n = (int)(sizeof shapes / sizeof *shapes);
     for (int i = 0; i < n; i++) {

@@ -13,7 +13,8 @@
 #     against transformers eager and torch.compile; its per-op profile and whole-step GEMM share of
 #     the same-run FMA peak;
 #   - LoRA r16 all-linear, 1 x 512, on the 0.8B shape — hyla (fp32 base, and the frozen base bf16 only:
-#     its peak RSS against the plan) against transformers + PEFT.
+#     its peak RSS against the plan; no remat, as PEFT; and hyla train's default full remat) against
+#     transformers + PEFT (fp32 base, and a bf16 base with fp32 adapters).
 # The peaks (FMA, vdpbf16ps: build/bench/gemm_bench --peaks; DRAM read: infer_bench) come from the
 # same run. The transformers peer is a multi-GB install made on demand by bench/hf_peer.sh (into
 # ~/.cache/hyla-hf-peer, said on stderr); without it, or without llama-cpp-python in .venv
@@ -91,9 +92,14 @@ if [ -n "$HF" ]; then
     run transformers_train "$HF" bench/hf_train.py "$M" 1 512 3 "$THREADS" f32
     run transformers_train_compile "$HF" bench/hf_train.py "$M" 1 512 3 "$THREADS" f32 compile
 fi
-run hyla_lora ./build/bench/lora_bench "$Q" 1 512 3 16 lora
-run hyla_lora_bf16base ./build/bench/lora_bench "$Q" 1 512 3 16 lora-bf16base
-[ -n "$HF" ] && run transformers_lora "$HF" bench/hf_lora.py "$Q" 1 512 3 "$THREADS" 16
+# LoRA without remat, as PEFT runs (no gradient checkpointing); hyla train's default (full remat) beside
+HYLA_BENCH_POLICY=none run hyla_lora ./build/bench/lora_bench "$Q" 1 512 3 16 lora
+HYLA_BENCH_POLICY=none run hyla_lora_bf16base ./build/bench/lora_bench "$Q" 1 512 3 16 lora-bf16base
+HYLA_BENCH_POLICY=full run hyla_lora_full_remat ./build/bench/lora_bench "$Q" 1 512 3 16 lora
+if [ -n "$HF" ]; then
+    run transformers_lora "$HF" bench/hf_lora.py "$Q" 1 512 3 "$THREADS" 16 f32
+    run transformers_lora_bf16base "$HF" bench/hf_lora.py "$Q" 1 512 3 "$THREADS" 16 bf16
+fi
 
 /usr/bin/python3 - "$R" "$OUT" "$THREADS" "$SEQS" <<'PY'
 import glob, json, os, sys
@@ -153,12 +159,23 @@ tok = lambda k: tr[k]["tokens_per_s"] if tr[k] else None
 tr["ratios"] = {"hyla_over_transformers_eager": ratio(tok("hyla_train"), tok("transformers_train")),
                 "hyla_over_transformers_compile": ratio(tok("hyla_train"), tok("transformers_train_compile")),
                 "hyla_full_remat_over_transformers_eager": ratio(tok("hyla_train_full"), tok("transformers_train"))}
-lora = {"hyla": (runs.get("hyla_lora") or [None])[-1], "hyla_bf16_base": (runs.get("hyla_lora_bf16base") or [None])[-1],
-        "transformers_peft": (runs.get("transformers_lora") or [None])[-1]}
-if lora["hyla"] and lora["transformers_peft"]:
-    lora["ratio"] = lora["hyla"]["tokens_per_s"] / lora["transformers_peft"]["tokens_per_s"]
+def lora_row(name):
+    r = (runs.get(name) or [None])[-1]
+    if r and "profile" in r:
+        r["profile_ms_per_step"] = {p["op"]: round(1e3 * p["seconds"] / r["steps"], 1)
+                                    for p in sorted(r.pop("profile"), key=lambda p: -p["seconds"])[:16]}
+    return r
+
+lora = {k: lora_row(n) for k, n in (("hyla", "hyla_lora"), ("hyla_bf16_base", "hyla_lora_bf16base"),
+                                    ("hyla_full_remat", "hyla_lora_full_remat"), ("transformers_peft", "transformers_lora"),
+                                    ("transformers_peft_bf16_base", "transformers_lora_bf16base"))}
+ltok = lambda k: lora[k]["tokens_per_s"] if lora[k] else None
+lora["ratios"] = {"hyla_over_peft": ratio(ltok("hyla"), ltok("transformers_peft")),
+                  "hyla_bf16_base_over_peft": ratio(ltok("hyla_bf16_base"), ltok("transformers_peft")),
+                  "hyla_bf16_base_over_peft_bf16_base": ratio(ltok("hyla_bf16_base"), ltok("transformers_peft_bf16_base")),
+                  "hyla_full_remat_over_peft": ratio(ltok("hyla_full_remat"), ltok("transformers_peft"))}
 out = {"benchmark": "real shapes (issue 21)", "threads": threads,
-       "peaks": {"fma_gflops": fma, "vdpbf16ps_gflops": bf16_peak},
+       "peaks": {"fma_gflops": fma, "vdpbf16ps_gflops": bf16_peak, "bf16_products": peaks.get("bf16_products")},
        "inference_qwen3.5-0.8b": inference, "inference_qwen3-next-80b-cut": cut,
        "training_qwen3-next-0.6b-moe_fp32_1x512": tr, "lora_r16_qwen3.5-0.8b_1x512": lora, "runs": runs}
 json.dump(out, open(out_path, "w"), indent=1)
