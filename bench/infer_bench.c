@@ -4,7 +4,8 @@
  * the same run (bench/dram_bandwidth.h, before and after the runs, the better of the two: a shared
  * VM's bandwidth dips for seconds at a time; HYLA_DRAM_GBS overrides it). decode_profile: seconds per
  * decoded token by op, from one more run with a 1-token prompt (the profile's timers on);
- * prefill_profile_ms: milliseconds of one SEQ-token prefill by op, from a run with the timers on.
+ * prefill_profile_ms: milliseconds of one SEQ-token prefill by op, from a run with the timers on;
+ * prefill_gemm_gflop: the GEMM work of each op that has some (GFLOP), for its rate and % of peak.
  * DTYPE bf16: the model's matrices read straight into bf16 (hyla_model_load_bf16), bf16 compute;
  * the resident set after loading is reported either way.
  * MODEL_DIR may be a .gguf file: its tensors are read in place in their stored types (DTYPE is then
@@ -82,9 +83,10 @@ int main(int argc, char **argv)
         return 1;
     int n_prefill_ops = hyla_prof.n;
     const char *prefill_name[HYLA_PROF_MAX];
-    double prefill_ms[HYLA_PROF_MAX], prefill_gemm_ms = 1e3 * hyla_prof.gemm_seconds;
+    double prefill_ms[HYLA_PROF_MAX], prefill_gflop[HYLA_PROF_MAX], prefill_gemm_ms = 1e3 * hyla_prof.gemm_seconds;
     for (int i = 0; i < n_prefill_ops; i++)
-        prefill_name[i] = hyla_prof.name[i], prefill_ms[i] = 1e3 * hyla_prof.seconds[i];
+        prefill_name[i] = hyla_prof.name[i], prefill_ms[i] = 1e3 * hyla_prof.seconds[i],
+        prefill_gflop[i] = 1e-9 * hyla_prof.flops[i];
     /* where a decoded token's time goes: a 1-token prompt, so nearly all of it is decode */
     int64_t one = 1;
     if (profiled_generate(&m, prompts, one, &s, out, &st))
@@ -128,7 +130,11 @@ int main(int argc, char **argv)
     printf(", \"gemm\": %.4f}, \"prefill_profile_ms\": {", 1e3 * hyla_prof.gemm_seconds / tokens);
     for (int i = 0; i < n_prefill_ops; i++)
         printf("%s\"%s\": %.2f", i ? ", " : "", prefill_name[i], prefill_ms[i]);
-    printf(", \"gemm\": %.2f}}\n", prefill_gemm_ms);
+    printf(", \"gemm\": %.2f}, \"prefill_gemm_gflop\": {", prefill_gemm_ms); /* each op's GEMM work (profile.h) */
+    for (int i = 0, first = 1; i < n_prefill_ops; i++)
+        if (prefill_gflop[i] > 0)
+            printf("%s\"%s\": %.2f", first ? "" : ", ", prefill_name[i], prefill_gflop[i]), first = 0;
+    printf("}}\n");
     free(prompt);
     free(out);
     hyla_model_free(&m);

@@ -31,7 +31,7 @@ export OMP_NUM_THREADS=$THREADS
 D=build/bench-models
 mkdir -p "$D"
 R=$(mktemp -d)
-trap 'rm -rf "$R"' EXIT
+trap '[ -f "$OUT.done" ] && rm -rf "$R" "$OUT.done" || echo "real_shapes: the runs are kept in $R" >&2' EXIT
 
 model() { # DIR CONFIG DTYPE: a random-init checkpoint (seed 5) with a Qwen-style tokenizer
     [ -f "$1/model.safetensors" ] || {
@@ -139,19 +139,34 @@ for T in seqs:
                    "decode_hyla_f32_over_transformers_f32": ratio(d("hyla_f32"), d("transformers_f32"))}
     e["hyla_bf16_decode_pct_of_dram_bw"] = h[-1].get("decode_pct_of_dram_bw")
     e["dram_gbs"] = h[-1].get("dram_gbs")
-    e["hyla_bf16_prefill_profile_ms"] = h[-1].get("prefill_profile_ms")
-    e["hyla_f32_prefill_profile_ms"] = (runs.get(f"hyla_f32_{T}") or [{}])[-1].get("prefill_profile_ms")
+    for k, peak in (("bf16", bf16_peak if peaks.get("bf16_products") == "native" else fma), ("f32", fma)):
+        r = (runs.get(f"hyla_{k}_{T}") or [{}])[-1]
+        ms, gf = r.get("prefill_profile_ms") or {}, r.get("prefill_gemm_gflop") or {}
+        e[f"hyla_{k}_prefill_profile"] = {op: dict({"ms": v}, **({"gflops": round(gf[op] / v * 1e3, 1),
+                                                               "pct_of_peak": round(100 * gf[op] / v * 1e3 / peak, 1)}
+                                                              if gf.get(op) and v > 0 else {}))
+                                          for op, v in sorted(ms.items(), key=lambda kv: -kv[1])}
     inference[T] = e
 cut = {"hyla_bf16": (runs.get("hyla_bf16_80b_cut") or [None])[-1], "llama_bf16": (runs.get("llama_bf16_80b_cut") or [None])[-1]}
 if cut["hyla_bf16"] and cut["llama_bf16"]:
     cut["ratios"] = {k: cut["hyla_bf16"][k] / cut["llama_bf16"][k] for k in ("prefill_tokens_per_s", "decode_tokens_per_s")}
 
+def op_table(profile, steps, peak, top=None):
+    """per op: ms per step, and for ops with GEMM work its GFLOP/s and % of the given peak"""
+    rows = {}
+    for p in sorted(profile, key=lambda p: -p["seconds"])[:top]:
+        row = {"ms": round(1e3 * p["seconds"] / steps, 1)}
+        if p.get("gemm_flops", 0) > 0 and p["seconds"] > 0:
+            rate = p["gemm_flops"] / p["seconds"] / 1e9
+            row.update(gflops=round(rate, 1), pct_of_peak=round(100.0 * rate / peak, 1))
+        rows[p["op"]] = row
+    return rows
+
 def train_row(name):
     r = (runs.get(name) or [None])[-1]
     if r and "gemm_flops_per_step" in r:
         r["gemm_pct_of_fma_peak"] = 100.0 * r["gemm_flops_per_step"] / r["best_step_seconds"] / 1e9 / fma
-        r["profile_ms_per_step"] = {p["op"]: round(1e3 * p["seconds"] / r["steps"], 1)
-                                    for p in sorted(r.pop("profile", []), key=lambda p: -p["seconds"])}
+        r["profile_per_step_vs_fma_peak"] = op_table(r.pop("profile", []), r["steps"], fma)
     return r
 
 tr = {k: train_row(k) for k in ("hyla_train", "hyla_train_full", "transformers_train", "transformers_train_compile")}
@@ -161,9 +176,11 @@ tr["ratios"] = {"hyla_over_transformers_eager": ratio(tok("hyla_train"), tok("tr
                 "hyla_full_remat_over_transformers_eager": ratio(tok("hyla_train_full"), tok("transformers_train"))}
 def lora_row(name):
     r = (runs.get(name) or [None])[-1]
-    if r and "profile" in r:
-        r["profile_ms_per_step"] = {p["op"]: round(1e3 * p["seconds"] / r["steps"], 1)
-                                    for p in sorted(r.pop("profile"), key=lambda p: -p["seconds"])[:16]}
+    if r and "profile" in r:  # the bf16 base's products against the vdpbf16ps peak, fp32's against FMA
+        peak = bf16_peak if r["mode"] == "lora-bf16base" and peaks.get("bf16_products") == "native" else fma
+        r["profile_per_step"] = op_table(r.pop("profile"), r["steps"], peak, 16)
+        r["profile_peak"] = "vdpbf16ps" if peak == bf16_peak else "fma"
+        r["whole_step_gemm_gflops"] = r["gemm_flops_per_step"] / r["best_step_seconds"] / 1e9
     return r
 
 lora = {k: lora_row(n) for k, n in (("hyla", "hyla_lora"), ("hyla_bf16_base", "hyla_lora_bf16base"),
@@ -181,3 +198,4 @@ out = {"benchmark": "real shapes (issue 21)", "threads": threads,
 json.dump(out, open(out_path, "w"), indent=1)
 print(json.dumps({k: v for k, v in out.items() if k != "runs"}, indent=1))
 PY
+touch "$OUT.done"

@@ -37,13 +37,15 @@ void hyla_prof_add(const char *name, double seconds)
     }
     hyla_prof.seconds[i] += seconds;
     hyla_prof.calls[i] += 1;
+    hyla_prof.flops[i] += hyla_prof.gemm_flops - hyla_prof.flops_mark;
+    hyla_prof.flops_mark = hyla_prof.gemm_flops;
 }
 
 void hyla_prof_print_json(FILE *f)
 {
     fprintf(f, "[");
     for (int i = 0; i < hyla_prof.n; i++)
-        fprintf(f, "%s{\"op\": \"%s\", \"seconds\": %.6f, \"calls\": %.0f}", i ? ", " : "", hyla_prof.name[i],
-                hyla_prof.seconds[i], hyla_prof.calls[i]);
+        fprintf(f, "%s{\"op\": \"%s\", \"seconds\": %.6f, \"calls\": %.0f, \"gemm_flops\": %.6g}", i ? ", " : "",
+                hyla_prof.name[i], hyla_prof.seconds[i], hyla_prof.calls[i], hyla_prof.flops[i]);
     fprintf(f, "]");
 }
