@@ -5,7 +5,8 @@
  * instruction into 16 fp32 lanes) where the CPU has it, else scalar. Reading W once for all M
  * rows is the whole cost, so it runs at memory bandwidth.
  * Larger M: oneDNN's bf16 matmul primitive (fp32 accumulation and output; an `accumulate` call
- * adds with a sum post-op), one primitive per shape kept in a small cache.
+ * adds with a sum post-op), one primitive per shape and calling thread kept in a small cache (with
+ * oneDNN's library scratchpad a primitive runs only on the thread that created it).
  * Products of two bf16 values are exact in fp32 (8 + 8 significant bits), so both paths differ
  * from exact arithmetic only by fp32 summation: |error| <= K u sum_k |x_k w_k|, u = 2^-24. */
 #include "core/gemm.h"
@@ -147,6 +148,7 @@ const char *hyla_bf16_skinny_kernel_name(void)
 typedef struct {
     int64_t M, N, K;
     int trans_a, trans_b, accumulate;
+    pthread_t owner; /* a primitive runs only on the thread that made it (oneDNN's library scratchpad) */
     dnnl_primitive_t prim;
     dnnl_memory_desc_t src, wei, dst;
 } prim_entry;
@@ -190,6 +192,7 @@ static int make_primitive(prim_entry *e, int64_t M, int64_t N, int64_t K, int tr
     if (!ok)
         return -1;
     e->M = M, e->N = N, e->K = K, e->trans_a = trans_a, e->trans_b = trans_b, e->accumulate = accumulate;
+    e->owner = pthread_self();
     return 0;
 }
 
@@ -198,7 +201,7 @@ static prim_entry *find_primitive(int64_t M, int64_t N, int64_t K, int trans_a, 
     for (int i = 0; i < matmul_cache.n; i++) {
         prim_entry *e = &matmul_cache.entries[i];
         if (e->M == M && e->N == N && e->K == K && e->trans_a == trans_a && e->trans_b == trans_b &&
-            e->accumulate == accumulate)
+            e->accumulate == accumulate && pthread_equal(e->owner, pthread_self()))
             return e;
     }
     prim_entry *e = &matmul_cache.entries[matmul_cache.n < PRIM_CACHE ? matmul_cache.n++ : matmul_cache.next];
