@@ -18,6 +18,8 @@ def main():
     model_dir, B, T, steps, threads, r = (sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]),
                                           int(sys.argv[5]), int(sys.argv[6]))
     dtype = sys.argv[7] if len(sys.argv) > 7 else "f32"
+    if dtype not in ("f32", "bf16"):
+        sys.exit(f"hf_lora.py: DTYPE {dtype!r}: must be f32 or bf16")
     torch.set_num_threads(threads)
     base = transformers.AutoModelForCausalLM.from_pretrained(
         model_dir, dtype=torch.bfloat16 if dtype == "bf16" else torch.float32)

@@ -17,6 +17,8 @@ for kind in truncate header_past_eof bad_json bad_dtype overlap span_mismatch tr
     $PY tests/corrupt_safetensors.py "$T/good/$ST" "$T/$kind/$ST" "$kind" "$EMB" || fail "corrupt $kind"
 done
 expect_error "truncated file" "$ST" "$HYLA" forward "$T/truncate" --tokens 1,2
+expect_error "HYLA_BF16_PRODUCTS not a way" "HYLA_BF16_PRODUCTS=fast: must be native, widened or auto" \
+    env HYLA_BF16_PRODUCTS=fast "$HYLA" forward "$T/truncate" --tokens 1,2
 expect_error "header length past EOF" "$ST.*header" "$HYLA" forward "$T/header_past_eof" --tokens 1,2
 expect_error "header not JSON" "$ST.*JSON" "$HYLA" forward "$T/bad_json" --tokens 1,2
 expect_error "wrong dtype string" "$ST.*$EMB.*Q7" "$HYLA" forward "$T/bad_dtype" --tokens 1,2

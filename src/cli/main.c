@@ -97,6 +97,11 @@ int main(int argc, char **argv)
     const char *int8 = getenv("HYLA_INT8_ACTIVATIONS");
     if (int8 && !strcmp(int8, "0"))
         hyla_quant_int8_activations = 0;
+    const char *products = getenv("HYLA_BF16_PRODUCTS"); /* how bf16 compute multiplies (core/gemm.h) */
+    if (hyla_bf16w_parse_kind(products) == -2) {
+        fprintf(stderr, "hyla: HYLA_BF16_PRODUCTS=%s: must be native, widened or auto\n", products);
+        return 2;
+    }
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -47,6 +47,8 @@ void hyla_gemm_bf16(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, c
  * is a plain hyla_gemm: both are fp32 buffers.) */
 int64_t hyla_bf16w_scratch_floats(int64_t M, int64_t K);
 int hyla_bf16w_native(void);
+/* HYLA_BF16_PRODUCTS's values: "native" 1, "widened" 0, "auto" / empty / NULL -1, anything else -2 */
+int hyla_bf16w_parse_kind(const char *text);
 const char *hyla_bf16w_kind_name(void); /* "native" or "widened" */
 void hyla_bf16w_set_kind(int native);   /* tests and benchmarks: 1 native, 0 widened, -1 the CPU's choice */
 void hyla_linear_bf16w(float *y, const float *x, const uint16_t *W, int64_t M, int64_t K, int64_t N, int accumulate,

@@ -36,14 +36,20 @@ int64_t hyla_bf16w_scratch_floats(int64_t M, int64_t K)
     return (M <= HYLA_BF16_SKINNY_M ? skinny : 0) + NB * K;
 }
 
+int hyla_bf16w_parse_kind(const char *text)
+{
+    if (!text || !*text || !strcmp(text, "auto"))
+        return -1;
+    return !strcmp(text, "native") ? 1 : !strcmp(text, "widened") ? 0 : -2;
+}
+
 static int choose_native(void)
 {
     const char *env = getenv("HYLA_BF16_PRODUCTS");
-    if (env && !strcmp(env, "native"))
-        return 1;
-    if (env && !strcmp(env, "widened"))
-        return 0;
-    if (env && *env && strcmp(env, "auto"))
+    int kind = hyla_bf16w_parse_kind(env);
+    if (kind >= 0)
+        return kind;
+    if (kind == -2) /* the CLI refuses it before any product; a program using the library is told here */
         fprintf(stderr, "hyla: HYLA_BF16_PRODUCTS=%s is not native, widened or auto; using auto\n", env);
 #if defined(__x86_64__) && defined(__GNUC__)
     /* by the CPU, not by a timing (a timing could choose differently from one run to the next and
@@ -67,7 +73,7 @@ void hyla_bf16w_set_kind(int native) { native_kind = native < 0 ? -1 : !!native;
 
 const char *hyla_bf16w_kind_name(void) { return hyla_bf16w_native() ? "native" : "widened"; }
 
-/* dst[rows, cols] (dense) = bf16(src[rows, cols] with row stride ld): exact for bf16 values */
+/* dst[rows, cols] (dense) = bf16(src[rows, cols] with row stride ld), rounded as hyla_bf16_pack */
 static void pack_block(uint16_t *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
 {
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(rows * cols)
@@ -90,7 +96,7 @@ void hyla_linear_bf16w(float *y, const float *x, const uint16_t *W, int64_t M, i
         uint16_t *x16 = (uint16_t *)(void *)scratch;
         for (int64_t m0 = 0; m0 < M; m0 += MB) {
             int64_t mb = M - m0 < MB ? M - m0 : MB;
-            pack_block(x16, x + m0 * K, mb, K, K);
+            hyla_bf16_pack(x16, x + m0 * K, mb * K);
             hyla_linear_bf16(y + m0 * N, x16, W, mb, K, N, accumulate);
         }
         return;
