@@ -677,6 +677,71 @@ static void bench_attention(void)
     free(q), free(k), free(v), free(o), free(l), free(work);
 }
 
+/* ---- fp32 linear layers y = x W^T (core/gemm.c, gemm_matmul.c) ---------------------------------
+ * Both ways hyla_gemm can take for more than 16 rows (oneDNN's matmul primitive, the default, and
+ * sgemm) and the skinny kernel below that, against float64: each fp32 product is rounded once and the
+ * K-term sum adds K roundings (plus one with C's old value when accumulating), so
+ * |err| <= (K + 2) u (sum_k |x_k w_k| + |c_old|). Strided operands (lda, ldb, ldc wider than the
+ * matrix) are included. The primitive's result must be the same bits on 1 thread as on 2, inside a
+ * parallel region (where the fp32 experts call it, one thread each) as outside, and for the rows split
+ * across two calls (a loss head's chunks, a prompt split into pieces): bit-identity between runs with
+ * different thread counts, expert loops and chunkings rests on it. */
+static void test_gemm_nt(void)
+{
+    const int64_t dims[][3] = {{3, 70, 33}, {17, 300, 64}, {64, 513, 96}, {129, 1024, 40}, {300, 100, 777}};
+    for (int way = 0; way < 2; way++) {
+        hyla_gemm_nt_set_matmul(way == 0);
+        chk c = chk_begin(way == 0 ? "gemm fp32 x W^T, matmul primitive, vs float64; 1 thread == 2 == nested == split"
+                                   : "gemm fp32 x W^T, sgemm, vs float64");
+        for (int di = 0; di < 5; di++)
+            for (int acc = 0; acc < 2; acc++) {
+                int64_t M = dims[di][0], K = dims[di][1], N = dims[di][2];
+                int64_t lda = K + 3 * acc, ldb = K + 5 * acc, ldc = N + 2 * acc; /* strided when accumulating */
+                float *x = falloc(M * lda), *W = falloc(N * ldb), *y = falloc(M * ldc), *y0 = falloc(M * ldc);
+                float *y1 = falloc(M * ldc), *y2 = falloc(M * ldc), *y3 = falloc(M * ldc);
+                fill_normal(x, M * lda, 1.0);
+                fill_normal(W, N * ldb, 0.1);
+                for (int64_t i = 0; i < M * ldc; i++)
+                    y[i] = y0[i] = acc ? (float)hyla_rng_normal(&rng) : NAN; /* NaN: must be overwritten */
+                memcpy(y1, y, (size_t)(M * ldc) * 4), memcpy(y2, y, (size_t)(M * ldc) * 4), memcpy(y3, y, (size_t)(M * ldc) * 4);
+                float beta = acc ? 1.0f : 0.0f;
+                hyla_gemm(0, 1, M, N, K, 1.0f, x, lda, W, ldb, beta, y, ldc);
+                if (way == 0 && M > 16) { /* (fewer rows: hyla's skinny kernel, rows independent by construction) */
+                    int threads = omp_get_max_threads();
+                    omp_set_num_threads(1);
+                    hyla_gemm(0, 1, M, N, K, 1.0f, x, lda, W, ldb, beta, y1, ldc);
+                    omp_set_num_threads(threads);
+#pragma omp parallel num_threads(2)
+                    if (omp_get_thread_num() == omp_get_num_threads() - 1)
+                        hyla_gemm(0, 1, M, N, K, 1.0f, x, lda, W, ldb, beta, y2, ldc);
+                    int64_t half = M / 2 > 16 ? M / 2 : M; /* both parts above the skinny kernel's 16 rows, or no split */
+                    hyla_gemm(0, 1, half, N, K, 1.0f, x, lda, W, ldb, beta, y3, ldc);
+                    if (M > half)
+                        hyla_gemm(0, 1, M - half, N, K, 1.0f, x + half * lda, lda, W, ldb, beta, y3 + half * ldc, ldc);
+                    size_t bytes = (size_t)(M * ldc) * 4;
+                    if (memcmp(y, y1, bytes) || memcmp(y, y2, bytes) || memcmp(y, y3, bytes)) {
+                        fprintf(stderr, "  %s: [%lld x %lld x %lld] differs: 1 thread %d, nested %d, split %d\n", c.name,
+                                (long long)M, (long long)K, (long long)N, !!memcmp(y, y1, bytes), !!memcmp(y, y2, bytes),
+                                !!memcmp(y, y3, bytes));
+                        c.bad++;
+                    }
+                }
+                for (int64_t i = 0; i < M; i++)
+                    for (int64_t n = 0; n < N; n++) {
+                        double ref = acc ? y0[i * ldc + n] : 0.0, mag = acc ? fabs(y0[i * ldc + n]) : 0.0;
+                        for (int64_t k = 0; k < K; k++) {
+                            double t = (double)x[i * lda + k] * W[n * ldb + k];
+                            ref += t, mag += fabs(t);
+                        }
+                        chk_val(&c, y[i * ldc + n], ref, (double)(K + 2) * U * mag + 1e-30);
+                    }
+                free(x), free(W), free(y), free(y0), free(y1), free(y2), free(y3);
+            }
+        chk_end(&c);
+    }
+    hyla_gemm_nt_set_matmul(1);
+}
+
 /* ---- bf16 linear (core/gemm_bf16.c) ------------------------------------------------------------
  * y = x W^T with bf16 inputs and fp32 accumulation, against float64 on the same bf16 values.
  * Each product of two bf16 numbers is exact in fp32 (8 + 8 significant bits), so the only error
@@ -942,6 +1007,7 @@ int main(int argc, char **argv)
     test_exp_nonpos();
     test_cross_entropy();
     test_aux_loss();
+    test_gemm_nt();
     test_linear_bf16();
     test_gemm_bf16();
     test_linear_bf16w();

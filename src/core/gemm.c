@@ -94,6 +94,15 @@ static void gemm_skinny_nt(int64_t M, int64_t N, int64_t K, float alpha, const f
     }
 }
 
+/* y = x W^T with more than HYLA_SKINNY_M rows through oneDNN's matmul primitive (gemm_matmul.c);
+ * tests and benchmarks may switch it off to compare with sgemm */
+static int nt_matmul = 1;
+
+void hyla_gemm_nt_set_matmul(int on)
+{
+    nt_matmul = on;
+}
+
 void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
                int64_t ldc)
@@ -107,6 +116,13 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
         goto done;
     }
     hyla_in_gemm_library++;
+#if !defined(HYLA_GEMM_OPENBLAS)
+    if (nt_matmul && !trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
+        hyla_gemm_nt_matmul(M, N, K, A, lda, B, ldb, beta == 1.0f, C, ldc) == 0) {
+        hyla_in_gemm_library--;
+        goto done;
+    }
+#endif
 #if defined(HYLA_GEMM_OPENBLAS)
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
                 trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
