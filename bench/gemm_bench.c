@@ -1,5 +1,6 @@
 /* GEMM seam benchmark on hyla's shapes, in one run: fp32 oneDNN (dnnl_sgemm) vs OpenBLAS
- * (cblas_sgemm), and hyla's bf16 linear (hyla_linear_bf16: oneDNN bf16 matmul, or hyla's skinny
+ * (cblas_sgemm) vs hyla_gemm itself (oneDNN's f32 matmul primitive for more than 16 rows, hyla's
+ * skinny kernel below: "hyla_fp32_gflops"), and hyla's bf16 linear (hyla_linear_bf16: oneDNN bf16 matmul, or hyla's skinny
  * kernel for M <= 4) with fp32 accumulation, and bf16 compute's product (hyla_linear_bf16w: this
  * CPU's way, "bf16_products": native = oneDNN's bf16 matmul, widened = bf16 weights widened per
  * 256-row block into the fp32 sgemm; the skinny kernel for M <= 4).
@@ -50,6 +51,8 @@ static double run(int backend, const shape *s, float *A, float *B, float *C)
                 hyla_linear_bf16(C, A16, B16, s->M, s->K, s->N, 0);
             else if (backend == 3)
                 hyla_linear_bf16w(C, A_rounded, B16, s->M, s->K, s->N, 0, scratch_w);
+            else if (backend == 4)
+                hyla_linear(C, A, B, s->M, s->K, s->N, 0);
             else
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s->M, s->N, s->K, 1.0f, A, s->K, B, s->K, 0.0f, C,
                             s->N);
@@ -141,6 +144,10 @@ int main(int argc, char **argv)
         {"shared gate_up (bench-100m)", 512, 2048, 512},
         {"lm_head (bench-100m)", 512, 32000, 512},
         {"in_proj_qkv (bench-387m, T=512)", 512, 2048, 1024},
+        {"mlp gate_up (qwen3.5-0.8b, T=512)", 512, 7168, 1024},
+        {"mlp down (qwen3.5-0.8b, T=512)", 512, 1024, 3584},
+        {"loss head chunk (128 rows x 32768 of the vocabulary)", 128, 32768, 1024},
+        {"routed expert gate_up (64 tokens, 0.6B MoE)", 64, 1024, 1024},
         {"decode qkv (M=1, bench-387m)", 1, 2048, 1024},
         {"decode expert gate_up (M=1)", 1, 512, 1024},
         {"decode lm_head (M=1)", 1, 8192, 1024},
@@ -169,23 +176,27 @@ int main(int argc, char **argv)
     printf("{\"threads\": %d, \"peak_gflops\": %.0f, \"peak_bf16_gflops\": %.0f, \"bf16_skinny_kernel\": \"%s\", "
            "\"bf16_products\": \"%s\", \"openblas_coretype\": \"%s\", \"shapes\": [\n", omp_get_max_threads(), peak,
            peak16, hyla_bf16_skinny_kernel_name(), hyla_bf16w_kind_name(), core ? core : "(auto)");
-    double sum_ratio = 0, sum_bf16 = 0, sum_w = 0;
+    double sum_ratio = 0, sum_bf16 = 0, sum_w = 0, sum_h = 0;
     int n = (int)(sizeof shapes / sizeof *shapes);
     for (int i = 0; i < n; i++) {
         const shape *s = &shapes[i];
         double d = run(0, s, A, B, C), o = run(1, s, A, B, C), h = run(2, s, A, B, C), w = run(3, s, A, B, C);
+        double f = run(4, s, A, B, C);
         sum_w += w / d;
+        sum_h += f / d;
         sum_ratio += d / o;
         sum_bf16 += h / d;
         printf("  {\"shape\": \"%s\", \"M\": %d, \"N\": %d, \"K\": %d, \"onednn_gflops\": %.1f, \"openblas_gflops\": %.1f, "
                "\"onednn_pct_peak\": %.1f, \"openblas_pct_peak\": %.1f, \"onednn_over_openblas\": %.2f, "
                "\"bf16_gflops\": %.1f, \"bf16_pct_bf16_peak\": %.1f, \"bf16_over_fp32\": %.2f, "
-               "\"bf16_compute_gflops\": %.1f, \"bf16_compute_over_fp32\": %.2f}%s\n",
+               "\"bf16_compute_gflops\": %.1f, \"bf16_compute_over_fp32\": %.2f, \"hyla_fp32_gflops\": %.1f, "
+               "\"hyla_fp32_pct_peak\": %.1f, \"hyla_fp32_over_sgemm\": %.2f}%s\n",
                s->what, s->M, s->N, s->K, d, o, 100 * d / peak, 100 * o / peak, d / o, h, 100 * h / peak16, h / d, w,
-               w / d, i + 1 < n ? "," : "");
+               w / d, f, 100 * f / peak, f / d, i + 1 < n ? "," : "");
     }
-    printf("], \"mean_onednn_over_openblas\": %.2f, \"mean_bf16_over_fp32\": %.2f, \"mean_bf16_compute_over_fp32\": %.2f}\n",
-           sum_ratio / n, sum_bf16 / n, sum_w / n);
+    printf("], \"mean_onednn_over_openblas\": %.2f, \"mean_bf16_over_fp32\": %.2f, \"mean_bf16_compute_over_fp32\": %.2f, "
+           "\"mean_hyla_fp32_over_sgemm\": %.2f}\n",
+           sum_ratio / n, sum_bf16 / n, sum_w / n, sum_h / n);
     free(a16);
     free(b16);
     free(A);
