@@ -94,13 +94,27 @@ static void gemm_skinny_nt(int64_t M, int64_t N, int64_t K, float alpha, const f
     }
 }
 
-/* y = x W^T with more than HYLA_SKINNY_M rows through oneDNN's matmul primitive (gemm_matmul.c);
- * tests and benchmarks may switch it off to compare with sgemm */
+/* y = x W^T with more than HYLA_SKINNY_M rows through oneDNN's matmul primitive (gemm_matmul.c)
+ * from NT_MATMUL_MIN_MACS multiply-adds on: below, making it (~2 us from oneDNN's cache) and its
+ * memory objects cost more than it gains (the delta rule's [128 x 64 x 128] chunk products ran
+ * 11.4 us against sgemm's 10.8; from [256 x 256 x 256] on it was the faster, 2 Zen 5 cores). A choice
+ * by shape alone, the same in every run. Tests and benchmarks may switch it off to compare. */
+#define NT_MATMUL_MIN_MACS ((int64_t)1 << 22)
 static int nt_matmul = 1;
 
 void hyla_gemm_nt_set_matmul(int on)
 {
     nt_matmul = on;
+}
+
+int hyla_gemm_nt_takes_matmul(int64_t M, int64_t N, int64_t K)
+{
+#if defined(HYLA_GEMM_OPENBLAS)
+    (void)M, (void)N, (void)K;
+    return 0;
+#else
+    return nt_matmul && M > HYLA_SKINNY_M && M * N * K >= NT_MATMUL_MIN_MACS;
+#endif
 }
 
 void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float alpha,
@@ -117,7 +131,7 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
     }
     hyla_in_gemm_library++;
 #if !defined(HYLA_GEMM_OPENBLAS)
-    if (nt_matmul && !trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
+    if (!trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && hyla_gemm_nt_takes_matmul(M, N, K) &&
         hyla_gemm_nt_matmul(M, N, K, A, lda, B, ldb, beta == 1.0f, C, ldc) == 0) {
         hyla_in_gemm_library--;
         goto done;

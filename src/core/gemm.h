@@ -22,13 +22,15 @@ void hyla_linear(float *y, const float *x, const float *W, int64_t n_rows, int64
 const char *hyla_gemm_backend_name(void);
 
 /* C[M,N] = A[M,K] B[N,K]^T (+ C if accumulate) by oneDNN's f32 matmul primitive (core/gemm_matmul.c):
- * what hyla_gemm runs for a linear layer's forward of more than 16 rows (alpha 1, beta 0 or 1) in the
- * oneDNN build. Returns 0, or -1 where the primitive cannot be made (hyla_gemm then takes sgemm, the
- * same way every time for that shape). Each element's sum order depends on the shape only: the same
- * bits on any thread count, inside or outside a parallel region, and for rows split across calls. */
+ * what hyla_gemm runs for a linear layer's forward of more than 16 rows and at least 2^22 multiply-adds
+ * (hyla_gemm_nt_takes_matmul; alpha 1, beta 0 or 1) in the oneDNN build. Returns 0, or -1 where the
+ * primitive cannot be made (hyla_gemm then takes sgemm, the same way every time for that shape). At a
+ * given thread count each element's sum order depends on the shape only: the same bits every call and
+ * for rows split across calls; inside a parallel region, a one-thread process's bits. */
 int hyla_gemm_nt_matmul(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                         int accumulate, float *C, int64_t ldc);
 void hyla_gemm_nt_set_matmul(int on); /* tests and benchmarks: 0 sends those products to sgemm, 1 (default) back */
+int hyla_gemm_nt_takes_matmul(int64_t M, int64_t N, int64_t K); /* does hyla_gemm(0, 1, M, N, K, 1, ...) take it? */
 
 /* bf16 linear layer, fp32 accumulation and output (core/gemm_bf16.c):
  * y[n_rows, out] (+)= x[n_rows, in] W[out, in]^T, x and W bf16 bit patterns. Rows up to

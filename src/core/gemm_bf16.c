@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/bf16.h"
+#include "core/dnnl_matmul.h"
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/profile.h"
@@ -174,22 +175,8 @@ static int make_primitive(prim_entry *e, int64_t M, int64_t N, int64_t K, int tr
     dnnl_matmul_desc_t md;
     if (dnnl_matmul_desc_init(&md, &e->src, &e->wei, NULL, &e->dst) != dnnl_success)
         return -1;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
-    int ok = dnnl_primitive_attr_create(&attr) == dnnl_success;
-    if (ok && accumulate)
-        ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
-             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-    dnnl_primitive_desc_t pd = NULL;
-    ok = ok && dnnl_primitive_desc_create(&pd, &md, attr, matmul_cache.engine, NULL) == dnnl_success;
-    ok = ok && dnnl_primitive_create(&e->prim, pd) == dnnl_success;
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
-    if (!ok)
+    e->prim = hyla_dnnl_matmul_create(matmul_cache.engine, &md, accumulate, NULL);
+    if (!e->prim)
         return -1;
     e->M = M, e->N = N, e->K = K, e->trans_a = trans_a, e->trans_b = trans_b, e->accumulate = accumulate;
     e->owner = pthread_self();

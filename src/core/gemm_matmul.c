@@ -6,11 +6,14 @@
  * head's 128-row chunks at ~200 and a routed expert's ~64 rows at ~145, where its matmul primitive
  * (brgemm kernels, the weights described as format "ba") ran 400-480 on every one of them.
  *
- * Determinism: the primitive sums each output element over K in an order that depends on the shape
- * only. It gave the same bits on 1 and 2 threads, inside a parallel region (one thread) and outside,
- * and for the rows split into two calls (17 shapes, M 1..512, K 512..3584, N 512..248320);
- * test_core_ops checks all three. So bit-identity between remat policies, units, ranks, resumed runs
- * and the fp32 experts' parallel loop holds as it did with sgemm.
+ * Determinism: at a given thread count the primitive sums each output element in an order fixed by
+ * the shape: the same bits every call, a row's result independent of the rows beside it (rows split
+ * into two calls give the same bits), and inside a parallel region (the fp32 experts' loop, one thread
+ * each) what a one-thread process computes; tests/test_gemm.c checks the three. Between 1 and 2
+ * threads the bits agreed on the 0.8B and MoE shapes but not on every shape (a short, narrow product
+ * such as [17 x 1024 x 300] has its K split over the threads), as with sgemm: bit-identity across
+ * processes needs the same thread count (README), and remat policies, units, ranks under --threads 1
+ * and resumed runs hold as they did with sgemm.
  *
  * Primitives are not kept here: oneDNN's own primitive cache returns one for a shape seen before in
  * ~2 us (~80 us to create it new), so routed experts' changing row counts cost nothing to track. The
@@ -22,6 +25,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "core/dnnl_matmul.h"
 #include "core/error.h"
 
 static dnnl_engine_t engine;
@@ -63,27 +67,7 @@ static dnnl_primitive_t primitive_for(int64_t M, int64_t N, int64_t K, int64_t l
     dnnl_matmul_desc_t desc;
     if (dnnl_matmul_desc_init(&desc, &md[0], &md[1], NULL, &md[2]) != dnnl_success)
         return NULL;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t prim = NULL;
-    int ok = dnnl_primitive_attr_create(&attr) == dnnl_success &&
-             dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) == dnnl_success;
-    if (ok && accumulate)
-        ok = dnnl_post_ops_create(&po) == dnnl_success && dnnl_post_ops_append_sum(po, 1.0f) == dnnl_success &&
-             dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
-    ok = ok && dnnl_primitive_desc_create(&pd, &desc, attr, engine, NULL) == dnnl_success;
-    const dnnl_memory_desc_t *scratch = ok ? dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0) : NULL;
-    if (scratch)
-        md[3] = *scratch;
-    ok = ok && scratch && dnnl_primitive_create(&prim, pd) == dnnl_success;
-    if (pd)
-        dnnl_primitive_desc_destroy(pd);
-    if (po)
-        dnnl_post_ops_destroy(po);
-    if (attr)
-        dnnl_primitive_attr_destroy(attr);
-    return ok ? prim : NULL;
+    return hyla_dnnl_matmul_create(engine, &desc, accumulate, &md[3]);
 }
 
 int hyla_gemm_nt_matmul(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
