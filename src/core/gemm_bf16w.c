@@ -13,9 +13,11 @@
  *
  * Products of bf16 values are exact in fp32, so both compute the bf16 product with fp32
  * accumulation (the error bound of hyla_gemm_bf16); they differ only in the order of the fp32
- * sums. Both are deterministic and independent of the thread count (oneDNN's bf16 matmul on
- * these shapes gave the same bits on 1, 2 and 3 threads; test_gemm checks it), so bit-identity
- * between remat policies, units, ranks and resumed runs holds on either. Decode-sized M
+ * sums. Both are deterministic at a given thread count, and on the tested shapes independent of it
+ * (oneDNN's bf16 matmul gave the same bits on 1, 2 and 3 threads; test_gemm checks 1 == 2; the
+ * widened forward's fp32 product may change with the thread count on some narrow shapes, as sgemm's
+ * can), so bit-identity between remat policies, units, ranks (--threads 1) and resumed runs holds on
+ * either. Decode-sized M
  * (<= HYLA_BF16_SKINNY_M) is bound by reading the weights: its rows are packed to bf16 and go
  * through the skinny vdpbf16ps kernel either way. */
 #include "core/gemm.h"
