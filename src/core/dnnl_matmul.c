@@ -1,6 +1,22 @@
 #include "core/dnnl_matmul.h"
 
+#include <pthread.h>
 #include <stddef.h>
+
+static dnnl_engine_t cpu_engine;
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+
+static void make_engine(void)
+{
+    if (dnnl_engine_create(&cpu_engine, dnnl_cpu, 0) != dnnl_success)
+        cpu_engine = NULL;
+}
+
+dnnl_engine_t hyla_dnnl_engine(void)
+{
+    pthread_once(&engine_once, make_engine);
+    return cpu_engine;
+}
 
 dnnl_primitive_t hyla_dnnl_matmul_create(dnnl_engine_t engine, const dnnl_matmul_desc_t *desc, int accumulate,
                                          dnnl_memory_desc_t *scratch_md)

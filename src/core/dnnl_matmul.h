@@ -1,9 +1,12 @@
-/* Making a oneDNN matmul primitive, shared by the bf16 products (gemm_bf16.c) and the fp32 forward
+/* oneDNN's CPU engine and making a matmul primitive, shared by the bf16 products (gemm_bf16.c) and the fp32 forward
  * (gemm_matmul.c). */
 #ifndef HYLA_CORE_DNNL_MATMUL_H
 #define HYLA_CORE_DNNL_MATMUL_H
 
 #include <dnnl.h>
+
+/* The process's oneDNN CPU engine, made on first use (thread-safe); NULL if oneDNN cannot make one. */
+dnnl_engine_t hyla_dnnl_engine(void);
 
 /* The primitive for desc, or NULL where oneDNN has none. accumulate: the product is added to dst
  * (a sum post-op). scratch_md non-NULL: the scratchpad is the caller's to pass at each execution

@@ -130,22 +130,19 @@ void hyla_gemm(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, float 
         goto done;
     }
     hyla_in_gemm_library++;
-#if !defined(HYLA_GEMM_OPENBLAS)
-    if (!trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) && hyla_gemm_nt_takes_matmul(M, N, K) &&
-        hyla_gemm_nt_matmul(M, N, K, A, lda, B, ldb, beta == 1.0f, C, ldc) == 0) {
-        hyla_in_gemm_library--;
-        goto done;
-    }
-#endif
+    int by_matmul = !trans_a && trans_b && alpha == 1.0f && (beta == 0.0f || beta == 1.0f) &&
+                    hyla_gemm_nt_takes_matmul(M, N, K) && /* (never in the OpenBLAS build) */
+                    hyla_gemm_nt_matmul(M, N, K, A, lda, B, ldb, beta == 1.0f, C, ldc) == 0;
+    if (!by_matmul) {
 #if defined(HYLA_GEMM_OPENBLAS)
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
-                B, (int)ldb, beta, C, (int)ldc);
+        cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)M,
+                    (int)N, (int)K, alpha, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 #else
-    dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A,
-                                  lda, B, ldb, beta, C, ldc);
-    HYLA_ASSERT(st == dnnl_success);
+        dnnl_status_t st = dnnl_sgemm(trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', M, N, K, alpha, A, lda, B, ldb, beta,
+                                      C, ldc);
+        HYLA_ASSERT(st == dnnl_success);
 #endif
+    }
     hyla_in_gemm_library--;
 done:
     if (profiled) {

@@ -156,11 +156,10 @@ typedef struct {
 
 static struct {
     pthread_mutex_t lock;
-    dnnl_engine_t engine;
     dnnl_stream_t stream;
     prim_entry entries[PRIM_CACHE];
     int n, next; /* filled entries; next slot to evict (round robin) */
-} matmul_cache = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, {{0}}, 0, 0};
+} matmul_cache = {PTHREAD_MUTEX_INITIALIZER, NULL, {{0}}, 0, 0};
 
 static int make_primitive(prim_entry *e, int64_t M, int64_t N, int64_t K, int trans_a, int trans_b, int accumulate)
 {
@@ -175,7 +174,7 @@ static int make_primitive(prim_entry *e, int64_t M, int64_t N, int64_t K, int tr
     dnnl_matmul_desc_t md;
     if (dnnl_matmul_desc_init(&md, &e->src, &e->wei, NULL, &e->dst) != dnnl_success)
         return -1;
-    e->prim = hyla_dnnl_matmul_create(matmul_cache.engine, &md, accumulate, NULL);
+    e->prim = hyla_dnnl_matmul_create(hyla_dnnl_engine(), &md, accumulate, NULL);
     if (!e->prim)
         return -1;
     e->M = M, e->N = N, e->K = K, e->trans_a = trans_a, e->trans_b = trans_b, e->accumulate = accumulate;
@@ -205,16 +204,16 @@ static void gemm_bf16_dnnl(int trans_a, int trans_b, int64_t M, int64_t N, int64
 {
     pthread_mutex_lock(&matmul_cache.lock);
     hyla_in_gemm_library = 1;
-    int ok = matmul_cache.engine || (dnnl_engine_create(&matmul_cache.engine, dnnl_cpu, 0) == dnnl_success &&
-                                  dnnl_stream_create(&matmul_cache.stream, matmul_cache.engine, dnnl_stream_default_flags) ==
-                                      dnnl_success);
+    dnnl_engine_t engine = hyla_dnnl_engine();
+    int ok = engine && (matmul_cache.stream ||
+                        dnnl_stream_create(&matmul_cache.stream, engine, dnnl_stream_default_flags) == dnnl_success);
     prim_entry *e = ok ? find_primitive(M, N, K, trans_a, trans_b, accumulate) : NULL;
     dnnl_exec_arg_t args[3] = {{DNNL_ARG_SRC, NULL}, {DNNL_ARG_WEIGHTS, NULL}, {DNNL_ARG_DST, NULL}};
     const dnnl_memory_desc_t *mds[3] = {e ? &e->src : NULL, e ? &e->wei : NULL, e ? &e->dst : NULL};
     void *ptrs[3] = {(void *)x, (void *)W, y};
     ok = ok && e;
     for (int i = 0; ok && i < 3; i++)
-        ok = dnnl_memory_create(&args[i].memory, mds[i], matmul_cache.engine, ptrs[i]) == dnnl_success;
+        ok = dnnl_memory_create(&args[i].memory, mds[i], engine, ptrs[i]) == dnnl_success;
     if (ok)
         ok = dnnl_primitive_execute(e->prim, matmul_cache.stream, 3, args) == dnnl_success &&
              dnnl_stream_wait(matmul_cache.stream) == dnnl_success;

@@ -22,20 +22,10 @@
 #include "core/gemm.h"
 
 #include <dnnl.h>
-#include <pthread.h>
 #include <stdlib.h>
 
 #include "core/dnnl_matmul.h"
 #include "core/error.h"
-
-static dnnl_engine_t engine;
-static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
-
-static void make_engine(void)
-{
-    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
-        engine = NULL;
-}
 
 static _Thread_local dnnl_stream_t thread_stream;
 static _Thread_local void *thread_scratch;
@@ -56,7 +46,7 @@ static void *scratch_of_thread(size_t bytes)
 /* the primitive for C[M,N] (+)= A[M,K] B[N,K]^T with these leading dimensions; NULL where oneDNN has
  * none (the caller then multiplies another way, the same way every time for this shape) */
 static dnnl_primitive_t primitive_for(int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                                      int accumulate, dnnl_memory_desc_t md[4])
+                                      int accumulate, dnnl_engine_t engine, dnnl_memory_desc_t md[4])
 {
     dnnl_dims_t sd = {M, K}, wd = {K, N}, dd = {M, N};
     dnnl_dims_t ss = {lda, 1}, ws = {1, ldb}, ds = {ldc, 1}; /* W [N, K] row-major is the [K, N] weights "ba" */
@@ -73,11 +63,11 @@ static dnnl_primitive_t primitive_for(int64_t M, int64_t N, int64_t K, int64_t l
 int hyla_gemm_nt_matmul(int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B, int64_t ldb,
                         int accumulate, float *C, int64_t ldc)
 {
-    pthread_once(&engine_once, make_engine);
+    dnnl_engine_t engine = hyla_dnnl_engine();
     if (!engine || (!thread_stream && dnnl_stream_create(&thread_stream, engine, dnnl_stream_default_flags) != dnnl_success))
         return -1;
     dnnl_memory_desc_t md[4];
-    dnnl_primitive_t prim = primitive_for(M, N, K, lda, ldb, ldc, accumulate, md);
+    dnnl_primitive_t prim = primitive_for(M, N, K, lda, ldb, ldc, accumulate, engine, md);
     if (!prim)
         return -1;
     size_t scratch_bytes = dnnl_memory_desc_get_size(&md[3]);
