@@ -7,6 +7,9 @@
  *     activations, and the dequantize + sgemm path) against a double-precision sum over the
  *     dequantized values, within the fp32 summation bound plus (int8) the activations' rounding;
  *     permuted columns and rows of mixed types.
+ *   activation rounding: the AVX-512 quantizers (Q8_K per 256, Q8_0 per 32) give the scalar
+ *     code's levels, scales and sums bit for bit, on rows with ties for the largest magnitude, zero
+ *     blocks, tiny and huge values.
  *   reader: files built byte by byte here (independently of hyla's writer): a good one parses and
  *     reads back; every truncation of it, and a table of lying files (counts, lengths, types,
  *     dimensions, offsets, alignment, duplicates), fails with an error naming what is wrong. */
@@ -19,6 +22,7 @@
 #include "check.h"
 #include "core/error.h"
 #include "core/quant.h"
+#include "core/quant_kernels.h"
 #include "io/gguf_read.h"
 
 /* ---- golden dequantization ------------------------------------------------------------------ */
@@ -444,6 +448,51 @@ static void test_reader(void)
     }
 }
 
+
+/* ---- activation rounding: AVX-512 == scalar ------------------------------------------------- */
+
+static void quantize_both(int q8_0, const float *x, int64_t n, int64_t K, float *s0, float *s1, hyla_qx *a, hyla_qx *b)
+{
+    for (int scalar = 0; scalar < 2; scalar++) {
+        hyla_quantize_x_scalar = scalar;
+        if (q8_0)
+            hyla_quantize_x_q8_0(scalar ? b : a, x, n, K, scalar ? s1 : s0);
+        else
+            hyla_quantize_x(scalar ? b : a, x, n, K, scalar ? s1 : s0);
+    }
+    hyla_quantize_x_scalar = 0;
+}
+
+static void test_quantize_x(void)
+{
+    const int64_t n = 5, K = 1024;
+    float *x = malloc((size_t)(n * K) * sizeof *x);
+    uint32_t st = 12345;
+    for (int64_t i = 0; i < n * K; i++) {
+        st = st * 1664525u + 1013904223u;
+        x[i] = ((float)(st >> 8) / 16777216.0f - 0.5f) * (i / K == 3 ? 1e-30f : i / K == 4 ? 3e30f : 4.0f);
+    }
+    for (int64_t k = 0; k < 256; k++) /* row 0's first block: zero; its second: ties of both signs at the max */
+        x[k] = 0.0f;
+    x[256 + 17] = 9.0f, x[256 + 20] = -9.0f, x[256 + 40] = -9.0f, x[256 + 200] = 9.0f;
+    x[K + 512 + 3] = -7.5f, x[K + 512 + 99] = 7.5f; /* row 1: the negative first */
+    for (int64_t k = 0; k < 64; k++) /* row 2: values exactly halfway between levels */
+        x[2 * K + k] = (float)(k - 32) + 0.5f;
+    float *s0 = malloc((size_t)hyla_qx_floats(n, K) * sizeof *s0), *s1 = malloc((size_t)hyla_qx_floats(n, K) * sizeof *s1);
+    for (int q8_0 = 0; q8_0 < 2; q8_0++) {
+        hyla_qx a, b;
+        quantize_both(q8_0, x, n, K, s0, s1, &a, &b);
+        int64_t nd = n * (K / a.block);
+        CHECK(a.block == b.block && !memcmp(a.q, b.q, (size_t)(n * K)) && !memcmp(a.d, b.d, (size_t)nd * sizeof *a.d) &&
+                  !memcmp(a.bsums, b.bsums, (size_t)(n * (K / 16)) * sizeof *a.bsums),
+              "activation rounding per %d: AVX-512 and scalar agree bit for bit", a.block);
+        if (!q8_0) /* the tie: the first value of largest magnitude sets the sign of d (llama.cpp's rule) */
+            CHECK(a.d[1] < 0 && a.q[256 + 17] == -127 && a.q[256 + 20] == 127 && a.d[K / 256 + 2] > 0,
+                  "Q8_K ties: d %g, q %d, row 1's d %g", a.d[1], a.q[256 + 20], a.d[K / 256 + 2]);
+    }
+    free(x), free(s0), free(s1);
+}
+
 int main(void)
 {
     golden g[32];
@@ -451,6 +500,7 @@ int main(void)
     CHECK(n >= 11, "golden file has %d types", n);
     test_dequant(g, n);
     test_products(g, n);
+    test_quantize_x();
     test_reader();
     for (int i = 0; i < n; i++) {
         free(g[i].bytes);

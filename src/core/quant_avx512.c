@@ -360,35 +360,6 @@ INSTANCES_I8(q6_k)
 
 int64_t hyla_qx_floats(int64_t n, int64_t K) { return (n * K + 3) / 4 + n * (K / 32) + (n * (K / 16) + 1) / 2 + 16; }
 
-void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch)
-{
-    float *d = scratch;
-    int16_t *bsums = (int16_t *)(d + n * (K / 32));
-    int8_t *q = (int8_t *)(bsums + n * (K / 16) + 1);
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * K * 8)
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t b = 0; b < K / 32; b++) {
-            const float *xb = x + i * K + b * 32;
-            int8_t *qb = q + i * K + b * 32;
-            float amax = 0;
-            for (int j = 0; j < 32; j++)
-                amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
-            /* llama.cpp's x86 quantize_row_q8_0: the scale kept as f16 (the block stores it so), the
-             * values scaled by 127 / max and rounded to nearest, ties to even */
-            float id = amax != 0 ? 127.0f / amax : 0.0f;
-            d[i * (K / 32) + b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
-            for (int j = 0; j < 32; j++)
-                qb[j] = (int8_t)nearbyintf(xb[j] * id);
-            for (int g = 0; g < 2; g++) {
-                int s = 0;
-                for (int j = 0; j < 16; j++)
-                    s += qb[16 * g + j];
-                bsums[i * (K / 16) + 2 * b + g] = (int16_t)s;
-            }
-        }
-    out->q = q, out->q_k4 = NULL, out->d = d, out->bsums = bsums, out->K = K, out->block = 32;
-}
-
 void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst)
 {
     static const int from[8] = {0, 2, 1, 3, 4, 6, 5, 7};
@@ -399,42 +370,167 @@ void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst)
     x->q_k4 = dst;
 }
 
-/* llama.cpp's quantize_row_q8_K_ref, value for value: the block's value of largest magnitude
- * `max` (the first one on ties), iscale = -127 / max, q = nearest(iscale x) capped at 127,
- * d = 1 / iscale; bsums the sums of 16 q. */
-void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch)
+/* One row's blocks of 32 as llama.cpp's x86 quantize_row_q8_0: the scale kept as f16 (the block
+ * stores it so), the values scaled by 127 / max |x| and rounded to nearest, ties to even (|x id| <=
+ * 127.00002, so no value reaches 128). */
+static void q8_0_row_scalar(float *d, int16_t *bsums, int8_t *q, const float *x, int64_t K)
+{
+    for (int64_t b = 0; b < K / 32; b++) {
+        const float *xb = x + b * 32;
+        int8_t *qb = q + b * 32;
+        float amax = 0;
+        for (int j = 0; j < 32; j++)
+            amax = fabsf(xb[j]) > amax ? fabsf(xb[j]) : amax;
+        float id = amax != 0 ? 127.0f / amax : 0.0f;
+        d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+        for (int j = 0; j < 32; j++)
+            qb[j] = (int8_t)nearbyintf(xb[j] * id);
+        for (int g = 0; g < 2; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++)
+                s += qb[16 * g + j];
+            bsums[2 * b + g] = (int16_t)s;
+        }
+    }
+}
+
+/* llama.cpp's quantize_row_q8_K_ref, value for value, for one row's blocks of 256: the block's
+ * value of largest magnitude `max` (the first one on ties), iscale = -127 / max, q =
+ * nearest(iscale x) capped at 127, d = 1 / iscale; bsums the sums of 16 q. */
+static void q8_k_row_scalar(float *d, int16_t *bsums, int8_t *q, const float *x, int64_t K)
+{
+    for (int64_t b = 0; b < K / 256; b++) {
+        const float *xb = x + b * 256;
+        int8_t *qb = q + b * 256;
+        float amax = 0, max = 0;
+        for (int j = 0; j < 256; j++)
+            if (fabsf(xb[j]) > amax)
+                amax = fabsf(xb[j]), max = xb[j];
+        if (amax == 0) {
+            d[b] = 0;
+            memset(qb, 0, 256);
+        } else {
+            float iscale = -127.0f / max;
+            for (int j = 0; j < 256; j++) {
+                int v = (int)nearbyintf(iscale * xb[j]);
+                qb[j] = (int8_t)(v < 127 ? v : 127);
+            }
+            d[b] = 1.0f / iscale;
+        }
+        for (int g = 0; g < 16; g++) {
+            int s = 0;
+            for (int j = 0; j < 16; j++)
+                s += qb[16 * g + j];
+            bsums[b * 16 + g] = (int16_t)s;
+        }
+    }
+}
+
+#ifdef HAVE_KERNELS
+/* The same two roundings 16 values at a time, bit for bit: max |x| is exact in any order; the first
+ * value of that magnitude is found by a mask scan in index order; x times the scale is one rounded
+ * product either way, and vcvtps2dq rounds it to nearest even as nearbyintf does in the default
+ * rounding mode; the int32 values are in [-127, 127] (capped at 127 as the scalar code caps), so the
+ * saturating narrowing to int8 changes nothing. tests/test_gguf.c compares both ways. */
+TARGET static void q8_0_row_avx512(float *d, int16_t *bsums, int8_t *q, const float *x, int64_t K)
+{
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t b = 0; b < K / 32; b++) {
+        const float *xb = x + b * 32;
+        __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+        float id = amax != 0 ? 127.0f / amax : 0.0f;
+        d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+        __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
+        __m512i q1 = _mm512_cvtps_epi32(_mm512_mul_ps(v1, _mm512_set1_ps(id)));
+        _mm_storeu_si128((__m128i *)(void *)(q + b * 32), _mm512_cvtsepi32_epi8(q0));
+        _mm_storeu_si128((__m128i *)(void *)(q + b * 32 + 16), _mm512_cvtsepi32_epi8(q1));
+        bsums[2 * b] = (int16_t)_mm512_reduce_add_epi32(q0);
+        bsums[2 * b + 1] = (int16_t)_mm512_reduce_add_epi32(q1);
+    }
+}
+
+TARGET static void q8_k_row_avx512(float *d, int16_t *bsums, int8_t *q, const float *x, int64_t K)
+{
+    const __m512 sign = _mm512_set1_ps(-0.0f);
+    for (int64_t b = 0; b < K / 256; b++) {
+        const float *xb = x + b * 256;
+        int8_t *qb = q + b * 256;
+        __m512 m = _mm512_setzero_ps();
+        for (int j = 0; j < 256; j += 16)
+            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + j)));
+        float amax = _mm512_reduce_max_ps(m), max = 0;
+        if (amax == 0) { /* (also every value NaN: the scalar code's comparisons fail the same way) */
+            d[b] = 0;
+            memset(qb, 0, 256);
+            memset(bsums + b * 16, 0, 16 * sizeof *bsums);
+            continue;
+        }
+        for (int j = 0; j < 256; j += 16) {
+            __mmask16 hit = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(xb + j)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            if (hit) {
+                max = xb[j + __builtin_ctz(hit)];
+                break;
+            }
+        }
+        float iscale = -127.0f / max;
+        const __m512 s = _mm512_set1_ps(iscale);
+        const __m512i cap = _mm512_set1_epi32(127);
+        for (int g = 0; g < 16; g++) {
+            __m512i v = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(s, _mm512_loadu_ps(xb + 16 * g))), cap);
+            _mm_storeu_si128((__m128i *)(void *)(qb + 16 * g), _mm512_cvtsepi32_epi8(v));
+            bsums[b * 16 + g] = (int16_t)_mm512_reduce_add_epi32(v);
+        }
+        d[b] = 1.0f / iscale;
+    }
+}
+#endif
+
+typedef void (*row_quantizer)(float *d, int16_t *bsums, int8_t *q, const float *x, int64_t K);
+
+static int have_avx512(void)
+{
+    static int have = -1;
+    if (have < 0)
+        have = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+    return have;
+}
+
+int hyla_quantize_x_scalar = 0;
+
+/* Rows of x [n, K] through `row`, blocks of `block` values: d [n][K / block], bsums [n][K / 16],
+ * q [n][K] laid out in scratch. */
+static void quantize_rows(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch, int block,
+                          row_quantizer row)
 {
     float *d = scratch;
-    int16_t *bsums = (int16_t *)(d + n * (K / 256));
+    int16_t *bsums = (int16_t *)(d + n * (K / block));
     int8_t *q = (int8_t *)(bsums + n * (K / 16) + 1);
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * K * 8)
     for (int64_t i = 0; i < n; i++)
-        for (int64_t b = 0; b < K / 256; b++) {
-            const float *xb = x + i * K + b * 256;
-            int8_t *qb = q + i * K + b * 256;
-            float amax = 0, max = 0;
-            for (int j = 0; j < 256; j++)
-                if (fabsf(xb[j]) > amax)
-                    amax = fabsf(xb[j]), max = xb[j];
-            if (amax == 0) {
-                d[i * (K / 256) + b] = 0;
-                memset(qb, 0, 256);
-            } else {
-                float iscale = -127.0f / max;
-                for (int j = 0; j < 256; j++) {
-                    int v = (int)nearbyintf(iscale * xb[j]);
-                    qb[j] = (int8_t)(v < 127 ? v : 127);
-                }
-                d[i * (K / 256) + b] = 1.0f / iscale;
-            }
-            for (int g = 0; g < 16; g++) {
-                int s = 0;
-                for (int j = 0; j < 16; j++)
-                    s += qb[16 * g + j];
-                bsums[i * (K / 16) + b * 16 + g] = (int16_t)s;
-            }
-        }
-    out->q = q, out->q_k4 = NULL, out->d = d, out->bsums = bsums, out->K = K, out->block = 256;
+        row(d + i * (K / block), bsums + i * (K / 16), q + i * K, x + i * K, K);
+    out->q = q, out->q_k4 = NULL, out->d = d, out->bsums = bsums, out->K = K, out->block = block;
+}
+
+void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch)
+{
+    row_quantizer row = q8_0_row_scalar;
+#ifdef HAVE_KERNELS
+    if (have_avx512() && !hyla_quantize_x_scalar)
+        row = q8_0_row_avx512;
+#endif
+    quantize_rows(out, x, n, K, scratch, 32, row);
+}
+
+void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch)
+{
+    row_quantizer row = q8_k_row_scalar;
+#ifdef HAVE_KERNELS
+    if (have_avx512() && !hyla_quantize_x_scalar)
+        row = q8_k_row_avx512;
+#endif
+    quantize_rows(out, x, n, K, scratch, 256, row);
 }
 
 hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n)

@@ -53,6 +53,9 @@ void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst);
  * max |x| / 127 rounded to f16 (as the block stores it), q = x * (127 / max |x|) rounded to
  * nearest, ties to even: what the Q8_0 prefill GEMM multiplies (block = 32). */
 void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch);
+/* Both quantizers run 16 values at a time with AVX-512, giving the scalar code's bits; nonzero:
+ * the scalar code (what a CPU without AVX-512 runs; for tests). */
+extern int hyla_quantize_x_scalar;
 
 /* y[i * ldy] = sum_k w_k (d q)[i][k] as ggml's vec_dot_q*_K_q8_K computes it: integer products and
  * scales (exact, in int32), d_w d_x and the mins / offsets in fp32 once per block. */
