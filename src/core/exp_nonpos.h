@@ -66,6 +66,17 @@ static inline float hyla_f32_select(int cond, float a, float b)
     return a;
 }
 
+/* The same for doubles. */
+static inline double hyla_f64_select(int cond, double a, double b)
+{
+    uint64_t ua, ub, m = (uint64_t)0 - (uint64_t)(cond != 0);
+    memcpy(&ua, &a, sizeof ua);
+    memcpy(&ub, &b, sizeof ub);
+    ua = (ua & m) | (ub & ~m);
+    memcpy(&a, &ua, sizeof a);
+    return a;
+}
+
 static inline float hyla_exp_nonpos(float x)
 {
     float e = (float)hyla_exp_nonpos_d(x); /* 0 below the minimum */

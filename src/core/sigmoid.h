@@ -24,11 +24,14 @@ static inline void hyla_sigmoid_pair(float x, float *s, float *one_minus)
     *one_minus = hyla_f32_select(x >= 0.0f, er, r);
 }
 
+/* sigma(x) alone: the one of the pair's two quotients that x's sign selects, so one division in
+ * double instead of two (the same bits as hyla_sigmoid_pair's first output; a vectorised
+ * division of doubles is the costliest step of a SiLU). */
 static inline float hyla_sigmoid(float x)
 {
-    float s, om;
-    hyla_sigmoid_pair(x, &s, &om);
-    return s;
+    double e = hyla_exp_nonpos_d(-fabsf(x)), d = 1.0 + e;
+    float s = (float)(hyla_f64_select(x >= 0.0f, 1.0, e) / d);
+    return hyla_f32_select(x == x, s, x); /* NaN stays NaN */
 }
 
 static inline float hyla_silu(float x) { return x * hyla_sigmoid(x); }
