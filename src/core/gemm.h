@@ -53,7 +53,8 @@ void hyla_gemm_bf16(int trans_a, int trans_b, int64_t M, int64_t N, int64_t K, c
  * fp32 FMA, else the weights widened into the fp32 sgemm; HYLA_BF16_PRODUCTS=native|widened|auto
  * overrides):
  *   hyla_linear_bf16w:    y[M,N] (+)= x W^T
- *   hyla_linear_bf16w_dx: dx[M,K] += dy W
+ *   hyla_linear_bf16w_dx: dx[M,K] += dy W (native: any fp32 dy, packed to bf16 with
+ *                         hyla_bf16_pack's rounding, so dy and its hyla_bf16_round give the same dx)
  * scratch: hyla_bf16w_scratch_floats(M, K) floats. (The weight gradient dy^T x of such buffers
  * is a plain hyla_gemm: both are fp32 buffers.) */
 int64_t hyla_bf16w_scratch_floats(int64_t M, int64_t K);

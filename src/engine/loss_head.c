@@ -86,8 +86,10 @@ void hyla_head_pass(hyla_executor *ex, const hyla_head_args *a, float *grads, fl
             hyla_cross_entropy_rows(row_ce + r0, logits, a->labels + r0, m, V);
         else {
             hyla_cross_entropy_rows_bwd(row_ce + r0, logits, logits, a->labels + r0, m, V, ce_scale); /* in place: dlogits */
-            if (bf16) { /* dlogits as a bf16 matmul input */
-                hyla_bf16_round(logits, m * V);
+            if (bf16) { /* dlogits as a bf16 matmul input (the native dx product packs them to bf16
+                         * itself, the same rounding; lm_head's gradient and the widened one need them rounded) */
+                if (dhead || !hyla_bf16w_native())
+                    hyla_bf16_round(logits, m * V);
                 hyla_linear_bf16w_dx(dxn + r0 * H, logits, head16, m, H, V, wide);
             } else
                 hyla_linear_bwd(dxn + r0 * H, NULL, logits, xn + r0 * H, head, m, H, V);

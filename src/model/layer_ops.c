@@ -194,12 +194,17 @@ void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, floa
     float *dW = hyla_op_dw(c, role);
     const uint16_t *W16 = hyla_model_param_bf16(c->m, role, c->layer);
     HYLA_ASSERT(!c->m->qw); /* GGUF models are for inference: hyla_trainer_init refuses them */
-    if (W16) { /* dy as a bf16 matmul input: a rounded copy (the adapter path reads dy itself) */
+    if (W16) { /* dy as a bf16 matmul input (the adapter path reads dy itself) */
         float *dyr = c->bf16_scratch, *work = dyr + n * out; /* within hyla_bf16_scratch_floats: out, in <= D */
-        memcpy(dyr, dy, (size_t)(n * out) * sizeof *dyr);
-        hyla_bf16_round(dyr, n * out);
+        const float *dyb = dy;
+        if (dW || !hyla_bf16w_native()) { /* a rounded copy for the fp32 products; the native dx product
+                                           * packs dy to bf16 itself, the same rounding (frozen bases skip both passes) */
+            memcpy(dyr, dy, (size_t)(n * out) * sizeof *dyr);
+            hyla_bf16_round(dyr, n * out);
+            dyb = dyr;
+        }
         if (dx)
-            hyla_linear_bf16w_dx(dx, dyr, W16 + row0 * in, n, in, out, work);
+            hyla_linear_bf16w_dx(dx, dyb, W16 + row0 * in, n, in, out, work);
         if (dW) /* dy^T x: both bf16 values in fp32 buffers */
             hyla_gemm(1, 0, out, in, n, 1.0f, dyr, out, x, in, 1.0f, dW + row0 * in, in);
     } else
