@@ -14,8 +14,10 @@
  * runs across rows in vector registers. Inner kernels are plain C loops over fixed-size local
  * arrays, fully unrolled (`GCC unroll 16`) so that GCC's SLP vectoriser keeps them in vector
  * registers for AVX2 (2 x 8 lanes) and AVX-512 (16 lanes) alike:
- *   scores: 16 rows x 4 keys, rank-1 updates over d (qT column times a key element);
- *   P.V:    4 rows x 16 output dims, rank-1 updates over keys (probability times a value row).
+ *   scores: 16 rows x 8 keys, rank-1 updates over d (qT column times a key element);
+ *   P.V:    4 rows x 32 output dims, rank-1 updates over keys (probability times a value row).
+ * Each keeps 8 vector accumulators: an FMA's latency times its two pipes (4 measured half the
+ * rate). The order of every element's sum is that of the narrower kernels they replaced.
  * Lanes past the task's rows are zero queries whose results are never stored.
  *
  * Rounding vs a two-pass softmax in exact arithmetic: scores are length-hd fma dots; exp
@@ -30,7 +32,7 @@
 
 #define ATT_BQ 16        /* query rows per task = vector lanes of the softmax */
 #define ATT_BK 64        /* keys per online-softmax block */
-#define ATT_KG 4         /* keys per score micro-kernel */
+#define ATT_KG 8         /* keys per score micro-kernel */
 #define ATT_RG 4         /* query rows per P.V micro-kernel */
 #define ATT_DC 16        /* output dims per P.V micro-kernel */
 #define ATT_MAX_HD 1024  /* bounds qT on the stack */
@@ -68,21 +70,27 @@ static inline float att_exp(float x)
     return p * two_n.f;
 }
 
-/* sT[j][i] = scale * q_i . k_j for 16 rows i and 4 keys j, from qT [hd, 16]. */
-static void att_scores_16x4(float *sT /*[4, 16]*/, const float *qT /*[hd, 16]*/,
-                            const float *const *kr /*[4]->[hd]*/, int64_t hd, float scale)
+/* sT[j][i] = scale * q_i . k_j for 16 rows i and 8 keys j, from qT [hd, 16]: 8 independent
+ * accumulators (FMA latency x its two pipes), each a length-hd fma chain over d in order. */
+static void att_scores_16x8(float *sT /*[8, 16]*/, const float *qT /*[hd, 16]*/,
+                            const float *const *kr /*[8]->[hd]*/, int64_t hd, float scale)
 {
     float a0[ATT_BQ] = {0}, a1[ATT_BQ] = {0}, a2[ATT_BQ] = {0}, a3[ATT_BQ] = {0};
-    const float *k0 = kr[0], *k1 = kr[1], *k2 = kr[2], *k3 = kr[3];
+    float a4[ATT_BQ] = {0}, a5[ATT_BQ] = {0}, a6[ATT_BQ] = {0}, a7[ATT_BQ] = {0};
+    const float *k0 = kr[0], *k1 = kr[1], *k2 = kr[2], *k3 = kr[3], *k4 = kr[4], *k5 = kr[5], *k6 = kr[6], *k7 = kr[7];
     for (int64_t d = 0; d < hd; d++) {
         const float *qd = qT + d * ATT_BQ;
-        float x0 = k0[d], x1 = k1[d], x2 = k2[d], x3 = k3[d];
+        float x0 = k0[d], x1 = k1[d], x2 = k2[d], x3 = k3[d], x4 = k4[d], x5 = k5[d], x6 = k6[d], x7 = k7[d];
 #pragma GCC unroll 16
         for (int i = 0; i < ATT_BQ; i++) {
             a0[i] = ATT_FMA(qd[i], x0, a0[i]);
             a1[i] = ATT_FMA(qd[i], x1, a1[i]);
             a2[i] = ATT_FMA(qd[i], x2, a2[i]);
             a3[i] = ATT_FMA(qd[i], x3, a3[i]);
+            a4[i] = ATT_FMA(qd[i], x4, a4[i]);
+            a5[i] = ATT_FMA(qd[i], x5, a5[i]);
+            a6[i] = ATT_FMA(qd[i], x6, a6[i]);
+            a7[i] = ATT_FMA(qd[i], x7, a7[i]);
         }
     }
 #pragma omp simd
@@ -91,20 +99,71 @@ static void att_scores_16x4(float *sT /*[4, 16]*/, const float *qT /*[hd, 16]*/,
         sT[ATT_BQ + i] = a1[i] * scale;
         sT[2 * ATT_BQ + i] = a2[i] * scale;
         sT[3 * ATT_BQ + i] = a3[i] * scale;
+        sT[4 * ATT_BQ + i] = a4[i] * scale;
+        sT[5 * ATT_BQ + i] = a5[i] * scale;
+        sT[6 * ATT_BQ + i] = a6[i] * scale;
+        sT[7 * ATT_BQ + i] = a7[i] * scale;
     }
 }
 
-/* o_r[c] += sum_{j < nk} pT[j][r] v_j[c] for 4 rows r and c < w (w = ATT_DC on the fast path). */
+/* o_r[c] += sum_{j < nk} pT[j][r] v_j[c] for 4 rows r and c < 32 (8 accumulators). With AVX-512 in
+ * intrinsics, the value row held in two registers: GCC's version of the plain loop re-read it from
+ * memory for each of the 4 rows (12 loads per 8 FMAs instead of 6). */
+#if defined(__AVX512F__) && defined(__FMA__)
+#include <immintrin.h>
+static void att_pv_4x32(float *o0, float *o1, float *o2, float *o3, const float *pT, const float *v, int64_t ldv, int nk)
+{
+    __m512 c00 = _mm512_loadu_ps(o0), c01 = _mm512_loadu_ps(o0 + 16), c10 = _mm512_loadu_ps(o1);
+    __m512 c11 = _mm512_loadu_ps(o1 + 16), c20 = _mm512_loadu_ps(o2), c21 = _mm512_loadu_ps(o2 + 16);
+    __m512 c30 = _mm512_loadu_ps(o3), c31 = _mm512_loadu_ps(o3 + 16);
+    for (int j = 0; j < nk; j++) {
+        const float *vr = v + j * ldv, *p = pT + j * ATT_BQ;
+        __m512 b0 = _mm512_loadu_ps(vr), b1 = _mm512_loadu_ps(vr + 16);
+        __asm__("" : "+v"(b0), "+v"(b1));
+        __m512 x0 = _mm512_set1_ps(p[0]), x1 = _mm512_set1_ps(p[1]), x2 = _mm512_set1_ps(p[2]), x3 = _mm512_set1_ps(p[3]);
+        c00 = _mm512_fmadd_ps(x0, b0, c00), c01 = _mm512_fmadd_ps(x0, b1, c01);
+        c10 = _mm512_fmadd_ps(x1, b0, c10), c11 = _mm512_fmadd_ps(x1, b1, c11);
+        c20 = _mm512_fmadd_ps(x2, b0, c20), c21 = _mm512_fmadd_ps(x2, b1, c21);
+        c30 = _mm512_fmadd_ps(x3, b0, c30), c31 = _mm512_fmadd_ps(x3, b1, c31);
+    }
+    _mm512_storeu_ps(o0, c00), _mm512_storeu_ps(o0 + 16, c01), _mm512_storeu_ps(o1, c10), _mm512_storeu_ps(o1 + 16, c11);
+    _mm512_storeu_ps(o2, c20), _mm512_storeu_ps(o2 + 16, c21), _mm512_storeu_ps(o3, c30), _mm512_storeu_ps(o3 + 16, c31);
+}
+#else
+static void att_pv_4x32(float *o0, float *o1, float *o2, float *o3, const float *pT, const float *v, int64_t ldv, int nk)
+{
+    float a0[2 * ATT_DC], a1[2 * ATT_DC], a2[2 * ATT_DC], a3[2 * ATT_DC];
+    memcpy(a0, o0, sizeof a0), memcpy(a1, o1, sizeof a1), memcpy(a2, o2, sizeof a2), memcpy(a3, o3, sizeof a3);
+    for (int j = 0; j < nk; j++) {
+        const float *vr = v + j * ldv, *p = pT + j * ATT_BQ;
+        float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];
+#pragma GCC unroll 32
+        for (int c = 0; c < 2 * ATT_DC; c++) {
+            a0[c] = ATT_FMA(x0, vr[c], a0[c]);
+            a1[c] = ATT_FMA(x1, vr[c], a1[c]);
+            a2[c] = ATT_FMA(x2, vr[c], a2[c]);
+            a3[c] = ATT_FMA(x3, vr[c], a3[c]);
+        }
+    }
+    memcpy(o0, a0, sizeof a0), memcpy(o1, a1, sizeof a1), memcpy(o2, a2, sizeof a2), memcpy(o3, a3, sizeof a3);
+}
+#endif
+
+/* o_r[c] += sum_{j < nk} pT[j][r] v_j[c] for 4 rows r and c < w, keys j in order for every
+ * element: 32 columns at a time (8 accumulators), then 16, then one at a time. */
 static void att_pv_4xw(float *const *o /*[4]->[w]*/, const float *pT /*[nk, 16], lane 0 = row 0*/,
                        const float *v /*[nk, ldv]*/, int64_t ldv, int nk, int w)
 {
     float *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
-    if (w == ATT_DC) {
+    int c0 = 0;
+    for (; c0 + 2 * ATT_DC <= w; c0 += 2 * ATT_DC)
+        att_pv_4x32(o0 + c0, o1 + c0, o2 + c0, o3 + c0, pT, v + c0, ldv, nk);
+    if (c0 + ATT_DC <= w) {
         float a0[ATT_DC], a1[ATT_DC], a2[ATT_DC], a3[ATT_DC];
-        memcpy(a0, o0, sizeof a0), memcpy(a1, o1, sizeof a1);
-        memcpy(a2, o2, sizeof a2), memcpy(a3, o3, sizeof a3);
+        memcpy(a0, o0 + c0, sizeof a0), memcpy(a1, o1 + c0, sizeof a1);
+        memcpy(a2, o2 + c0, sizeof a2), memcpy(a3, o3 + c0, sizeof a3);
         for (int j = 0; j < nk; j++) {
-            const float *vr = v + j * ldv, *p = pT + j * ATT_BQ;
+            const float *vr = v + j * ldv + c0, *p = pT + j * ATT_BQ;
             float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];
 #pragma GCC unroll 16
             for (int c = 0; c < ATT_DC; c++) {
@@ -114,13 +173,13 @@ static void att_pv_4xw(float *const *o /*[4]->[w]*/, const float *pT /*[nk, 16],
                 a3[c] = ATT_FMA(x3, vr[c], a3[c]);
             }
         }
-        memcpy(o0, a0, sizeof a0), memcpy(o1, a1, sizeof a1);
-        memcpy(o2, a2, sizeof a2), memcpy(o3, a3, sizeof a3);
-        return;
+        memcpy(o0 + c0, a0, sizeof a0), memcpy(o1 + c0, a1, sizeof a1);
+        memcpy(o2 + c0, a2, sizeof a2), memcpy(o3 + c0, a3, sizeof a3);
+        c0 += ATT_DC;
     }
-    for (int j = 0; j < nk; j++) { /* tail: same operations, same order per element */
+    for (int j = 0; j < nk && c0 < w; j++) { /* tail: same operations, same order per element */
         const float *vr = v + j * ldv, *p = pT + j * ATT_BQ;
-        for (int c = 0; c < w; c++) {
+        for (int c = c0; c < w; c++) {
             o0[c] = ATT_FMA(p[0], vr[c], o0[c]);
             o1[c] = ATT_FMA(p[1], vr[c], o1[c]);
             o2[c] = ATT_FMA(p[2], vr[c], o2[c]);
@@ -171,7 +230,7 @@ static void att_task(float *out, float *lse, const float *q, const float *k, con
     float qT[ATT_MAX_HD * ATT_BQ];      /* [hd, 16] queries, transposed; zero past nq */
     float sT[ATT_BK * ATT_BQ];          /* [BK, 16] scores, then probabilities */
     float m[ATT_BQ], l[ATT_BQ], corr[ATT_BQ];
-    float dummy[ATT_DC];                /* output of rows past nq */
+    float dummy[ATT_MAX_HD] = {0};      /* output of rows past nq */
     int64_t last[ATT_BQ];               /* last key row i sees: past + t */
     int lim[ATT_BQ];
     float *orow[ATT_BQ];
@@ -198,7 +257,7 @@ static void att_task(float *out, float *lse, const float *q, const float *k, con
             for (int c = 0; c < ATT_KG; c++)
                 kr[c] = kb + (j + c < nk ? j + c : nk - 1) * ld;
             float s4[ATT_KG * ATT_BQ];
-            att_scores_16x4(s4, qT, kr, hd, scale);
+            att_scores_16x8(s4, qT, kr, hd, scale);
             int nc = nk - j < ATT_KG ? nk - j : ATT_KG;
             memcpy(sT + j * ATT_BQ, s4, (size_t)nc * ATT_BQ * sizeof(float));
         }
@@ -215,13 +274,10 @@ static void att_task(float *out, float *lse, const float *q, const float *k, con
             int nj = 0;
             for (int rr = 0; rr < ATT_RG && i + rr < nq; rr++)
                 nj = lim[i + rr] > nj ? lim[i + rr] : nj;
-            for (int64_t d0 = 0; d0 < hd; d0 += ATT_DC) {
-                int w = (int)(hd - d0 < ATT_DC ? hd - d0 : ATT_DC);
-                float *o4[ATT_RG];
-                for (int rr = 0; rr < ATT_RG; rr++)
-                    o4[rr] = i + rr < nq ? orow[i + rr] + d0 : dummy;
-                att_pv_4xw(o4, sT + i, vb + d0, ld, nj, w);
-            }
+            float *o4[ATT_RG];
+            for (int rr = 0; rr < ATT_RG; rr++)
+                o4[rr] = i + rr < nq ? orow[i + rr] : dummy;
+            att_pv_4xw(o4, sT + i, vb, ld, nj, (int)hd);
         }
     }
     for (int i = 0; i < nq; i++) {
@@ -270,8 +326,9 @@ void hyla_attention_fwd(float *out /*[T,Hq,hd]*/, float *lse /*[T,Hq] or NULL*/,
  * Rows are (position t, query head h = g r + hh) packed as row = t r + hh like the forward, so
  * the r query heads sharing a kv head share tiles and their d_k/d_v contributions are summed
  * inside the task (in row order).
- * All products are one micro-kernel, atb_mk_4x16 (4 output rows x 16 columns, rank-1 updates
- * over the contraction index; GCC keeps the 4 x 16 accumulators in vector registers). Its
+ * All products are one micro-kernel, atb_mk_4x32 (4 output rows x 32 columns, rank-1 updates
+ * over the contraction index; GCC keeps the 4 x 32 accumulators in vector registers), with
+ * atb_mk_4x16 for a last 16 columns. Its
  * column operand is always a contiguous copy in per-thread scratch: the task's fixed operand
  * transposed once (A: keys and values [hd, key]; B: queries and dout [hd, row]) and the varying
  * one copied row-major per tile; hd is zero-padded to hdp (a multiple of 16), so no tails. */
@@ -319,6 +376,71 @@ static void atb_mk_4x16(float *C, int64_t ldc, const float *A, int64_t ars, int6
     }
     memcpy(C, a0, sizeof a0), memcpy(C + ldc, a1, sizeof a1);
     memcpy(C + 2 * ldc, a2, sizeof a2), memcpy(C + 3 * ldc, a3, sizeof a3);
+}
+
+/* The same for 32 columns (8 accumulators: an FMA's latency times its two pipes); each element's
+ * sum runs over x in the same order, so it equals two atb_mk_4x16 calls bit for bit. With
+ * AVX-512 in intrinsics: GCC's version of the loop below re-read each B vector from memory for
+ * every row (12 loads per 8 FMAs, slower than the 16-column kernel); here 2 loads and 4
+ * broadcasts feed 8 FMAs. */
+#if defined(__AVX512F__) && defined(__FMA__)
+#include <immintrin.h>
+static void atb_mk_4x32(float *C, int64_t ldc, const float *A, int64_t ars, int64_t axs,
+                        const float *B, int64_t ldb, int64_t nx)
+{
+    __m512 c00 = _mm512_loadu_ps(C), c01 = _mm512_loadu_ps(C + 16);
+    __m512 c10 = _mm512_loadu_ps(C + ldc), c11 = _mm512_loadu_ps(C + ldc + 16);
+    __m512 c20 = _mm512_loadu_ps(C + 2 * ldc), c21 = _mm512_loadu_ps(C + 2 * ldc + 16);
+    __m512 c30 = _mm512_loadu_ps(C + 3 * ldc), c31 = _mm512_loadu_ps(C + 3 * ldc + 16);
+    for (int64_t x = 0; x < nx; x++) {
+        const float *b = B + x * ldb, *ax = A + x * axs;
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        __asm__("" : "+v"(b0), "+v"(b1)); /* in registers: GCC would fold them into each FMA, 8 loads */
+        __m512 x0 = _mm512_set1_ps(ax[0]), x1 = _mm512_set1_ps(ax[ars]);
+        __m512 x2 = _mm512_set1_ps(ax[2 * ars]), x3 = _mm512_set1_ps(ax[3 * ars]);
+        c00 = _mm512_fmadd_ps(x0, b0, c00), c01 = _mm512_fmadd_ps(x0, b1, c01);
+        c10 = _mm512_fmadd_ps(x1, b0, c10), c11 = _mm512_fmadd_ps(x1, b1, c11);
+        c20 = _mm512_fmadd_ps(x2, b0, c20), c21 = _mm512_fmadd_ps(x2, b1, c21);
+        c30 = _mm512_fmadd_ps(x3, b0, c30), c31 = _mm512_fmadd_ps(x3, b1, c31);
+    }
+    _mm512_storeu_ps(C, c00), _mm512_storeu_ps(C + 16, c01);
+    _mm512_storeu_ps(C + ldc, c10), _mm512_storeu_ps(C + ldc + 16, c11);
+    _mm512_storeu_ps(C + 2 * ldc, c20), _mm512_storeu_ps(C + 2 * ldc + 16, c21);
+    _mm512_storeu_ps(C + 3 * ldc, c30), _mm512_storeu_ps(C + 3 * ldc + 16, c31);
+}
+#else
+static void atb_mk_4x32(float *C, int64_t ldc, const float *A, int64_t ars, int64_t axs,
+                        const float *B, int64_t ldb, int64_t nx)
+{
+    atb_mk_4x16(C, ldc, A, ars, axs, B, ldb, nx);
+    atb_mk_4x16(C + ATB_NC, ldc, A, ars, axs, B + ATB_NC, ldb, nx);
+}
+#endif
+
+/* Columns [c0, c1) of C (+)= A B (c0, c1 multiples of 16), 32 at a time while they last. */
+static void atb_mk_4xn(float *C, int64_t ldc, const float *A, int64_t ars, int64_t axs, const float *B, int64_t ldb,
+                       int64_t nx, int64_t c0, int64_t c1)
+{
+    int64_t c = c0;
+    for (; c + 2 * ATB_NC <= c1; c += 2 * ATB_NC)
+        atb_mk_4x32(C + c, ldc, A, ars, axs, B + c, ldb, nx);
+    if (c < c1)
+        atb_mk_4x16(C + c, ldc, A, ars, axs, B + c, ldb, nx);
+}
+
+/* A tile product over the head dimension: rows 4 g .. 4 g + 3 of C [, ldc] (+)= A rows (ars apart)
+ * times B [hd, ldb], columns [lo[g], hi[g]) of each group g < ng (multiples of 16). The column
+ * blocks are the outer loop, so that a block of B (hd x 32 floats, 32 KB at hd 256) stays in L1
+ * while every row group reads it. */
+static void atb_tile_product(float *C, int64_t ldc, const float *A, int64_t ars, const float *B, int64_t ldb,
+                             int64_t nx, const int64_t *lo, const int64_t *hi, int ng, int64_t width)
+{
+    for (int64_t c0 = 0; c0 < width; c0 += 2 * ATB_NC)
+        for (int g = 0; g < ng; g++) {
+            int64_t a = lo[g] > c0 ? lo[g] : c0, b = hi[g] < c0 + 2 * ATB_NC ? hi[g] : c0 + 2 * ATB_NC;
+            if (a < b)
+                atb_mk_4xn(C + 4 * g * ldc, ldc, A + 4 * g * ars, ars, 1, B, ldb, nx, a, b);
+        }
 }
 
 typedef struct {
@@ -422,15 +544,14 @@ static void atb_tile_rows(atb_scratch *s, const atb_args *a, int nq, int64_t j0,
     atb_limits(lim, s->t_b, j0, nk);
     memset(s->P, 0, sizeof(float) * ATB_BQ * ATB_BK);
     memset(s->dS, 0, sizeof(float) * ATB_BQ * ATB_BK);
-    for (int i = 0; i < nq; i += 4) {
-        int lmax = lim[i + 3 < nq ? i + 3 : nq - 1]; /* t grows with the row */
-        for (int j = 0; j < lmax; j += ATB_NC) {
-            atb_mk_4x16(s->P + i * ATB_BK + j, ATB_BK, s->Qb + i * a->hdp, a->hdp, 1, s->xT + j,
-                        ATB_BK, a->hd);
-            atb_mk_4x16(s->dS + i * ATB_BK + j, ATB_BK, s->dOb + i * a->hdp, a->hdp, 1, s->yT + j,
-                        ATB_BK, a->hd);
-        }
+    int64_t lo[ATB_BQ / 4], hi[ATB_BQ / 4];
+    int ng = (nq + 3) / 4;
+    for (int g = 0; g < ng; g++) {
+        int lmax = lim[4 * g + 3 < nq ? 4 * g + 3 : nq - 1]; /* t grows with the row */
+        lo[g] = 0, hi[g] = (lmax + ATB_NC - 1) / ATB_NC * ATB_NC;
     }
+    atb_tile_product(s->P, ATB_BK, s->Qb, a->hdp, s->xT, ATB_BK, a->hd, lo, hi, ng, ATB_BK);
+    atb_tile_product(s->dS, ATB_BK, s->dOb, a->hdp, s->yT, ATB_BK, a->hd, lo, hi, ng, ATB_BK);
     for (int i = 0; i < nq; i++) {
         float *p = s->P + i * ATB_BK, *ds = s->dS + i * ATB_BK, l = s->lse_b[i], D = s->D_b[i];
         int li = lim[i];
@@ -451,17 +572,16 @@ static void atb_tile_keys(atb_scratch *s, const atb_args *a, int nq, int64_t j0,
     atb_limits(lim, s->t_b, j0, nk);
     memset(s->P, 0, sizeof(float) * ATB_BQ * ATB_BK);
     memset(s->dS, 0, sizeof(float) * ATB_BQ * ATB_BK);
-    for (int j = 0; j < nk; j += 4) {
-        int i = 0; /* skip row groups that see none of keys j .. j+3 (t grows with the row) */
+    int64_t lo[ATB_BK / 4], hi[ATB_BK / 4];
+    int ng = (nk + 3) / 4;
+    for (int g = 0; g < ng; g++) {
+        int i = 0, j = 4 * g; /* skip row groups that see none of keys j .. j+3 (t grows with the row) */
         while (i < nq && lim[i + ATB_NC - 1 < nq ? i + ATB_NC - 1 : nq - 1] <= j)
             i += ATB_NC;
-        for (; i < nq; i += ATB_NC) {
-            atb_mk_4x16(s->P + j * ATB_BQ + i, ATB_BQ, s->dK + j * a->hdp, a->hdp, 1, s->xT + i,
-                        ATB_BQ, a->hd);
-            atb_mk_4x16(s->dS + j * ATB_BQ + i, ATB_BQ, s->dV + j * a->hdp, a->hdp, 1, s->yT + i,
-                        ATB_BQ, a->hd);
-        }
+        lo[g] = i, hi[g] = (nq + ATB_NC - 1) / ATB_NC * ATB_NC;
     }
+    atb_tile_product(s->P, ATB_BQ, s->dK, a->hdp, s->xT, ATB_BQ, a->hd, lo, hi, ng, ATB_BQ);
+    atb_tile_product(s->dS, ATB_BQ, s->dV, a->hdp, s->yT, ATB_BQ, a->hd, lo, hi, ng, ATB_BQ);
     for (int j = 0; j < nk; j++) {
         float *p = s->P + j * ATB_BQ, *ds = s->dS + j * ATB_BQ;
 #pragma omp simd
@@ -487,11 +607,10 @@ static void atb_task_kv(float *d_k, float *d_v, const atb_args *a, int64_t g, in
         int nq = (int)(nrows - row0 < ATB_BQ ? nrows - row0 : ATB_BQ);
         atb_gather_rows(s, a, g, row0, nq, s->Qb, s->dOb);
         atb_tile_rows(s, a, nq, j0, nk);
-        for (int j = 0; j < nk; j += 4) /* dV[j] += sum_i P[i][j] dout_i ; dK likewise with dS, q */
-            for (int64_t c = 0; c < hdp; c += ATB_NC) {
-                atb_mk_4x16(s->dV + j * hdp + c, hdp, s->P + j, 1, ATB_BK, s->dOb + c, hdp, nq);
-                atb_mk_4x16(s->dK + j * hdp + c, hdp, s->dS + j, 1, ATB_BK, s->Qb + c, hdp, nq);
-            }
+        for (int j = 0; j < nk; j += 4) { /* dV[j] += sum_i P[i][j] dout_i ; dK likewise with dS, q */
+            atb_mk_4xn(s->dV + j * hdp, hdp, s->P + j, 1, ATB_BK, s->dOb, hdp, nq, 0, hdp);
+            atb_mk_4xn(s->dK + j * hdp, hdp, s->dS + j, 1, ATB_BK, s->Qb, hdp, nq, 0, hdp);
+        }
     }
     size_t hdb = (size_t)a->hd * sizeof(float);
     for (int j = 0; j < nk; j++) {
@@ -525,8 +644,7 @@ static void atb_task_q(float *d_q, const atb_args *a, int64_t g, int64_t row0, i
         }
         atb_tile_keys(s, a, nq, j0, nk);
         for (int i = 0; i < nq; i += 4) /* dQ[i] += sum_j dS[i][j] k_j */
-            for (int64_t c = 0; c < hdp; c += ATB_NC)
-                atb_mk_4x16(s->dQ + i * hdp + c, hdp, s->dS + i, 1, ATB_BQ, Kb + c, hdp, nk);
+            atb_mk_4xn(s->dQ + i * hdp, hdp, s->dS + i, 1, ATB_BQ, Kb, hdp, nk, 0, hdp);
     }
     for (int i = 0; i < nq; i++) {
         int64_t row = row0 + i, t = row / a->r, h = g * a->r + row % a->r;
