@@ -7,6 +7,8 @@
  *     activations, and the dequantize + sgemm path) against a double-precision sum over the
  *     dequantized values, within the fp32 summation bound plus (int8) the activations' rounding;
  *     permuted columns and rows of mixed types.
+ *   four rows at once: the decode kernel for 4 Q4_K / Q5_K rows gives each row's one-row value bit
+ *     for bit (random blocks, 5 rows' worth of 4 blocks).
  *   activation rounding: the AVX-512 quantizers (Q8_K per 256, Q8_0 per 32) give the scalar
  *     code's levels, scales and sums bit for bit, on rows with ties for the largest magnitude, zero
  *     blocks, tiny and huge values.
@@ -493,6 +495,57 @@ static void test_quantize_x(void)
     free(x), free(s0), free(s1);
 }
 
+/* ---- four rows at once == one row at a time ---------------------------------------------------- */
+
+static void test_rows4(void)
+{
+    const hyla_ggml_type types[2] = {HYLA_GGML_Q4_K, HYLA_GGML_Q5_K};
+    const int64_t K = 1024, rows = 6;
+    uint32_t st = 777;
+    float *x = malloc((size_t)K * sizeof *x), *scratch = malloc((size_t)(hyla_qx_floats(1, K) + K) * sizeof *scratch);
+    for (int64_t k = 0; k < K; k++) {
+        st = st * 1664525u + 1013904223u;
+        x[k] = (float)(st >> 8) / 16777216.0f - 0.5f;
+    }
+    hyla_qx xq;
+    hyla_quantize_x(&xq, x, 1, K, scratch);
+    hyla_qx_k4_order(&xq, 1, (int8_t *)(scratch + hyla_qx_floats(1, K)));
+    for (int ti = 0; ti < 2; ti++) {
+        hyla_ggml_type t = types[ti];
+        hyla_qdot_i8_rows4_fn four = hyla_qdot_i8_rows4_avx512(t);
+        hyla_qdot_i8_fn one = hyla_qdot_i8_avx512(t, 1);
+        if (!four || !one) {
+            printf("  (no AVX-512 VNNI: the four-row kernel is not used)\n");
+            break;
+        }
+        size_t rb = hyla_ggml_bytes(t, (size_t)K);
+        unsigned char *w = malloc(rb * (size_t)rows);
+        for (size_t i = 0; i < rb * (size_t)rows; i++) {
+            st = st * 1664525u + 1013904223u;
+            w[i] = (unsigned char)(st >> 24);
+        }
+        for (int64_t b = 0; b < rows * (K / 256); b++) { /* finite d and dmin (f16 0.0134, 0.0023) */
+            unsigned char *blk = w + b * (int64_t)hyla_ggml_bytes(t, 256);
+            blk[0] = 0xDC, blk[1] = 0x22, blk[2] = 0xB6, blk[3] = 0x18;
+        }
+        const unsigned char *rp[6];
+        for (int r = 0; r < rows; r++)
+            rp[r] = w + (size_t)r * rb;
+        float y4[4], y1[4];
+        int same = 1;
+        for (int r0 = 0; r0 + 4 <= rows; r0++) { /* every window of 4 rows */
+            four(y4, &xq, rp + r0);
+            for (int r = 0; r < 4; r++) {
+                one(&y1[r], 1, &xq, rp[r0 + r]);
+                same &= !memcmp(&y4[r], &y1[r], sizeof(float)) && isfinite(y1[r]);
+            }
+        }
+        CHECK(same, "%s: four rows at once == one at a time, bit for bit", hyla_ggml_type_name(t));
+        free(w);
+    }
+    free(x), free(scratch);
+}
+
 int main(void)
 {
     golden g[32];
@@ -501,6 +554,7 @@ int main(void)
     test_dequant(g, n);
     test_products(g, n);
     test_quantize_x();
+    test_rows4();
     test_reader();
     for (int i = 0; i < n; i++) {
         free(g[i].bytes);
