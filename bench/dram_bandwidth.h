@@ -6,7 +6,8 @@
  * bandwidth as a % of this figure, measured beside them, not of a datasheet's or another
  * machine's. The buffer is mapped as hyla maps its weights (hyla_pages_map: huge pages where the
  * kernel gives them; 4 KB pages read ~30% slower here), so the figure is the peak hyla's own
- * buffers could reach. Header-only: one bench per binary. */
+ * buffers could reach. dram_read_gbs_passes: fewer passes over a smaller buffer (512 MiB, 2 passes: ~0.1 s),
+ * for a figure taken right beside a measurement. Header-only: one bench per binary. */
 #ifndef HYLA_BENCH_DRAM_BANDWIDTH_H
 #define HYLA_BENCH_DRAM_BANDWIDTH_H
 
@@ -20,15 +21,17 @@
 #include <immintrin.h>
 #endif
 
-static double dram_read_gbs(void)
+/* The best of `passes` passes (alternately without and with the prefetch) over a buffer of
+ * `mib` MiB. */
+static double dram_read_gbs_passes(int passes, size_t mib)
 {
-    size_t n = (size_t)1 << 28; /* floats: 1 GiB */
+    size_t n = mib << 18; /* floats */
     float *a = hyla_pages_map(n * sizeof(float));
     if (!a)
         return 0.0;
     memset(a, 0, n * sizeof(float)); /* resident, not the zero page */
     double best = 0.0, sink = 0.0;
-    for (int pass = 0; pass < 6; pass++) {
+    for (int pass = 0; pass < passes; pass++) {
         int prefetch = pass & 1;
         double t0 = omp_get_wtime(), total = 0.0;
 #pragma omp parallel reduction(+ : total)
@@ -65,5 +68,7 @@ static double dram_read_gbs(void)
     hyla_pages_unmap(a, n * sizeof(float));
     return sink == 1.0 ? 0.0 : best; /* (sink is 0: keeps the sums alive) */
 }
+
+static double dram_read_gbs(void) { return dram_read_gbs_passes(6, 1024); }
 
 #endif

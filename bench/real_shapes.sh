@@ -142,6 +142,8 @@ for T in seqs:
                    "decode_hyla_bf16_over_llama_q8_0": ratio(d("hyla_bf16"), d("llama_q8_0")),
                    "decode_hyla_f32_over_transformers_f32": ratio(d("hyla_f32"), d("transformers_f32"))}
     e["hyla_bf16_decode_pct_of_dram_bw"] = h[-1].get("decode_pct_of_dram_bw")
+    e["hyla_bf16_decode_pct_of_best_dram_bw"] = h[-1].get("decode_pct_of_best_dram_bw")
+    e["dram_gbs_beside_decode"] = h[-1].get("dram_gbs_beside_decode")
     e["dram_gbs"] = h[-1].get("dram_gbs")
     for k, peak in (("bf16", bf16_peak if peaks.get("bf16_products") == "native" else fma), ("f32", fma)):
         r = (runs.get(f"hyla_{k}_{T}") or [{}])[-1]
