@@ -31,6 +31,20 @@
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 #define INLINE __attribute__((target("avx512f,avx512bw,avx512vl,f16c"), always_inline)) static inline
 
+/* A Q4_K / Q5_K weight stream's lines ahead of p, non-temporal, at two distances: 3.5 KB, and 10 KB
+ * for the VM's fast phases. Its DRAM read rate swings between ~50 and ~85 GB/s; a Q4_K matrix of
+ * 256 MB read at 57-65 GB/s with the near distance alone in a fast phase (plain reads 77-86), 67-74
+ * with both; in slow phases (plain reads 51-57) the two measured within +-5% of the near one alone
+ * (10 KB alone: 10% slower there). Q8_0 and Q6_K keep the near one: with both they read 4-5%
+ * slower in a slow phase, and were not measured in a fast one. */
+#define PREFETCH_NEAR 3456
+#define PREFETCH_FAR 10368
+INLINE void k4_prefetch(const unsigned char *p)
+{
+    _mm_prefetch((const char *)(p + PREFETCH_NEAR), _MM_HINT_NTA);
+    _mm_prefetch((const char *)(p + PREFETCH_FAR), _MM_HINT_NTA);
+}
+
 /* 16 bytes (u8) -> 16 floats, minus `bias` */
 INLINE __m512 widen_u8(__m128i v, int bias)
 {
@@ -118,7 +132,7 @@ INLINE void k4_row(const int N, const int q5, float *y, int64_t ldy, const float
         acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < K / 256; b++, row += K4_BYTES(q5)) {
         for (int l = 0; l < K4_BYTES(q5); l += 64)
-            _mm_prefetch((const char *)(row + 3456 + l), _MM_HINT_NTA); /* ~3.5 KB ahead */
+            k4_prefetch(row + l);
         k4_block(N, q5, acc, x + b * 256, ldx, row);
     }
     FINISH(N);
@@ -235,7 +249,7 @@ VNNI_INLINE void k4_block_unpack(k4_unpacked *B, const int q5, const unsigned ch
 {
     const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     for (int l = 0; l < K4_BYTES(q5); l += 64)
-        _mm_prefetch((const char *)(row + 3456 + l), _MM_HINT_NTA); /* ~3.5 KB ahead */
+        k4_prefetch(row + l);
     B->d = hyla_half_at(row), B->dmin = hyla_half_at(row + 2);
     uint32_t words[4];
     hyla_k4_scales_words(row + 4, words);
