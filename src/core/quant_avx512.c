@@ -513,11 +513,10 @@ static void q8_k_row_scalar(float *d, int16_t *bsums, int8_t *q, const float *x,
  * saturating narrowing to int8 changes nothing. tests/test_gguf.c compares both ways. */
 TARGET static void q8_0_row_avx512(float *d, int16_t *bsums, int8_t *q, const float *x, int64_t K)
 {
-    const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int64_t b = 0; b < K / 32; b++) {
         const float *xb = x + b * 32;
         __m512 v0 = _mm512_loadu_ps(xb), v1 = _mm512_loadu_ps(xb + 16);
-        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_andnot_ps(sign, v0), _mm512_andnot_ps(sign, v1)));
+        float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
         float id = amax != 0 ? 127.0f / amax : 0.0f;
         d[b] = _cvtsh_ss(_cvtss_sh(amax / 127.0f, _MM_FROUND_TO_NEAREST_INT));
         __m512i q0 = _mm512_cvtps_epi32(_mm512_mul_ps(v0, _mm512_set1_ps(id)));
@@ -531,13 +530,12 @@ TARGET static void q8_0_row_avx512(float *d, int16_t *bsums, int8_t *q, const fl
 
 TARGET static void q8_k_row_avx512(float *d, int16_t *bsums, int8_t *q, const float *x, int64_t K)
 {
-    const __m512 sign = _mm512_set1_ps(-0.0f);
     for (int64_t b = 0; b < K / 256; b++) {
         const float *xb = x + b * 256;
         int8_t *qb = q + b * 256;
         __m512 m = _mm512_setzero_ps();
         for (int j = 0; j < 256; j += 16)
-            m = _mm512_max_ps(m, _mm512_andnot_ps(sign, _mm512_loadu_ps(xb + j)));
+            m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + j)));
         float amax = _mm512_reduce_max_ps(m), max = 0;
         if (amax == 0) { /* (also every value NaN: the scalar code's comparisons fail the same way) */
             d[b] = 0;
@@ -546,7 +544,7 @@ TARGET static void q8_k_row_avx512(float *d, int16_t *bsums, int8_t *q, const fl
             continue;
         }
         for (int j = 0; j < 256; j += 16) {
-            __mmask16 hit = _mm512_cmp_ps_mask(_mm512_andnot_ps(sign, _mm512_loadu_ps(xb + j)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
+            __mmask16 hit = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + j)), _mm512_set1_ps(amax), _CMP_EQ_OQ);
             if (hit) {
                 max = xb[j + __builtin_ctz(hit)];
                 break;
@@ -578,11 +576,13 @@ static int have_avx512(void)
 
 int hyla_quantize_x_scalar = 0;
 
-/* Rows of x [n, K] through `row`, blocks of `block` values: d [n][K / block], bsums [n][K / 16],
- * q [n][K] laid out in scratch. */
+/* Rows of x [n, K] through the AVX-512 row quantizer where the CPU has it (and the scalar one is
+ * not asked for), else the scalar one; blocks of `block` values: d [n][K / block], bsums
+ * [n][K / 16], q [n][K] laid out in scratch. */
 static void quantize_rows(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch, int block,
-                          row_quantizer row)
+                          row_quantizer scalar, row_quantizer vector)
 {
+    row_quantizer row = vector && have_avx512() && !hyla_quantize_x_scalar ? vector : scalar;
     float *d = scratch;
     int16_t *bsums = (int16_t *)(d + n * (K / block));
     int8_t *q = (int8_t *)(bsums + n * (K / 16) + 1);
@@ -592,24 +592,22 @@ static void quantize_rows(hyla_qx *out, const float *x, int64_t n, int64_t K, fl
     out->q = q, out->q_k4 = NULL, out->d = d, out->bsums = bsums, out->K = K, out->block = block;
 }
 
+#ifdef HAVE_KERNELS
+#define Q8_0_ROW_AVX512 q8_0_row_avx512
+#define Q8_K_ROW_AVX512 q8_k_row_avx512
+#else
+#define Q8_0_ROW_AVX512 NULL
+#define Q8_K_ROW_AVX512 NULL
+#endif
+
 void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch)
 {
-    row_quantizer row = q8_0_row_scalar;
-#ifdef HAVE_KERNELS
-    if (have_avx512() && !hyla_quantize_x_scalar)
-        row = q8_0_row_avx512;
-#endif
-    quantize_rows(out, x, n, K, scratch, 32, row);
+    quantize_rows(out, x, n, K, scratch, 32, q8_0_row_scalar, Q8_0_ROW_AVX512);
 }
 
 void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch)
 {
-    row_quantizer row = q8_k_row_scalar;
-#ifdef HAVE_KERNELS
-    if (have_avx512() && !hyla_quantize_x_scalar)
-        row = q8_k_row_avx512;
-#endif
-    quantize_rows(out, x, n, K, scratch, 256, row);
+    quantize_rows(out, x, n, K, scratch, 256, q8_k_row_scalar, Q8_K_ROW_AVX512);
 }
 
 hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n)
