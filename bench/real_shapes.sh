@@ -21,7 +21,7 @@
 # same run. The transformers peer is a multi-GB install made on demand by bench/hf_peer.sh (into
 # ~/.cache/hyla-hf-peer, said on stderr); without it, or without llama-cpp-python in .venv
 # (scripts/pydeps.sh), those columns are null. Models go to build/bench-models/ (about 9 GB with the
-# GGUF files; made once). Writes OUT (JSON) and prints it. Not part of ./test.sh: 40-50 minutes.
+# GGUF files; made once). Writes OUT (JSON) and prints it. Not part of ./test.sh: 25-50 minutes.
 # usage: bench/real_shapes.sh [THREADS=2] [PREFILL_SEQS="512 4096"] [OUT=build/bench-real-shapes.json]
 set -euo pipefail
 cd "$(dirname "$0")/.."
