@@ -129,6 +129,8 @@ int main(int argc, char **argv)
         }
     }
     double pf = best.prefill_tokens / best.prefill_seconds, dc = best.decode_tokens / best.decode_seconds;
+    if (beside <= 0.0) /* (no timed decode replaced the first) */
+        beside = dram;
     printf("{\"engine\": \"hyla\", \"dtype\": \"%s\", \"resident_bytes_after_load\": %.0f, \"seq\": %lld, \"new\": %lld, \"params_total\": %lld, \"params_active\": %lld, "
            "\"prefill_tokens_per_s\": %.1f, \"decode_tokens_per_s\": %.1f, \"decode_weight_bytes_per_token\": %.4g, "
            "\"decode_bandwidth_gbs\": %.1f, \"decode_pct_of_dram_bw\": %.1f, \"dram_gbs_beside_decode\": %.1f, "
