@@ -106,85 +106,93 @@ static void att_scores_16x8(float *sT /*[8, 16]*/, const float *qT /*[hd, 16]*/,
     }
 }
 
-/* o_r[c] += sum_{j < nk} pT[j][r] v_j[c] for 4 rows r and c < 32 (8 accumulators). With AVX-512 in
- * intrinsics, the value row held in two registers: GCC's version of the plain loop re-read it from
- * memory for each of the 4 rows (12 loads per 8 FMAs instead of 6). */
+/* The one product shape of the forward's P.V and the backward's tiles: c_r[k] += sum_{x < nx}
+ * A[r ars + x axs] B[x ldb + k] for 4 rows r (each its own pointer) and 16 columns k, rank-1 updates
+ * over x in order (GCC keeps the 4 x 16 accumulators in vector registers). */
+static void mk_4x16(float *const *c, const float *A, int64_t ars, int64_t axs, const float *B, int64_t ldb, int64_t nx)
+{
+    float a0[ATT_DC], a1[ATT_DC], a2[ATT_DC], a3[ATT_DC];
+    memcpy(a0, c[0], sizeof a0), memcpy(a1, c[1], sizeof a1), memcpy(a2, c[2], sizeof a2), memcpy(a3, c[3], sizeof a3);
+    for (int64_t x = 0; x < nx; x++) {
+        const float *b = B + x * ldb, *ax = A + x * axs;
+        float x0 = ax[0], x1 = ax[ars], x2 = ax[2 * ars], x3 = ax[3 * ars];
+#pragma GCC unroll 16
+        for (int k = 0; k < ATT_DC; k++) {
+            a0[k] = ATT_FMA(x0, b[k], a0[k]);
+            a1[k] = ATT_FMA(x1, b[k], a1[k]);
+            a2[k] = ATT_FMA(x2, b[k], a2[k]);
+            a3[k] = ATT_FMA(x3, b[k], a3[k]);
+        }
+    }
+    memcpy(c[0], a0, sizeof a0), memcpy(c[1], a1, sizeof a1), memcpy(c[2], a2, sizeof a2), memcpy(c[3], a3, sizeof a3);
+}
+
+/* The same for 32 columns (8 accumulators: an FMA's latency times its two pipes; 4 measured half
+ * the rate); each element's sum runs over x in the same order, so it equals two mk_4x16 calls bit
+ * for bit. With AVX-512 in intrinsics, the B row held in two registers: GCC's version of the plain
+ * loop re-read it from memory for each of the 4 rows (12 loads per 8 FMAs instead of 6, slower than
+ * the 16-column kernel). */
 #if defined(__AVX512F__) && defined(__FMA__)
 #include <immintrin.h>
-static void att_pv_4x32(float *o0, float *o1, float *o2, float *o3, const float *pT, const float *v, int64_t ldv, int nk)
+static void mk_4x32(float *const *c, const float *A, int64_t ars, int64_t axs, const float *B, int64_t ldb, int64_t nx)
 {
-    __m512 c00 = _mm512_loadu_ps(o0), c01 = _mm512_loadu_ps(o0 + 16), c10 = _mm512_loadu_ps(o1);
-    __m512 c11 = _mm512_loadu_ps(o1 + 16), c20 = _mm512_loadu_ps(o2), c21 = _mm512_loadu_ps(o2 + 16);
-    __m512 c30 = _mm512_loadu_ps(o3), c31 = _mm512_loadu_ps(o3 + 16);
-    for (int j = 0; j < nk; j++) {
-        const float *vr = v + j * ldv, *p = pT + j * ATT_BQ;
-        __m512 b0 = _mm512_loadu_ps(vr), b1 = _mm512_loadu_ps(vr + 16);
-        __asm__("" : "+v"(b0), "+v"(b1));
-        __m512 x0 = _mm512_set1_ps(p[0]), x1 = _mm512_set1_ps(p[1]), x2 = _mm512_set1_ps(p[2]), x3 = _mm512_set1_ps(p[3]);
+    __m512 c00 = _mm512_loadu_ps(c[0]), c01 = _mm512_loadu_ps(c[0] + 16);
+    __m512 c10 = _mm512_loadu_ps(c[1]), c11 = _mm512_loadu_ps(c[1] + 16);
+    __m512 c20 = _mm512_loadu_ps(c[2]), c21 = _mm512_loadu_ps(c[2] + 16);
+    __m512 c30 = _mm512_loadu_ps(c[3]), c31 = _mm512_loadu_ps(c[3] + 16);
+    for (int64_t x = 0; x < nx; x++) {
+        const float *b = B + x * ldb, *ax = A + x * axs;
+        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        __asm__("" : "+v"(b0), "+v"(b1)); /* in registers: GCC would fold them into each FMA, 8 loads */
+        __m512 x0 = _mm512_set1_ps(ax[0]), x1 = _mm512_set1_ps(ax[ars]);
+        __m512 x2 = _mm512_set1_ps(ax[2 * ars]), x3 = _mm512_set1_ps(ax[3 * ars]);
         c00 = _mm512_fmadd_ps(x0, b0, c00), c01 = _mm512_fmadd_ps(x0, b1, c01);
         c10 = _mm512_fmadd_ps(x1, b0, c10), c11 = _mm512_fmadd_ps(x1, b1, c11);
         c20 = _mm512_fmadd_ps(x2, b0, c20), c21 = _mm512_fmadd_ps(x2, b1, c21);
         c30 = _mm512_fmadd_ps(x3, b0, c30), c31 = _mm512_fmadd_ps(x3, b1, c31);
     }
-    _mm512_storeu_ps(o0, c00), _mm512_storeu_ps(o0 + 16, c01), _mm512_storeu_ps(o1, c10), _mm512_storeu_ps(o1 + 16, c11);
-    _mm512_storeu_ps(o2, c20), _mm512_storeu_ps(o2 + 16, c21), _mm512_storeu_ps(o3, c30), _mm512_storeu_ps(o3 + 16, c31);
+    _mm512_storeu_ps(c[0], c00), _mm512_storeu_ps(c[0] + 16, c01);
+    _mm512_storeu_ps(c[1], c10), _mm512_storeu_ps(c[1] + 16, c11);
+    _mm512_storeu_ps(c[2], c20), _mm512_storeu_ps(c[2] + 16, c21);
+    _mm512_storeu_ps(c[3], c30), _mm512_storeu_ps(c[3] + 16, c31);
 }
 #else
-static void att_pv_4x32(float *o0, float *o1, float *o2, float *o3, const float *pT, const float *v, int64_t ldv, int nk)
+static void mk_4x32(float *const *c, const float *A, int64_t ars, int64_t axs, const float *B, int64_t ldb, int64_t nx)
 {
-    float a0[2 * ATT_DC], a1[2 * ATT_DC], a2[2 * ATT_DC], a3[2 * ATT_DC];
-    memcpy(a0, o0, sizeof a0), memcpy(a1, o1, sizeof a1), memcpy(a2, o2, sizeof a2), memcpy(a3, o3, sizeof a3);
-    for (int j = 0; j < nk; j++) {
-        const float *vr = v + j * ldv, *p = pT + j * ATT_BQ;
-        float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];
-#pragma GCC unroll 32
-        for (int c = 0; c < 2 * ATT_DC; c++) {
-            a0[c] = ATT_FMA(x0, vr[c], a0[c]);
-            a1[c] = ATT_FMA(x1, vr[c], a1[c]);
-            a2[c] = ATT_FMA(x2, vr[c], a2[c]);
-            a3[c] = ATT_FMA(x3, vr[c], a3[c]);
-        }
-    }
-    memcpy(o0, a0, sizeof a0), memcpy(o1, a1, sizeof a1), memcpy(o2, a2, sizeof a2), memcpy(o3, a3, sizeof a3);
+    float *hi[4] = {c[0] + ATT_DC, c[1] + ATT_DC, c[2] + ATT_DC, c[3] + ATT_DC};
+    mk_4x16(c, A, ars, axs, B, ldb, nx);
+    mk_4x16(hi, A, ars, axs, B + ATT_DC, ldb, nx);
 }
 #endif
 
+/* Columns [k0, k1) of the 4 rows c (k1 - k0 a multiple of 16): 32 at a time while they last. */
+static void mk_4xn(float *const *c, const float *A, int64_t ars, int64_t axs, const float *B, int64_t ldb, int64_t nx,
+                   int64_t k0, int64_t k1)
+{
+    for (int64_t k = k0; k < k1;) {
+        float *ck[4] = {c[0] + k, c[1] + k, c[2] + k, c[3] + k};
+        if (k + 2 * ATT_DC <= k1) {
+            mk_4x32(ck, A, ars, axs, B + k, ldb, nx);
+            k += 2 * ATT_DC;
+        } else {
+            mk_4x16(ck, A, ars, axs, B + k, ldb, nx);
+            k += ATT_DC;
+        }
+    }
+}
+
 /* o_r[c] += sum_{j < nk} pT[j][r] v_j[c] for 4 rows r and c < w, keys j in order for every
- * element: 32 columns at a time (8 accumulators), then 16, then one at a time. */
+ * element: 32 columns at a time, then 16, then one at a time. */
 static void att_pv_4xw(float *const *o /*[4]->[w]*/, const float *pT /*[nk, 16], lane 0 = row 0*/,
                        const float *v /*[nk, ldv]*/, int64_t ldv, int nk, int w)
 {
-    float *o0 = o[0], *o1 = o[1], *o2 = o[2], *o3 = o[3];
-    int c0 = 0;
-    for (; c0 + 2 * ATT_DC <= w; c0 += 2 * ATT_DC)
-        att_pv_4x32(o0 + c0, o1 + c0, o2 + c0, o3 + c0, pT, v + c0, ldv, nk);
-    if (c0 + ATT_DC <= w) {
-        float a0[ATT_DC], a1[ATT_DC], a2[ATT_DC], a3[ATT_DC];
-        memcpy(a0, o0 + c0, sizeof a0), memcpy(a1, o1 + c0, sizeof a1);
-        memcpy(a2, o2 + c0, sizeof a2), memcpy(a3, o3 + c0, sizeof a3);
-        for (int j = 0; j < nk; j++) {
-            const float *vr = v + j * ldv + c0, *p = pT + j * ATT_BQ;
-            float x0 = p[0], x1 = p[1], x2 = p[2], x3 = p[3];
-#pragma GCC unroll 16
-            for (int c = 0; c < ATT_DC; c++) {
-                a0[c] = ATT_FMA(x0, vr[c], a0[c]);
-                a1[c] = ATT_FMA(x1, vr[c], a1[c]);
-                a2[c] = ATT_FMA(x2, vr[c], a2[c]);
-                a3[c] = ATT_FMA(x3, vr[c], a3[c]);
-            }
-        }
-        memcpy(o0 + c0, a0, sizeof a0), memcpy(o1 + c0, a1, sizeof a1);
-        memcpy(o2 + c0, a2, sizeof a2), memcpy(o3 + c0, a3, sizeof a3);
-        c0 += ATT_DC;
-    }
+    int c0 = w / ATT_DC * ATT_DC;
+    mk_4xn(o, pT, 1, ATT_BQ, v, ldv, nk, 0, c0);
     for (int j = 0; j < nk && c0 < w; j++) { /* tail: same operations, same order per element */
         const float *vr = v + j * ldv, *p = pT + j * ATT_BQ;
-        for (int c = c0; c < w; c++) {
-            o0[c] = ATT_FMA(p[0], vr[c], o0[c]);
-            o1[c] = ATT_FMA(p[1], vr[c], o1[c]);
-            o2[c] = ATT_FMA(p[2], vr[c], o2[c]);
-            o3[c] = ATT_FMA(p[3], vr[c], o3[c]);
-        }
+        for (int c = c0; c < w; c++)
+            for (int r = 0; r < 4; r++)
+                o[r][c] = ATT_FMA(p[r], vr[c], o[r][c]);
     }
 }
 
@@ -326,9 +334,9 @@ void hyla_attention_fwd(float *out /*[T,Hq,hd]*/, float *lse /*[T,Hq] or NULL*/,
  * Rows are (position t, query head h = g r + hh) packed as row = t r + hh like the forward, so
  * the r query heads sharing a kv head share tiles and their d_k/d_v contributions are summed
  * inside the task (in row order).
- * All products are one micro-kernel, atb_mk_4x32 (4 output rows x 32 columns, rank-1 updates
- * over the contraction index; GCC keeps the 4 x 32 accumulators in vector registers), with
- * atb_mk_4x16 for a last 16 columns. Its
+ * All products are the forward's P.V micro-kernels, mk_4x32 (4 output rows x 32 columns, rank-1
+ * updates over the contraction index, accumulators in vector registers), with mk_4x16 for a last
+ * 16 columns. Its
  * column operand is always a contiguous copy in per-thread scratch: the task's fixed operand
  * transposed once (A: keys and values [hd, key]; B: queries and dout [hd, row]) and the varying
  * one copied row-major per tile; hd is zero-padded to hdp (a multiple of 16), so no tails. */
@@ -356,76 +364,12 @@ size_t hyla_attention_bwd_work_floats(int64_t T, int64_t Hq, int64_t hd)
     return shared + (size_t)omp_get_max_threads() * atb_thread_floats(hd);
 }
 
-/* C[r][c] += sum_{x < nx} A[r ars + x axs] B[x ldb + c] for r < 4, c < 16 (C rows ldc apart). */
-static void atb_mk_4x16(float *C, int64_t ldc, const float *A, int64_t ars, int64_t axs,
-                        const float *B, int64_t ldb, int64_t nx)
-{
-    float a0[ATB_NC], a1[ATB_NC], a2[ATB_NC], a3[ATB_NC];
-    memcpy(a0, C, sizeof a0), memcpy(a1, C + ldc, sizeof a1);
-    memcpy(a2, C + 2 * ldc, sizeof a2), memcpy(a3, C + 3 * ldc, sizeof a3);
-    for (int64_t x = 0; x < nx; x++) {
-        const float *b = B + x * ldb, *ax = A + x * axs;
-        float x0 = ax[0], x1 = ax[ars], x2 = ax[2 * ars], x3 = ax[3 * ars];
-#pragma GCC unroll 16
-        for (int c = 0; c < ATB_NC; c++) {
-            a0[c] = ATT_FMA(x0, b[c], a0[c]);
-            a1[c] = ATT_FMA(x1, b[c], a1[c]);
-            a2[c] = ATT_FMA(x2, b[c], a2[c]);
-            a3[c] = ATT_FMA(x3, b[c], a3[c]);
-        }
-    }
-    memcpy(C, a0, sizeof a0), memcpy(C + ldc, a1, sizeof a1);
-    memcpy(C + 2 * ldc, a2, sizeof a2), memcpy(C + 3 * ldc, a3, sizeof a3);
-}
-
-/* The same for 32 columns (8 accumulators: an FMA's latency times its two pipes); each element's
- * sum runs over x in the same order, so it equals two atb_mk_4x16 calls bit for bit. With
- * AVX-512 in intrinsics: GCC's version of the loop below re-read each B vector from memory for
- * every row (12 loads per 8 FMAs, slower than the 16-column kernel); here 2 loads and 4
- * broadcasts feed 8 FMAs. */
-#if defined(__AVX512F__) && defined(__FMA__)
-#include <immintrin.h>
-static void atb_mk_4x32(float *C, int64_t ldc, const float *A, int64_t ars, int64_t axs,
-                        const float *B, int64_t ldb, int64_t nx)
-{
-    __m512 c00 = _mm512_loadu_ps(C), c01 = _mm512_loadu_ps(C + 16);
-    __m512 c10 = _mm512_loadu_ps(C + ldc), c11 = _mm512_loadu_ps(C + ldc + 16);
-    __m512 c20 = _mm512_loadu_ps(C + 2 * ldc), c21 = _mm512_loadu_ps(C + 2 * ldc + 16);
-    __m512 c30 = _mm512_loadu_ps(C + 3 * ldc), c31 = _mm512_loadu_ps(C + 3 * ldc + 16);
-    for (int64_t x = 0; x < nx; x++) {
-        const float *b = B + x * ldb, *ax = A + x * axs;
-        __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
-        __asm__("" : "+v"(b0), "+v"(b1)); /* in registers: GCC would fold them into each FMA, 8 loads */
-        __m512 x0 = _mm512_set1_ps(ax[0]), x1 = _mm512_set1_ps(ax[ars]);
-        __m512 x2 = _mm512_set1_ps(ax[2 * ars]), x3 = _mm512_set1_ps(ax[3 * ars]);
-        c00 = _mm512_fmadd_ps(x0, b0, c00), c01 = _mm512_fmadd_ps(x0, b1, c01);
-        c10 = _mm512_fmadd_ps(x1, b0, c10), c11 = _mm512_fmadd_ps(x1, b1, c11);
-        c20 = _mm512_fmadd_ps(x2, b0, c20), c21 = _mm512_fmadd_ps(x2, b1, c21);
-        c30 = _mm512_fmadd_ps(x3, b0, c30), c31 = _mm512_fmadd_ps(x3, b1, c31);
-    }
-    _mm512_storeu_ps(C, c00), _mm512_storeu_ps(C + 16, c01);
-    _mm512_storeu_ps(C + ldc, c10), _mm512_storeu_ps(C + ldc + 16, c11);
-    _mm512_storeu_ps(C + 2 * ldc, c20), _mm512_storeu_ps(C + 2 * ldc + 16, c21);
-    _mm512_storeu_ps(C + 3 * ldc, c30), _mm512_storeu_ps(C + 3 * ldc + 16, c31);
-}
-#else
-static void atb_mk_4x32(float *C, int64_t ldc, const float *A, int64_t ars, int64_t axs,
-                        const float *B, int64_t ldb, int64_t nx)
-{
-    atb_mk_4x16(C, ldc, A, ars, axs, B, ldb, nx);
-    atb_mk_4x16(C + ATB_NC, ldc, A, ars, axs, B + ATB_NC, ldb, nx);
-}
-#endif
-
-/* Columns [c0, c1) of C (+)= A B (c0, c1 multiples of 16), 32 at a time while they last. */
+/* Columns [c0, c1) of C's 4 rows (ldc apart) (+)= A B (c0, c1 multiples of 16): mk_4xn. */
 static void atb_mk_4xn(float *C, int64_t ldc, const float *A, int64_t ars, int64_t axs, const float *B, int64_t ldb,
                        int64_t nx, int64_t c0, int64_t c1)
 {
-    int64_t c = c0;
-    for (; c + 2 * ATB_NC <= c1; c += 2 * ATB_NC)
-        atb_mk_4x32(C + c, ldc, A, ars, axs, B + c, ldb, nx);
-    if (c < c1)
-        atb_mk_4x16(C + c, ldc, A, ars, axs, B + c, ldb, nx);
+    float *rows[4] = {C, C + ldc, C + 2 * ldc, C + 3 * ldc};
+    mk_4xn(rows, A, ars, axs, B, ldb, nx, c0, c1);
 }
 
 /* A tile product over the head dimension: rows 4 g .. 4 g + 3 of C [, ldc] (+)= A rows (ars apart)
