@@ -35,10 +35,13 @@
  * for the VM's fast phases. Its DRAM read rate swings between ~50 and ~85 GB/s; a Q4_K matrix of
  * 256 MB read at 57-65 GB/s with the near distance alone in a fast phase (plain reads 77-86), 67-74
  * with both; in slow phases (plain reads 51-57) the two measured within +-5% of the near one alone
- * (10 KB alone: 10% slower there). Q6_K keeps the near one: with both it read 4-5% slower in a
- * slow phase, and was not measured in a fast one. Q8_0's distance is its own (q8_0_n). */
+ * (10 KB alone: 10% slower there). Q6_K (a Q4_K_M file's lm_head, its largest read) takes one
+ * distance, 8.4 KB (40 blocks): 256 MB read in 20 alternating rounds at 81-91 GB/s in fast phases
+ * where 3.4 KB read 75-78 (13.4 KB 81-93, the near + far pair 78-88, plain reads 75-89), and
+ * 1-3% below 3.4 KB's 51-52 in slow ones (13.4 KB 3-5%). Q8_0's distance is its own (q8_0_n). */
 #define PREFETCH_NEAR 3456
 #define PREFETCH_FAR 10368
+#define Q6_K_PREFETCH (210 * 40)
 INLINE void k4_prefetch(const unsigned char *p)
 {
     _mm_prefetch((const char *)(p + PREFETCH_NEAR), _MM_HINT_NTA);
@@ -181,7 +184,7 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
     const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
-            _mm_prefetch((const char *)(row + 210 * 16 + l), _MM_HINT_NTA);
+            _mm_prefetch((const char *)(row + Q6_K_PREFETCH + l), _MM_HINT_NTA);
         float d = hyla_half_at(row + 208);
         const signed char *sc = (const signed char *)(row + 192);
         for (int h = 0; h < 2; h++) { /* values 128 h .. 128 h + 127 */
@@ -399,7 +402,7 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
     int64_t K = x->K;
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
-            _mm_prefetch((const char *)(row + 210 * 16 + l), _MM_HINT_NTA);
+            _mm_prefetch((const char *)(row + Q6_K_PREFETCH + l), _MM_HINT_NTA);
         float d = hyla_half_at(row + 208);
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 192)));
         __m512i w[4], s[4];
