@@ -37,6 +37,7 @@ hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n);
 typedef struct {
     const int8_t *q;      /* [n][K] */
     const int8_t *q_k4;   /* [n][K] the same in the K-quant order (hyla_qx_k4_order), or NULL */
+    const int16_t *sums32; /* [n][K / 32] sums of q per 32 (bsums in pairs), with q_k4; or NULL */
     const float *d;       /* [n][K / block] */
     const int16_t *bsums; /* [n][K / 16] */
     int64_t K;
@@ -47,8 +48,9 @@ int64_t hyla_qx_floats(int64_t n, int64_t K);
 void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *scratch);
 /* dst[n][K] = x->q with each block of 256 in the order the Q4_K / Q5_K decode kernels read it --
  * sub-blocks of 32 as 0 2 1 3 4 6 5 7, the order of the low and high nibbles of a block's stored
- * bytes -- and x->q_k4 = dst. */
+ * bytes -- and x->q_k4 = dst; after it the sums per 32 (x->sums32). dst: hyla_qx_k4_bytes(n, K). */
 void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst);
+int64_t hyla_qx_k4_bytes(int64_t n, int64_t K);
 /* The rounding per block of 32 of llama.cpp's Q8_0 activations (its x86 quantize_row_q8_0): d =
  * max |x| / 127 rounded to f16 (as the block stores it), q = x * (127 / max |x|) rounded to
  * nearest, ties to even: what the Q8_0 prefill GEMM multiplies (block = 32). */
