@@ -27,6 +27,37 @@ static const float *conv_row(const float *x /*[T,C]*/, const float *hist /*[K,C]
 #define CONV_FWD_CB 256 /* channels per block of the conv forward: their taps transposed on the stack */
 #define CONV_MAX_K 64 /* = model/config.h HYLA_MAX_CONV_KERNEL, the largest kernel a config may have */
 
+/* Rows t0..t1-1 of the channel block c0 .. c0 + nc: taps j = 0..K-1 in order from 0 (oldest input
+ * first) into y, which is the accumulator for pre; then the SiLU. Tap j of channel c is
+ * wj[c * cs + j * js]: the constant strides of the two callers let each loop vectorise. With y and
+ * wj restrict (the caller's y overlaps no input) the tap loop no longer reloads the accumulators
+ * around each store: a 512-token forward of 6,144 channels 2.6 -> 1.95 ms, the same bits. */
+static inline __attribute__((always_inline)) void conv_block(float *restrict y, float *pre, const float *x, const float *restrict wj,
+                                                             int64_t cs, int64_t js, const float *hist, int64_t t0,
+                                                             int64_t t1, int64_t c0, int64_t nc, int64_t C, int64_t K)
+{
+    for (int64_t t = t0; t < t1; t++) {
+        float *yt = y + t * C + c0;
+        for (int64_t c = 0; c < nc; c++)
+            yt[c] = 0.0f;
+        for (int64_t j = 0; j < K; j++) {
+            const float *xs = conv_row(x, hist, t - (K - 1) + j, C, K);
+            if (!xs)
+                continue; /* zero padding contributes exactly 0 */
+            xs += c0;
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++)
+                yt[c] += wj[c * cs + j * js] * xs[c];
+        }
+        if (pre)
+            for (int64_t c = 0; c < nc; c++)
+                pre[t * C + c0 + c] = yt[c];
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++)
+            yt[c] = hyla_silu(yt[c]); /* -0 for very negative inputs */
+    }
+}
+
 void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const float *x /*[T,C]*/,
                         const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/, int64_t T,
                         int64_t C, int64_t K)
@@ -34,7 +65,9 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
     HYLA_ASSERT(K <= CONV_MAX_K);
     /* Blocks of CONV_FWD_CB channels x a range of rows; the block's taps are transposed to
      * wt[j][c] so the tap loop reads both operands contiguously (w[c * K + j] is a stride-K
-     * gather). Per element the arithmetic is unchanged: taps j = 0..K-1 in order from 0. */
+     * gather). A decoded token (T = 1) uses each tap once: it reads them in place (the transpose
+     * had cost as much as the taps: 18 layers of 6,144 channels 123-140 -> 88-93 us from cache). Per
+     * element the arithmetic is the same either way. */
     int64_t n_cb = (C + CONV_FWD_CB - 1) / CONV_FWD_CB, row_block = 64, n_rb = (T + row_block - 1) / row_block;
     /* work: K taps and the SiLU (its exp in double, ~32 operations) per element -- a decoded token's
      * 6,144 channels are worth both threads (their weights and window come from memory) */
@@ -42,31 +75,15 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
     for (int64_t task = 0; task < n_cb * n_rb; task++) {
         int64_t c0 = (task % n_cb) * CONV_FWD_CB, nc = C - c0 < CONV_FWD_CB ? C - c0 : CONV_FWD_CB;
         int64_t t0 = (task / n_cb) * row_block, t1 = T - t0 < row_block ? T : t0 + row_block;
+        if (T == 1) {
+            conv_block(y, pre, x, w + c0 * K, K, 1, hist, t0, t1, c0, nc, C, K);
+            continue;
+        }
         float wt[CONV_MAX_K][CONV_FWD_CB];
         for (int64_t j = 0; j < K; j++)
             for (int64_t c = 0; c < nc; c++)
                 wt[j][c] = w[(c0 + c) * K + j];
-        for (int64_t t = t0; t < t1; t++) {
-            float *yt = y + t * C + c0;
-            /* yt is the accumulator for pre[t, :]: taps j = 0..K-1 in order (oldest input first) */
-            for (int64_t c = 0; c < nc; c++)
-                yt[c] = 0.0f;
-            for (int64_t j = 0; j < K; j++) {
-                const float *xs = conv_row(x, hist, t - (K - 1) + j, C, K);
-                if (!xs)
-                    continue; /* zero padding contributes exactly 0 */
-                xs += c0;
-#pragma omp simd
-                for (int64_t c = 0; c < nc; c++)
-                    yt[c] += wt[j][c] * xs[c];
-            }
-            if (pre)
-                for (int64_t c = 0; c < nc; c++)
-                    pre[t * C + c0 + c] = yt[c];
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++)
-                yt[c] = hyla_silu(yt[c]); /* -0 for very negative inputs */
-        }
+        conv_block(y, pre, x, &wt[0][0], 1, CONV_FWD_CB, hist, t0, t1, c0, nc, C, K);
     }
 }
 

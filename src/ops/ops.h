@@ -67,7 +67,8 @@ size_t hyla_attention_work_floats(int64_t S /* = past + T */);
 
 /* Causal depthwise conv + SiLU over time for one sequence:
  * pre[t,c] = sum_j w[c,j] * x[t-(K-1)+j, c], x[t<0] = hist (the K-1 newest entries of the
- * K raw previous inputs, oldest first) or 0 when hist is NULL; y = silu(pre). */
+ * K raw previous inputs, oldest first) or 0 when hist is NULL; y = silu(pre). y and pre overlap
+ * none of x, w, hist. */
 void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const float *x /*[T,C]*/,
                         const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/, int64_t T,
                         int64_t C, int64_t K);
