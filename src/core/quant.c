@@ -283,7 +283,10 @@ void hyla_qmat_row(const hyla_qmat *W, int64_t r, float *dst)
 int hyla_quant_int8_activations = 1;
 
 /* Floats of scratch skinny_prepare takes for n rows of in. */
-static int64_t skinny_floats(int64_t n, int64_t in) { return n * in + hyla_qx_floats(n, in) + (hyla_qx_k4_bytes(n, in) + 3) / 4; }
+static int64_t skinny_floats(int64_t n, int64_t in)
+{
+    return n * in + hyla_qx_floats(n, in) + (hyla_qx_k4_bytes(n, in) + 3) / 4;
+}
 
 int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in)
 {
