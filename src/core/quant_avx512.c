@@ -235,7 +235,7 @@ VNNI_INLINE __m512i levels_dot(const __m512i w[4], const __m512i s[4], const int
 /* For zmm j of a K-quant-ordered block (sub-blocks 0 | 2, 1 | 3, 4 | 6, 5 | 7): the pshufb
  * selectors that spread scale s (bytes 2s, 2s + 1 of the 8 scales widened to int16, in every
  * 128-bit lane) over its sub-block's lanes, and the qh bit (bit s for sub-block s) of Q5_K. */
-#define SEL4(s) 2 * (s), 2 * (s) + 1, 2 * (s), 2 * (s) + 1, 2 * (s), 2 * (s) + 1, 2 * (s), 2 * (s) + 1
+#define SEL4(s) (s), -128, (s), -128, (s), -128, (s), -128
 #define SEL32(s) SEL4(s), SEL4(s), SEL4(s), SEL4(s)
 static const int8_t k4_scale_sel[4][64] = {{SEL32(0), SEL32(2)}, {SEL32(1), SEL32(3)}, {SEL32(4), SEL32(6)},
                                            {SEL32(5), SEL32(7)}};
@@ -280,11 +280,18 @@ VNNI_INLINE __m128i k4_scales_vec(const unsigned char *p)
     return _mm_or_si128(lo, hi);
 }
 
+INLINE int hyla_u32_at(const unsigned char *p)
+{
+    int v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
 /* One stored block: its levels w[4], lane scales s[4], d, dmin and the mins as int16. */
 typedef struct {
     __m512i w[4], s[4];
     __m128i mins16;
-    float d, dmin;
+    __m128 dd; /* d, dmin in lanes 0, 1 */
 } k4_unpacked;
 
 VNNI_INLINE void k4_block_unpack(k4_unpacked *B, const int q5, const unsigned char *row, const k4_consts *k)
@@ -292,10 +299,10 @@ VNNI_INLINE void k4_block_unpack(k4_unpacked *B, const int q5, const unsigned ch
     const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     for (int l = 0; l < K4_BYTES(q5); l += 64)
         k4_prefetch(row + l);
-    B->d = hyla_half_at(row), B->dmin = hyla_half_at(row + 2);
+    B->dd = _mm_cvtph_ps(_mm_cvtsi32_si128(hyla_u32_at(row)));
     __m128i sm = k4_scales_vec(row + 4);
-    __m512i sc16 = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(sm));
-    B->mins16 = _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8));
+    __m512i sc16 = _mm512_broadcast_i32x4(sm);
+    B->mins16 = _mm_unpackhi_epi8(sm, _mm_setzero_si128());
     const unsigned char *qs = row + K4_QS(q5);
     __m512i A = _mm512_loadu_si512((const void *)qs), Bq = _mm512_loadu_si512((const void *)(qs + 64));
     B->w[0] = _mm512_and_si512(A, low4), B->w[1] = _mm512_and_si512(_mm512_srli_epi16(A, 4), low4);
@@ -318,10 +325,10 @@ VNNI_INLINE void k4_block_accumulate(__m512 *acc, __m128 *accm, const k4_unpacke
 {
     int64_t K = x->K;
     __m512i sumi = levels_dot(B->w, B->s, x->q_k4 + i * K + b * 256);
-    float xd = x->d[i * (K / 256) + b];
-    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(B->d * xd), *acc);
+    __m128 f = _mm_mul_ps(B->dd, _mm_set1_ps(x->d[i * (K / 256) + b])); /* d d_x, dmin d_x */
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(f), *acc);
     __m128i pair = _mm_loadu_si128((const __m128i *)(x->sums32 + i * (K / 32) + b * 8)); /* sums per 32 */
-    *accm = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(B->mins16, pair)), _mm_set1_ps(B->dmin * xd), *accm);
+    *accm = _mm_fmadd_ps(_mm_cvtepi32_ps(_mm_madd_epi16(B->mins16, pair)), _mm_permute_ps(f, 0x55), *accm);
 }
 
 VNNI_INLINE float k4_finish(__m512 acc, __m128 accm)
