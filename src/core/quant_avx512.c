@@ -273,8 +273,9 @@ VNNI_INLINE __m512i levels_dot(const __m512i w[4], const __m512i s[4], const int
 }
 
 /* For zmm j of a K-quant-ordered block (sub-blocks 0 | 2, 1 | 3, 4 | 6, 5 | 7): the pshufb
- * selectors that spread scale s (bytes 2s, 2s + 1 of the 8 scales widened to int16, in every
- * 128-bit lane) over its sub-block's lanes, and the qh bit (bit s for sub-block s) of Q5_K. */
+ * selectors that spread scale s over its sub-block's 16-bit lanes straight from the packed bytes
+ * (byte s of the 8 scales, in every 128-bit lane, then a zero byte: a selector byte with its top
+ * bit set gives 0), and the qh bit (bit s for sub-block s) of Q5_K. */
 #define SEL4(s) (s), -128, (s), -128, (s), -128, (s), -128
 #define SEL32(s) SEL4(s), SEL4(s), SEL4(s), SEL4(s)
 static const int8_t k4_scale_sel[4][64] = {{SEL32(0), SEL32(2)}, {SEL32(1), SEL32(3)}, {SEL32(4), SEL32(6)},
@@ -320,7 +321,10 @@ VNNI_INLINE __m128i k4_scales_vec(const unsigned char *p)
     return _mm_or_si128(lo, hi);
 }
 
-INLINE int hyla_u32_at(const unsigned char *p)
+/* Four bytes at p as one int (a Q4_K / Q5_K block's d and dmin, f16 each, for one vcvtph2ps: two
+ * scalar conversions and products cost ~15% of the kernel's time; with the scales spread straight
+ * from the packed bytes below, a Q4_K matrix from the L3 on 2 threads read 77 -> 92 GB/s). */
+INLINE int u32_at(const unsigned char *p)
 {
     int v;
     memcpy(&v, p, 4);
@@ -339,7 +343,7 @@ VNNI_INLINE void k4_block_unpack(k4_unpacked *B, const int q5, const unsigned ch
     const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     for (int l = 0; l < K4_BYTES(q5); l += 64)
         k4_prefetch(row + l);
-    B->dd = _mm_cvtph_ps(_mm_cvtsi32_si128(hyla_u32_at(row)));
+    B->dd = _mm_cvtph_ps(_mm_cvtsi32_si128(u32_at(row)));
     __m128i sm = k4_scales_vec(row + 4);
     __m512i sc16 = _mm512_broadcast_i32x4(sm);
     B->mins16 = _mm_unpackhi_epi8(sm, _mm_setzero_si128());
