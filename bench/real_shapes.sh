@@ -3,8 +3,9 @@
 #   - Qwen3.5-0.8B (configs/qwen3.5-0.8b.json: vocab 248,320 tied, head_dim 256, 16 x 128 GDN heads;
 #     random BF16 weights): prefill of PREFILL_SEQS tokens and 32 greedy decode steps — hyla fp32 and
 #     bf16 (--param-dtype bf16), transformers fp32 and bf16 (logits_to_keep=1, its cache), llama.cpp
-#     (llama-cpp-python) on BF16 and Q8_0 GGUF files written by `hyla convert`; the 512-token round
-#     twice, the engines alternating, every engine's best kept;
+#     (llama-cpp-python) on BF16 and Q8_0 GGUF files written by `hyla convert`; every length
+#     twice, the engines alternating, then hyla bf16 and llama.cpp twice more (see there), every
+#     engine's best kept;
 #   - a Qwen3-Next-80B-shaped model cut to 4 layers and 64 experts (hidden 2048, head_dim 256, 16 k /
 #     32 v GDN heads of 128; bench/configs/qwen3-next-80b-cut.json): prefill 512 + decode, hyla bf16 vs
 #     llama.cpp BF16;
@@ -85,6 +86,20 @@ for T in $SEQS; do
         [ -n "$HF" ] && [ "$T" -le 1024 ] && run "transformers_bf16_$T" "$HF" bench/hf_infer.py "$Q" "$T" $NEW "$THREADS" bf16
     done
 done
+# the bf16 engines two rounds more at every length (four in all; a round of each is seconds at 512
+# tokens and under a minute at 4,096): hyla's decode reads at the memory's rate, and the VM's rate
+# swings between ~50 and ~86 GB/s in phases of seconds to minutes, so with two rounds whether hyla
+# met a fast phase was luck; llama.cpp's decode (~45-50 GB/s) moves less with the phase. Every
+# engine's best round per figure is compared, as above, and "rounds" says how many each had.
+for T in $SEQS; do
+    for ((i = 0; i < 2; i++)); do
+        run "hyla_bf16_$T" ./build/bench/infer_bench "$Q" "$T" $NEW bf16
+        if [ -n "$LLAMA" ]; then
+            run "llama_bf16_$T" $LLAMA bench/llama_infer.py "$Q.bf16.gguf" "$T" $NEW "$THREADS"
+            run "llama_q8_0_$T" $LLAMA bench/llama_infer.py "$Q.q8_0.gguf" "$T" $NEW "$THREADS"
+        fi
+    done
+done
 run hyla_bf16_80b_cut ./build/bench/infer_bench "$X" 512 $NEW bf16
 [ -n "$LLAMA" ] && run llama_bf16_80b_cut $LLAMA bench/llama_infer.py "$X.bf16.gguf" 512 $NEW "$THREADS"
 
@@ -132,6 +147,8 @@ for T in seqs:
     e = {k: {"prefill_tokens_per_s": best(f"{k}_{T}", "prefill_tokens_per_s"),
              "decode_tokens_per_s": best(f"{k}_{T}", "decode_tokens_per_s")}
          for k in ("hyla_f32", "hyla_bf16", "transformers_f32", "transformers_bf16", "llama_bf16", "llama_q8_0")}
+    for k in list(e):
+        e[k]["rounds"] = len(runs.get(f"{k}_{T}", []))
     p = lambda k: e[k]["prefill_tokens_per_s"]
     d = lambda k: e[k]["decode_tokens_per_s"]
     # the DRAM shares of hyla's best bf16 decode round (each round's are in "runs")
