@@ -21,6 +21,7 @@
 #include "core/quant_kernels.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "core/parallel.h"
@@ -531,12 +532,20 @@ VNNI_TARGET static void q4_k_rows4(float *y, const hyla_qx *x, const unsigned ch
 VNNI_TARGET static void q5_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(1, y, x, rows); }
 #endif
 
-int64_t hyla_qx_floats(int64_t n, int64_t K) { return (n * K + 3) / 4 + n * (K / 32) + (n * (K / 16) + 1) / 2 + 16; }
+/* The int8 rows start on a 64-byte boundary (one cache line a zmm load): at the offsets their layout
+ * gave them (18, 34, 58 ... bytes past one; the K-quant-ordered copy of a MoE expert's item 16-48),
+ * every 64-byte load of x split over two lines: a Q6_K matrix (a Q4_K_M file's lm_head) read from
+ * the L3 on 2 threads at 97 GB/s, aligned 106 (the same bits). 32 floats of slack: 62 bytes of
+ * padding at most, and the bsums' one int16 past its end. */
+static void *align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
-int64_t hyla_qx_k4_bytes(int64_t n, int64_t K) { return n * K + n * (K / 32) * (int64_t)sizeof(int16_t); }
+int64_t hyla_qx_floats(int64_t n, int64_t K) { return (n * K + 3) / 4 + n * (K / 32) + (n * (K / 16) + 1) / 2 + 32; }
+
+int64_t hyla_qx_k4_bytes(int64_t n, int64_t K) { return n * K + n * (K / 32) * (int64_t)sizeof(int16_t) + 64; }
 
 void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst)
 {
+    dst = align64(dst);
     static const int from[8] = {0, 2, 1, 3, 4, 6, 5, 7};
     int16_t *sums = (int16_t *)(void *)(dst + n * x->K); /* n K is a multiple of 256 */
     for (int64_t i = 0; i < n; i++) {
@@ -687,7 +696,7 @@ static void quantize_rows(hyla_qx *out, const float *x, int64_t n, int64_t K, fl
     row_quantizer row = vector && have_avx512() && !hyla_quantize_x_scalar ? vector : scalar;
     float *d = scratch;
     int16_t *bsums = (int16_t *)(d + n * (K / block));
-    int8_t *q = (int8_t *)(bsums + n * (K / 16) + 1);
+    int8_t *q = align64(bsums + n * (K / 16) + 1);
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * K * 8)
     for (int64_t i = 0; i < n; i++)
         row(d + i * (K / block), bsums + i * (K / 16), q + i * K, x + i * K, K);
