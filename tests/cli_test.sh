@@ -316,6 +316,27 @@ sys.exit(0 if ok else 1)
 PYEOF
 done
 
+# a GGUF vocabulary that spells two tokens alike is refused, naming the file and the token (the check is
+# the tokenizer's own hash table: the 248K-token file above loads in well under a second)
+$PY - "$T/bigvocab.gguf" "$T/dup_token.gguf" <<'PYEOF' || fail "make a GGUF with a repeated token"
+import struct, sys
+b = bytearray(open(sys.argv[1], "rb").read())
+key = b"tokenizer.ggml.tokens"
+p = b.index(struct.pack("<Q", len(key)) + key) + 8 + len(key)
+assert struct.unpack_from("<II", b, p) == (9, 8), "tokens: an array of strings"
+p += 16  # value type, element type, count
+spans = []
+for _ in range(400):  # the first tokens: (offset, length) of each spelling
+    n = struct.unpack_from("<Q", b, p)[0]
+    spans.append((p + 8, n))
+    p += 8 + n
+a, c = next((x, y) for i, x in enumerate(spans) for y in spans[i + 1:] if x[1] == y[1])
+b[c[0]:c[0] + c[1]] = b[a[0]:a[0] + a[1]]  # a later token spelled as an earlier one of its length
+open(sys.argv[2], "wb").write(b)
+PYEOF
+expect_error "GGUF vocabulary with a repeated token" "dup_token.gguf \\(tokenizer.ggml.\\*\\): model.vocab: token .* listed twice" \
+    "$HYLA" generate "$T/dup_token.gguf" --prompt hello --max-new 1
+
 # --- generate: JSON ids, record routing -> replay in training, bad inputs ------------------------------
 "$HYLA" generate "$T/good" --prompt-tokens 1,2,3 --max-new 4 --json --record-routing "$T/route.bin" >"$T/gen.json" \
     || fail "generate --json"
