@@ -71,14 +71,19 @@ static inline float att_exp(float x)
 }
 
 /* sT[j][i] = scale * q_i . k_j for 16 rows i and 8 keys j, from qT [hd, 16]: 8 independent
- * accumulators (FMA latency x its two pipes), each a length-hd fma chain over d in order. */
+ * accumulators (FMA latency x its two pipes), each a length-hd fma chain over d in order.
+ * pf: NULL, or 16 rows [hd] to ask the caches for alongside, a line of each per 16 values of d
+ * (see att_task). */
 static void att_scores_16x8(float *sT /*[8, 16]*/, const float *qT /*[hd, 16]*/,
-                            const float *const *kr /*[8]->[hd]*/, int64_t hd, float scale)
+                            const float *const *kr /*[8]->[hd]*/, int64_t hd, float scale, const float *const *pf)
 {
     float a0[ATT_BQ] = {0}, a1[ATT_BQ] = {0}, a2[ATT_BQ] = {0}, a3[ATT_BQ] = {0};
     float a4[ATT_BQ] = {0}, a5[ATT_BQ] = {0}, a6[ATT_BQ] = {0}, a7[ATT_BQ] = {0};
     const float *k0 = kr[0], *k1 = kr[1], *k2 = kr[2], *k3 = kr[3], *k4 = kr[4], *k5 = kr[5], *k6 = kr[6], *k7 = kr[7];
     for (int64_t d = 0; d < hd; d++) {
+        if (pf && d % 16 == 0)
+            for (int c = 0; c < 2 * ATT_KG; c++)
+                __builtin_prefetch(pf[c] + d, 0, 3);
         const float *qd = qT + d * ATT_BQ;
         float x0 = k0[d], x1 = k1[d], x2 = k2[d], x3 = k3[d], x4 = k4[d], x5 = k5[d], x6 = k6[d], x7 = k7[d];
 #pragma GCC unroll 16
@@ -230,10 +235,18 @@ static void att_softmax_block(float *sT /*[nk, 16]*/, int nk, const int *lim /*[
 
 /* One task: kv head g, rows row0 .. row0+nq-1 of that head's T * r query rows, row = t r + hh
  * for position t and query head h = g r + hh (the r heads sharing g fill the lanes together,
- * which also keeps decode, T = 1, from wasting lanes). */
+ * which also keeps decode, T = 1, from wasting lanes).
+ * stream: this task is the only one to read its head's keys and values (a decoded token, or a
+ * verify of a few), so they come from memory once, a row of 1 KB (hd = 256) every 2 (the other
+ * heads' rows between): too short a run for the hardware's prefetchers. The scores of each 8 keys
+ * then ask for the next 8 key rows and these 8 keys' value rows (read by P.V after the block's
+ * scores). A decoded token's attention over 4,096 cached positions (6 layers, 8 x 2 heads of 256,
+ * 100 MB of keys and values) 4.1-4.2 -> 2.5 ms on 2 threads; the bf16 0.8B model's decode at 4,000
+ * positions 26.0 -> 28.5 and 34.0 -> 36.9 tok/s (8-token windows alternating in one process), at 500
+ * level; the same bits. Prefill's tasks read their keys from the caches, so they ask for none. */
 static void att_task(float *out, float *lse, const float *q, const float *k, const float *v,
                      int64_t row0, int nq, int64_t past, int64_t g, int64_t r, int64_t Hq,
-                     int64_t Hkv, int64_t hd, float scale)
+                     int64_t Hkv, int64_t hd, float scale, int stream)
 {
     float qT[ATT_MAX_HD * ATT_BQ];      /* [hd, 16] queries, transposed; zero past nq */
     float sT[ATT_BK * ATT_BQ];          /* [BK, 16] scores, then probabilities */
@@ -265,7 +278,12 @@ static void att_task(float *out, float *lse, const float *q, const float *k, con
             for (int c = 0; c < ATT_KG; c++)
                 kr[c] = kb + (j + c < nk ? j + c : nk - 1) * ld;
             float s4[ATT_KG * ATT_BQ];
-            att_scores_16x8(s4, qT, kr, hd, scale);
+            const float *pf[2 * ATT_KG];
+            for (int c = 0; c < ATT_KG; c++) { /* rows past the last visible key repeat it */
+                int64_t next = j0 + j + ATT_KG + c < kend ? j + ATT_KG + c : kend - 1 - j0;
+                pf[c] = kb + next * ld, pf[ATT_KG + c] = vb + (j + c < nk ? j + c : nk - 1) * ld;
+            }
+            att_scores_16x8(s4, qT, kr, hd, scale, stream ? pf : NULL);
             int nc = nk - j < ATT_KG ? nk - j : ATT_KG;
             memcpy(sT + j * ATT_BQ, s4, (size_t)nc * ATT_BQ * sizeof(float));
         }
@@ -307,13 +325,14 @@ void hyla_attention_fwd(float *out /*[T,Hq,hd]*/, float *lse /*[T,Hq] or NULL*/,
     HYLA_ASSERT(T >= 0 && past >= 0 && Hkv > 0 && Hq % Hkv == 0 && hd > 0 && hd <= ATT_MAX_HD);
     int64_t r = Hq / Hkv;
     int64_t nb = (T * r + ATT_BQ - 1) / ATT_BQ; /* row blocks per kv head */
+    int stream = nb == 1;                        /* one task per head reads its keys (att_task) */
     /* later row blocks see more keys: hand them out first */
 #pragma omp parallel for schedule(dynamic, 1) HYLA_PAR_IF(T * Hq * (past + T) * hd)
     for (int64_t task = 0; task < nb * Hkv; task++) {
         int64_t b = nb - 1 - task / Hkv, g = task % Hkv;
         int64_t row0 = b * ATT_BQ;
         int nq = (int)(T * r - row0 < ATT_BQ ? T * r - row0 : ATT_BQ);
-        att_task(out, lse, q, k, v, row0, nq, past, g, r, Hq, Hkv, hd, scale);
+        att_task(out, lse, q, k, v, row0, nq, past, g, r, Hq, Hkv, hd, scale, stream);
     }
 }
 
