@@ -396,7 +396,7 @@ void hyla_linear_q_items(const hyla_qmat *W, const hyla_qitem *items, int64_t co
         rows += items[j].n;
     }
     /* blocks of 4 output rows: a one-row item whose rows share a type with a 4-row kernel
-     * (Q4_K, Q5_K, Q6_K on int8 activations; Q8_0 on fp32 ones: the same bits as the one-row kernels)
+     * (Q4_K, Q5_K on int8 activations; Q8_0 on fp32 ones: the same bits as the one-row kernels)
      * takes them together */
     hyla_qdot_i8_rows4_fn rows4 = W->row_type ? NULL : hyla_qdot_i8_rows4_avx512(W->type);
     hyla_qdot_rows4_fn rows4_f32 = W->row_type ? NULL : hyla_qdot_rows4_avx512(W->type);

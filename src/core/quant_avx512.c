@@ -453,7 +453,7 @@ static const int16_t q6_scale_idx[4][32] = {{REP8(0), REP8(1), REP8(2), REP8(3)}
                                             {REP8(4), REP8(5), REP8(6), REP8(7)},
                                             {REP8(8), REP8(9), REP8(10), REP8(11)},
                                             {REP8(12), REP8(13), REP8(14), REP8(15)}};
-VNNI_INLINE void q6_k_i8_sums(const int N, __m512 *acc, const hyla_qx *x, const unsigned char *row)
+VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
 {
     const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     const __m512i sh_lo = _mm512_loadu_si512((const void *)q6_shift_lo), sh_hi = _mm512_loadu_si512((const void *)q6_shift_hi);
@@ -461,6 +461,7 @@ VNNI_INLINE void q6_k_i8_sums(const int N, __m512 *acc, const hyla_qx *x, const 
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
         sidx[k] = _mm512_loadu_si512((const void *)q6_scale_idx[k]);
+    __m512 acc[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
         acc[i] = _mm512_setzero_ps();
     int64_t K = x->K;
@@ -488,27 +489,8 @@ VNNI_INLINE void q6_k_i8_sums(const int N, __m512 *acc, const hyla_qx *x, const 
             acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d * x->d[i * (K / 256) + b]), acc[i]);
         }
     }
-}
-
-VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
-{
-    __m512 acc[HYLA_QUANT_SKINNY_M];
-    q6_k_i8_sums(N, acc, x, row);
     for (int i = 0; i < N; i++)
         y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
-}
-
-/* Four consecutive Q6_K rows one after another against one activation row, their reductions shared
- * (reduce4_store): the n = 1 kernel's bits. A 1,024-wide row (a Q4_K_M file's lm_head) is 4 blocks;
- * with a call and a reduction per row a Q6_K matrix read from the L3 at 105-107 GB/s on 2 threads,
- * four at a time 116-120. */
-VNNI_INLINE void q6_k_rows4_i8(float *y, const hyla_qx *x, const unsigned char *const *rows)
-{
-    __m512 t[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        q6_k_i8_sums(1, &t[r], x, rows[r]);
-    reduce4_store(y, t[0], t[1], t[2], t[3]);
 }
 
 /* ---- instances and dispatch -------------------------------------------------------------------- */
@@ -548,7 +530,6 @@ TARGET static void q8_0_rows4(float *y, const float *x, const unsigned char *con
 }
 VNNI_TARGET static void q4_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(0, y, x, rows); }
 VNNI_TARGET static void q5_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(1, y, x, rows); }
-VNNI_TARGET static void q6_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { q6_k_rows4_i8(y, x, rows); }
 #endif
 
 /* The int8 rows start on a 64-byte boundary (one cache line a zmm load): at the offsets their layout
@@ -777,7 +758,7 @@ hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_avx512(hyla_ggml_type t)
 #ifdef HAVE_KERNELS
     if (!hyla_qdot_i8_avx512(t, 1))
         return NULL;
-    return t == HYLA_GGML_Q4_K ? q4_k_rows4 : t == HYLA_GGML_Q5_K ? q5_k_rows4 : t == HYLA_GGML_Q6_K ? q6_k_rows4 : NULL;
+    return t == HYLA_GGML_Q4_K ? q4_k_rows4 : t == HYLA_GGML_Q5_K ? q5_k_rows4 : NULL;
 #else
     (void)t;
     return NULL;
