@@ -547,50 +547,6 @@ static void test_rows4(void)
     free(x), free(scratch);
 }
 
-/* Q8_0's four-row kernel (fp32 activations; rows one after another, their reductions shared) against
- * the one-row kernel, bit for bit: K = 1,024 (an even block count) and 1,056 (33 blocks: the last is
- * chain 0's alone). Random scales of either sign; a reduction tree that pairs other lanes than
- * _mm512_reduce_add_ps's differs in the last bits and fails. */
-static void test_q8_0_rows4(void)
-{
-    hyla_qdot_rows4_fn four = hyla_qdot_rows4_avx512(HYLA_GGML_Q8_0);
-    hyla_qdot_fn one = hyla_qdot_avx512(HYLA_GGML_Q8_0, 1);
-    if (!four || !one) {
-        printf("  (no AVX-512: the four-row Q8_0 kernel is not used)\n");
-        return;
-    }
-    uint32_t st = 4242;
-    for (int64_t K = 1024; K <= 1056; K += 32) {
-        const int64_t rows = 6, rb = K / 32 * 34;
-        float *x = malloc((size_t)K * sizeof *x);
-        unsigned char *w = malloc((size_t)(rb * rows));
-        for (int64_t k = 0; k < K; k++) {
-            st = st * 1664525u + 1013904223u;
-            x[k] = (float)(st >> 8) / 16777216.0f - 0.5f;
-        }
-        for (int64_t i = 0; i < rb * rows; i++) {
-            st = st * 1664525u + 1013904223u;
-            w[i] = (unsigned char)(st >> 24);
-        }
-        for (int64_t b = 0; b < rows * (K / 32); b++) /* finite scales: f16 +-0.0134 */
-            w[b * 34] = 0xDC, w[b * 34 + 1] = (unsigned char)(b % 3 ? 0x22 : 0xA2);
-        const unsigned char *rp[6];
-        for (int r = 0; r < rows; r++)
-            rp[r] = w + r * rb;
-        int same = 1;
-        for (int r0 = 0; r0 + 4 <= rows; r0++) {
-            float y4[4], y1;
-            four(y4, x, rp + r0, K);
-            for (int r = 0; r < 4; r++) {
-                one(&y1, 1, x, K, rp[r0 + r], K);
-                same &= !memcmp(&y4[r], &y1, sizeof(float)) && isfinite(y1);
-            }
-        }
-        CHECK(same, "Q8_0 K=%lld: four rows at once == one at a time, bit for bit", (long long)K);
-        free(x), free(w);
-    }
-}
-
 int main(void)
 {
     golden g[32];
@@ -600,7 +556,6 @@ int main(void)
     test_products(g, n);
     test_quantize_x();
     test_rows4();
-    test_q8_0_rows4();
     test_reader();
     for (int i = 0; i < n; i++) {
         free(g[i].bytes);

@@ -396,20 +396,14 @@ void hyla_linear_q_items(const hyla_qmat *W, const hyla_qitem *items, int64_t co
         rows += items[j].n;
     }
     /* blocks of 4 output rows: a one-row item whose rows share a type with a 4-row kernel
-     * (Q4_K, Q5_K on int8 activations; Q8_0 on fp32 ones: the same bits as the one-row kernels)
-     * takes them together */
+     * (Q4_K, Q5_K: the same bits as the one-row kernel) takes them together */
     hyla_qdot_i8_rows4_fn rows4 = W->row_type ? NULL : hyla_qdot_i8_rows4_avx512(W->type);
-    hyla_qdot_rows4_fn rows4_f32 = W->row_type ? NULL : hyla_qdot_rows4_avx512(W->type);
     int64_t blocks = (out + 3) / 4;
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(rows * out * in)
     for (int64_t jb = 0; jb < count * blocks; jb++) {
         int64_t j = jb / blocks, o0 = jb % blocks * 4, o1 = o0 + 4 < out ? o0 + 4 : out;
         if (rows4 && p[j].one_i8 && items[j].n == 1 && o1 - o0 == 4) {
             rows4(items[j].y + o0, &p[j].xq, W->row + items[j].row0 + o0);
-            continue;
-        }
-        if (rows4_f32 && p[j].one && items[j].n == 1 && o1 - o0 == 4) {
-            rows4_f32(items[j].y + o0, p[j].x, W->row + items[j].row0 + o0, in);
             continue;
         }
         for (int64_t o = o0; o < o1; o++)

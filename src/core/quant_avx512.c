@@ -77,25 +77,7 @@ INLINE __m512 widen_u8(__m128i v, int bias)
  * ones: four streams a thread. */
 #define Q8_0_CHAINS 2
 #define Q8_0_PREFETCH (34 * 256)
-/* acc[i][c] += d (q . x_i) for block b of row */
-INLINE void q8_0_block(const int N, __m512 (*acc)[Q8_0_CHAINS], int c, const float *x, int64_t ldx,
-                       const unsigned char *row, int64_t b)
-{
-    const unsigned char *blk = row + b * 34;
-    _mm_prefetch((const char *)(blk + Q8_0_PREFETCH), _MM_HINT_NTA);
-    __m512 d = _mm512_set1_ps(hyla_half_at(blk));
-    __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + 2)), q1 = _mm_loadu_si128((const __m128i *)(blk + 18));
-    __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
-    for (int i = 0; i < N; i++) { /* q . x, then times d: each row's arithmetic whatever N */
-        const float *xi = x + i * ldx + b * 32;
-        __m512 s = _mm512_mul_ps(w0, _mm512_loadu_ps(xi));
-        s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), s);
-        acc[i][c] = _mm512_fmadd_ps(s, d, acc[i][c]);
-    }
-}
-
-/* Row `row`'s two chains for N activation rows, added: acc[i] (then reduced as one zmm). */
-INLINE void q8_0_sums(const int N, __m512 *sum, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
+INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
 {
     __m512 acc[HYLA_QUANT_SKINNY_M][Q8_0_CHAINS];
     for (int i = 0; i < N; i++)
@@ -107,47 +89,25 @@ INLINE void q8_0_sums(const int N, __m512 *sum, const float *x, int64_t ldx, con
         for (int c = 0; c < Q8_0_CHAINS; c++) {
             if (c > 0 && b + c >= nb) /* an odd block count: the last block is chain 0's */
                 break;
-            q8_0_block(N, acc, c, x, ldx, row, b + c);
+            const unsigned char *blk = row + (b + c) * 34;
+            _mm_prefetch((const char *)(blk + Q8_0_PREFETCH), _MM_HINT_NTA);
+            __m512 d = _mm512_set1_ps(hyla_half_at(blk));
+            __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + 2)), q1 = _mm_loadu_si128((const __m128i *)(blk + 18));
+            __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
+            for (int i = 0; i < N; i++) { /* q . x, then times d: each row's arithmetic whatever N */
+                const float *xi = x + i * ldx + (b + c) * 32;
+                __m512 s = _mm512_mul_ps(w0, _mm512_loadu_ps(xi));
+                s = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xi + 16), s);
+                acc[i][c] = _mm512_fmadd_ps(s, d, acc[i][c]);
+            }
         }
     }
     for (int i = 0; i < N; i++) {
-        sum[i] = acc[i][0];
+        __m512 t = acc[i][0];
         for (int c = 1; c < Q8_0_CHAINS; c++)
-            sum[i] = _mm512_add_ps(sum[i], acc[i][c]);
+            t = _mm512_add_ps(t, acc[i][c]);
+        y[i * ldy] = _mm512_reduce_add_ps(t);
     }
-}
-
-INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
-{
-    __m512 sum[HYLA_QUANT_SKINNY_M];
-    q8_0_sums(N, sum, x, ldx, row, K);
-    for (int i = 0; i < N; i++)
-        y[i * ldy] = _mm512_reduce_add_ps(sum[i]);
-}
-
-/* Four sums reduced at once, each as _mm512_reduce_add_ps reduces one (GCC's order: lanes k and
- * k + 8 added, then k and k + 4, k and k + 2, then lanes 0 and 1; a + b = b + a exactly, so the
- * same bits), the four trees sharing their shuffles: y[0 .. 3]. */
-INLINE void reduce4_store(float *y, __m512 t0, __m512 t1, __m512 t2, __m512 t3)
-{
-    __m512 s01 = _mm512_add_ps(_mm512_shuffle_f32x4(t0, t1, 0x44), _mm512_shuffle_f32x4(t0, t1, 0xEE));
-    __m512 s23 = _mm512_add_ps(_mm512_shuffle_f32x4(t2, t3, 0x44), _mm512_shuffle_f32x4(t2, t3, 0xEE));
-    __m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(s01, s23, 0x88), _mm512_shuffle_f32x4(s01, s23, 0xDD));
-    v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4E));
-    v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x55));
-    _mm_storeu_ps(y, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, v)));
-}
-
-/* Four consecutive rows one after another against one activation row (decode, batch 1): the n = 1
- * kernel's bits. A row of a 1,024-wide matrix is 32 blocks, and one call per row left the call and
- * each row's reduction exposed: 68 GB/s from the L3 on 2 threads where 4,096-wide rows read 91. */
-INLINE void q8_0_rows4_n(float *y, const float *x, const unsigned char *const *rows, int64_t K)
-{
-    __m512 t[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        q8_0_sums(1, &t[r], x, 0, rows[r], K);
-    reduce4_store(y, t[0], t[1], t[2], t[3]);
 }
 
 /* ---- Q4_K / Q5_K: 256 values in 8 sub-blocks of 32, 6-bit scales and mins ------------------------- */
@@ -524,10 +484,6 @@ INSTANCES(q6_k)
 INSTANCES_I8(q4_k)
 INSTANCES_I8(q5_k)
 INSTANCES_I8(q6_k)
-TARGET static void q8_0_rows4(float *y, const float *x, const unsigned char *const *rows, int64_t K)
-{
-    q8_0_rows4_n(y, x, rows, K);
-}
 VNNI_TARGET static void q4_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(0, y, x, rows); }
 VNNI_TARGET static void q5_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(1, y, x, rows); }
 #endif
@@ -739,16 +695,6 @@ hyla_qdot_fn hyla_qdot_avx512(hyla_ggml_type t, int64_t n)
     }
 #else
     (void)t, (void)n;
-    return NULL;
-#endif
-}
-
-hyla_qdot_rows4_fn hyla_qdot_rows4_avx512(hyla_ggml_type t)
-{
-#ifdef HAVE_KERNELS
-    return t == HYLA_GGML_Q8_0 && hyla_qdot_avx512(t, 1) ? q8_0_rows4 : NULL;
-#else
-    (void)t;
     return NULL;
 #endif
 }

@@ -59,11 +59,6 @@ void hyla_quantize_x_q8_0(hyla_qx *out, const float *x, int64_t n, int64_t K, fl
  * the scalar code (what a CPU without AVX-512 runs; for tests). */
 extern int hyla_quantize_x_scalar;
 
-/* y[r] = the n = 1 kernel's value for rows[r], r < 4, bit for bit (the rows one after another,
- * their final reductions together): for Q8_0 with AVX-512; NULL otherwise. */
-typedef void (*hyla_qdot_rows4_fn)(float *y, const float *x, const unsigned char *const *rows, int64_t K);
-hyla_qdot_rows4_fn hyla_qdot_rows4_avx512(hyla_ggml_type t);
-
 /* y[i * ldy] = sum_k w_k (d q)[i][k] as ggml's vec_dot_q*_K_q8_K computes it: integer products and
  * scales (exact, in int32), d_w d_x and the mins / offsets in fp32 once per block. */
 typedef void (*hyla_qdot_i8_fn)(float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row);
