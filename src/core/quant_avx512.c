@@ -491,7 +491,8 @@ VNNI_TARGET static void q5_k_rows4(float *y, const hyla_qx *x, const unsigned ch
 /* The int8 rows start on a 64-byte boundary (one cache line a zmm load): at the offsets their layout
  * gave them (18, 34, 58 ... bytes past one; the K-quant-ordered copy of a MoE expert's item 16-48),
  * every 64-byte load of x split over two lines: a Q6_K matrix (a Q4_K_M file's lm_head) read from
- * the L3 on 2 threads at 97 GB/s, aligned 106 (the same bits). 32 floats of slack: 62 bytes of
+ * the L3 on 2 threads at 97 GB/s, aligned 106 (the same bits); a whole decode, from memory, level
+ * (8-token windows alternating in one process, +-1%). 32 floats of slack: 62 bytes of
  * padding at most, and the bsums' one int16 past its end. */
 static void *align64(void *p) { return (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63); }
 
