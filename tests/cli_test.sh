@@ -334,7 +334,8 @@ a, c = next((x, y) for i, x in enumerate(spans) for y in spans[i + 1:] if x[1] =
 b[c[0]:c[0] + c[1]] = b[a[0]:a[0] + a[1]]  # a later token spelled as an earlier one of its length
 open(sys.argv[2], "wb").write(b)
 PYEOF
-expect_error "GGUF vocabulary with a repeated token" "dup_token.gguf \\(tokenizer.ggml.\\*\\): model.vocab: token .* listed twice" \
+expect_error "GGUF vocabulary with a repeated token" \
+    "dup_token.gguf \\(tokenizer.ggml.\\*\\): model.vocab: token .* listed twice" \
     "$HYLA" generate "$T/dup_token.gguf" --prompt hello --max-new 1
 
 # --- generate: JSON ids, record routing -> replay in training, bad inputs ------------------------------
