@@ -71,6 +71,15 @@ run() {
     "$@" 2>>"$R/stderr" | tail -1 >>"$R/$name.jsonl" || echo "real_shapes: $name failed" >&2
 }
 
+# bf16_round T: hyla bf16 and llama.cpp (BF16, Q8_0) on a T-token prompt, one after another
+bf16_round() {
+    run "hyla_bf16_$1" ./build/bench/infer_bench "$Q" "$1" $NEW bf16
+    if [ -n "$LLAMA" ]; then
+        run "llama_bf16_$1" $LLAMA bench/llama_infer.py "$Q.bf16.gguf" "$1" $NEW "$THREADS"
+        run "llama_q8_0_$1" $LLAMA bench/llama_infer.py "$Q.q8_0.gguf" "$1" $NEW "$THREADS"
+    fi
+}
+
 ./build/bench/gemm_bench --peaks >"$R/peaks.json"
 for T in $SEQS; do
     # two rounds at every length (a 4,096-token round takes a few minutes for all engines): with one,
@@ -78,11 +87,7 @@ for T in $SEQS; do
     for ((i = 0; i < 2; i++)); do
         run "hyla_f32_$T" ./build/bench/infer_bench "$Q" "$T" $NEW f32
         [ -n "$HF" ] && run "transformers_f32_$T" "$HF" bench/hf_infer.py "$Q" "$T" $NEW "$THREADS" f32
-        run "hyla_bf16_$T" ./build/bench/infer_bench "$Q" "$T" $NEW bf16
-        if [ -n "$LLAMA" ]; then
-            run "llama_bf16_$T" $LLAMA bench/llama_infer.py "$Q.bf16.gguf" "$T" $NEW "$THREADS"
-            run "llama_q8_0_$T" $LLAMA bench/llama_infer.py "$Q.q8_0.gguf" "$T" $NEW "$THREADS"
-        fi
+        bf16_round "$T"
         [ -n "$HF" ] && [ "$T" -le 1024 ] && run "transformers_bf16_$T" "$HF" bench/hf_infer.py "$Q" "$T" $NEW "$THREADS" bf16
     done
 done
@@ -93,11 +98,7 @@ done
 # engine's best round per figure is compared, as above, and "rounds" says how many each had.
 for T in $SEQS; do
     for ((i = 0; i < 2; i++)); do
-        run "hyla_bf16_$T" ./build/bench/infer_bench "$Q" "$T" $NEW bf16
-        if [ -n "$LLAMA" ]; then
-            run "llama_bf16_$T" $LLAMA bench/llama_infer.py "$Q.bf16.gguf" "$T" $NEW "$THREADS"
-            run "llama_q8_0_$T" $LLAMA bench/llama_infer.py "$Q.q8_0.gguf" "$T" $NEW "$THREADS"
-        fi
+        bf16_round "$T"
     done
 done
 run hyla_bf16_80b_cut ./build/bench/infer_bench "$X" 512 $NEW bf16

@@ -279,9 +279,9 @@ static void att_task(float *out, float *lse, const float *q, const float *k, con
                 kr[c] = kb + (j + c < nk ? j + c : nk - 1) * ld;
             float s4[ATT_KG * ATT_BQ];
             const float *pf[2 * ATT_KG];
-            for (int c = 0; c < ATT_KG; c++) { /* rows past the last visible key repeat it */
+            for (int c = 0; stream && c < ATT_KG; c++) { /* rows past the last visible key repeat it */
                 int64_t next = j0 + j + ATT_KG + c < kend ? j + ATT_KG + c : kend - 1 - j0;
-                pf[c] = kb + next * ld, pf[ATT_KG + c] = vb + (j + c < nk ? j + c : nk - 1) * ld;
+                pf[c] = kb + next * ld, pf[ATT_KG + c] = kr[c] - kb + vb; /* the next keys, these values */
             }
             att_scores_16x8(s4, qT, kr, hd, scale, stream ? pf : NULL);
             int nc = nk - j < ATT_KG ? nk - j : ATT_KG;
