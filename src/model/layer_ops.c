@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "core/arena.h"
+#include "core/floats.h"
 #include "core/bf16.h"
 #include "core/error.h"
 #include "core/gemm.h"
@@ -235,8 +236,7 @@ static void norm_bwd_into(const hyla_op_ctx *c, float *dx_acc, const float *dy, 
     int64_t nH = c->n * c->m->cfg.hidden;
     hyla_rmsnorm1p_bwd(scratch, hyla_op_dw(c, role), dy, x, hyla_op_w(c, role), NULL, c->n, c->m->cfg.hidden,
                        (float)c->m->cfg.rms_norm_eps);
-    for (int64_t i = 0; i < nH; i++)
-        dx_acc[i] += scratch[i];
+    hyla_floats_add(dx_acc, scratch, nH);
 }
 static void in_norm_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
@@ -262,48 +262,38 @@ const hyla_layer_op hyla_op_post_norm = {"post_norm", post_norm_fwd, post_norm_b
                                          HYLA_IN(HYLA_S_H), HYLA_OUT(HYLA_S_HN), HYLA_READS(HYLA_S_H)};
 
 /* ---- residual adds ------------------------------------------------------------------------ */
-static void add_into(float *out, const float *a, const float *b, int64_t count)
-{
-    for (int64_t i = 0; i < count; i++)
-        out[i] = a[i] + b[i];
-}
-static void acc_into(float *acc, const float *g, int64_t count)
-{
-    for (int64_t i = 0; i < count; i++)
-        acc[i] += g[i];
-}
 static void residual_mix_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    add_into(t->p[HYLA_S_H], t->p[HYLA_S_X], t->p[HYLA_S_MIX], c->n * c->m->cfg.hidden);
+    hyla_floats_sum(t->p[HYLA_S_H], t->p[HYLA_S_X], t->p[HYLA_S_MIX], c->n * c->m->cfg.hidden);
 }
 static void residual_mix_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    acc_into(d->p[HYLA_S_X], d->p[HYLA_S_H], c->n * c->m->cfg.hidden);
-    acc_into(d->p[HYLA_S_MIX], d->p[HYLA_S_H], c->n * c->m->cfg.hidden);
+    hyla_floats_add(d->p[HYLA_S_X], d->p[HYLA_S_H], c->n * c->m->cfg.hidden);
+    hyla_floats_add(d->p[HYLA_S_MIX], d->p[HYLA_S_H], c->n * c->m->cfg.hidden);
 }
 const hyla_layer_op hyla_op_residual_mix = {"residual_mix", residual_mix_fwd, residual_mix_bwd, no_scratch, no_scratch,
                                             HYLA_IN(HYLA_S_X, HYLA_S_MIX), HYLA_OUT(HYLA_S_H), .n_reads = 0};
 
 static void residual_ffn_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    add_into(t->p[HYLA_S_Y], t->p[HYLA_S_H], t->p[HYLA_S_FFN], c->n * c->m->cfg.hidden);
+    hyla_floats_sum(t->p[HYLA_S_Y], t->p[HYLA_S_H], t->p[HYLA_S_FFN], c->n * c->m->cfg.hidden);
 }
 static void residual_ffn_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    acc_into(d->p[HYLA_S_H], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
-    acc_into(d->p[HYLA_S_FFN], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
+    hyla_floats_add(d->p[HYLA_S_H], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
+    hyla_floats_add(d->p[HYLA_S_FFN], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
 }
 const hyla_layer_op hyla_op_residual_ffn = {"residual_ffn", residual_ffn_fwd, residual_ffn_bwd, no_scratch, no_scratch,
                                             HYLA_IN(HYLA_S_H, HYLA_S_FFN), HYLA_OUT(HYLA_S_Y), .n_reads = 0};
 
 static void residual_mlp_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
-    add_into(t->p[HYLA_S_Y], t->p[HYLA_S_H], t->p[HYLA_S_SOUT], c->n * c->m->cfg.hidden);
+    hyla_floats_sum(t->p[HYLA_S_Y], t->p[HYLA_S_H], t->p[HYLA_S_SOUT], c->n * c->m->cfg.hidden);
 }
 static void residual_mlp_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
-    acc_into(d->p[HYLA_S_H], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
-    acc_into(d->p[HYLA_S_SOUT], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
+    hyla_floats_add(d->p[HYLA_S_H], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
+    hyla_floats_add(d->p[HYLA_S_SOUT], d->p[HYLA_S_Y], c->n * c->m->cfg.hidden);
 }
 const hyla_layer_op hyla_op_residual_mlp = {"residual_mlp", residual_mlp_fwd, residual_mlp_bwd, no_scratch, no_scratch,
                                             HYLA_IN(HYLA_S_H, HYLA_S_SOUT), HYLA_OUT(HYLA_S_Y), .n_reads = 0};

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/floats.h"
 #include "core/gemm.h"
 #include "core/parallel.h"
 #include "core/sigmoid.h"
@@ -14,11 +15,6 @@
 
 #define CFG (&c->m->cfg)
 
-static void acc(float *dst, const float *src, int64_t count)
-{
-    for (int64_t i = 0; i < count; i++)
-        dst[i] += src[i];
-}
 static int64_t none(const hyla_config *cfg, int64_t n, int64_t T) { return 0; }
 
 /* ---- projections: XN -> QRAW, GATE (q_proj, per-head interleaved), KRAW, VRAW --------------- */
@@ -76,7 +72,7 @@ static void prep_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
         hyla_rope_bwd(dy, t->p[HYLA_S_COS], t->p[HYLA_S_SIN], n, parts[i].heads, hd, R);
         hyla_rmsnorm1p_bwd(dx, hyla_op_dw(c, parts[i].norm), dy, t->p[parts[i].raw], hyla_op_w(c, parts[i].norm), NULL,
                            n * parts[i].heads, hd, eps);
-        acc(d->p[parts[i].raw], dx, count);
+        hyla_floats_add(d->p[parts[i].raw], dx, count);
     }
 }
 static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return 2 * n * cfg->n_heads * cfg->head_dim; }
@@ -146,12 +142,12 @@ static void core_bwd_row(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d,
         hyla_attention_bwd_past(dq, pk + at * kv, pv + at * kv, d->p[HYLA_S_CTX] + qo, t->p[HYLA_S_CTX] + qo,
                                 t->p[HYLA_S_LSE] + o * Hq, t->p[HYLA_S_QR] + qo, k, v, len, past, Hq, Hkv, hd,
                                 attn_scale(CFG), work);
-        acc(d->p[HYLA_S_QR] + qo, dq, len * Hq * hd);
+        hyla_floats_add(d->p[HYLA_S_QR] + qo, dq, len * Hq * hd);
     }
     cx->reduce(cx->ctx, pk, dk, (size_t)(T * kv));
     cx->reduce(cx->ctx, pv, dv, (size_t)(T * kv));
-    acc(d->p[HYLA_S_KR] + b * T * kv, dk, T * kv);
-    acc(d->p[HYLA_S_VRAW] + b * T * kv, dv, T * kv);
+    hyla_floats_add(d->p[HYLA_S_KR] + b * T * kv, dk, T * kv);
+    hyla_floats_add(d->p[HYLA_S_VRAW] + b * T * kv, dv, T * kv);
 }
 
 static void core_fwd(const hyla_op_ctx *c, hyla_tape *t, float *work)
@@ -192,9 +188,9 @@ static void core_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
         hyla_attention_bwd(dq, dk, dv, d->p[HYLA_S_CTX] + qo, t->p[HYLA_S_CTX] + qo, t->p[HYLA_S_LSE] + o * Hq,
                            t->p[HYLA_S_QR] + qo, t->p[HYLA_S_KR] + ko, t->p[HYLA_S_VRAW] + ko, T, Hq, Hkv, hd,
                            attn_scale(CFG), work);
-        acc(d->p[HYLA_S_QR] + qo, dq, qs);
-        acc(d->p[HYLA_S_KR] + ko, dk, ks);
-        acc(d->p[HYLA_S_VRAW] + ko, dv, ks);
+        hyla_floats_add(d->p[HYLA_S_QR] + qo, dq, qs);
+        hyla_floats_add(d->p[HYLA_S_KR] + ko, dk, ks);
+        hyla_floats_add(d->p[HYLA_S_VRAW] + ko, dv, ks);
     }
 }
 static int64_t core_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)

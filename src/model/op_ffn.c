@@ -5,6 +5,7 @@
 #include <omp.h>
 #include <string.h>
 
+#include "core/floats.h"
 #include "core/gemm.h"
 #include "core/parallel.h"
 #include "core/profile.h"
@@ -14,11 +15,6 @@
 
 #define CFG (&c->m->cfg)
 
-static void acc(float *dst, const float *src, int64_t count)
-{
-    for (int64_t i = 0; i < count; i++)
-        dst[i] += src[i];
-}
 static int64_t none(const hyla_config *cfg, int64_t n, int64_t T) { return 0; }
 static int64_t nk_of(const hyla_op_ctx *c) { return c->n * CFG->top_k; }
 #define I32(slot) ((int32_t *)t->p[slot])
@@ -77,7 +73,7 @@ static void route_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, fl
     int64_t n = c->n, E = CFG->n_experts;
     hyla_moe_route_bwd(scratch, d->p[HYLA_S_TOPW], CI32(HYLA_S_TOPIDX), t->p[HYLA_S_PROBS], c->aux_dprob, n, E, CFG->top_k,
                        CFG->norm_topk_prob);
-    acc(d->p[HYLA_S_RLOGITS], scratch, n * E);
+    hyla_floats_add(d->p[HYLA_S_RLOGITS], scratch, n * E);
 }
 static int64_t route_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->n_experts; }
 
@@ -94,7 +90,7 @@ static void gather_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, f
     int64_t H = CFG->hidden, nk = nk_of(c);
     const int32_t *slot_tok = CI32(HYLA_S_SLOT_TOK);
     for (int64_t s = 0; s < nk; s++)
-        acc(d->p[HYLA_S_HN] + (int64_t)slot_tok[s] * H, d->p[HYLA_S_XE] + s * H, H);
+        hyla_floats_add(d->p[HYLA_S_HN] + (int64_t)slot_tok[s] * H, d->p[HYLA_S_XE] + s * H, H);
 }
 
 /* ---- experts' gate/up: XE -> EGATE, EUP (per expert, weights [E, 2Ie, H]) ------------------- */
@@ -239,8 +235,8 @@ static void swiglu_slots_bwd(const hyla_tape *t, hyla_tape *d, hyla_slot h, hyla
                              int64_t I, float *scratch /*[2, rows, I]*/)
 {
     hyla_swiglu_bwd(scratch, scratch + rows * I, d->p[h], t->p[g], t->p[u], rows, I);
-    acc(d->p[g], scratch, rows * I);
-    acc(d->p[u], scratch + rows * I, rows * I);
+    hyla_floats_add(d->p[g], scratch, rows * I);
+    hyla_floats_add(d->p[u], scratch + rows * I, rows * I);
 }
 static void expert_act_fwd(const hyla_op_ctx *c, hyla_tape *t, float *s)
 {

@@ -4,18 +4,15 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/floats.h"
 #include "core/gemm.h"
+#include "core/parallel.h"
 #include "model/infer_state.h"
 #include "model/layer_ops.h"
 #include "ops/ops.h"
 
 #define CFG (&c->m->cfg)
 
-static void acc(float *dst, const float *src, int64_t count)
-{
-    for (int64_t i = 0; i < count; i++)
-        dst[i] += src[i];
-}
 
 /* ---- projections: XN -> QKV, Z, BL, AL ------------------------------------------------------ */
 static void proj_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
@@ -140,20 +137,27 @@ static void conv_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
         hyla_conv_silu_bwd(scratch + o * cd, hyla_op_dw(c, HYLA_P_GDN_CONV), d->p[HYLA_S_CONV] + o * cd,
                            t->p[HYLA_S_QKV] + o * cd, hyla_op_w(c, HYLA_P_GDN_CONV), T, cd, CFG->conv_kernel);
     }
-    acc(d->p[HYLA_S_QKV], scratch, c->n * cd);
+    hyla_floats_add(d->p[HYLA_S_QKV], scratch, c->n * cd);
 }
 static int64_t conv_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * hyla_cfg_conv_dim(cfg); }
 
 /* ---- split, l2norm, gates: CONV, AL, BL -> GQ, GK, GV, G, BETA --------------------------- */
 static void copy_cols(float *dst, const float *src, int64_t n, int64_t ld, int64_t col0, int64_t w)
 {
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * w)
     for (int64_t i = 0; i < n; i++)
         memcpy(dst + i * w, src + i * ld + col0, (size_t)w * sizeof *dst);
 }
 static void add_cols(float *dst, int64_t ld, int64_t col0, const float *src, int64_t n, int64_t w)
 {
-    for (int64_t i = 0; i < n; i++)
-        acc(dst + i * ld + col0, src + i * w, w);
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * w)
+    for (int64_t i = 0; i < n; i++) {
+        float *restrict d = dst + i * ld + col0;
+        const float *restrict s = src + i * w;
+#pragma omp simd
+        for (int64_t j = 0; j < w; j++)
+            d[j] += s[j];
+    }
 }
 static float q_scale(const hyla_config *cfg) { return (float)(1.0 / sqrt((double)cfg->lin_k_dim)); }
 
@@ -187,8 +191,8 @@ static void prep_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
     hyla_gdn_gates_bwd(da, db, hyla_op_dw(c, HYLA_P_GDN_A_LOG), hyla_op_dw(c, HYLA_P_GDN_DT_BIAS), d->p[HYLA_S_G],
                        d->p[HYLA_S_BETA], t->p[HYLA_S_AL], t->p[HYLA_S_BL], hyla_op_w(c, HYLA_P_GDN_A_LOG),
                        hyla_op_w(c, HYLA_P_GDN_DT_BIAS), n, Hv);
-    acc(d->p[HYLA_S_AL], da, n * Hv);
-    acc(d->p[HYLA_S_BL], db, n * Hv);
+    hyla_floats_add(d->p[HYLA_S_AL], da, n * Hv);
+    hyla_floats_add(d->p[HYLA_S_BL], db, n * Hv);
 }
 static int64_t prep_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
 {
@@ -265,11 +269,11 @@ static void delta_slices_bwd(void *arg)
                                               t->p[HYLA_S_G] + o * Hv, t->p[HYLA_S_BETA] + o * Hv,
                                               i == i0 && continues ? kept + b * sz : NULL, i == i1 - 1 ? row_d : NULL, T,
                                               Hk, Hv, dk, dv, work);
-            acc(d->p[HYLA_S_GQ] + o * kd, sq, T * kd);
-            acc(d->p[HYLA_S_GK] + o * kd, sk, T * kd);
-            acc(d->p[HYLA_S_GV] + o * vd, sv, T * vd);
-            acc(d->p[HYLA_S_G] + o * Hv, sg, T * Hv);
-            acc(d->p[HYLA_S_BETA] + o * Hv, sb, T * Hv);
+            hyla_floats_add(d->p[HYLA_S_GQ] + o * kd, sq, T * kd);
+            hyla_floats_add(d->p[HYLA_S_GK] + o * kd, sk, T * kd);
+            hyla_floats_add(d->p[HYLA_S_GV] + o * vd, sv, T * vd);
+            hyla_floats_add(d->p[HYLA_S_G] + o * Hv, sg, T * Hv);
+            hyla_floats_add(d->p[HYLA_S_BETA] + o * Hv, sb, T * Hv);
         }
         if (continues) /* handed to the previous slice (zero when nothing continues) */
             memcpy(row_d, d0, (size_t)sz * sizeof(float));
@@ -337,11 +341,11 @@ static void delta_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, fl
         hyla_delta_rule_chunked_bwd(sq, sk, sv, sg, sb, d->p[HYLA_S_CORE] + o * vd, t->p[HYLA_S_GQ] + o * kd,
                                     t->p[HYLA_S_GK] + o * kd, t->p[HYLA_S_GV] + o * vd, t->p[HYLA_S_G] + o * Hv,
                                     t->p[HYLA_S_BETA] + o * Hv, T, Hk, Hv, dk, dv, work);
-        acc(d->p[HYLA_S_GQ] + o * kd, sq, T * kd);
-        acc(d->p[HYLA_S_GK] + o * kd, sk, T * kd);
-        acc(d->p[HYLA_S_GV] + o * vd, sv, T * vd);
-        acc(d->p[HYLA_S_G] + o * Hv, sg, T * Hv);
-        acc(d->p[HYLA_S_BETA] + o * Hv, sb, T * Hv);
+        hyla_floats_add(d->p[HYLA_S_GQ] + o * kd, sq, T * kd);
+        hyla_floats_add(d->p[HYLA_S_GK] + o * kd, sk, T * kd);
+        hyla_floats_add(d->p[HYLA_S_GV] + o * vd, sv, T * vd);
+        hyla_floats_add(d->p[HYLA_S_G] + o * Hv, sg, T * Hv);
+        hyla_floats_add(d->p[HYLA_S_BETA] + o * Hv, sb, T * Hv);
     }
 }
 static int64_t delta_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
@@ -364,8 +368,8 @@ static void gnorm_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, fl
     hyla_gated_rmsnorm_bwd(dx, dz, hyla_op_dw(c, HYLA_P_GDN_NORM), d->p[HYLA_S_GNORM], t->p[HYLA_S_CORE], t->p[HYLA_S_Z],
                            hyla_op_w(c, HYLA_P_GDN_NORM), NULL, c->n * CFG->lin_v_heads, CFG->lin_v_dim,
                            (float)CFG->rms_norm_eps);
-    acc(d->p[HYLA_S_CORE], dx, nvd);
-    acc(d->p[HYLA_S_Z], dz, nvd);
+    hyla_floats_add(d->p[HYLA_S_CORE], dx, nvd);
+    hyla_floats_add(d->p[HYLA_S_Z], dz, nvd);
 }
 static int64_t gnorm_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return 2 * n * hyla_cfg_value_dim(cfg); }
 
