@@ -1,7 +1,7 @@
 /* The GEMM seam's products and bf16 conversions (core/gemm*.c, core/bf16.h) against a
  * double-precision evaluation written here: fp32 linear layers (oneDNN's matmul primitive, sgemm,
  * hyla's skinny kernel), bf16 products with fp32 accumulation in every layout, bf16 compute's
- * products both ways, and the bf16 array conversions against their scalar definition; plus the
+ * products both ways, the low-rank (LoRA) products, and the bf16 array conversions against their scalar definition; plus the
  * bit-identities across thread counts, parallel regions and row splits that runs rely on.
  * Tolerances are derived next to each check (tests/op_check.h: u = 2^-24).
  *
@@ -249,6 +249,88 @@ static void test_linear_bf16w(void)
     printf("  bf16 compute's products on this CPU: %s\n", hyla_bf16w_kind_name());
 }
 
+/* ---- low-rank products (core/gemm_lowrank.c) ----------------------------------------------------
+ * expand C (+)= alpha X Y over r terms and gather G += alpha D^T X over M terms against float64:
+ * one FMA chain (one rounding per term) and one more rounding for alpha and C's old value, so
+ * |err| <= (terms + 2) u (|alpha| sum |x y| + |c_old|). Strided operands; 1 thread == 2 bit for
+ * bit; with AVX-512 each row of C also equals its own one-row call (a decoded token's adapter
+ * output is the prompt row's). Ranks 16 (gather's kernel), 8 and 32 (its GEMM fallback). */
+static void test_lowrank(void)
+{
+    const int64_t dims[][3] = {{1, 33, 16}, {5, 70, 16}, {9, 130, 8}, {37, 300, 16}, {64, 1000, 32}, {13, 48, 16}};
+    chk c = chk_begin("low-rank expand / gather vs float64, 1 thread == 2, rows alone == together");
+    for (int di = 0; di < 6; di++)
+        for (int acc = 0; acc < 2; acc++) {
+            int64_t M = dims[di][0], N = dims[di][1], r = dims[di][2];
+            int64_t ldc = N + 3, ldx = r + 5, ldy = N + 7, ldd = N + 2;
+            float alpha = 0.75f;
+            float *C = malloc((size_t)(M * ldc) * 4), *C0 = malloc((size_t)(M * ldc) * 4), *C1 = malloc((size_t)(M * ldc) * 4);
+            float *X = malloc((size_t)(M * ldx) * 4), *Y = malloc((size_t)(r * ldy) * 4), *D = malloc((size_t)(M * ldd) * 4);
+            float *Xd = malloc((size_t)(M * r) * 4), *G = malloc((size_t)(N * r) * 4), *G0 = malloc((size_t)(N * r) * 4);
+            float *G1 = malloc((size_t)(N * r) * 4);
+            for (int64_t i = 0; i < M * ldc; i++)
+                C[i] = C0[i] = C1[i] = (float)hyla_rng_normal(&rng);
+            for (int64_t i = 0; i < M * ldx; i++)
+                X[i] = (float)hyla_rng_normal(&rng);
+            for (int64_t i = 0; i < r * ldy; i++)
+                Y[i] = (float)hyla_rng_normal(&rng);
+            for (int64_t i = 0; i < M * ldd; i++)
+                D[i] = (float)hyla_rng_normal(&rng);
+            for (int64_t i = 0; i < M * r; i++)
+                Xd[i] = (float)hyla_rng_normal(&rng);
+            for (int64_t i = 0; i < N * r; i++)
+                G[i] = G0[i] = G1[i] = (float)hyla_rng_normal(&rng);
+            hyla_lowrank_expand(C, ldc, X, ldx, Y, ldy, M, N, r, alpha, acc);
+            hyla_lowrank_gather(G, D, ldd, Xd, M, N, r, alpha);
+            int threads = omp_get_max_threads();
+            omp_set_num_threads(1);
+            hyla_lowrank_expand(C1, ldc, X, ldx, Y, ldy, M, N, r, alpha, acc);
+            hyla_lowrank_gather(G1, D, ldd, Xd, M, N, r, alpha);
+            omp_set_num_threads(threads);
+            if (memcmp(C, C1, (size_t)(M * ldc) * 4) || memcmp(G, G1, (size_t)(N * r) * 4)) {
+                fprintf(stderr, "  %s: [%lld x %lld, r %lld] differs between 1 and %d threads\n", c.name, (long long)M,
+                        (long long)N, (long long)r, threads);
+                c.bad++;
+            }
+#if defined(__AVX512F__)
+            memcpy(C1, C0, (size_t)(M * ldc) * 4);
+            for (int64_t i = 0; i < M; i++)
+                hyla_lowrank_expand(C1 + i * ldc, ldc, X + i * ldx, ldx, Y, ldy, 1, N, r, alpha, acc);
+            if (memcmp(C, C1, (size_t)(M * ldc) * 4)) {
+                fprintf(stderr, "  %s: [%lld x %lld, r %lld] rows alone differ from rows together\n", c.name,
+                        (long long)M, (long long)N, (long long)r);
+                c.bad++;
+            }
+#endif
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j < ldc; j++) {
+                    if (j >= N) { /* past the matrix: untouched */
+                        chk_val(&c, C[i * ldc + j], C0[i * ldc + j], 0.0);
+                        continue;
+                    }
+                    double sum = 0.0, mag = 0.0, old = acc ? C0[i * ldc + j] : 0.0;
+                    for (int64_t k = 0; k < r; k++) {
+                        double t = (double)X[i * ldx + k] * Y[k * ldy + j];
+                        sum += t, mag += fabs(t);
+                    }
+                    chk_val(&c, C[i * ldc + j], alpha * sum + old,
+                            (double)(r + 2) * U * (fabs(alpha) * mag + fabs(old)) + 1e-30);
+                }
+            for (int64_t j = 0; j < N; j++)
+                for (int64_t p = 0; p < r; p++) {
+                    double sum = 0.0, mag = 0.0, old = G0[j * r + p];
+                    for (int64_t i = 0; i < M; i++) {
+                        double t = (double)D[i * ldd + j] * Xd[i * r + p];
+                        sum += t, mag += fabs(t);
+                    }
+                    chk_val(&c, G[j * r + p], alpha * sum + old,
+                            (double)(M + 2) * U * (fabs(alpha) * mag + fabs(old)) + 1e-30);
+                }
+            free(C), free(C0), free(C1), free(X), free(Y), free(D), free(Xd), free(G), free(G0), free(G1);
+        }
+    chk_end(&c);
+}
+
 /* ---- bf16 array conversions: exactly the scalar definition (core/bf16.h) -----------------------
  * Every bf16 pattern unpacks to its float and packs back to itself (NaNs keep their payload's top
  * bits and stay NaNs); random fp32 bit patterns (every exponent, NaNs and infinities included)
@@ -306,6 +388,7 @@ int main(int argc, char **argv)
     test_linear_bf16();
     test_gemm_bf16();
     test_linear_bf16w();
+    test_lowrank();
     test_bf16_arrays();
     if (failures) {
         printf("test_gemm: %d FAILED\n", failures);

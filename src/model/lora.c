@@ -152,6 +152,8 @@ static int build(hyla_lora *L, const hyla_param_table *t, const unsigned char *s
         md->seg0 = L->n_segments;
         if (md->in > L->max_in)
             L->max_in = md->in;
+        if (md->out > L->max_out)
+            L->max_out = md->out;
         int p0;
         int64_t row;
         hyla_hf_row_dest(t, h, 0, &p0, &row);
@@ -302,7 +304,7 @@ int64_t hyla_lora_scratch_floats(const hyla_lora *L, int64_t rows)
     int64_t n = L->experts ? rows * L->table.cfg.top_k : rows; /* expert calls run up to n*k slot rows */
     if (n < rows)
         n = rows;
-    return n * (L->max_in + 2 * L->r);
+    return n * (L->max_in + 2 * L->r) + L->r * L->max_out;
 }
 
 static uint64_t mix64(uint64_t z)
@@ -356,13 +358,16 @@ void hyla_lora_fwd(const hyla_lora *L, int param, int64_t row0, int64_t out, flo
         return;
     int64_t r = L->r;
     float s = (float)L->scaling;
-    float *xd = scratch, *xa = scratch + n * L->max_in;
+    float *xd = scratch, *xa = scratch + n * L->max_in, *bt = xa + 2 * n * r;
     const hyla_lora_segment *sg;
     for (int k = L->seg_by_param[param]; (sg = segment_in(L, param, row0, out, &k));) {
         const hyla_lora_module *md = &L->modules[sg->module];
-        const float *xin = a_input(L, sg->module, x, n, in, xd);
-        hyla_linear(xa, xin, L->w + md->a_offset, n, in, r, 0);                 /* xa [n, r] */
-        hyla_gemm(0, 1, n, sg->rows, r, s, xa, r, L->w + sg->b_offset, r, 1.0f, y + (sg->row0 - row0), out);
+        const float *xin = a_input(L, sg->module, x, n, in, xd), *B = L->w + sg->b_offset;
+        hyla_linear(xa, xin, L->w + md->a_offset, n, in, r, 0); /* xa [n, r] */
+        for (int64_t j = 0; j < sg->rows; j++)                  /* bt [r, rows] = B^T */
+            for (int64_t p = 0; p < r; p++)
+                bt[p * sg->rows + j] = B[j * r + p];
+        hyla_lowrank_expand(y + (sg->row0 - row0), out, xa, r, bt, sg->rows, n, sg->rows, r, s, 1); /* y += s xa B^T */
     }
 }
 
@@ -380,13 +385,13 @@ void hyla_lora_bwd(const hyla_lora *L, float *grads, int param, int64_t row0, in
         const float *xin = a_input(L, sg->module, x, n, in, xd);
         const float *A = L->w + md->a_offset, *B = L->w + sg->b_offset, *dyc = dy + (sg->row0 - row0);
         hyla_linear(xa, xin, A, n, in, r, 0);                                              /* xa [n, r] */
-        hyla_gemm(1, 0, sg->rows, r, n, s, dyc, out, xa, r, 1.0f, grads + sg->b_offset, r); /* dB += s dy^T xa */
+        hyla_lowrank_gather(grads + sg->b_offset, dyc, out, xa, n, sg->rows, r, s);        /* dB += s dy^T xa */
         hyla_gemm(0, 0, n, r, sg->rows, s, dyc, out, B, r, 0.0f, dxa, r);                 /* dxa = s dy B */
         hyla_gemm(1, 0, r, in, n, 1.0f, dxa, r, xin, in, 1.0f, grads + md->a_offset, in);  /* dA += dxa^T xin */
         if (dx && !dropout_on(L)) {
-            hyla_gemm(0, 0, n, in, r, 1.0f, dxa, r, A, in, 1.0f, dx, in); /* dx += dxa A */
+            hyla_lowrank_expand(dx, in, dxa, r, A, in, n, in, r, 1.0f, 1); /* dx += dxa A */
         } else if (dx) { /* through the mask: d xin / dx = keep where kept, 0 where dropped */
-            hyla_gemm(0, 0, n, in, r, 1.0f, dxa, r, A, in, 0.0f, xd, in); /* xin is no longer needed */
+            hyla_lowrank_expand(xd, in, dxa, r, A, in, n, in, r, 1.0f, 0); /* xin is no longer needed */
             uint64_t base = mask_base(L, sg->module);
             float keep = (float)(1.0 / (1.0 - L->dropout));
             for (int64_t i = 0; i < n; i++)

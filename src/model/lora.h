@@ -58,6 +58,7 @@ typedef struct hyla_lora_s {
     int *seg_by_param;      /* [n_params + 1]: segments of parameter p are seg_order[seg_by_param[p] .. [p+1]) */
     int *seg_order;
     int64_t max_in;         /* widest module input (scratch sizing) */
+    int64_t max_out;        /* widest module output: B^T of one segment, [r, rows], in the scratch */
     int experts;            /* adapts routed-expert modules (their rows run n*k tokens) */
     hyla_param_table table; /* the arena as parameters: A then B segments, in module order */
     float *w;               /* [table.total_floats] owned, 64-byte aligned */
