@@ -250,15 +250,16 @@ static void test_linear_bf16w(void)
 }
 
 /* ---- low-rank products (core/gemm_lowrank.c) ----------------------------------------------------
- * expand C (+)= alpha X Y over r terms and gather G += alpha D^T X over M terms against float64:
+ * expand C (+)= alpha X Y over r terms, reduce Z (+)= alpha D W over N terms and gather
+ * G += alpha D^T X over M terms against float64:
  * one FMA chain (one rounding per term) and one more rounding for alpha and C's old value, so
  * |err| <= (terms + 2) u (|alpha| sum |x y| + |c_old|). Strided operands; 1 thread == 2 bit for
  * bit; with AVX-512 each row of C also equals its own one-row call (a decoded token's adapter
- * output is the prompt row's). Ranks 16 (gather's kernel), 8 and 32 (its GEMM fallback). */
+ * output is the prompt row's). Ranks 16 (reduce's and gather's kernels), 8 and 32 (their GEMM fallback). */
 static void test_lowrank(void)
 {
     const int64_t dims[][3] = {{1, 33, 16}, {5, 70, 16}, {9, 130, 8}, {37, 300, 16}, {64, 1000, 32}, {13, 48, 16}};
-    chk c = chk_begin("low-rank expand / gather vs float64, 1 thread == 2, rows alone == together");
+    chk c = chk_begin("low-rank expand / reduce / gather vs float64, 1 thread == 2, rows alone == together");
     for (int di = 0; di < 6; di++)
         for (int acc = 0; acc < 2; acc++) {
             int64_t M = dims[di][0], N = dims[di][1], r = dims[di][2];
@@ -267,7 +268,12 @@ static void test_lowrank(void)
             float *C = malloc((size_t)(M * ldc) * 4), *C0 = malloc((size_t)(M * ldc) * 4), *C1 = malloc((size_t)(M * ldc) * 4);
             float *X = malloc((size_t)(M * ldx) * 4), *Y = malloc((size_t)(r * ldy) * 4), *D = malloc((size_t)(M * ldd) * 4);
             float *Xd = malloc((size_t)(M * r) * 4), *G = malloc((size_t)(N * r) * 4), *G0 = malloc((size_t)(N * r) * 4);
-            float *G1 = malloc((size_t)(N * r) * 4);
+            float *G1 = malloc((size_t)(N * r) * 4), *W = malloc((size_t)(N * r) * 4), *Z = malloc((size_t)(M * r) * 4);
+            float *Z0 = malloc((size_t)(M * r) * 4), *Z1 = malloc((size_t)(M * r) * 4);
+            for (int64_t i = 0; i < N * r; i++)
+                W[i] = (float)hyla_rng_normal(&rng);
+            for (int64_t i = 0; i < M * r; i++)
+                Z[i] = Z0[i] = Z1[i] = (float)hyla_rng_normal(&rng);
             for (int64_t i = 0; i < M * ldc; i++)
                 C[i] = C0[i] = C1[i] = (float)hyla_rng_normal(&rng);
             for (int64_t i = 0; i < M * ldx; i++)
@@ -282,12 +288,15 @@ static void test_lowrank(void)
                 G[i] = G0[i] = G1[i] = (float)hyla_rng_normal(&rng);
             hyla_lowrank_expand(C, ldc, X, ldx, Y, ldy, M, N, r, alpha, acc);
             hyla_lowrank_gather(G, D, ldd, Xd, M, N, r, alpha);
+            hyla_lowrank_reduce(Z, D, ldd, W, M, N, r, alpha, acc);
             int threads = omp_get_max_threads();
             omp_set_num_threads(1);
             hyla_lowrank_expand(C1, ldc, X, ldx, Y, ldy, M, N, r, alpha, acc);
             hyla_lowrank_gather(G1, D, ldd, Xd, M, N, r, alpha);
+            hyla_lowrank_reduce(Z1, D, ldd, W, M, N, r, alpha, acc);
             omp_set_num_threads(threads);
-            if (memcmp(C, C1, (size_t)(M * ldc) * 4) || memcmp(G, G1, (size_t)(N * r) * 4)) {
+            if (memcmp(C, C1, (size_t)(M * ldc) * 4) || memcmp(G, G1, (size_t)(N * r) * 4) ||
+                memcmp(Z, Z1, (size_t)(M * r) * 4)) {
                 fprintf(stderr, "  %s: [%lld x %lld, r %lld] differs between 1 and %d threads\n", c.name, (long long)M,
                         (long long)N, (long long)r, threads);
                 c.bad++;
@@ -296,7 +305,10 @@ static void test_lowrank(void)
             memcpy(C1, C0, (size_t)(M * ldc) * 4);
             for (int64_t i = 0; i < M; i++)
                 hyla_lowrank_expand(C1 + i * ldc, ldc, X + i * ldx, ldx, Y, ldy, 1, N, r, alpha, acc);
-            if (memcmp(C, C1, (size_t)(M * ldc) * 4)) {
+            memcpy(Z1, Z0, (size_t)(M * r) * 4);
+            for (int64_t i = 0; i < M; i++)
+                hyla_lowrank_reduce(Z1 + i * r, D + i * ldd, ldd, W, 1, N, r, alpha, acc);
+            if (memcmp(C, C1, (size_t)(M * ldc) * 4) || (r == 16 && memcmp(Z, Z1, (size_t)(M * r) * 4))) {
                 fprintf(stderr, "  %s: [%lld x %lld, r %lld] rows alone differ from rows together\n", c.name,
                         (long long)M, (long long)N, (long long)r);
                 c.bad++;
@@ -326,7 +338,18 @@ static void test_lowrank(void)
                     chk_val(&c, G[j * r + p], alpha * sum + old,
                             (double)(M + 2) * U * (fabs(alpha) * mag + fabs(old)) + 1e-30);
                 }
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t p = 0; p < r; p++) {
+                    double sum = 0.0, mag = 0.0, old = acc ? Z0[i * r + p] : 0.0;
+                    for (int64_t j = 0; j < N; j++) {
+                        double t = (double)D[i * ldd + j] * W[j * r + p];
+                        sum += t, mag += fabs(t);
+                    }
+                    chk_val(&c, Z[i * r + p], alpha * sum + old,
+                            (double)(N + 2) * U * (fabs(alpha) * mag + fabs(old)) + 1e-30);
+                }
             free(C), free(C0), free(C1), free(X), free(Y), free(D), free(Xd), free(G), free(G0), free(G1);
+            free(W), free(Z), free(Z0), free(Z1);
         }
     chk_end(&c);
 }

@@ -69,12 +69,15 @@ void hyla_linear_bf16w_dx(float *dx, const float *dy, const uint16_t *W, int64_t
 
 /* Products with one side of small rank r (LoRA's adapters; core/gemm_lowrank.c):
  *   hyla_lowrank_expand: C[M,N] = alpha X[M,r] Y[r,N] (+ C if accumulate), rows ldc / ldx / ldy apart
+ *   hyla_lowrank_reduce: Z[M,r] = alpha D[M,K] W[K,r] (+ Z if accumulate), D's rows ldd apart, W and Z dense
  *   hyla_lowrank_gather: G[N,r] += alpha D[M,N]^T X[M,r], D's rows ldd apart, X and G dense
- * With AVX-512 (gather: at r = 16) each element is one FMA chain over the contraction in order,
+ * With AVX-512 (reduce and gather: at r = 16) each element is one FMA chain over the contraction in order,
  * then alpha times it added by one more FMA: results independent of the thread count and of M.
  * Otherwise they are hyla_gemm. */
 void hyla_lowrank_expand(float *C, int64_t ldc, const float *X, int64_t ldx, const float *Y, int64_t ldy, int64_t M,
                          int64_t N, int64_t r, float alpha, int accumulate);
+void hyla_lowrank_reduce(float *Z, const float *D, int64_t ldd, const float *W, int64_t M, int64_t K, int64_t r,
+                         float alpha, int accumulate);
 void hyla_lowrank_gather(float *G, const float *D, int64_t ldd, const float *X, int64_t M, int64_t N, int64_t r,
                          float alpha);
 

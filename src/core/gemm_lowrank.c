@@ -1,13 +1,15 @@
 /* Products with one side of small rank r (LoRA's adapters), see core/gemm.h.
  *
- * LoRA's products are long and thin: y[512, 6144] += s xa[512, 16] B^T, dB[6144, 16] += s dy^T xa.
- * oneDNN's sgemm ran them at 90-290 GFLOP/s inside a training step (its blocking is made for deep
- * contractions; here the traffic of the big operand is the cost), ~140 ms of a 3 s LoRA step of
- * the 0.8B model. Here every output element is one FMA chain over the contraction in order,
- * started from 0, then alpha times it added to (or stored in) the output by one more FMA, the
- * same arithmetic in the vector kernels and their scalar tails, whatever the blocking, the thread
- * count or M (a decoded row gets the bits of the same row in a prompt). Builds without AVX-512
- * (and the gather at ranks other than 16) go through hyla_gemm. */
+ * LoRA's products are long and thin: y[512, 6144] += s xa[512, 16] B^T, dB[6144, 16] += s dy^T xa,
+ * xa = x A^T, dxa = s dy B. Here every output element is one FMA chain over the contraction in
+ * order, started from 0, then alpha times it added to (or stored in) the output by one more FMA,
+ * the same arithmetic in the vector kernels and their scalar tails, whatever the blocking, the
+ * thread count or M: a decoded token's adapter output has the bits of the same row in a prompt,
+ * and a run's bits do not depend on its threads (oneDNN's sgemm promised neither for these
+ * shapes). Speed: level with sgemm's from the caches (0.8B shapes, 2 threads: within +-10%) and
+ * in a 0.8B LoRA step (5 paired runs level): there the cost is the traffic of the big operand,
+ * which neither avoids. Builds without AVX-512, and reduce / gather at ranks other than 16, go
+ * through hyla_gemm. */
 #include "core/gemm.h"
 
 #include <math.h>
@@ -49,6 +51,7 @@ static void expand_rows4(float *C, int64_t ldc, const float *X, int64_t ldx, con
         __m512 a00 = _mm512_setzero_ps(), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00, a30 = a00, a31 = a00;
         for (int64_t k = 0; k < r; k++) {
             __m512 y0 = _mm512_loadu_ps(Y + k * ldy + j), y1 = _mm512_loadu_ps(Y + k * ldy + j + 16);
+            __asm__("" : "+v"(y0), "+v"(y1)); /* in registers: GCC would fold them into each FMA, 8 loads */
             __m512 x0 = _mm512_set1_ps(X[k]), x1 = _mm512_set1_ps(X[ldx + k]);
             __m512 x2 = _mm512_set1_ps(X[2 * ldx + k]), x3 = _mm512_set1_ps(X[3 * ldx + k]);
             a00 = _mm512_fmadd_ps(x0, y0, a00), a01 = _mm512_fmadd_ps(x0, y1, a01);
@@ -106,6 +109,55 @@ void hyla_lowrank_expand(float *C, int64_t ldc, const float *X, int64_t ldx, con
 #endif
 }
 
+/* ---- reduce: Z[M,r] (+)= alpha D[M,K] W[K,r] --------------------------------------------------- */
+
+#if defined(__AVX512F__)
+/* Rows i0 .. i0+nr-1 (nr <= 8) of Z at r = 16: one accumulator per row, each row of W loaded once
+ * for the rows. */
+static inline __attribute__((always_inline)) void reduce_rows_r16(float *Z, const float *D, int64_t ldd,
+                                                                  const float *W, int64_t K, int nr, float alpha_f,
+                                                                  int accumulate)
+{
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < nr; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        __m512 w = _mm512_loadu_ps(W + k * 16);
+        __asm__("" : "+v"(w)); /* (one load, not one per FMA) */
+#pragma GCC unroll 8 /* (the accumulators stay in registers only unrolled) */
+        for (int i = 0; i < nr; i++)
+            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(D[i * ldd + k]), w, acc[i]);
+    }
+    __m512 alpha = _mm512_set1_ps(alpha_f);
+    for (int i = 0; i < nr; i++) {
+        float *z = Z + i * 16;
+        _mm512_storeu_ps(z, accumulate ? _mm512_fmadd_ps(alpha, acc[i], _mm512_loadu_ps(z)) : _mm512_mul_ps(alpha, acc[i]));
+    }
+}
+#endif
+
+void hyla_lowrank_reduce(float *Z, const float *D, int64_t ldd, const float *W, int64_t M, int64_t K, int64_t r,
+                         float alpha, int accumulate)
+{
+#if defined(__AVX512F__)
+    if (r == 16) {
+        int64_t blocks = (M + 7) / 8;
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(M * K * r)
+        for (int64_t b = 0; b < blocks; b++) {
+            int64_t i0 = 8 * b;
+            if (i0 + 8 <= M)
+                reduce_rows_r16(Z + i0 * 16, D + i0 * ldd, ldd, W, K, 8, alpha, accumulate);
+            else
+                for (int64_t i = i0; i < M; i++) /* the same arithmetic, one row at a time */
+                    reduce_rows_r16(Z + i * 16, D + i * ldd, ldd, W, K, 1, alpha, accumulate);
+        }
+        return;
+    }
+#endif
+    hyla_gemm(0, 0, M, r, K, alpha, D, ldd, W, r, accumulate ? 1.0f : 0.0f, Z, r); /* other ranks: the GEMM seam */
+}
+
 /* ---- gather: G[N,r] += alpha D[M,N]^T X[M,r] -------------------------------------------------- */
 
 #if defined(__AVX512F__)
@@ -128,6 +180,7 @@ static void gather_cols16_r16(float *G, const float *D, int64_t ldd, const float
                               float alpha_f)
 {
     __m512 acc[16];
+#pragma GCC unroll 16
     for (int c = 0; c < 16; c++)
         acc[c] = _mm512_setzero_ps();
     for (int64_t i = 0; i < M; i++) {
@@ -135,6 +188,7 @@ static void gather_cols16_r16(float *G, const float *D, int64_t ldd, const float
         if (i + 8 < M)
             _mm_prefetch((const char *)(d + 8 * ldd), _MM_HINT_T0);
         __m512 x = _mm512_loadu_ps(X + i * 16);
+        __asm__("" : "+v"(x)); /* (one load, not one per FMA) */
 #pragma GCC unroll 16
         for (int c = 0; c < 16; c++)
             acc[c] = _mm512_fmadd_ps(_mm512_set1_ps(d[c]), x, acc[c]);

@@ -304,7 +304,7 @@ int64_t hyla_lora_scratch_floats(const hyla_lora *L, int64_t rows)
     int64_t n = L->experts ? rows * L->table.cfg.top_k : rows; /* expert calls run up to n*k slot rows */
     if (n < rows)
         n = rows;
-    return n * (L->max_in + 2 * L->r) + L->r * L->max_out;
+    return n * (L->max_in + 2 * L->r) + L->r * (L->max_out > L->max_in ? L->max_out : L->max_in);
 }
 
 static uint64_t mix64(uint64_t z)
@@ -351,6 +351,15 @@ static const hyla_lora_segment *segment_in(const hyla_lora *L, int param, int64_
     return NULL;
 }
 
+/* xa[n, r] = x[n, in] A^T through at [in, r] = A^T (scratch) */
+static void lora_down(float *xa, const float *x, const float *A, int64_t n, int64_t in, int64_t r, float *at)
+{
+    for (int64_t p = 0; p < r; p++)
+        for (int64_t k = 0; k < in; k++)
+            at[k * r + p] = A[p * in + k];
+    hyla_lowrank_reduce(xa, x, in, at, n, in, r, 1.0f, 0);
+}
+
 void hyla_lora_fwd(const hyla_lora *L, int param, int64_t row0, int64_t out, float *y, const float *x, int64_t n,
                    int64_t in, float *scratch)
 {
@@ -363,8 +372,8 @@ void hyla_lora_fwd(const hyla_lora *L, int param, int64_t row0, int64_t out, flo
     for (int k = L->seg_by_param[param]; (sg = segment_in(L, param, row0, out, &k));) {
         const hyla_lora_module *md = &L->modules[sg->module];
         const float *xin = a_input(L, sg->module, x, n, in, xd), *B = L->w + sg->b_offset;
-        hyla_linear(xa, xin, L->w + md->a_offset, n, in, r, 0); /* xa [n, r] */
-        for (int64_t j = 0; j < sg->rows; j++)                  /* bt [r, rows] = B^T */
+        lora_down(xa, xin, L->w + md->a_offset, n, in, r, bt);
+        for (int64_t j = 0; j < sg->rows; j++) /* bt [r, rows] = B^T */
             for (int64_t p = 0; p < r; p++)
                 bt[p * sg->rows + j] = B[j * r + p];
         hyla_lowrank_expand(y + (sg->row0 - row0), out, xa, r, bt, sg->rows, n, sg->rows, r, s, 1); /* y += s xa B^T */
@@ -378,15 +387,15 @@ void hyla_lora_bwd(const hyla_lora *L, float *grads, int param, int64_t row0, in
         return;
     int64_t r = L->r;
     float s = (float)L->scaling;
-    float *xd = scratch, *xa = scratch + n * L->max_in, *dxa = xa + n * r;
+    float *xd = scratch, *xa = scratch + n * L->max_in, *dxa = xa + n * r, *at = dxa + n * r;
     const hyla_lora_segment *sg;
     for (int k = L->seg_by_param[param]; (sg = segment_in(L, param, row0, out, &k));) {
         const hyla_lora_module *md = &L->modules[sg->module];
         const float *xin = a_input(L, sg->module, x, n, in, xd);
         const float *A = L->w + md->a_offset, *B = L->w + sg->b_offset, *dyc = dy + (sg->row0 - row0);
-        hyla_linear(xa, xin, A, n, in, r, 0);                                              /* xa [n, r] */
+        lora_down(xa, xin, A, n, in, r, at);                                               /* xa [n, r] */
         hyla_lowrank_gather(grads + sg->b_offset, dyc, out, xa, n, sg->rows, r, s);        /* dB += s dy^T xa */
-        hyla_gemm(0, 0, n, r, sg->rows, s, dyc, out, B, r, 0.0f, dxa, r);                 /* dxa = s dy B */
+        hyla_lowrank_reduce(dxa, dyc, out, B, n, sg->rows, r, s, 0);                       /* dxa = s dy B */
         hyla_gemm(1, 0, r, in, n, 1.0f, dxa, r, xin, in, 1.0f, grads + md->a_offset, in);  /* dA += dxa^T xin */
         if (dx && !dropout_on(L)) {
             hyla_lowrank_expand(dx, in, dxa, r, A, in, n, in, r, 1.0f, 1); /* dx += dxa A */
