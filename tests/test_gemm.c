@@ -265,10 +265,11 @@ static void test_lowrank(void)
             int64_t M = dims[di][0], N = dims[di][1], r = dims[di][2];
             int64_t ldc = N + 3, ldx = r + 5, ldy = N + 7, ldd = N + 2;
             float alpha = 0.75f;
-            float *C = malloc((size_t)(M * ldc) * 4), *C0 = malloc((size_t)(M * ldc) * 4), *C1 = malloc((size_t)(M * ldc) * 4);
+            size_t cb = (size_t)(M * ldc) * 4, gb = (size_t)(N * r) * 4;
+            float *C = malloc(cb), *C0 = malloc(cb), *C1 = malloc(cb);
             float *X = malloc((size_t)(M * ldx) * 4), *Y = malloc((size_t)(r * ldy) * 4), *D = malloc((size_t)(M * ldd) * 4);
-            float *Xd = malloc((size_t)(M * r) * 4), *G = malloc((size_t)(N * r) * 4), *G0 = malloc((size_t)(N * r) * 4);
-            float *G1 = malloc((size_t)(N * r) * 4), *W = malloc((size_t)(N * r) * 4), *Z = malloc((size_t)(M * r) * 4);
+            float *Xd = malloc((size_t)(M * r) * 4), *G = malloc(gb), *G0 = malloc(gb);
+            float *G1 = malloc(gb), *W = malloc(gb), *Z = malloc((size_t)(M * r) * 4);
             float *Z0 = malloc((size_t)(M * r) * 4), *Z1 = malloc((size_t)(M * r) * 4);
             for (int64_t i = 0; i < N * r; i++)
                 W[i] = (float)hyla_rng_normal(&rng);

@@ -132,7 +132,8 @@ static inline __attribute__((always_inline)) void reduce_rows_r16(float *Z, cons
     __m512 alpha = _mm512_set1_ps(alpha_f);
     for (int i = 0; i < nr; i++) {
         float *z = Z + i * 16;
-        _mm512_storeu_ps(z, accumulate ? _mm512_fmadd_ps(alpha, acc[i], _mm512_loadu_ps(z)) : _mm512_mul_ps(alpha, acc[i]));
+        __m512 out = accumulate ? _mm512_fmadd_ps(alpha, acc[i], _mm512_loadu_ps(z)) : _mm512_mul_ps(alpha, acc[i]);
+        _mm512_storeu_ps(z, out);
     }
 }
 #endif
