@@ -256,6 +256,17 @@ static void test_linear_bf16w(void)
  * |err| <= (terms + 2) u (|alpha| sum |x y| + |c_old|). Strided operands; 1 thread == 2 bit for
  * bit; with AVX-512 each row of C also equals its own one-row call (a decoded token's adapter
  * output is the prompt row's). Ranks 16 (reduce's and gather's kernels), 8 and 32 (their GEMM fallback). */
+static void chk_lowrank(chk *c, float got, const float *a, int64_t as, const float *b, int64_t bs, int64_t n,
+                        float alpha, double old)
+{
+    double sum = 0.0, mag = 0.0;
+    for (int64_t k = 0; k < n; k++) {
+        double t = (double)a[k * as] * b[k * bs];
+        sum += t, mag += fabs(t);
+    }
+    chk_val(c, got, alpha * sum + old, (double)(n + 2) * U * (fabs(alpha) * mag + fabs(old)) + 1e-30);
+}
+
 static void test_lowrank(void)
 {
     const int64_t dims[][3] = {{1, 33, 16}, {5, 70, 16}, {9, 130, 8}, {37, 300, 16}, {64, 1000, 32}, {13, 48, 16}};
@@ -317,38 +328,17 @@ static void test_lowrank(void)
 #endif
             for (int64_t i = 0; i < M; i++)
                 for (int64_t j = 0; j < ldc; j++) {
-                    if (j >= N) { /* past the matrix: untouched */
+                    if (j >= N) /* past the matrix: untouched */
                         chk_val(&c, C[i * ldc + j], C0[i * ldc + j], 0.0);
-                        continue;
-                    }
-                    double sum = 0.0, mag = 0.0, old = acc ? C0[i * ldc + j] : 0.0;
-                    for (int64_t k = 0; k < r; k++) {
-                        double t = (double)X[i * ldx + k] * Y[k * ldy + j];
-                        sum += t, mag += fabs(t);
-                    }
-                    chk_val(&c, C[i * ldc + j], alpha * sum + old,
-                            (double)(r + 2) * U * (fabs(alpha) * mag + fabs(old)) + 1e-30);
+                    else
+                        chk_lowrank(&c, C[i * ldc + j], X + i * ldx, 1, Y + j, ldy, r, alpha, acc ? C0[i * ldc + j] : 0.0);
                 }
             for (int64_t j = 0; j < N; j++)
-                for (int64_t p = 0; p < r; p++) {
-                    double sum = 0.0, mag = 0.0, old = G0[j * r + p];
-                    for (int64_t i = 0; i < M; i++) {
-                        double t = (double)D[i * ldd + j] * Xd[i * r + p];
-                        sum += t, mag += fabs(t);
-                    }
-                    chk_val(&c, G[j * r + p], alpha * sum + old,
-                            (double)(M + 2) * U * (fabs(alpha) * mag + fabs(old)) + 1e-30);
-                }
+                for (int64_t p = 0; p < r; p++)
+                    chk_lowrank(&c, G[j * r + p], D + j, ldd, Xd + p, r, M, alpha, G0[j * r + p]);
             for (int64_t i = 0; i < M; i++)
-                for (int64_t p = 0; p < r; p++) {
-                    double sum = 0.0, mag = 0.0, old = acc ? Z0[i * r + p] : 0.0;
-                    for (int64_t j = 0; j < N; j++) {
-                        double t = (double)D[i * ldd + j] * W[j * r + p];
-                        sum += t, mag += fabs(t);
-                    }
-                    chk_val(&c, Z[i * r + p], alpha * sum + old,
-                            (double)(N + 2) * U * (fabs(alpha) * mag + fabs(old)) + 1e-30);
-                }
+                for (int64_t p = 0; p < r; p++)
+                    chk_lowrank(&c, Z[i * r + p], D + i * ldd, 1, W + p, r, N, alpha, acc ? Z0[i * r + p] : 0.0);
             free(C), free(C0), free(C1), free(X), free(Y), free(D), free(Xd), free(G), free(G0), free(G1);
             free(W), free(Z), free(Z0), free(Z1);
         }
