@@ -278,7 +278,8 @@ static void test_lowrank(void)
             float alpha = 0.75f;
             size_t cb = (size_t)(M * ldc) * 4, gb = (size_t)(N * r) * 4;
             float *C = malloc(cb), *C0 = malloc(cb), *C1 = malloc(cb);
-            float *X = malloc((size_t)(M * ldx) * 4), *Y = malloc((size_t)(r * ldy) * 4), *D = malloc((size_t)(M * ldd) * 4);
+            float *X = malloc((size_t)(M * ldx) * 4), *Y = malloc((size_t)(r * ldy) * 4);
+            float *D = malloc((size_t)(M * ldd) * 4);
             float *Xd = malloc((size_t)(M * r) * 4), *G = malloc(gb), *G0 = malloc(gb);
             float *G1 = malloc(gb), *W = malloc(gb), *Z = malloc((size_t)(M * r) * 4);
             float *Z0 = malloc((size_t)(M * r) * 4), *Z1 = malloc((size_t)(M * r) * 4);
@@ -331,7 +332,8 @@ static void test_lowrank(void)
                     if (j >= N) /* past the matrix: untouched */
                         chk_val(&c, C[i * ldc + j], C0[i * ldc + j], 0.0);
                     else
-                        chk_lowrank(&c, C[i * ldc + j], X + i * ldx, 1, Y + j, ldy, r, alpha, acc ? C0[i * ldc + j] : 0.0);
+                        chk_lowrank(&c, C[i * ldc + j], X + i * ldx, 1, Y + j, ldy, r, alpha,
+                                    acc ? C0[i * ldc + j] : 0.0);
                 }
             for (int64_t j = 0; j < N; j++)
                 for (int64_t p = 0; p < r; p++)
