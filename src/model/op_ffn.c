@@ -232,11 +232,9 @@ static void swiglu_slots_fwd(hyla_tape *t, hyla_slot h, hyla_slot g, hyla_slot u
     hyla_swiglu_fwd(t->p[h], t->p[g], t->p[u], rows, I);
 }
 static void swiglu_slots_bwd(const hyla_tape *t, hyla_tape *d, hyla_slot h, hyla_slot g, hyla_slot u, int64_t rows,
-                             int64_t I, float *scratch /*[2, rows, I]*/)
+                             int64_t I)
 {
-    hyla_swiglu_bwd(scratch, scratch + rows * I, d->p[h], t->p[g], t->p[u], rows, I);
-    hyla_floats_add(d->p[g], scratch, rows * I);
-    hyla_floats_add(d->p[u], scratch + rows * I, rows * I);
+    hyla_swiglu_bwd_acc(d->p[g], d->p[u], d->p[h], t->p[g], t->p[u], rows, I);
 }
 static void expert_act_fwd(const hyla_op_ctx *c, hyla_tape *t, float *s)
 {
@@ -244,19 +242,18 @@ static void expert_act_fwd(const hyla_op_ctx *c, hyla_tape *t, float *s)
 }
 static void expert_act_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *s)
 {
-    swiglu_slots_bwd(t, d, HYLA_S_EH, HYLA_S_EGATE, HYLA_S_EUP, nk_of(c), CFG->moe_inter, s);
+    swiglu_slots_bwd(t, d, HYLA_S_EH, HYLA_S_EGATE, HYLA_S_EUP, nk_of(c), CFG->moe_inter);
 }
-static int64_t expert_act_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return 2 * n * cfg->top_k * cfg->moe_inter; }
 static void mlp_act_fwd(const hyla_op_ctx *c, hyla_tape *t, float *s)
 {
     swiglu_slots_fwd(t, HYLA_S_SH, HYLA_S_SGATE, HYLA_S_SUP, c->n, mlp_width(c));
 }
 static void mlp_act_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *s)
 {
-    swiglu_slots_bwd(t, d, HYLA_S_SH, HYLA_S_SGATE, HYLA_S_SUP, c->n, mlp_width(c), s);
+    swiglu_slots_bwd(t, d, HYLA_S_SH, HYLA_S_SGATE, HYLA_S_SUP, c->n, mlp_width(c));
 }
-/* Scratch of the shared expert / dense MLP up and activation ops: [n, 2 I] at the widest I (the
- * scratch functions do not know the layer). */
+/* Scratch of the shared expert / dense MLP up op: [n, 2 I] at the widest I (the scratch functions
+ * do not know the layer). */
 static int64_t mlp_pair_scratch(const hyla_config *cfg, int64_t n, int64_t T)
 {
     (void)T;
@@ -394,7 +391,7 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
      HYLA_READS(HYLA_S_SLOT_TOK)},                                                                                     \
     {"moe_expert_up", expert_up_fwd, expert_up_bwd, expert_up_scratch, expert_up_scratch, HYLA_IN(HYLA_S_XE, HYLA_S_OFFS),                       \
      HYLA_OUT(HYLA_S_EGATE, HYLA_S_EUP), HYLA_READS(HYLA_S_XE, HYLA_S_OFFS), .lora = 1, .experts = 1},                                          \
-    {"moe_expert_act", expert_act_fwd, expert_act_bwd, none, expert_act_scratch, HYLA_IN(HYLA_S_EGATE, HYLA_S_EUP),    \
+    {"moe_expert_act", expert_act_fwd, expert_act_bwd, none, none, HYLA_IN(HYLA_S_EGATE, HYLA_S_EUP),    \
      HYLA_OUT(HYLA_S_EH), HYLA_READS(HYLA_S_EGATE, HYLA_S_EUP)},                                                       \
     {"moe_expert_down", expert_down_fwd, expert_down_bwd, none, none, HYLA_IN(HYLA_S_EH, HYLA_S_OFFS),                 \
      HYLA_OUT(HYLA_S_EOUT), HYLA_READS(HYLA_S_EH, HYLA_S_OFFS), .lora = 1, .experts = 2}
@@ -402,7 +399,7 @@ static void combine_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, 
 #define MLP_OPS                                                                                                        \
     {"mlp_up", mlp_up_fwd, mlp_up_bwd, mlp_pair_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),             \
      HYLA_READS(HYLA_S_HN), .lora = 1},                                                                                           \
-    {"mlp_act", mlp_act_fwd, mlp_act_bwd, none, mlp_pair_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH), \
+    {"mlp_act", mlp_act_fwd, mlp_act_bwd, none, none, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH), \
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},                                                                            \
     {"mlp_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH), \
      .lora = 1}
@@ -413,7 +410,7 @@ const hyla_layer_op hyla_ops_moe[] = {
      .lora = 1},
     {"shared_up", mlp_up_fwd, mlp_up_bwd, mlp_pair_scratch, none, HYLA_IN(HYLA_S_HN), HYLA_OUT(HYLA_S_SGATE, HYLA_S_SUP),
      HYLA_READS(HYLA_S_HN), .lora = 1},
-    {"shared_act", mlp_act_fwd, mlp_act_bwd, none, mlp_pair_scratch, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH),
+    {"shared_act", mlp_act_fwd, mlp_act_bwd, none, none, HYLA_IN(HYLA_S_SGATE, HYLA_S_SUP), HYLA_OUT(HYLA_S_SH),
      HYLA_READS(HYLA_S_SGATE, HYLA_S_SUP)},
     {"shared_down", mlp_down_fwd, mlp_down_bwd, none, none, HYLA_IN(HYLA_S_SH), HYLA_OUT(HYLA_S_SOUT), HYLA_READS(HYLA_S_SH),
      .lora = 1},

@@ -38,6 +38,9 @@ void hyla_swiglu_fwd(float *h /*[n,I]*/, const float *gate /*[n,I]*/, const floa
                      int64_t I);
 void hyla_swiglu_bwd(float *dgate /*[n,I]*/, float *dup /*[n,I]*/, const float *dh /*[n,I]*/,
                      const float *gate /*[n,I]*/, const float *up /*[n,I]*/, int64_t n, int64_t I);
+/* The same added into dgate, dup (gradient slots: one pass instead of a scratch and two adds). */
+void hyla_swiglu_bwd_acc(float *dgate /*[n,I] +=*/, float *dup /*[n,I] +=*/, const float *dh /*[n,I]*/,
+                         const float *gate /*[n,I]*/, const float *up /*[n,I]*/, int64_t n, int64_t I);
 
 /* ---- rotary embedding (ops/rope.c) ------------------------------------------------------- */
 
