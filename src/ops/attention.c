@@ -739,6 +739,7 @@ void hyla_attention_bwd_past(float *d_q /*[T,Hq,hd]*/, float *d_k /*[S,Hkv,hd]*/
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < T * Hq; i++) { /* D = rowsum(dout * out), in double */
             double acc = 0.0;
+#pragma omp simd reduction(+ : acc) /* (a fixed vector order; serial, one add's latency per element) */
             for (int64_t d = 0; d < hd; d++)
                 acc += (double)dout[i * hd + d] * (double)out[i * hd + d];
             D[i] = (float)acc;
