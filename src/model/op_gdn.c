@@ -13,7 +13,6 @@
 
 #define CFG (&c->m->cfg)
 
-
 /* ---- projections: XN -> QKV, Z, BL, AL ------------------------------------------------------ */
 static void proj_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
