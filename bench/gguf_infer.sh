@@ -7,8 +7,8 @@
 #   own quantizer, llama_model_quantize, on hyla's F32 export).
 # hyla runs each file in place (bench/infer_bench.c: weight bytes read per token, % of the DRAM
 # bandwidth measured in the same run); llama.cpp through llama-cpp-python (bench/llama_infer.py;
-# its CPU repack buffers off, see there). The two alternate per file, two rounds each (the best round
-# per figure is compared). One JSON on stdout.
+# its CPU repack buffers off, see there). The two alternate per file, ROUNDS rounds each (environment,
+# default 4; the best round per figure is compared). One JSON on stdout.
 # Needs .venv with llama-cpp-python (scripts/pydeps.sh). Files: build/bench-models/*.gguf (~7 GB
 # with the F32 intermediates). usage: bench/gguf_infer.sh [THREADS=2] [SEQ=512] [NEW=32]
 set -euo pipefail
@@ -43,13 +43,18 @@ for shape in q35-08b:configs/qwen3.5-0.8b.json next-moe:bench/configs/qwen3-next
     fi
     for type in q8_0 q4_k_m; do
         f=$D/$name-$type.gguf
-        # two rounds, alternating (a shared VM's speed drifts by 20-30% within minutes): each engine's
-        # best round per figure is what the ratios compare; every round is in the JSON
-        h1=$(./build/bench/infer_bench "$f" "$SEQ" "$NEW")
-        l1=$("$PY" bench/llama_infer.py "$f" "$SEQ" "$NEW" "$THREADS")
-        h2=$(./build/bench/infer_bench "$f" "$SEQ" "$NEW")
-        l2=$("$PY" bench/llama_infer.py "$f" "$SEQ" "$NEW" "$THREADS")
-        results+=("{\"model\": \"$name\", \"type\": \"$type\", \"file_bytes\": $(stat -c %s "$f"), \"hyla_rounds\": [$h1, $h2], \"llama_cpp_rounds\": [$l1, $l2]}")
+        # ROUNDS rounds (default 4), alternating: a shared VM's memory rate swings between ~45 and ~87 GB/s
+        # in phases of seconds to minutes, hyla's decode follows it and llama.cpp's much less, so with two
+        # rounds whether hyla met a fast phase was luck (stop 39: both MoE Q8_0 rounds at 44 GB/s). Each
+        # engine's best round per figure is what the ratios compare; every round is in the JSON
+        hs=() ls=()
+        for ((i = 0; i < ${ROUNDS:-4}; i++)); do
+            hs+=("$(./build/bench/infer_bench "$f" "$SEQ" "$NEW")")
+            ls+=("$("$PY" bench/llama_infer.py "$f" "$SEQ" "$NEW" "$THREADS")")
+        done
+        hj=$(IFS=,; echo "${hs[*]}") lj=$(IFS=,; echo "${ls[*]}")
+        bytes=$(stat -c %s "$f")
+        results+=("{\"model\": \"$name\", \"type\": \"$type\", \"file_bytes\": $bytes, \"hyla_rounds\": [$hj], \"llama_cpp_rounds\": [$lj]}")
     done
 done
 printf '%s\n' "${results[@]}" | "$PY" - "$THREADS" "$SEQ" "$NEW" 3<&0 <<'PY'
