@@ -53,8 +53,8 @@ for shape in q35-08b:configs/qwen3.5-0.8b.json next-moe:bench/configs/qwen3-next
             ls+=("$("$PY" bench/llama_infer.py "$f" "$SEQ" "$NEW" "$THREADS")")
         done
         hj=$(IFS=,; echo "${hs[*]}") lj=$(IFS=,; echo "${ls[*]}")
-        bytes=$(stat -c %s "$f")
-        results+=("{\"model\": \"$name\", \"type\": \"$type\", \"file_bytes\": $bytes, \"hyla_rounds\": [$hj], \"llama_cpp_rounds\": [$lj]}")
+        head="\"model\": \"$name\", \"type\": \"$type\", \"file_bytes\": $(stat -c %s "$f")"
+        results+=("{$head, \"hyla_rounds\": [$hj], \"llama_cpp_rounds\": [$lj]}")
     done
 done
 printf '%s\n' "${results[@]}" | "$PY" - "$THREADS" "$SEQ" "$NEW" 3<&0 <<'PY'
