@@ -13,7 +13,10 @@
 # with the F32 intermediates). usage: bench/gguf_infer.sh [THREADS=2] [SEQ=512] [NEW=32]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-THREADS=${1:-2} SEQ=${2:-512} NEW=${3:-32}
+THREADS=${1:-2} SEQ=${2:-512} NEW=${3:-32} ROUNDS=${ROUNDS:-4}
+for v in THREADS SEQ NEW ROUNDS; do
+    [[ ${!v} =~ ^[1-9][0-9]{0,5}$ ]] || { echo "gguf_infer.sh: $v must be a positive integer, got '${!v}'" >&2; exit 2; }
+done
 export OMP_NUM_THREADS=$THREADS
 PY=.venv/bin/python
 "$PY" -c "import llama_cpp" 2>/dev/null || { echo "gguf_infer.sh: needs llama-cpp-python in .venv (scripts/pydeps.sh)" >&2; exit 1; }
@@ -48,7 +51,7 @@ for shape in q35-08b:configs/qwen3.5-0.8b.json next-moe:bench/configs/qwen3-next
         # rounds whether hyla met a fast phase was luck (stop 39: both MoE Q8_0 rounds at 44 GB/s). Each
         # engine's best round per figure is what the ratios compare; every round is in the JSON
         hs=() ls=()
-        for ((i = 0; i < ${ROUNDS:-4}; i++)); do
+        for ((i = 0; i < ROUNDS; i++)); do
             hs+=("$(./build/bench/infer_bench "$f" "$SEQ" "$NEW")")
             ls+=("$("$PY" bench/llama_infer.py "$f" "$SEQ" "$NEW" "$THREADS")")
         done

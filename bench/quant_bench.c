@@ -8,8 +8,10 @@
  *           multiply-adds per instruction).
  * W holds random values quantized by hyla's reference quantizers (io/gguf_quantize.c), in
  * anonymous memory mapped as hyla maps its buffers (core/pages.c). Best of REPS passes (a shared
- * VM loses its cores for a while). usage: quant_bench [REPS=5] [TYPE]   (one JSON object; TYPE: only
- * that one, e.g. Q4_K) */
+ * VM loses its cores for a while). usage: quant_bench [REPS=5] [TYPE] [DECODE_MIB=256] [PIECES=1]   (one JSON
+ * object; TYPE: only that one, e.g. Q4_K, or "all"; DECODE_MIB: the decode matrix's size, e.g. 16 for one
+ * that the L3 holds -- the kernel's arithmetic rather than the memory's rate; PIECES: the decode product
+ * as that many calls on slices of the rows, e.g. 200 for a decode step's 1.3 MB matrices) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,12 +90,18 @@ static hyla_qmat make_matrix(hyla_ggml_type t, int64_t rows, int64_t K, int64_t 
     return W;
 }
 
-static double best_seconds(const hyla_qmat *W, float *y, const float *x, int64_t M, float *scratch, int reps)
+/* Best of reps passes of y[M, W->rows] = x W^T, as `pieces` calls on consecutive slices of W's rows
+ * (pieces > 1: a decode step's many small matrices, each call starting its stream cold). */
+static double best_seconds(const hyla_qmat *W, float *y, const float *x, int64_t M, float *scratch, int reps,
+                           int64_t pieces)
 {
     double best = 1e30;
     for (int rep = 0; rep < reps; rep++) {
         double t0 = omp_get_wtime();
-        hyla_linear_q(y, x, W, 0, M, W->cols, W->rows, scratch);
+        for (int64_t p = 0; p < pieces; p++) {
+            int64_t r0 = W->rows * p / pieces, r1 = W->rows * (p + 1) / pieces;
+            hyla_linear_q(y + r0, x, W, r0, M, W->cols, r1 - r0, scratch);
+        }
         double dt = omp_get_wtime() - t0;
         best = dt < best ? dt : best;
     }
@@ -103,38 +111,54 @@ static double best_seconds(const hyla_qmat *W, float *y, const float *x, int64_t
 int main(int argc, char **argv)
 {
     int reps = argc > 1 ? atoi(argv[1]) : 5;
-    double dram = dram_read_gbs(), vnni = vnni_peak_gmacs();
+    if (reps < 1 || reps > 100000) {
+        fprintf(stderr, "quant_bench: REPS must be 1..100000, got '%s'\n", argv[1]);
+        return 1;
+    }
     const hyla_ggml_type types[] = {HYLA_GGML_Q8_0, HYLA_GGML_Q4_K, HYLA_GGML_Q5_K, HYLA_GGML_Q6_K};
-    const int64_t K = 1024, decode_bytes = (int64_t)256 << 20, M = 512, R_prefill = 4096;
+    double decode_mib = argc > 3 ? atof(argv[3]) : 256;
+    if (!(decode_mib >= 0.0625 && decode_mib <= 4096)) {
+        fprintf(stderr, "quant_bench: DECODE_MIB must be 0.0625..4096, got '%s'\n", argv[3]);
+        return 1;
+    }
+    int64_t pieces = argc > 4 ? atoll(argv[4]) : 1;
+    if (pieces < 1 || pieces > 100000) {
+        fprintf(stderr, "quant_bench: PIECES must be 1..100000, got '%s'\n", argv[4]);
+        return 1;
+    }
+    const int64_t K = 1024, decode_bytes = (int64_t)(decode_mib * 1048576), M = 512, R_prefill = 4096;
+    double dram = dram_read_gbs(), vnni = vnni_peak_gmacs();
     printf("{\"threads\": %d, \"dram_gbs\": %.1f, \"vnni_peak_gmacs\": %.0f, \"kernels\": [", omp_get_max_threads(), dram,
            vnni);
     int printed = 0;
     for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
         hyla_ggml_type t = types[i];
-        if (argc > 2 && strcmp(argv[2], hyla_ggml_type_name(t)))
+        if (argc > 2 && strcmp(argv[2], "all") && strcmp(argv[2], hyla_ggml_type_name(t)))
             continue;
         int64_t R = decode_bytes / (int64_t)hyla_ggml_bytes(t, (size_t)K);
         unsigned char *store;
-        hyla_qmat W = make_matrix(t, R, K, 512, &store);
+        int64_t R_alloc = R > R_prefill ? R : R_prefill; /* the prefill's shape needs R_prefill rows */
+        hyla_qmat W = make_matrix(t, R_alloc, K, 512, &store);
+        W.rows = R;
         float *x = malloc((size_t)M * K * sizeof(float)), *y = malloc((size_t)(M > R ? M : R) * R_prefill * sizeof(float));
         float *scratch = malloc((size_t)hyla_linear_q_scratch_floats(M, K) * sizeof(float));
         hyla_rng rng;
         hyla_rng_seed(&rng, 3);
         for (int64_t k = 0; k < M * K; k++)
             x[k] = (float)hyla_rng_normal(&rng);
-        double dec = best_seconds(&W, y, x, 1, scratch, reps);
+        double dec = best_seconds(&W, y, x, 1, scratch, reps, pieces);
         double gbs = (double)hyla_qmat_bytes(&W) / dec * 1e-9;
         W.rows = R_prefill; /* the prefill shape: the first R_prefill rows */
-        double pre = best_seconds(&W, y, x, M, scratch, reps);
+        double pre = best_seconds(&W, y, x, M, scratch, reps, 1);
         double gmacs = (double)M * R_prefill * K / pre * 1e-9;
-        printf("%s\n {\"type\": \"%s\", \"decode_rows\": %ld, \"K\": %ld, \"decode_ms\": %.3f, \"decode_gbs\": %.1f, "
+        printf("%s\n {\"type\": \"%s\", \"decode_rows\": %ld, \"decode_pieces\": %ld, \"K\": %ld, \"decode_ms\": %.3f, \"decode_gbs\": %.1f, "
                "\"decode_pct_of_dram\": %.1f, \"prefill_shape\": [%ld, %ld, %ld], \"prefill_ms\": %.2f, "
                "\"prefill_gmacs\": %.1f, \"prefill_pct_of_vnni_peak\": %.1f}",
-               printed++ ? "," : "", hyla_ggml_type_name(t), (long)R, (long)K, dec * 1e3, gbs, 100 * gbs / dram, (long)M,
+               printed++ ? "," : "", hyla_ggml_type_name(t), (long)R, (long)pieces, (long)K, dec * 1e3, gbs, 100 * gbs / dram, (long)M,
                (long)R_prefill, (long)K, pre * 1e3, gmacs, vnni > 0 ? 100 * gmacs / vnni : 0.0);
         fflush(stdout);
         W.rows = R;
-        hyla_pages_unmap(store, (size_t)R * hyla_ggml_bytes(t, (size_t)K));
+        hyla_pages_unmap(store, (size_t)R_alloc * hyla_ggml_bytes(t, (size_t)K));
         free(W.row), free(x), free(y), free(scratch);
     }
     printf("\n]}\n");
