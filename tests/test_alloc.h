@@ -25,7 +25,7 @@ static inline double unif(hyla_rng *r, double lo, double hi) { return lo + (hi -
 #include <stdint.h>
 
 /* rows x d random unit vectors (normal draws, normalised in double), times scale. */
-static void unit_rows(float *x, int64_t rows, int64_t d, double scale, hyla_rng *r)
+static inline void unit_rows(float *x, int64_t rows, int64_t d, double scale, hyla_rng *r)
 {
     double *t = dalloc((size_t)d);
     for (int64_t i = 0; i < rows; i++) {
