@@ -500,7 +500,20 @@ out=$("$HYLA" inspect "$T/m.gguf") && grep -q "tensors in the file" <<<"$out" &&
 expect_error "gguf: --adapter" "--adapter needs a Hugging Face model directory" "$HYLA" forward "$T/m.gguf" --tokens 1 --adapter "$T/none"
 expect_error "gguf: --act-dtype bf16" "a GGUF model computes with its tensors' stored types" "$HYLA" forward "$T/m.gguf" --tokens 1 --act-dtype bf16
 expect_error "gguf: train" "a GGUF file is a model for inference" "$HYLA" train --model "$T/m.gguf" --synthetic --steps 1
-expect_error "gguf to gguf" "a GGUF input converts to a Hugging Face directory" "$HYLA" convert "$T/m.gguf" "$T/m2.gguf" --to gguf
+# GGUF to GGUF re-types the matrices (byte-identical to llama.cpp's quantizer: tests/gguf/conformance.py); a file
+# whose matrices are already quantized is not rounded a second time, and no file is left
+expect_error "gguf to gguf from quantized matrices" \
+    "m.gguf: tensor .* is stored Q8_0: writing it as F16 would round its values" "$HYLA" convert "$T/m.gguf" "$T/m2.gguf" --to gguf --type f16
+[ ! -e "$T/m2.gguf" ] || fail "a refused GGUF re-typing left a file behind"
+"$HYLA" convert "$T/m.gguf" "$T/m3.gguf" --to gguf --type q8_0 >/dev/null \
+    && cmp -s <("$HYLA" forward "$T/m.gguf" --tokens 1,2,3 --json) \
+              <("$HYLA" forward "$T/m3.gguf" --tokens 1,2,3 --json) \
+    && echo "  ok  GGUF Q8_0 to Q8_0: the same tensors, the same logits" || fail "GGUF to GGUF of the same type"
+"$HYLA" convert "$T/m.gguf" "$T/m4.gguf" --to gguf --type f32 >/dev/null \
+    && "$HYLA" convert "$T/m4.gguf" "$T/m4_dequant" >/dev/null \
+    && cmp -s "$T/m_dequant/model.safetensors" "$T/m4_dequant/model.safetensors" \
+    && echo "  ok  GGUF Q8_0 to F32: the values exactly (its dequantized directory == the Q8_0 file's)" \
+    || fail "GGUF Q8_0 to F32"
 head -c 4000 "$T/m.gguf" > "$T/trunc.gguf"
 expect_error "gguf: truncated in the header" "trunc.gguf: .*cannot fit in 3976 bytes" "$HYLA" forward "$T/trunc.gguf" --tokens 1
 head -c $(( $(stat -c %s "$T/m.gguf") / 2 )) "$T/m.gguf" > "$T/half.gguf"

@@ -1,8 +1,9 @@
 /* hyla convert IN OUT: re-save a model in another tensor layout or sharding (dtype-preserving),
  * or in another dtype (--dtype: round to nearest even; config.json's torch_dtype follows);
  * --to gguf writes OUT as one GGUF file for llama.cpp (model/gguf_export.h). IN may be a .gguf
- * file: its tensors dequantized to fp32 (the values its blocks hold), saved as a Hugging Face
- * directory (config.json from its metadata; no tokenizer files). */
+ * file: to safetensors, its tensors dequantized to fp32 (the values its blocks hold), saved as a
+ * Hugging Face directory (config.json from its metadata; no tokenizer files); to gguf, its
+ * matrices in --type as llama.cpp's quantizer writes them, the rest of the file as it was. */
 #include <string.h>
 
 #include "cli/commands.h"
@@ -24,11 +25,15 @@ static int convert_to_gguf(const char *in, const char *out, const char *type_s)
         fprintf(stderr, "hyla convert: --type must be f32, f16, bf16, q8_0, q6_k, q5_k_m, q4_k_m, q5_k or q4_k, got '%s'\n", type_s);
         return 2;
     }
-    hyla_model m;
-    if (hyla_model_load(&m, in))
-        return hyla_cli_fail("convert");
     hyla_gguf_export_info info;
-    int rc = hyla_model_export_gguf(&m, out, types[found].type, types[found].k_m, &info) ? hyla_cli_fail("convert") : 0;
+    int rc, from_gguf = hyla_is_gguf_path(in);
+    hyla_model m = {0};
+    if (from_gguf) /* the file's tensors re-typed as llama.cpp's quantizer would */
+        rc = hyla_gguf_requantize(in, out, types[found].type, types[found].k_m, &info) ? hyla_cli_fail("convert") : 0;
+    else if (hyla_model_load(&m, in))
+        return hyla_cli_fail("convert");
+    else
+        rc = hyla_model_export_gguf(&m, out, types[found].type, types[found].k_m, &info) ? hyla_cli_fail("convert") : 0;
     if (!rc) {
         printf("wrote %s (GGUF, architecture %s, %zu tensors, %.1f MB, matrices %s%s", out, info.arch, info.n_tensors,
                info.bytes / 1e6, hyla_ggml_type_name(types[found].type), types[found].k_m ? " with llama.cpp's _M mix" : "");
@@ -37,7 +42,8 @@ static int convert_to_gguf(const char *in, const char *out, const char *type_s)
                    types[found].type == HYLA_GGML_Q8_0 ? "F16" : "Q8_0 (or F16)");
         printf(")\n");
     }
-    hyla_model_free(&m);
+    if (!from_gguf)
+        hyla_model_free(&m);
     return rc;
 }
 
@@ -68,10 +74,6 @@ int hyla_cmd_convert(int argc, char **argv)
         return 2;
     }
     int gguf = to && !strcmp(to, "gguf");
-    if (gguf && hyla_is_gguf_path(pos[0])) {
-        fprintf(stderr, "hyla convert: a GGUF input converts to a Hugging Face directory (--to safetensors)\n");
-        return 2;
-    }
     const char *bad = gguf ? (gdn ? "--gdn-layout" : experts ? "--experts" : prefix ? "--prefix" : dtype_s ? "--dtype"
                               : shard_mb ? "--shard-mb" : NULL)
                            : (type_s ? "--type" : NULL);

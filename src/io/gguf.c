@@ -128,6 +128,39 @@ static void put_array_head(hyla_gguf_writer *w, const char *key, uint32_t elem_t
     put_u64(&w->kv, n);
 }
 
+/* Bytes of one stored value of a fixed-size type (0: a string or an array) */
+static size_t value_size(uint32_t type)
+{
+    switch (type) {
+    case HYLA_GGUF_U8: case HYLA_GGUF_I8: case HYLA_GGUF_BOOL: return 1;
+    case HYLA_GGUF_U16: case HYLA_GGUF_I16: return 2;
+    case HYLA_GGUF_U32: case HYLA_GGUF_I32: case HYLA_GGUF_F32: return 4;
+    case HYLA_GGUF_U64: case HYLA_GGUF_I64: case HYLA_GGUF_F64: return 8;
+    default: return 0;
+    }
+}
+
+void hyla_gguf_kv_copy(hyla_gguf_writer *w, const hyla_gguf_kv *kv)
+{
+    put_key(w, kv->key, kv->type);
+    if (kv->type == HYLA_GGUF_STRING) {
+        put(&w->kv, kv->value, 8 + (size_t)hyla_le_get64(kv->value)); /* length, then the bytes */
+        return;
+    }
+    if (kv->type != HYLA_GGUF_ARRAY) {
+        put(&w->kv, kv->value, value_size(kv->type));
+        return;
+    }
+    put_u32(&w->kv, kv->elem_type);
+    put_u64(&w->kv, kv->count);
+    if (kv->elem_type != HYLA_GGUF_STRING) {
+        put(&w->kv, kv->value, (size_t)kv->count * value_size(kv->elem_type));
+        return;
+    }
+    for (uint64_t i = 0; i < kv->count; i++) /* each element: its length, then its bytes */
+        put(&w->kv, kv->strs[i], 8 + (size_t)hyla_le_get64(kv->strs[i]));
+}
+
 void hyla_gguf_kv_str_array(hyla_gguf_writer *w, const char *key, const char *const *values, const size_t *lens, size_t n)
 {
     put_array_head(w, key, GGUF_STRING, n);

@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "core/quant.h" /* hyla_ggml_type, block sizes */
+#include "io/gguf_read.h" /* hyla_gguf_kv */
 
 #define HYLA_GGUF_ALIGNMENT 32
 
@@ -42,6 +43,8 @@ void hyla_gguf_kv_bool(hyla_gguf_writer *w, const char *key, int value);
 void hyla_gguf_kv_str_array(hyla_gguf_writer *w, const char *key, const char *const *values, const size_t *lens, size_t n);
 void hyla_gguf_kv_i32_array(hyla_gguf_writer *w, const char *key, const int32_t *values, size_t n);
 void hyla_gguf_kv_bool_array(hyla_gguf_writer *w, const char *key, const unsigned char *values, size_t n);
+/* A key-value pair of a parsed file (io/gguf_read.h), its value's bytes as that file holds them. */
+void hyla_gguf_kv_copy(hyla_gguf_writer *w, const hyla_gguf_kv *kv);
 
 /* Declare a tensor: ne[0..n_dims) in ggml order (ne[0] = row length), all >= 1. Q8_0 needs
  * ne[0] % 32 == 0. Returns its index (tensors are written in declaration order), or -1 with

@@ -24,6 +24,34 @@ typedef struct {
     float *scratch;
 } exporter;
 
+int hyla_gguf_export_types(const hyla_gguf_map *map, const hyla_config *cfg, hyla_ggml_type want, int k_m,
+                           hyla_ggml_type *types, size_t *n_fallback)
+{
+    size_t n = map->n;
+    *n_fallback = 0;
+    for (size_t i = 0; i < n; i++)
+        types[i] = map->t[i].keep_f32 ? HYLA_GGML_F32 : want;
+    if ((k_m || want == HYLA_GGML_Q6_K) && hyla_gguf_k_m_types(map, cfg, want, k_m, types))
+        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
+    for (size_t i = 0; i < n; i++) {
+        const hyla_gguf_map_tensor *t = &map->t[i];
+        if ((k_m || want == HYLA_GGML_Q4_K || want == HYLA_GGML_Q5_K) &&
+            (types[i] == HYLA_GGML_Q4_K || types[i] == HYLA_GGML_Q5_K) && t->ne[0] % HYLA_QK_K)
+            return hyla_error_set(HYLA_ERR_ARG, "gguf export: %s has rows of %lld values, not whole 256-value blocks: "
+                                  "llama.cpp falls back to Q5_0 / Q5_1 there, which hyla does not write", t->name,
+                                  (long long)t->ne[0]);
+        if (types[i] == HYLA_GGML_Q6_K && t->ne[0] % HYLA_QK_K) { /* llama.cpp's fallback for Q6_K */
+            types[i] = HYLA_GGML_Q8_0;
+            (*n_fallback)++;
+        }
+        if (types[i] == HYLA_GGML_Q8_0 && t->ne[0] % HYLA_Q8_0_BLOCK) {
+            types[i] = HYLA_GGML_F16;
+            *n_fallback += want == HYLA_GGML_Q8_0;
+        }
+    }
+    return HYLA_OK;
+}
+
 static int collect_tensors(exporter *e)
 {
     HYLA_TRY(hyla_gguf_map_build(&e->map, &e->m->cfg));
@@ -39,27 +67,8 @@ static int collect_tensors(exporter *e)
         e->src2[i] = hyla_model_param(e->m, t->role2, t->layer);
         if (!e->src[i] || !e->src2[i])
             return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no parameter for %s", t->name);
-        e->type[i] = t->keep_f32 ? HYLA_GGML_F32 : e->want;
     }
-    if ((e->k_m || e->want == HYLA_GGML_Q6_K) && hyla_gguf_k_m_types(&e->map, &e->m->cfg, e->want, e->k_m, e->type))
-        return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
-    for (size_t i = 0; i < n; i++) {
-        const hyla_gguf_map_tensor *t = &e->map.t[i];
-        if ((e->k_m || e->want == HYLA_GGML_Q4_K || e->want == HYLA_GGML_Q5_K) &&
-            (e->type[i] == HYLA_GGML_Q4_K || e->type[i] == HYLA_GGML_Q5_K) && t->ne[0] % HYLA_QK_K)
-            return hyla_error_set(HYLA_ERR_ARG, "gguf export: %s has rows of %lld values, not whole 256-value blocks: "
-                                  "llama.cpp falls back to Q5_0 / Q5_1 there, which hyla does not write", t->name,
-                                  (long long)t->ne[0]);
-        if (e->type[i] == HYLA_GGML_Q6_K && t->ne[0] % HYLA_QK_K) { /* llama.cpp's fallback for Q6_K */
-            e->type[i] = HYLA_GGML_Q8_0;
-            e->n_fallback++;
-        }
-        if (e->type[i] == HYLA_GGML_Q8_0 && t->ne[0] % HYLA_Q8_0_BLOCK) {
-            e->type[i] = HYLA_GGML_F16;
-            e->n_fallback += e->want == HYLA_GGML_Q8_0;
-        }
-    }
-    return HYLA_OK;
+    return hyla_gguf_export_types(&e->map, &e->m->cfg, e->want, e->k_m, e->type, &e->n_fallback);
 }
 
 static int fill_tensor(void *ctx, size_t index, void *dst, size_t nbytes)
@@ -84,7 +93,7 @@ static int fill_tensor(void *ctx, size_t index, void *dst, size_t nbytes)
 
 /* ---- metadata ---------------------------------------------------------------------------------- */
 
-static uint32_t file_type(hyla_ggml_type t, int k_m)
+uint32_t hyla_gguf_file_type(hyla_ggml_type t, int k_m)
 {
     if (k_m) /* llama_ftype MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17 */
         return t == HYLA_GGML_Q4_K ? 15 : 17;
@@ -126,7 +135,7 @@ static void write_hparams(hyla_gguf_writer *w, const hyla_model *m, const char *
     hyla_gguf_kv_str(w, "general.type", "model");
     const char *name = m->source_dir ? strrchr(m->source_dir, '/') : NULL;
     hyla_gguf_kv_str(w, "general.name", name && name[1] ? name + 1 : m->source_dir ? m->source_dir : "hyla model");
-    hyla_gguf_kv_u32(w, "general.file_type", file_type(type, k_m));
+    hyla_gguf_kv_u32(w, "general.file_type", hyla_gguf_file_type(type, k_m));
     hyla_gguf_kv_u32(w, "general.quantization_version", 2);
     hyla_gguf_kv_u32(w, KEY("block_count"), (uint32_t)hyla_cfg_all_layers(c)); /* llama.cpp: the MTP blocks too */
     if (c->n_mtp_layers > 0)

@@ -46,4 +46,21 @@ typedef struct {
 int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, int k_m,
                            hyla_gguf_export_info *info);
 
+/* A GGUF file of one of those architectures (llama.cpp's converter's or hyla's) written again with
+ * its matrices in `type` (k_m as above), as llama.cpp's quantizer (llama_model_quantize) writes it
+ * from the same file: the same per-tensor types and blocks (model/gguf_requant.c). The key-values
+ * are copied (general.file_type and general.quantization_version set anew), and every tensor keeps
+ * its name, shape and place; a tensor already of its new type is copied byte for byte, the others
+ * are read as fp32 and quantized. A matrix stored quantized is not quantized again (a second
+ * rounding, refused as llama.cpp refuses it); to F32 it is written exactly. */
+int hyla_gguf_requantize(const char *in, const char *out, hyla_ggml_type type, int k_m, hyla_gguf_export_info *info);
+
+/* The types an export gives the map's tensors: keep_f32 ones F32, the others `want` with llama.cpp's
+ * _M mix (k_m) and its fallbacks for rows that are not whole blocks (Q6_K -> Q8_0, Q8_0 -> F16:
+ * *n_fallback counts them). An error names a tensor llama.cpp would write in a type hyla does not. */
+int hyla_gguf_export_types(const hyla_gguf_map *map, const hyla_config *cfg, hyla_ggml_type want, int k_m,
+                           hyla_ggml_type *types, size_t *n_fallback);
+/* general.file_type (llama_ftype) of an export with matrices in t (k_m: the _M preset). */
+uint32_t hyla_gguf_file_type(hyla_ggml_type t, int k_m);
+
 #endif

@@ -3,7 +3,8 @@
 # qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0; and the same files (plus files
 # llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, on a model
 # whose rows are whole 256-value blocks) run by hyla as models, read in place; and hyla's Q8_0 /
-# Q6_K / Q5_K_M / Q4_K_M export byte-identical to llama.cpp's quantizer (types and blocks).
+# Q6_K / Q5_K_M / Q4_K_M export byte-identical to llama.cpp's quantizer (types and blocks), from the
+# model directory and from the F32 / F16 GGUF file itself (hyla convert IN.gguf OUT.gguf --to gguf).
 #
 # usage: conformance.py HYLA WORKDIR [--json OUT]     (python with gguf, llama_cpp and numpy)
 #
@@ -244,32 +245,71 @@ def mean_kl(p_logits, q_logits):
     return float((np.exp(lp) * (lp - lq)).sum(1).mean())
 
 
+def compare_tensors(mine, theirs, whole):
+    """(ok, compared, differing, retyped): tensors of two GGUF files by name, byte for byte; whole: a
+    tensor typed differently is a difference too (else llama.cpp's _M mix may retype up to a fifth)"""
+    a = {t.name: t for t in gguf.GGUFReader(mine).tensors}
+    b = {t.name: t for t in gguf.GGUFReader(theirs).tensors}
+    other = sorted(n for n in a if n in b and a[n].tensor_type != b[n].tensor_type)
+    bad = sorted(n for n in set(a) | set(b) if n not in a or n not in b or
+                 (a[n].tensor_type == b[n].tensor_type and
+                  np.asarray(a[n].data).tobytes() != np.asarray(b[n].data).tobytes()))
+    if whole:
+        bad += other
+    return not bad and len(other) <= len(a) // 5, len(a) - len(other), bad, other
+
+
 def check_quantizer(hyla, work, arch, d, errors, report):
     """hyla's quantized export against llama.cpp's own quantizer on hyla's F32 export: the same
     tensor types and blocks, byte for byte, on every tensor (the reference quantizers and the
-    _M presets' per-tensor mix are deterministic without an importance matrix)."""
+    _M presets' per-tensor mix are deterministic without an importance matrix). Twice: exported from
+    the model directory, and re-typed from the F32 GGUF file itself (hyla convert F32.gguf --to gguf,
+    the file's key-values copied: they must equal llama.cpp's too). From an F16 file, Q4_K_M and
+    Q8_0 against llama.cpp's quantizer on that file (F16 -> fp32 is exact on both sides)."""
+    f32 = os.path.join(work, f"{arch}-f32.gguf")
     for qtype, ftype, whole in (("q8_0", 7, True), ("q6_k", 18, True), ("q4_k_m", 15, True), ("q5_k_m", 17, True)):
         mine, theirs = os.path.join(work, f"{arch}-hyla-{qtype}.gguf"), os.path.join(work, f"{arch}-llama-{ftype}.gguf")
         subprocess.run([hyla, "convert", d, mine, "--to", "gguf", "--type", qtype], check=True, stdout=subprocess.DEVNULL)
         if not os.path.exists(theirs):
-            llama_quantize(os.path.join(work, f"{arch}-f32.gguf"), theirs, ftype)
-        a = {t.name: t for t in gguf.GGUFReader(mine).tensors}
-        b = {t.name: t for t in gguf.GGUFReader(theirs).tensors}
-        other = sorted(n for n in a if n in b and a[n].tensor_type != b[n].tensor_type)
-        bad = sorted(n for n in set(a) | set(b) if n not in a or n not in b or
-                     (a[n].tensor_type == b[n].tensor_type and
-                      np.asarray(a[n].data).tobytes() != np.asarray(b[n].data).tobytes()))
-        if whole:
-            bad += other
-        ok = not bad and len(other) <= len(a) // 5
-        compared = len(a) - len(other)
-        report.append({"arch": arch, "type": qtype, "check": "export == llama_model_quantize, byte for byte",
-                       "tensors": len(a), "compared": compared, "other_type_in_llama_mix": other, "differing": bad, "ok": ok})
-        print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:6s}: hyla convert --type {qtype} == llama.cpp's quantizer on "
-              f"{compared - len(bad)} of {compared} tensors, byte for byte"
-              + (f" ({len(other)} others typed differently by llama.cpp's _M mix)" if other else ""))
+            llama_quantize(f32, theirs, ftype)
+        for source, path in (("directory", mine), ("F32 GGUF", mine + ".from-gguf")):
+            if path != mine:
+                subprocess.run([hyla, "convert", f32, path, "--to", "gguf", "--type", qtype], check=True,
+                               stdout=subprocess.DEVNULL)
+            ok, compared, bad, other = compare_tensors(path, theirs, whole)
+            keys_differ = source != "directory" and gguf_keys(path) != gguf_keys(theirs)
+            ok = ok and not keys_differ
+            report.append({"arch": arch, "type": qtype, "source": source, "tensors": compared + len(other),
+                           "check": "export == llama_model_quantize, byte for byte", "compared": compared,
+                           "other_type_in_llama_mix": other, "differing": bad, "key_values_differ": keys_differ,
+                           "ok": ok})
+            print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:6s}: hyla convert ({source}) --type {qtype} == "
+                  f"llama.cpp's quantizer on {compared - len(bad)} of {compared} tensors, byte for byte"
+                  + (f" ({len(other)} others typed differently by llama.cpp's _M mix)" if other else "")
+                  + (", key-values identical" if source != "directory" and not keys_differ else ""))
+            if not ok:
+                errors.append(f"{arch} {qtype} ({source}): quantized file differs from llama.cpp's on {bad[:5]} "
+                              f"({len(other)} retyped{', key-values differ' if keys_differ else ''})")
+    f16 = os.path.join(work, f"{arch}-f16.gguf")
+    subprocess.run([hyla, "convert", d, f16, "--to", "gguf", "--type", "f16"], check=True, stdout=subprocess.DEVNULL)
+    for qtype, ftype in (("q4_k_m", 15), ("q8_0", 7)):
+        mine, theirs = f16 + f".hyla-{qtype}.gguf", f16 + f".llama-{ftype}.gguf"
+        llama_quantize(f16, theirs, ftype)
+        subprocess.run([hyla, "convert", f16, mine, "--to", "gguf", "--type", qtype], check=True,
+                       stdout=subprocess.DEVNULL)
+        ok, compared, bad, other = compare_tensors(mine, theirs, True)
+        report.append({"arch": arch, "type": qtype, "source": "F16 GGUF", "check": "re-typed == llama_model_quantize",
+                       "compared": compared, "differing": bad, "ok": ok})
+        print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {qtype:6s}: hyla convert (F16 GGUF) == llama.cpp's quantizer on "
+              f"{compared - len(bad)} of {compared} tensors, byte for byte")
         if not ok:
-            errors.append(f"{arch} {qtype}: quantized export differs from llama.cpp's on {bad[:5]} ({len(other)} retyped)")
+            errors.append(f"{arch} {qtype} (F16 GGUF): re-typed file differs from llama.cpp's on {bad[:5]}")
+
+
+def gguf_keys(path):
+    """the file's key-values as raw bytes per key (the gguf package's parts), GGUF header fields aside"""
+    return {k: (tuple(v.types), b"".join(bytes(v.parts[i]) for i in v.data))
+            for k, v in gguf.GGUFReader(path).fields.items() if not k.startswith("GGUF.")}
 
 
 def check_quality(hyla, work, arch, types, errors, report):
