@@ -228,7 +228,7 @@ int hyla_cmd_plan(int argc, char **argv)
          "limit; 0: never offload)", 0, 0},
         {0},
     };
-    const hyla_command_spec spec = {"plan", "CONFIG|DIR [options]",
+    const hyla_command_spec spec = {"plan", "CONFIG|DIR|FILE.gguf [options]",
                                     "Predict a training step's memory from a config.json alone (nothing is allocated).", opts,
                                     1, 1, NULL};
     const char *pos[1];
@@ -277,8 +277,20 @@ int hyla_cmd_plan(int argc, char **argv)
     hyla_model m;
     memset(&m, 0, sizeof m);
     hyla_layout lay;
-    if (hyla_config_load(&m.cfg, cfg_path))
+    if (hyla_is_gguf_path(pos[0])) { /* its config from the metadata: the fp32 model hyla train makes of it */
+        if (infer_prompt) {
+            fprintf(stderr, "hyla plan: --infer-prompt plans fp32 / bf16 weights; a GGUF model's are its file's "
+                            "tensors (hyla generate --json reports that plan)\n");
+            return 2;
+        }
+        hyla_model g;
+        if (hyla_model_load_gguf(&g, pos[0]))
+            return hyla_cli_fail("plan");
+        m.cfg = g.cfg;
+        hyla_model_free(&g);
+    } else if (hyla_config_load(&m.cfg, cfg_path)) {
         return hyla_cli_fail("plan");
+    }
     hyla_schedule_build(&m.sched, &m.cfg);
     hyla_default_layout(&m.cfg, &lay);
     if (hyla_params_build(&m.table, &m.cfg, &lay))

@@ -723,7 +723,8 @@ int hyla_cmd_train(int argc, char **argv)
                     .lr = 3e-3, .min_lr = -1, .wd = 0.1, .clip = 1.0, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8,
                     .decay_fraction = 0.2, .lora_dropout = -1, .lora_targets = "all-linear"};
     const hyla_opt opts[] = {
-        {"--model", OPT_STRING, &a.model, "DIR", "start from a Hugging Face model directory", 0, 0},
+        {"--model", OPT_STRING, &a.model, "DIR", "start from a Hugging Face model directory (or a .gguf file: its "
+         "values as fp32)", 0, 0},
         {"--config", OPT_STRING, &a.config, "FILE", "train from scratch with this config.json", 0, 0},
         {"--preset", OPT_STRING, &a.preset, "NAME", "train from scratch with a built-in config (tiny-hybrid, ...)", 0, 0},
         {"--resume", OPT_STRING, &a.resume, "DIR", "continue a run from a checkpoint written by --save", 0, 0},

@@ -234,9 +234,16 @@ static int keep_carried(hyla_model *m, hyla_st_set *set)
 static int model_load(hyla_model *m, const char *dir, int bf16_weights, int deferred)
 {
     memset(m, 0, sizeof *m);
-    if (hyla_is_gguf_path(dir))
-        return hyla_error_set(HYLA_ERR_ARG, "%s: a GGUF file is a model for inference (forward, generate, serve, "
-                              "eval); for this, convert it to a directory first: hyla convert %s DIR", dir, dir);
+    if (hyla_is_gguf_path(dir)) { /* training, merging: its values as fp32 (what `hyla convert F.gguf DIR` saves);
+                                    * deferred too (FSDP): read whole, each rank then keeps its pieces */
+        HYLA_TRY(hyla_model_load_gguf(m, dir));
+        int st = hyla_model_gguf_dequantize(m);
+        if (st == HYLA_OK && bf16_weights)
+            st = hyla_model_set_compute_bf16(m, 1);
+        if (st != HYLA_OK)
+            hyla_model_free(m);
+        return st;
+    }
     if (hyla_pieces_is_dir(dir)) { /* a sharded checkpoint: every rank's pieces read back into whole tensors */
         HYLA_TRY(hyla_model_load_pieces(m, dir, 1));
         int st = bf16_weights ? hyla_model_set_compute_bf16(m, 1) : HYLA_OK;

@@ -64,7 +64,9 @@ typedef struct {
 enum { HYLA_FETCH_W = 0, HYLA_FETCH_M = 1, HYLA_FETCH_V = 2 };
 
 /* Load DIR (config.json + model.safetensors or a sharded index). Checks every tensor: missing,
- * unexpected (mtp.* and model.visual.* are ignored) and mis-shaped tensors are named. */
+ * unexpected (mtp.* and model.visual.* are ignored) and mis-shaped tensors are named. DIR may be
+ * a .gguf file (training, merging): its tensors' values as fp32, the model `hyla convert F.gguf
+ * DIR` saves (hyla_model_load_gguf + hyla_model_gguf_dequantize). */
 int hyla_model_load(hyla_model *m, const char *dir);
 /* FSDP's sharded load: open DIR (a model directory or a sharded checkpoint) and check every
  * tensor, but read none; w is an untouched mapping. hyla_model_load_param(m, i) then reads the
@@ -83,7 +85,7 @@ int hyla_model_load_bf16(hyla_model *m, const char *dir);
 
 /* Load a .gguf file of architecture qwen3next, qwen35 or qwen35moe (llama.cpp's converter's
  * layout, or hyla's export) for inference, its matrices read in place (model/gguf_load.c). Such
- * a model cannot be trained or saved. */
+ * a model cannot be trained or saved as it is: hyla_model_gguf_dequantize first (hyla_model_load does). */
 int hyla_model_load_gguf(hyla_model *m, const char *path);
 /* A GGUF model's matrices dequantized into w (fp32, the values its stored blocks hold), the file
  * closed: an ordinary fp32 model from then on (it can be saved as a Hugging Face directory). */

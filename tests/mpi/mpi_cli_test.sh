@@ -137,6 +137,9 @@ planned "measured == planned: LoRA on 2 ranks (the adapter's gradients)" "$T/lor
 # adapter replicated with its gradient summed in order
 planned "measured == planned: LoRA on 2 ranks, shard fsdp (base pieces + gathers, the adapter's reducer)" "$T/lora.fsdp" 2 1 fsdp --lora-rank 4
 equal "LoRA fsdp 4 ranks, block units, bf16 compute" 4 1 fsdp --lora-rank 4 --remat-unit block --act-dtype bf16
+# a GGUF model (hyla's F32 export of the same weights): each rank reads it whole as fp32, FSDP then keeps its pieces
+"$HYLA" convert "$T/m" "$T/m.gguf" --to gguf --type f32 >/dev/null || fail "GGUF export for the GGUF model runs"
+MODEL="$T/m.gguf" equal "a GGUF model" 2 1 "none fsdp"
 # the MTP loss across ranks (shard none: replicated weights, the ordered gradient sum; the MTP
 # cross-entropy sums gathered like the main loss's)
 "$HYLA" init --preset tiny-hybrid --seed 4 --mtp-layers 1 --out "$T/mm" >/dev/null && $PY tests/data/make_qwen_tokenizer.py "$T/mm" >/dev/null &&
