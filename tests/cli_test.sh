@@ -506,19 +506,21 @@ gg_same() { # NAME FILE ARGS... (each ARGS with @M@ for the model; FILE compared
     local name=$1 file=$2; shift 2
     local a=("${@//@M@/$T/m.gguf}") b=("${@//@M@/$T/m_dequant}")
     "$HYLA" "${a[@]//@O@/$T/gg_a}" >/dev/null 2>&1 && "$HYLA" "${b[@]//@O@/$T/gg_b}" >/dev/null 2>&1 \
-        && cmp -s "$T/gg_a/$file" "$T/gg_b/$file" && echo "  ok  $name from a GGUF file == from its dequantized directory" \
-        || fail "$name from a GGUF file"
+        && cmp -s "$T/gg_a/$file" "$T/gg_b/$file" \
+        && echo "  ok  $name from a GGUF file == from its dequantized directory" || fail "$name from a GGUF file"
     rm -rf "$T/gg_a" "$T/gg_b"
 }
 gg_same "train (full)" model.safetensors train --model @M@ "${TR[@]}" --save @O@
 gg_same "train --lora-rank 4" adapter_model.safetensors train --model @M@ "${TR[@]}" --lora-rank 4 --save @O@
 gg_same "train --lora-rank 4 --param-dtype bf16" adapter_model.safetensors train --model @M@ "${TR[@]}" --lora-rank 4 \
     --param-dtype bf16 --save @O@
-"$HYLA" train --model "$T/m_dequant" "${TR[@]}" --lora-rank 4 --save "$T/gg_adapter" >/dev/null 2>&1 || fail "adapter for merge"
+"$HYLA" train --model "$T/m_dequant" "${TR[@]}" --lora-rank 4 --save "$T/gg_adapter" >/dev/null 2>&1 \
+    || fail "adapter for merge"
 gg_same "merge" model.safetensors merge @M@ --adapter "$T/gg_adapter" --out @O@
 cmp -s <("$HYLA" plan "$T/m.gguf" --batch 2 --seq 32 --json) <("$HYLA" plan "$T/m_dequant" --batch 2 --seq 32 --json) \
     && echo "  ok  plan of a GGUF file == of its dequantized directory" || fail "plan of a GGUF file"
-expect_error "gguf: plan --infer-prompt" "a GGUF model's are its file's tensors" "$HYLA" plan "$T/m.gguf" --infer-prompt 8
+expect_error "gguf: plan --infer-prompt" "a GGUF model's are its file's tensors" \
+    "$HYLA" plan "$T/m.gguf" --infer-prompt 8
 # GGUF to GGUF re-types the matrices (byte-identical to llama.cpp's quantizer: tests/gguf/conformance.py); a file
 # whose matrices are already quantized is not rounded a second time, and no file is left
 expect_error "gguf to gguf from quantized matrices" \
