@@ -521,6 +521,14 @@ cmp -s <("$HYLA" plan "$T/m.gguf" --batch 2 --seq 32 --json) <("$HYLA" plan "$T/
     && echo "  ok  plan of a GGUF file == of its dequantized directory" || fail "plan of a GGUF file"
 expect_error "gguf: plan --infer-prompt" "a GGUF model's are its file's tensors" \
     "$HYLA" plan "$T/m.gguf" --infer-prompt 8
+# --tokenizer takes a GGUF file's vocabulary: the ids of its tokenizer.json, and a checkpoint trained
+# from the file (saved without tokenizer files) generates text with it
+cmp -s <("$HYLA" tokenize --tokenizer "$T/m.gguf" --text "hello world, hello") \
+       <("$HYLA" tokenize --tokenizer "$T/gg/tokenizer.json" --text "hello world, hello") \
+    && "$HYLA" train --model "$T/m.gguf" "${TR[@]}" --save "$T/gg_ckpt" >/dev/null 2>&1 \
+    && "$HYLA" generate "$T/gg_ckpt" --tokenizer "$T/m.gguf" --prompt "hello" --max-new 2 >/dev/null 2>&1 \
+    && echo "  ok  --tokenizer FILE.gguf: the ids of its tokenizer.json; generate on a checkpoint trained from it" \
+    || fail "--tokenizer FILE.gguf"
 # GGUF to GGUF re-types the matrices (byte-identical to llama.cpp's quantizer: tests/gguf/conformance.py); a file
 # whose matrices are already quantized is not rounded a second time, and no file is left
 expect_error "gguf to gguf from quantized matrices" \

@@ -21,7 +21,8 @@ int hyla_cmd_eval(int argc, char **argv)
         {"--text", OPT_STRING, &text, "FILE", "text file, byte-level tokens", 0, 0},
         {"--data-jsonl", OPT_STRING, &jsonl, "FILE", "JSONL documents ({\"text\"} or {\"messages\"}: assistant tokens "
          "scored)", 0, 0},
-        {"--tokenizer", OPT_STRING, &tok_path, "FILE", "tokenizer.json for --data-jsonl (default: DIR's)", 0, 0},
+        {"--tokenizer", OPT_STRING, &tok_path, "FILE", "tokenizer.json (or a .gguf file's vocabulary) for --data-jsonl "
+         "(default: DIR's)", 0, 0},
         {"--seq", OPT_INT, &seq, "N", "tokens per row (default 512; longer documents take several rows)", 2, 1 << 24},
         {"--batch", OPT_INT, &batch, "N", "rows per forward pass (default 4)", 1, 1 << 20},
         {"--no-pack", OPT_FLAG, &no_pack, NULL, "each document in rows of its own (the default)", 0, 0},

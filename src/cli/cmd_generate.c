@@ -105,7 +105,8 @@ int hyla_cmd_generate(int argc, char **argv)
         {"--stop", OPT_STRING, &stop_arg, "IDS", "stop at any of these token ids", 0, 0},
         {"--repeat-stop", OPT_INT, &repeat_stop, "N", "stop when the last N tokens repeat the N before (0 = off)", 0, 1 << 20},
         {"--chat", OPT_FLAG, &chat, NULL, "wrap the prompt in the Qwen chat template; stop at <|im_end|>", 0, 0},
-        {"--tokenizer", OPT_STRING, &tok_path, "FILE", "tokenizer.json (default: DIR/tokenizer.json if present)", 0, 0},
+        {"--tokenizer", OPT_STRING, &tok_path, "FILE", "tokenizer.json or a .gguf file's vocabulary (default: "
+         "DIR/tokenizer.json if present)", 0, 0},
         {"--adapter", OPT_STRING, &adapter, "DIR", "a LoRA adapter (PEFT format), merged into the weights at load", 0, 0},
         {"--json", OPT_FLAG, &json, NULL, "print prompt and generated ids as JSON instead of text", 0, 0},
         {"--record-routing", OPT_STRING, &record, "FILE", "write the experts chosen per MoE layer and token (HYLAROU1)", 0, 0},

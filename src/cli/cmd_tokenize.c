@@ -15,7 +15,8 @@ int hyla_cmd_tokenize(int argc, char **argv)
 {
     const char *tok_path = NULL, *text = NULL, *file = NULL, *decode = NULL, *out = NULL, *jsonl = NULL;
     const hyla_opt opts[] = {
-        {"--tokenizer", OPT_STRING, &tok_path, "FILE", "a Hugging Face tokenizer.json (required)", 0, 0},
+        {"--tokenizer", OPT_STRING, &tok_path, "FILE", "a Hugging Face tokenizer.json, or a .gguf file (its "
+         "vocabulary) (required)", 0, 0},
         {"--text", OPT_STRING, &text, "TEXT", "encode this text", 0, 0},
         {"--file", OPT_STRING, &file, "PATH", "encode the contents of this file (e.g. a training corpus)", 0, 0},
         {"--out", OPT_STRING, &out, "FILE", "write the ids as a HYLATOK1 token file for hyla train --data", 0, 0},

@@ -732,7 +732,8 @@ int hyla_cmd_train(int argc, char **argv)
         {"--text", OPT_STRING, &a.text, "FILE", "text file, byte-level tokens", 0, 0},
         {"--data-jsonl", OPT_STRING, &a.jsonl, "FILE", "JSONL documents: {\"text\": ...} (all tokens trained) or "
          "{\"messages\": [...]} (ChatML; only assistant tokens trained); one document per row", 0, 0},
-        {"--tokenizer", OPT_STRING, &a.tokenizer, "FILE", "tokenizer.json for --data-jsonl (default: the model's)", 0, 0},
+        {"--tokenizer", OPT_STRING, &a.tokenizer, "FILE", "tokenizer.json (or a .gguf file) for --data-jsonl (default: "
+         "the model's)", 0, 0},
         {"--no-shuffle", OPT_FLAG, &a.no_shuffle, NULL, "--data-jsonl: keep the file's document order (default: "
          "shuffle documents every epoch, seeded by --seed)", 0, 0},
         {"--shuffle", OPT_FLAG, &a.shuffle, NULL, "--data with a HYLATOK2 document file: shuffle documents every epoch", 0, 0},

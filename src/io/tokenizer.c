@@ -554,6 +554,9 @@ int hyla_tokenizer_from_json(hyla_tokenizer **out, const cJSON *root, const char
 int hyla_tokenizer_load(hyla_tokenizer **out, const char *path)
 {
     *out = NULL;
+    size_t n = path ? strlen(path) : 0;
+    if (n > 5 && !strcmp(path + n - 5, ".gguf")) /* a GGUF model's vocabulary (tokenizer.ggml.*) */
+        return hyla_tokenizer_load_gguf(out, path);
     char *text;
     size_t len;
     HYLA_TRY(hyla_read_text_file(path, &text, &len));

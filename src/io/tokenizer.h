@@ -45,8 +45,9 @@
 
 typedef struct hyla_tokenizer hyla_tokenizer;
 
-/* Load `path` (a tokenizer.json). On success *out is owned by the caller (free with
- * hyla_tokenizer_free); on failure *out is NULL and the message names the file and field. */
+/* Load `path` (a tokenizer.json, or a .gguf file: its tokenizer.ggml.*, hyla_tokenizer_load_gguf).
+ * On success *out is owned by the caller (free with hyla_tokenizer_free); on failure *out is NULL
+ * and the message names the file and field. */
 int hyla_tokenizer_load(hyla_tokenizer **out, const char *path);
 void hyla_tokenizer_free(hyla_tokenizer *t);
 
