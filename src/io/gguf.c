@@ -128,18 +128,6 @@ static void put_array_head(hyla_gguf_writer *w, const char *key, uint32_t elem_t
     put_u64(&w->kv, n);
 }
 
-/* Bytes of one stored value of a fixed-size type (0: a string or an array) */
-static size_t value_size(uint32_t type)
-{
-    switch (type) {
-    case HYLA_GGUF_U8: case HYLA_GGUF_I8: case HYLA_GGUF_BOOL: return 1;
-    case HYLA_GGUF_U16: case HYLA_GGUF_I16: return 2;
-    case HYLA_GGUF_U32: case HYLA_GGUF_I32: case HYLA_GGUF_F32: return 4;
-    case HYLA_GGUF_U64: case HYLA_GGUF_I64: case HYLA_GGUF_F64: return 8;
-    default: return 0;
-    }
-}
-
 void hyla_gguf_kv_copy(hyla_gguf_writer *w, const hyla_gguf_kv *kv)
 {
     put_key(w, kv->key, kv->type);
@@ -148,13 +136,13 @@ void hyla_gguf_kv_copy(hyla_gguf_writer *w, const hyla_gguf_kv *kv)
         return;
     }
     if (kv->type != HYLA_GGUF_ARRAY) {
-        put(&w->kv, kv->value, value_size(kv->type));
+        put(&w->kv, kv->value, (size_t)hyla_gguf_value_size(kv->type));
         return;
     }
     put_u32(&w->kv, kv->elem_type);
     put_u64(&w->kv, kv->count);
     if (kv->elem_type != HYLA_GGUF_STRING) {
-        put(&w->kv, kv->value, (size_t)kv->count * value_size(kv->elem_type));
+        put(&w->kv, kv->value, (size_t)kv->count * (size_t)hyla_gguf_value_size(kv->elem_type));
         return;
     }
     for (uint64_t i = 0; i < kv->count; i++) /* each element: its length, then its bytes */

@@ -66,7 +66,7 @@ static int get_str(cursor *c, const unsigned char **s, uint64_t *n, const char *
     return HYLA_OK;
 }
 
-static int scalar_size(uint32_t t)
+int hyla_gguf_value_size(uint32_t t)
 {
     switch (t) {
     case HYLA_GGUF_U8: case HYLA_GGUF_I8: case HYLA_GGUF_BOOL: return 1;
@@ -81,7 +81,7 @@ static int parse_value(hyla_gguf_file *f, cursor *c, hyla_gguf_kv *kv)
 {
     kv->count = 1;
     kv->value = c->p;
-    int sz = scalar_size(kv->type);
+    int sz = hyla_gguf_value_size(kv->type);
     if (sz) {
         HYLA_TRY(need(c, (uint64_t)sz, kv->key));
         c->p += sz;
@@ -97,7 +97,7 @@ static int parse_value(hyla_gguf_file *f, cursor *c, hyla_gguf_kv *kv)
     HYLA_TRY(get_u32(c, &kv->elem_type, kv->key));
     HYLA_TRY(get_u64(c, &kv->count, kv->key));
     kv->value = c->p;
-    sz = scalar_size(kv->elem_type);
+    sz = hyla_gguf_value_size(kv->elem_type);
     if (sz) {
         if (kv->count > (uint64_t)(c->end - c->p) / (uint64_t)sz)
             return hyla_error_set(HYLA_ERR_FORMAT, "%s: key %s: an array of %llu values does not fit in the file",
@@ -484,7 +484,7 @@ int hyla_gguf_get_str(const hyla_gguf_file *f, const char *key, int required, co
 int64_t hyla_gguf_arr_int(const hyla_gguf_kv *kv, uint64_t i)
 {
     int ok;
-    int sz = scalar_size(kv->elem_type);
+    int sz = hyla_gguf_value_size(kv->elem_type);
     if (kv->type != HYLA_GGUF_ARRAY || i >= kv->count || !sz)
         return 0;
     int64_t v = int_at(kv->elem_type, kv->value + i * (uint64_t)sz, &ok);

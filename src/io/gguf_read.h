@@ -47,6 +47,10 @@ typedef struct {
 
 typedef struct hyla_gguf_file hyla_gguf_file;
 
+/* Bytes of one stored value of a fixed-size type (HYLA_GGUF_*); 0 for a string, an array or an
+ * unknown type. */
+int hyla_gguf_value_size(uint32_t type);
+
 /* Map and parse `path`. */
 int hyla_gguf_open(hyla_gguf_file **out, const char *path);
 /* Parse bytes already in memory (not copied: they must outlive the result); `label` names them in
