@@ -529,6 +529,22 @@ cmp -s <("$HYLA" tokenize --tokenizer "$T/m.gguf" --text "hello world, hello") \
     && "$HYLA" generate "$T/gg_ckpt" --tokenizer "$T/m.gguf" --prompt "hello" --max-new 2 >/dev/null 2>&1 \
     && echo "  ok  --tokenizer FILE.gguf: the ids of its tokenizer.json; generate on a checkpoint trained from it" \
     || fail "--tokenizer FILE.gguf"
+# back to GGUF: convert --tokenizer copies the vocabulary (tokenizer.*) of the file it was trained from
+"$HYLA" convert "$T/gg_ckpt" "$T/gg_rt.gguf" --to gguf --type q8_0 --tokenizer "$T/m.gguf" >/dev/null \
+    && cmp -s <("$HYLA" tokenize --tokenizer "$T/m.gguf" --text "hello world, hello") \
+              <("$HYLA" tokenize --tokenizer "$T/gg_rt.gguf" --text "hello world, hello") \
+    && "$HYLA" generate "$T/gg_rt.gguf" --prompt "hello" --max-new 2 >/dev/null 2>&1 \
+    && echo "  ok  GGUF -> train -> GGUF: convert --to gguf --tokenizer FILE.gguf carries the file's vocabulary" \
+    || fail "convert --tokenizer FILE.gguf"
+expect_error "convert: a checkpoint without tokenizer.json" "tokenizer.json is missing; .*--tokenizer FILE.gguf" \
+    "$HYLA" convert "$T/gg_ckpt" "$T/gg_x.gguf" --to gguf
+expect_error "convert --tokenizer with a larger vocabulary" \
+    "bigvocab.gguf has 248320 tokens, more than the model's vocab_size 512" \
+    "$HYLA" convert "$T/gg_ckpt" "$T/gg_x.gguf" --to gguf --tokenizer "$T/bigvocab.gguf"
+[ ! -e "$T/gg_x.gguf" ] || fail "a refused GGUF export left a file behind"
+expect_error "convert --tokenizer not a GGUF file" \
+    "--tokenizer takes a .gguf file, for --to gguf from a model directory" \
+    "$HYLA" convert "$T/gg_ckpt" "$T/gg_x.gguf" --to gguf --tokenizer "$T/gg/tokenizer.json"
 # GGUF to GGUF re-types the matrices (byte-identical to llama.cpp's quantizer: tests/gguf/conformance.py); a file
 # whose matrices are already quantized is not rounded a second time, and no file is left
 expect_error "gguf to gguf from quantized matrices" \

@@ -11,7 +11,7 @@
 #include "model/gguf_export.h"
 #include "model/model.h"
 
-static int convert_to_gguf(const char *in, const char *out, const char *type_s)
+static int convert_to_gguf(const char *in, const char *out, const char *type_s, const char *vocab)
 {
     static const struct { const char *name; hyla_ggml_type type; int k_m; } types[] = {
         {"f32", HYLA_GGML_F32, 0}, {"f16", HYLA_GGML_F16, 0}, {"bf16", HYLA_GGML_BF16, 0}, {"q8_0", HYLA_GGML_Q8_0, 0},
@@ -26,14 +26,14 @@ static int convert_to_gguf(const char *in, const char *out, const char *type_s)
         return 2;
     }
     hyla_gguf_export_info info;
-    int rc, from_gguf = hyla_is_gguf_path(in);
-    hyla_model m = {0};
-    if (from_gguf) /* the file's tensors re-typed as llama.cpp's quantizer would */
-        rc = hyla_gguf_requantize(in, out, types[found].type, types[found].k_m, &info) ? hyla_cli_fail("convert") : 0;
-    else if (hyla_model_load(&m, in))
-        return hyla_cli_fail("convert");
-    else
-        rc = hyla_model_export_gguf(&m, out, types[found].type, types[found].k_m, &info) ? hyla_cli_fail("convert") : 0;
+    int rc, loaded = 0;
+    hyla_model m;
+    if (hyla_is_gguf_path(in)) /* the file's tensors re-typed as llama.cpp's quantizer would */
+        rc = hyla_gguf_requantize(in, out, types[found].type, types[found].k_m, &info);
+    else if (!(rc = hyla_model_load(&m, in)) && (loaded = 1))
+        rc = hyla_model_export_gguf(&m, out, types[found].type, types[found].k_m, vocab, &info);
+    if (rc)
+        rc = hyla_cli_fail("convert");
     if (!rc) {
         printf("wrote %s (GGUF, architecture %s, %zu tensors, %.1f MB, matrices %s%s", out, info.arch, info.n_tensors,
                info.bytes / 1e6, hyla_ggml_type_name(types[found].type), types[found].k_m ? " with llama.cpp's _M mix" : "");
@@ -42,14 +42,14 @@ static int convert_to_gguf(const char *in, const char *out, const char *type_s)
                    types[found].type == HYLA_GGML_Q8_0 ? "F16" : "Q8_0 (or F16)");
         printf(")\n");
     }
-    if (!from_gguf)
+    if (loaded)
         hyla_model_free(&m);
     return rc;
 }
 
 int hyla_cmd_convert(int argc, char **argv)
 {
-    const char *gdn = NULL, *experts = NULL, *prefix = NULL, *dtype_s = NULL, *to = NULL, *type_s = NULL;
+    const char *gdn = NULL, *experts = NULL, *prefix = NULL, *dtype_s = NULL, *to = NULL, *type_s = NULL, *vocab = NULL;
     int64_t shard_mb = 0;
     const hyla_opt opts[] = {
         {"--gdn-layout", OPT_STRING, &gdn, "grouped|separate", "Qwen3-Next in_proj_qkvz/ba or Qwen3.5 in_proj_qkv/z/b/a", 0, 0},
@@ -59,6 +59,8 @@ int hyla_cmd_convert(int argc, char **argv)
         {"--dtype", OPT_STRING, &dtype_s, "f32|bf16|f16", "save every tensor in this dtype (default: as loaded)", 0, 0},
         {"--to", OPT_STRING, &to, "safetensors|gguf", "output format (default safetensors: a Hugging Face directory; "
                                                       "gguf: one file for llama.cpp)", 0, 0},
+        {"--tokenizer", OPT_STRING, &vocab, "FILE.gguf", "--to gguf: the vocabulary (tokenizer.*) copied from this "
+         "GGUF file, e.g. the one a checkpoint was trained from (default: IN's tokenizer.json)", 0, 0},
         {"--type", OPT_STRING, &type_s, "f32|f16|bf16|q8_0|q6_k|q5_k_m|q4_k_m|q5_k|q4_k", "--to gguf: type of the matrices (default f32; q8_0 and q6_k quantized as llama.cpp's quantizer does)", 0, 0},
         {0},
     };
@@ -82,8 +84,13 @@ int hyla_cmd_convert(int argc, char **argv)
                 gguf ? " (use --type for the GGUF tensor type)" : " (it is a --to gguf option)");
         return 2;
     }
+    if (vocab && (!gguf || hyla_is_gguf_path(pos[0]) || !hyla_is_gguf_path(vocab))) {
+        fprintf(stderr, "hyla convert: --tokenizer takes a .gguf file, for --to gguf from a model directory (a GGUF "
+                        "input keeps its own vocabulary)\n");
+        return 2;
+    }
     if (gguf)
-        return convert_to_gguf(pos[0], pos[1], type_s);
+        return convert_to_gguf(pos[0], pos[1], type_s, vocab);
     struct { const char *val, *flag, *a, *b; } choices[3] = {
         {gdn, "--gdn-layout", "grouped", "separate"},
         {experts, "--experts", "fused", "per-expert"},

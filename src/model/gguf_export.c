@@ -251,7 +251,8 @@ static int write_tokenizer(hyla_gguf_writer *w, const hyla_model *m)
         return hyla_error_set(HYLA_ERR_ARG, "gguf export: the model has no directory to take tokenizer.json from");
     HYLA_TRY(hyla_path_join(path, sizeof path, m->source_dir, "tokenizer.json"));
     if (!hyla_file_exists(path))
-        return hyla_error_set(HYLA_ERR_ARG, "gguf export: %s is missing; llama.cpp needs the vocabulary in the file", path);
+        return hyla_error_set(HYLA_ERR_ARG, "gguf export: %s is missing; llama.cpp needs the vocabulary in the file "
+                              "(a model trained from a GGUF file: --tokenizer FILE.gguf)", path);
     hyla_tokenizer *tok;
     HYLA_TRY(hyla_tokenizer_load(&tok, path));
     int64_t V = m->cfg.vocab;
@@ -319,10 +320,31 @@ static int write_tokenizer(hyla_gguf_writer *w, const hyla_model *m)
     return st;
 }
 
+/* The tokenizer.* key-values of the GGUF file at `path` as it stores them: the vocabulary a model
+ * trained from that file kept using (its checkpoint holds no tokenizer files). */
+static int copy_tokenizer(hyla_gguf_writer *w, const hyla_model *m, const char *path)
+{
+    hyla_gguf_file *f;
+    HYLA_TRY(hyla_gguf_open(&f, path));
+    const hyla_gguf_kv *tokens = hyla_gguf_find_kv(f, "tokenizer.ggml.tokens");
+    int st = HYLA_OK;
+    if (!tokens || tokens->type != HYLA_GGUF_ARRAY || tokens->elem_type != HYLA_GGUF_STRING)
+        st = hyla_error_set(HYLA_ERR_FORMAT, "%s: no tokenizer.ggml.tokens string array to take the vocabulary from",
+                            path);
+    else if (tokens->count > (uint64_t)m->cfg.vocab)
+        st = hyla_error_set(HYLA_ERR_ARG, "gguf export: %s has %llu tokens, more than the model's vocab_size %lld",
+                            path, (unsigned long long)tokens->count, (long long)m->cfg.vocab);
+    for (size_t i = 0; st == HYLA_OK && i < hyla_gguf_n_kv(f); i++)
+        if (!strncmp(hyla_gguf_kv_at(f, i)->key, "tokenizer.", 10))
+            hyla_gguf_kv_copy(w, hyla_gguf_kv_at(f, i));
+    hyla_gguf_close(f);
+    return st;
+}
+
 /* ---- the export ---------------------------------------------------------------------------------- */
 
 int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, int k_m,
-                           hyla_gguf_export_info *info)
+                           const char *vocab_gguf, hyla_gguf_export_info *info)
 {
     const char *arch = hyla_gguf_arch_name(&m->cfg);
     HYLA_TRY(hyla_gguf_map_check(&m->cfg, arch));
@@ -340,7 +362,7 @@ int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type
     }
     if (st == HYLA_OK) {
         write_hparams(w, m, arch, type, k_m);
-        st = write_tokenizer(w, m);
+        st = vocab_gguf ? copy_tokenizer(w, m, vocab_gguf) : write_tokenizer(w, m);
     }
     if (st == HYLA_OK && !(e.scratch = malloc((max_floats ? max_floats : 1) * sizeof(float))))
         st = hyla_error_set(HYLA_ERR_NOMEM, "gguf export: cannot allocate %zu floats", max_floats);

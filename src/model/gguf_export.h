@@ -42,9 +42,11 @@ typedef struct {
 } hyla_gguf_export_info;
 
 /* Write `m` to `path` (atomically) with matrices in `type`; k_m: llama.cpp's Q4_K_M / Q5_K_M
- * per-tensor mix over base `type` Q4_K / Q5_K (model/gguf_mix.h). */
+ * per-tensor mix over base `type` Q4_K / Q5_K (model/gguf_mix.h). vocab_gguf: the tokenizer.*
+ * key-values copied from that GGUF file instead (a model trained from it); NULL: from the model
+ * directory's tokenizer.json and tokenizer_config.json. */
 int hyla_model_export_gguf(const hyla_model *m, const char *path, hyla_ggml_type type, int k_m,
-                           hyla_gguf_export_info *info);
+                           const char *vocab_gguf, hyla_gguf_export_info *info);
 
 /* A GGUF file of one of those architectures (llama.cpp's converter's or hyla's) written again with
  * its matrices in `type` (k_m as above), as llama.cpp's quantizer (llama_model_quantize) writes it
