@@ -12,6 +12,10 @@
  *   activation rounding: the AVX-512 quantizers (Q8_K per 256, Q8_0 per 32) give the scalar
  *     code's levels, scales and sums bit for bit, on rows with ties for the largest magnitude, zero
  *     blocks, tiny and huge values.
+ *   quantizing: hyla_ggml_from_f32 on 300,000 values (pieces of 256 blocks on the threads) gives
+ *     the same bytes with 1 and 2 threads, and each piece the bytes of that piece quantized alone,
+ *     for Q8_0, Q6_K, Q5_K and Q4_K (their byte-identity to llama.cpp's quantizer is
+ *     tests/gguf/conformance.py's).
  *   reader: files built byte by byte here (independently of hyla's writer): a good one parses and
  *     reads back; every truncation of it, and a table of lying files (counts, lengths, types,
  *     dimensions, offsets, alignment, duplicates), fails with an error naming what is wrong. */
@@ -25,7 +29,10 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "core/quant_kernels.h"
+#include "io/gguf.h"
 #include "io/gguf_read.h"
+
+#include <omp.h>
 
 /* ---- golden dequantization ------------------------------------------------------------------ */
 
@@ -547,6 +554,39 @@ static void test_rows4(void)
     free(x), free(scratch);
 }
 
+static void test_quantize_threads(void)
+{
+    const int64_t n = 300 * 1024; /* 1,200 Q4_K blocks: four pieces and a partial one */
+    float *x = malloc((size_t)n * sizeof(float));
+    uint32_t st = 12345;
+    for (int64_t i = 0; i < n; i++) { /* values of several magnitudes, some blocks all zero */
+        st = st * 1664525u + 1013904223u;
+        x[i] = (i / 4096) % 7 == 3 ? 0.0f : ((float)(st >> 8) / 16777216.0f - 0.5f) * (float)(1 + (i / 2048) % 5);
+    }
+    const hyla_ggml_type types[] = {HYLA_GGML_Q8_0, HYLA_GGML_Q6_K, HYLA_GGML_Q5_K, HYLA_GGML_Q4_K};
+    for (size_t k = 0; k < sizeof types / sizeof *types; k++) {
+        hyla_ggml_type t = types[k];
+        size_t bytes = hyla_ggml_bytes(t, (size_t)n), bv = (size_t)hyla_ggml_block_values(t);
+        unsigned char *one = malloc(bytes), *two = malloc(bytes), *alone = malloc(bytes);
+        int threads = omp_get_max_threads();
+        omp_set_num_threads(1);
+        hyla_ggml_from_f32(t, one, x, (size_t)n);
+        omp_set_num_threads(2);
+        hyla_ggml_from_f32(t, two, x, (size_t)n);
+        omp_set_num_threads(threads);
+        size_t piece = 256 * bv; /* values of one piece, quantized on their own */
+        for (size_t v0 = 0; v0 < (size_t)n; v0 += piece) {
+            size_t len = (size_t)n - v0 < piece ? (size_t)n - v0 : piece;
+            hyla_ggml_from_f32(t, alone + hyla_ggml_bytes(t, v0), x + v0, len);
+        }
+        CHECK(!memcmp(one, two, bytes), "%s: 1 and 2 threads quantize differently", hyla_ggml_type_name(t));
+        CHECK(!memcmp(one, alone, bytes), "%s: the whole differs from its pieces quantized alone",
+              hyla_ggml_type_name(t));
+        free(one), free(two), free(alone);
+    }
+    free(x);
+}
+
 int main(void)
 {
     golden g[32];
@@ -556,6 +596,7 @@ int main(void)
     test_products(g, n);
     test_quantize_x();
     test_rows4();
+    test_quantize_threads();
     test_reader();
     for (int i = 0; i < n; i++) {
         free(g[i].bytes);
