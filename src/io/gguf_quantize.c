@@ -11,6 +11,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/parallel.h"
 #include "io/safetensors.h"
 
 #define GROUP_MAX_EPS 1e-15f
@@ -268,12 +269,12 @@ static void from_f32_serial(hyla_ggml_type t, unsigned char *dst, const float *s
 void hyla_ggml_from_f32(hyla_ggml_type t, void *dst, const float *src, size_t n)
 {
     size_t bv = (size_t)hyla_ggml_block_values(t), bb = (size_t)hyla_ggml_block_bytes(t);
-    if (t == HYLA_GGML_F32 || t == HYLA_GGML_F16 || t == HYLA_GGML_BF16 || !bv || n < 2 * QUANT_PIECE * bv) {
+    if (t == HYLA_GGML_F32 || t == HYLA_GGML_F16 || t == HYLA_GGML_BF16 || !bv) {
         from_f32_serial(t, dst, src, n);
         return;
     }
     size_t blocks = n / bv, pieces = (blocks + QUANT_PIECE - 1) / QUANT_PIECE;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) HYLA_PAR_IF(pieces > 1 ? 100 * n : 0)
     for (size_t p = 0; p < pieces; p++) {
         size_t b0 = p * QUANT_PIECE, nb = blocks - b0 < QUANT_PIECE ? blocks - b0 : QUANT_PIECE;
         from_f32_serial(t, (unsigned char *)dst + b0 * bb, src + b0 * bv, nb * bv);
