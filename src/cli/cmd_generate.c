@@ -159,8 +159,9 @@ int hyla_cmd_generate(int argc, char **argv)
     }
     hyla_adapter_info ai;
     size_t rss_before_load = 0;
-    if (tok_path ? hyla_tokenizer_load(&tok, tok_path) != HYLA_OK
-                 : gguf && (prompt || chat) && hyla_tokenizer_load_gguf(&tok, pos[0]) != HYLA_OK) {
+    if (!tok_path && gguf && (prompt || chat)) /* the file's own vocabulary (hyla_tokenizer_load reads a .gguf) */
+        tok_path = pos[0];
+    if (tok_path && hyla_tokenizer_load(&tok, tok_path) != HYLA_OK) {
         rc = hyla_cli_fail("generate");
         goto done;
     }

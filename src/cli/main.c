@@ -39,8 +39,8 @@ int hyla_cli_open_tokenizer(const char *path, const char *dir, hyla_tokenizer **
 {
     char buf[4200];
     size_t n = dir ? strlen(dir) : 0;
-    if (!path && n > 5 && !strcmp(dir + n - 5, ".gguf")) /* a GGUF model: its tokenizer.ggml.* */
-        return hyla_tokenizer_load_gguf(tok, dir);
+    if (!path && n > 5 && !strcmp(dir + n - 5, ".gguf")) /* a GGUF model: its tokenizer.ggml.* (hyla_tokenizer_load) */
+        path = dir;
     if (!path) {
         if (!dir || hyla_path_join(buf, sizeof buf, dir, "tokenizer.json") != HYLA_OK || !hyla_file_exists(buf))
             return hyla_error_set(HYLA_ERR_ARG, "--data-jsonl needs a tokenizer: give --tokenizer FILE, or a model "

@@ -33,8 +33,12 @@ static int fill(void *ctx, size_t index, void *dst, size_t nbytes)
         return HYLA_OK;
     }
     int64_t n = t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
-    hyla_ggml_to_f32(t->type, q->scratch, t->data, n);
-    hyla_ggml_from_f32(q->type[index], dst, q->scratch, (size_t)n);
+    const float *values = (const float *)t->data; /* F32: straight from the mapping (its data 32-byte aligned) */
+    if (t->type != HYLA_GGML_F32) {
+        hyla_ggml_to_f32(t->type, q->scratch, t->data, n);
+        values = q->scratch;
+    }
+    hyla_ggml_from_f32(q->type[index], dst, values, (size_t)n);
     return HYLA_OK;
 }
 
@@ -68,7 +72,7 @@ static int choose_types(requant *q, const hyla_model *m, hyla_ggml_type want, in
                                 "second time (give a file with F32, F16 or BF16 matrices)", hyla_gguf_path(q->f),
                                 t->name, hyla_ggml_type_name(t->type), hyla_ggml_type_name(q->type[i]));
         size_t floats = (size_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
-        if (q->type[i] != t->type && floats > *max_floats)
+        if (q->type[i] != t->type && t->type != HYLA_GGML_F32 && floats > *max_floats) /* (F32: read in place) */
             *max_floats = floats;
     }
     free(mapped);
