@@ -11,7 +11,8 @@
  * VM loses its cores for a while). usage: quant_bench [REPS=5] [TYPE] [DECODE_MIB=256] [PIECES=1]   (one JSON
  * object; TYPE: only that one, e.g. Q4_K, or "all"; DECODE_MIB: the decode matrix's size, e.g. 16 for one
  * that the L3 holds -- the kernel's arithmetic rather than the memory's rate; PIECES: the decode product
- * as that many calls on slices of the rows, e.g. 200 for a decode step's 1.3 MB matrices) */
+ * as that many calls on slices of the rows, e.g. 200 for a decode step's 1.3 MB matrices).
+ * HYLA_INT8_ACTIVATIONS=0: the decode kernels with fp32 activations (as for the CLI) */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +111,9 @@ static double best_seconds(const hyla_qmat *W, float *y, const float *x, int64_t
 
 int main(int argc, char **argv)
 {
+    const char *int8 = getenv("HYLA_INT8_ACTIVATIONS"); /* 0: fp32 activations in decode, as the CLI */
+    if (int8 && !strcmp(int8, "0"))
+        hyla_quant_int8_activations = 0;
     int reps = argc > 1 ? atoi(argv[1]) : 5;
     if (reps < 1 || reps > 100000) {
         fprintf(stderr, "quant_bench: REPS must be 1..100000, got '%s'\n", argv[1]);

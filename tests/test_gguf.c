@@ -127,12 +127,13 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
         x[i] = (float)sin(0.37 * (double)i + 1.0);
     int64_t row0 = rows > 4 ? 2 : 0, out = rows - row0;
     hyla_linear_q(y, x, W, row0, n, K, out, scratch);
-    /* the K-quants' products (decode kernels and the prefill GEMM) round x to int8 per block of 256
-     * first, as llama.cpp (quant.h) */
-    int int8 = hyla_quant_int8_activations && K % 256 == 0 &&
+    /* the K-quants' and Q8_0's products (decode kernels and the prefill GEMM) round x to int8 first,
+     * as llama.cpp: per 256 (Q8_K), per 32 for Q8_0 weights (quant.h) */
+    int q8_0_decode = !W->row_type && W->type == HYLA_GGML_Q8_0 && n <= HYLA_QUANT_SKINNY_M;
+    int int8 = hyla_quant_int8_activations && K % (q8_0_decode ? 64 : 256) == 0 &&
                (W->row_type ? n <= HYLA_QUANT_SKINNY_M && all_kquant_rows(W) /* mixed: the decode kernels per row */
                             : W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K || W->type == HYLA_GGML_Q6_K ||
-                                  (W->type == HYLA_GGML_Q8_0 && n > HYLA_QUANT_SKINNY_M)); /* Q8_0: the prefill GEMM only */
+                                  W->type == HYLA_GGML_Q8_0);
     double worst = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t o = 0; o < out; o++) {
@@ -222,9 +223,13 @@ static void check_items(const hyla_qmat *W, int64_t K, int64_t rows)
 
 static void test_products(const golden *g, int ng)
 {
-    for (int i = 0; i < ng; i++) {
+    /* Q8_0 twice: 256 (its prefill GEMM's int8 path) and 320, an odd count of pairs of blocks (its
+     * decode kernel's two accumulators take the last pair alone; the GEMM falls back to the sgemm) */
+    for (int i = 0, again = 0; i < ng; i += !again) {
         int64_t bv = hyla_ggml_block_values(g[i].type);
         int64_t K = bv == 1 ? 64 : bv == 32 ? 256 : 512; /* whole 256-blocks (the int8 paths), two per K-quant row */
+        again = !again && g[i].type == HYLA_GGML_Q8_0;
+        K = g[i].type == HYLA_GGML_Q8_0 && !again ? 320 : K;
         int64_t rows = 24;
         float *dense = malloc((size_t)(rows * K) * sizeof *dense);
         for (int permute = 0; permute < 2; permute++) {

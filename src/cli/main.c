@@ -92,8 +92,8 @@ static void default_wait_policy(char **argv)
 int main(int argc, char **argv)
 {
     default_wait_policy(argv);
-    /* HYLA_INT8_ACTIVATIONS=0: a GGUF model's K-quant decode products keep fp32 activations (the
-     * default rounds them to int8 per block of 32 for VNNI: core/quant.h) */
+    /* HYLA_INT8_ACTIVATIONS=0: a GGUF model's K-quant and Q8_0 decode products keep fp32 activations
+     * (the default rounds them to int8, per 256 / per 32, for VNNI: core/quant.h) */
     const char *int8 = getenv("HYLA_INT8_ACTIVATIONS");
     if (int8 && !strcmp(int8, "0"))
         hyla_quant_int8_activations = 0;

@@ -285,7 +285,8 @@ int hyla_quant_int8_activations = 1;
 /* Floats of scratch skinny_prepare takes for n rows of in. */
 static int64_t skinny_floats(int64_t n, int64_t in)
 {
-    return n * in + hyla_qx_floats(n, in) + (hyla_qx_k4_bytes(n, in) + 3) / 4;
+    int64_t k4 = hyla_qx_k4_bytes(n, in), q8_0 = hyla_qx_q8_0_lanes_bytes(n, in);
+    return n * in + hyla_qx_floats(n, in) + ((k4 > q8_0 ? k4 : q8_0) + 3) / 4;
 }
 
 int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in)
@@ -351,10 +352,16 @@ static void skinny_prepare(skinny_x *p, const hyla_qmat *W, const float *x, int6
     p->x = stored_order(W, x, n, in, scratch);
     p->n = n;
     scratch += n * in;
-    p->int8 = hyla_quant_int8_activations && in % 256 == 0 && (W->row_type || hyla_qdot_i8_avx512(W->type, n));
+    /* Q8_0 rows: activations per 32 as llama.cpp's (the prefill GEMM's); other K-quant rows (and
+     * those of a matrix of mixed types, where Q8_0 rows keep fp32 activations): Q8_K per 256 */
+    int q8_0 = !W->row_type && W->type == HYLA_GGML_Q8_0;
+    p->int8 = hyla_quant_int8_activations && in % (q8_0 ? 64 : 256) == 0 &&
+              (W->row_type || hyla_qdot_i8_avx512(W->type, n));
     if (p->int8) {
-        hyla_quantize_x(&p->xq, p->x, n, in, scratch);
-        if (W->row_type || W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K) /* their kernels' order */
+        (q8_0 ? hyla_quantize_x_q8_0 : hyla_quantize_x)(&p->xq, p->x, n, in, scratch);
+        if (q8_0)
+            hyla_qx_q8_0_lanes(&p->xq, n, scratch + hyla_qx_floats(n, in));
+        else if (W->row_type || W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K) /* their kernels' order */
             hyla_qx_k4_order(&p->xq, n, (int8_t *)(scratch + hyla_qx_floats(n, in)));
     }
     p->one_i8 = p->int8 ? hyla_qdot_i8_avx512(W->type, n) : NULL;
@@ -366,7 +373,9 @@ static void skinny_row(const skinny_x *p, const hyla_qmat *W, int64_t r, float *
 {
     const unsigned char *row = W->row[r];
     hyla_ggml_type t = row_type(W, r);
-    hyla_qdot_i8_fn dot_i8 = !W->row_type ? p->one_i8 : p->int8 ? hyla_qdot_i8_avx512(t, p->n) : NULL;
+    hyla_qdot_i8_fn dot_i8 = !W->row_type                     ? p->one_i8
+                             : p->int8 && t != HYLA_GGML_Q8_0 ? hyla_qdot_i8_avx512(t, p->n)
+                                                              : NULL;
     hyla_qdot_fn dot = !W->row_type ? p->one : dot_i8 ? NULL : hyla_qdot_avx512(t, p->n);
     if (dot_i8)
         dot_i8(y, ldy, &p->xq, row);

@@ -94,9 +94,10 @@ typedef struct hyla_qmat_s {
 #define HYLA_QUANT_SKINNY_M 8
 
 /* Decode-sized products with Q4_K / Q5_K / Q6_K weights round the activations to int8 per block
- * of 256 first, as llama.cpp does (Q8_K), and multiply with VNNI (core/quant_kernels.h), when the
- * CPU has it and this is 1 (the default); 0: fp32 activations for every type. Q8_0 and the other types always keep fp32
- * activations (their products are bound by the memory's rate, not the arithmetic). */
+ * of 256 first, as llama.cpp does (Q8_K), Q8_0 weights per block of 32 (llama.cpp's Q8_0, the
+ * prefill GEMM's rounding), and multiply with VNNI (core/quant_kernels.h), when the CPU has it and
+ * this is 1 (the default); 0: fp32 activations for every type. The other types (Q4_0, F16, ...)
+ * always keep fp32 activations. */
 extern int hyla_quant_int8_activations;
 
 /* y[n, out] = x[n, in] W[row0 .. row0 + out, :]^T, fp32 x and y (in = W->cols). scratch:

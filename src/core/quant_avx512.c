@@ -67,8 +67,9 @@ INLINE __m512 widen_u8(__m128i v, int bias)
 
 /* ---- Q8_0: 34-byte blocks of 32 -------------------------------------------------------------- */
 
-/* Each row's blocks alternate between two accumulator chains (even and odd blocks, added at the
- * end): with one, every block waited on the previous block's FMA (~3.7 cycles a block, 77 GB/s
+/* With fp32 activations (HYLA_INT8_ACTIVATIONS=0, Q8_0 rows of a matrix of mixed types, K not a
+ * multiple of 64; otherwise q8_0_i8_n below). Each row's blocks alternate between two accumulator
+ * chains (even and odd blocks, added at the end): with one, every block waited on the previous block's FMA (~3.7 cycles a block, 77 GB/s
  * from the L3 on 2 threads, under the DRAM's fast phases here); with two, 84. The stream is
  * prefetched 8.5 KB ahead (256 blocks). Measured on a 256 MB matrix in 25 alternating rounds
  * against the one-chain kernel with its prefetch at 4.3 KB: 79-85 GB/s where that read 67-72 and
@@ -453,6 +454,56 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
         y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
 }
 
+/* ---- Q8_0 against llama.cpp's Q8_0 activations (per 32, f16 scale) ----------------------------- */
+
+/* Two blocks (64 values) a step: the levels' magnitudes (u8) times the activations' int8 with the
+ * levels' signs (one masked subtract) on VNNI into 16 int32 lanes, 8 a block: sum q_w q_x, exact
+ * (|.| <= 32 * 128 * 127); then (d_w d_x) times it in fp32, d_w of both blocks from one 64-byte load
+ * (f16 at bytes 0 and 34) by one vpermw, d_x per lane from hyla_qx_q8_0_lanes. The per-block value
+ * of ggml's vec_dot_q8_0_q8_0 (the prefill GEMM's), summed in another order. About half the vector
+ * operations a value of the fp32-activation kernel (q8_0_n: two widenings, two conversions, three
+ * multiplies a block): from the L2 on one thread 38-40 -> 69-72 GB/s, from the L3 on two 70-73 ->
+ * 106-107, a 256 MB matrix in a fast memory phase 71 -> 93 (plain reads 83-84; level in slow ones).
+ * The pairs alternate between two accumulators, written out: indexed by p & 1 they lived on the
+ * stack (41 GB/s from the L2). K: a multiple of 64. x: hyla_quantize_x_q8_0, then
+ * hyla_qx_q8_0_lanes. */
+static const int16_t q8_0_dw_idx[32] = {REP8(0), REP8(17), REP8(0), REP8(17)};
+/* acc[i] += the pair of blocks at blk (values 64 p .. 64 p + 63) against activation row i */
+VNNI_INLINE void q8_0_pair(const int N, __m512 *acc, const hyla_qx *x, const unsigned char *blk, int64_t p,
+                           __m512i didx)
+{
+    _mm_prefetch((const char *)(blk + Q8_0_PREFETCH), _MM_HINT_NTA);
+    __m512i raw = _mm512_loadu_si512((const void *)blk);
+    __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, raw)));
+    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2))),
+                                   _mm256_loadu_si256((const __m256i *)(blk + 36)), 1);
+    __m512i wa = _mm512_abs_epi8(w);
+    __mmask64 neg = _mm512_movepi8_mask(w);
+    int64_t K = x->K;
+    for (int i = 0; i < N; i++) {
+        __m512i xq = _mm512_loadu_si512((const void *)(x->q + i * K + 64 * p));
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq));
+        __m512 d = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d_lanes + i * (K / 4) + 16 * p));
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[i]);
+    }
+}
+VNNI_INLINE void q8_0_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+{
+    const __m512i didx = _mm512_loadu_si512((const void *)q8_0_dw_idx);
+    __m512 acc0[HYLA_QUANT_SKINNY_M], acc1[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc0[i] = acc1[i] = _mm512_setzero_ps();
+    int64_t np = x->K / 64, p = 0;
+    for (; p + 1 < np; p += 2) {
+        q8_0_pair(N, acc0, x, row + 68 * p, p, didx);
+        q8_0_pair(N, acc1, x, row + 68 * (p + 1), p + 1, didx);
+    }
+    if (p < np)
+        q8_0_pair(N, acc0, x, row + 68 * p, p, didx);
+    for (int i = 0; i < N; i++)
+        y[i * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+}
+
 /* ---- instances and dispatch -------------------------------------------------------------------- */
 
 #define INSTANCE(type, N)                                                                                              \
@@ -481,6 +532,7 @@ INSTANCES(q6_k)
     INSTANCE_I8(type, 6) INSTANCE_I8(type, 7) INSTANCE_I8(type, 8)                                                    \
     static const hyla_qdot_i8_fn type##_i8_by_n[HYLA_QUANT_SKINNY_M + 1] = {                                          \
         NULL, type##_i8_1, type##_i8_2, type##_i8_3, type##_i8_4, type##_i8_5, type##_i8_6, type##_i8_7, type##_i8_8};
+INSTANCES_I8(q8_0)
 INSTANCES_I8(q4_k)
 INSTANCES_I8(q5_k)
 INSTANCES_I8(q6_k)
@@ -515,6 +567,18 @@ void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst)
     }
     x->q_k4 = dst;
     x->sums32 = sums;
+}
+
+int64_t hyla_qx_q8_0_lanes_bytes(int64_t n, int64_t K) { return n * (K / 4) * (int64_t)sizeof(float) + 64; }
+
+void hyla_qx_q8_0_lanes(hyla_qx *x, int64_t n, void *dst)
+{
+    int64_t K = x->K;
+    float *d = align64(dst);
+    for (int64_t i = 0; i < n * (K / 32); i++)
+        for (int l = 0; l < 8; l++)
+            d[8 * i + l] = x->d[i];
+    x->d_lanes = d;
 }
 
 /* One row's blocks of 32 as llama.cpp's x86 quantize_row_q8_0: the scale kept as f16 (the block
@@ -657,7 +721,7 @@ static void quantize_rows(hyla_qx *out, const float *x, int64_t n, int64_t K, fl
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * K * 8)
     for (int64_t i = 0; i < n; i++)
         row(d + i * (K / block), bsums + i * (K / 16), q + i * K, x + i * K, K);
-    out->q = q, out->q_k4 = NULL, out->sums32 = NULL, out->d = d, out->bsums = bsums, out->K = K, out->block = block;
+    out->q = q, out->q_k4 = NULL, out->sums32 = NULL, out->d_lanes = NULL, out->d = d, out->bsums = bsums, out->K = K, out->block = block;
 }
 
 #ifdef HAVE_KERNELS
@@ -722,6 +786,7 @@ hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n)
     if (!have || n < 1 || n > HYLA_QUANT_SKINNY_M)
         return NULL;
     switch (t) {
+    case HYLA_GGML_Q8_0: return q8_0_i8_by_n[n];
     case HYLA_GGML_Q4_K: return q4_k_i8_by_n[n];
     case HYLA_GGML_Q5_K: return q5_k_i8_by_n[n];
     case HYLA_GGML_Q6_K: return q6_k_i8_by_n[n];

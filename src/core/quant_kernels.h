@@ -38,6 +38,8 @@ typedef struct {
     const int8_t *q;      /* [n][K] */
     const int8_t *q_k4;   /* [n][K] the same in the K-quant order (hyla_qx_k4_order), or NULL */
     const int16_t *sums32; /* [n][K / 32] sums of q per 32 (bsums in pairs), with q_k4; or NULL */
+    const float *d_lanes; /* [n][K / 4] Q8_0 decode: the d of each int32 lane's block of 32 (8 lanes a
+                           * block, hyla_qx_q8_0_lanes), or NULL */
     const float *d;       /* [n][K / block] */
     const int16_t *bsums; /* [n][K / 16] */
     int64_t K;
@@ -51,6 +53,10 @@ void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *
  * bytes -- and x->q_k4 = dst; after it the sums per 32 (x->sums32). dst: hyla_qx_k4_bytes(n, K). */
 void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst);
 int64_t hyla_qx_k4_bytes(int64_t n, int64_t K);
+/* x->d_lanes from a Q8_0 rounding (block 32) laid out in dst: the activations' scale per int32 lane
+ * of the Q8_0 decode kernel's vpdpbusd. dst: hyla_qx_q8_0_lanes_bytes(n, K). */
+void hyla_qx_q8_0_lanes(hyla_qx *x, int64_t n, void *dst);
+int64_t hyla_qx_q8_0_lanes_bytes(int64_t n, int64_t K);
 /* The rounding per block of 32 of llama.cpp's Q8_0 activations (its x86 quantize_row_q8_0): d =
  * max |x| / 127 rounded to f16 (as the block stores it), q = x * (127 / max |x|) rounded to
  * nearest, ties to even: what the Q8_0 prefill GEMM multiplies (block = 32). */
@@ -62,7 +68,8 @@ extern int hyla_quantize_x_scalar;
 /* y[i * ldy] = sum_k w_k (d q)[i][k] as ggml's vec_dot_q*_K_q8_K computes it: integer products and
  * scales (exact, in int32), d_w d_x and the mins / offsets in fp32 once per block. */
 typedef void (*hyla_qdot_i8_fn)(float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row);
-/* For Q4_K, Q5_K, Q6_K with AVX-512 VNNI; NULL otherwise. */
+/* For Q4_K, Q5_K, Q6_K (x: Q8_K) and Q8_0 (x: Q8_0 with its lanes, K a multiple of 64) with AVX-512
+ * VNNI; NULL otherwise. */
 hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n);
 /* y[r] = the n = 1 kernel's value for rows[r], r < 4, bit for bit (the four rows' blocks
  * interleaved): for Q4_K and Q5_K with AVX-512 VNNI; NULL otherwise. */
