@@ -260,16 +260,19 @@ static void test_products(const golden *g, int ng)
         q5k = g[i].type == HYLA_GGML_Q5_K ? &g[i] : q5k;
     }
     CHECK(q8 && q4 && q6k && q4k && q5k, "golden file lacks Q8_0 / Q4_0 / Q6_K / Q4_K / Q5_K");
-    const golden *mixes[][3] = {{q8, q4, NULL}, {q6k, q4k, q5k}};
-    for (int mix = 0; mix < 2 && q8 && q4 && q6k && q4k && q5k; mix++) {
-        int64_t K = mix ? 512 : 160, rows = 12; /* Q8_0 / Q4_0: an odd count of blocks of 32 (the
-                                                   * Q8_0 kernel's two chains take the last one alone) */
+    /* mix 2: runs of one type, as a Q4_K_M file's merged projections are laid out -- Q6_K rows 0-4,
+     * Q4_K 5-12, Q5_K 13-19: with check_product's first row 2, the blocks of 4 rows 6-9 and 14-17
+     * take the 4-row kernels, 2-5 and 10-13 (two types) the one-row ones */
+    const golden *mixes[][3] = {{q8, q4, NULL}, {q6k, q4k, q5k}, {q6k, q4k, q5k}};
+    for (int mix = 0; mix < 3 && q8 && q4 && q6k && q4k && q5k; mix++) {
+        int64_t K = mix ? 512 : 160, rows = mix == 2 ? 20 : 12; /* Q8_0 / Q4_0: an odd count of blocks of
+                                                   * 32 (the Q8_0 kernel's two chains take the last one alone) */
         float *dense = malloc((size_t)(rows * K) * sizeof *dense);
         hyla_qmat W = {.type = mixes[mix][0]->type, .rows = rows, .cols = K};
         W.row = malloc((size_t)rows * sizeof *W.row);
         W.row_type = malloc((size_t)rows);
         for (int64_t r = 0; r < rows; r++) {
-            const golden *s = mixes[mix][r % 2 ? 1 + (mix && r % 4 == 3) : 0];
+            const golden *s = mix == 2 ? mixes[mix][(r >= 5) + (r >= 13)] : mixes[mix][r % 2 ? 1 + (mix && r % 4 == 3) : 0];
             W.row_type[r] = (unsigned char)s->type;
             size_t row_bytes = hyla_ggml_bytes(s->type, (size_t)K), have = hyla_ggml_bytes(s->type, (size_t)s->n) / row_bytes;
             W.row[r] = s->bytes + (size_t)(r / 2) % have * row_bytes;
