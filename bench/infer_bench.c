@@ -24,6 +24,7 @@
 #include "core/quant.h"
 #include "dram_bandwidth.h"
 #include "infer/generate.h"
+#include "io/gguf_read.h"
 #include "model/model.h"
 
 /* One generation with the profile's timers on (hyla_prof holds its per-op seconds after). */

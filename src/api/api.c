@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "infer/generate.h"
 #include "io/fileio.h"
+#include "io/gguf_read.h"
 #include "io/tokenizer.h"
 #include "engine/forward.h"
 #include "model/model.h"

@@ -8,6 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "io/gguf_read.h"
 #include "model/gguf_export.h"
 #include "model/model.h"
 

@@ -15,6 +15,7 @@
 #include "engine/routing.h"
 #include "io/fileio.h"
 #include "io/chat.h"
+#include "io/gguf_read.h"
 #include "io/tokenizer.h"
 #include "model/adapter.h"
 #include "model/model.h"

@@ -9,6 +9,7 @@
 #include "cli/options.h"
 #include "core/error.h"
 #include "io/fileio.h"
+#include "io/gguf_read.h"
 #include "model/lora.h"
 #include "model/model.h"
 #include "engine/auto_policy.h"

@@ -303,6 +303,12 @@ int hyla_gguf_parse(hyla_gguf_file **out, const void *bytes, size_t len, const c
     return HYLA_OK;
 }
 
+int hyla_is_gguf_path(const char *path)
+{
+    size_t n = path ? strlen(path) : 0;
+    return n > 5 && !strcmp(path + n - 5, ".gguf");
+}
+
 int hyla_gguf_open(hyla_gguf_file **out, const char *path)
 {
     *out = NULL;

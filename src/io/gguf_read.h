@@ -53,6 +53,8 @@ int hyla_gguf_value_size(uint32_t type);
 
 /* Map and parse `path`. */
 int hyla_gguf_open(hyla_gguf_file **out, const char *path);
+/* 1 when `path` names a GGUF file (ends in ".gguf"): what opens as a GGUF model or vocabulary. */
+int hyla_is_gguf_path(const char *path);
 /* Parse bytes already in memory (not copied: they must outlive the result); `label` names them in
  * errors. For the fuzz harness and tests. */
 int hyla_gguf_parse(hyla_gguf_file **out, const void *bytes, size_t len, const char *label);

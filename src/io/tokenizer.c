@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "io/fileio.h"
+#include "io/gguf_read.h"
 
 /* The GPT-2 pattern that a ByteLevel pre-tokenizer with use_regex=true applies. */
 static const char gpt2_pattern[] =
@@ -554,8 +555,7 @@ int hyla_tokenizer_from_json(hyla_tokenizer **out, const cJSON *root, const char
 int hyla_tokenizer_load(hyla_tokenizer **out, const char *path)
 {
     *out = NULL;
-    size_t n = path ? strlen(path) : 0;
-    if (n > 5 && !strcmp(path + n - 5, ".gguf")) /* a GGUF model's vocabulary (tokenizer.ggml.*) */
+    if (hyla_is_gguf_path(path)) /* a GGUF model's vocabulary (tokenizer.ggml.*) */
         return hyla_tokenizer_load_gguf(out, path);
     char *text;
     size_t len;

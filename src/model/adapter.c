@@ -1,3 +1,4 @@
+#include "io/gguf_read.h"
 #include "model/adapter.h"
 
 #include <cjson/cJSON.h>

@@ -28,12 +28,6 @@
 #include "io/gguf_read.h"
 #include "model/gguf_map.h"
 
-int hyla_is_gguf_path(const char *path)
-{
-    size_t n = path ? strlen(path) : 0;
-    return n > 5 && !strcmp(path + n - 5, ".gguf");
-}
-
 /* ---- config -------------------------------------------------------------------------------------- */
 
 typedef struct {

@@ -90,8 +90,6 @@ int hyla_model_load_gguf(hyla_model *m, const char *path);
 /* A GGUF model's matrices dequantized into w (fp32, the values its stored blocks hold), the file
  * closed: an ordinary fp32 model from then on (it can be saved as a Hugging Face directory). */
 int hyla_model_gguf_dequantize(hyla_model *m);
-/* 1 when `path` names a GGUF file (ends in ".gguf"). */
-int hyla_is_gguf_path(const char *path);
 /* The stored-type view of a matrix parameter of a GGUF model; NULL otherwise. LM_HEAD of a tied
  * model returns EMBED's. */
 const struct hyla_qmat_s *hyla_model_param_q(const hyla_model *m, hyla_role role, int layer);

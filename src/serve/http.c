@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "io/chat.h"
 #include "io/fileio.h"
+#include "io/gguf_read.h"
 #include "io/tokenizer.h"
 #include "model/adapter.h"
 #include "model/model.h"
