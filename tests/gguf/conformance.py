@@ -47,7 +47,8 @@
 #      scale, swapped nibbles) must fail it.
 #   6. The mean KL of each quantized file's next-token distribution from the F32 model's over 2048
 #      positions, hyla against llama.cpp (check_quality); hyla's quantized export byte-identical to
-#      llama.cpp's quantizer (check_quantizer).
+#      llama.cpp's quantizer (check_quantizer); a file holding a tensor the architecture's map does
+#      not name is refused by forward and convert, naming it (check_refusals).
 import argparse, json, os, subprocess, sys, tempfile
 
 import gguf
@@ -306,6 +307,50 @@ def check_quantizer(hyla, work, arch, d, errors, report):
             errors.append(f"{arch} {qtype} (F16 GGUF): re-typed file differs from llama.cpp's on {bad[:5]}")
 
 
+def with_extra_tensor(src, dst, name):
+    """a copy of the GGUF file with one more tensor (F32 [4]) that no architecture names: the key-values
+    and tensors copied through the gguf package's writer"""
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, arch=None)
+    for key, f in r.fields.items():
+        if key.startswith("GGUF."):
+            continue
+        vtype = f.types[0]
+        sub = f.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
+        w.add_key_value(key, f.contents(), vtype, sub_type=sub)
+    for t in r.tensors:
+        w.add_tensor(t.name, t.data, raw_shape=list(reversed([int(n) for n in t.shape])), raw_dtype=t.tensor_type)
+    w.add_tensor(name, np.arange(4, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def check_refusals(hyla, work, arch, errors, report):
+    """a file of the architecture holding one tensor more, which hyla's map for it does not name:
+    forward, and convert to GGUF (re-typing) and to a directory, each refuse it in one line naming the
+    tensor, exit non-zero and leave no output"""
+    f32 = os.path.join(work, f"{arch}-f32.gguf")
+    extra, name = os.path.join(work, f"{arch}-extra.gguf"), "blk.0.probe.weight"
+    with_extra_tensor(f32, extra, name)
+    out = os.path.join(work, f"{arch}-extra-out")
+    for what, args in (("forward", ["forward", extra, "--tokens", "1,2"]),
+                       ("convert --to gguf --type q8_0", ["convert", extra, out + ".gguf", "--to", "gguf", "--type", "q8_0"]),
+                       ("convert to a directory", ["convert", extra, out])):
+        run = subprocess.run([hyla] + args, capture_output=True, text=True)
+        msg = run.stderr.strip().splitlines()
+        left = os.path.exists(out + ".gguf") or os.path.exists(out)
+        ok = run.returncode != 0 and len(msg) == 1 and f"tensor {name}" in msg[0] and not left
+        report.append({"arch": arch, "check": f"{what} of a file with an unknown tensor is refused", "ok": ok,
+                       "message": msg})
+        print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {what} of a file with a tensor the map does not name: "
+              f"{msg[0] if msg else '(no message)'}")
+        if not ok:
+            errors.append(f"{arch}: {what} of a GGUF file with tensor {name}: rc {run.returncode}, message {msg}, "
+                          f"output left: {left}")
+
+
 def gguf_keys(path):
     """the file's key-values as raw bytes per key (the gguf package's parts), GGUF header fields aside"""
     return {k: (tuple(v.types), b"".join(bytes(v.parts[i]) for i in v.data))
@@ -520,6 +565,7 @@ def main():
     check_same_file(a.hyla, a.work, errors, report)
     check_quality(a.hyla, a.work, "qwen35k", ["q8_0"] + list(LLAMA_QUANTS), errors, report)
     check_quantizer(a.hyla, a.work, "qwen35k", os.path.join(a.work, "qwen35k"), errors, report)
+    check_refusals(a.hyla, a.work, "qwen35k", errors, report)
     # the _M mix's MoE rules (exactly 8 experts: attn_v / attn_qkv / attn_k Q8_0, attn_output Q5_K;
     # ffn_down by block number) and its tensor order past 10 blocks, on a 12-layer Qwen3-Next
     moe = dict(MODELS["qwen3next"], hidden_size=256, head_dim=64, linear_key_head_dim=64, linear_value_head_dim=64,
