@@ -522,13 +522,25 @@ cmp -s <("$HYLA" plan "$T/m.gguf" --batch 2 --seq 32 --json) <("$HYLA" plan "$T/
 expect_error "gguf: plan --infer-prompt" "a GGUF model's are its file's tensors" \
     "$HYLA" plan "$T/m.gguf" --infer-prompt 8
 # --tokenizer takes a GGUF file's vocabulary: the ids of its tokenizer.json, and a checkpoint trained
-# from the file (saved without tokenizer files) generates text with it
+# from the file generates text with it
 cmp -s <("$HYLA" tokenize --tokenizer "$T/m.gguf" --text "hello world, hello") \
        <("$HYLA" tokenize --tokenizer "$T/gg/tokenizer.json" --text "hello world, hello") \
     && "$HYLA" train --model "$T/m.gguf" "${TR[@]}" --save "$T/gg_ckpt" >/dev/null 2>&1 \
     && "$HYLA" generate "$T/gg_ckpt" --tokenizer "$T/m.gguf" --prompt "hello" --max-new 2 >/dev/null 2>&1 \
     && echo "  ok  --tokenizer FILE.gguf: the ids of its tokenizer.json; generate on a checkpoint trained from it" \
     || fail "--tokenizer FILE.gguf"
+# a directory saved from a GGUF model (train, convert) holds the file's vocabulary as tokenizer.json and its
+# special tokens and chat template as tokenizer_config.json: generate and chat need no --tokenizer (the
+# tokenizers library reading it back, and GGUF -> directory -> GGUF keeping every tokenizer.* key-value:
+# tests/gguf/conformance.py)
+cmp -s <("$HYLA" tokenize --tokenizer "$T/gg_ckpt/tokenizer.json" --text "hello world, <|im_start|>hello") \
+       <("$HYLA" tokenize --tokenizer "$T/gg/tokenizer.json" --text "hello world, <|im_start|>hello") \
+    && cmp -s <("$HYLA" tokenize --tokenizer "$T/m_dequant/tokenizer.json" --text "hello world, hello") \
+              <("$HYLA" tokenize --tokenizer "$T/gg/tokenizer.json" --text "hello world, hello") \
+    && grep -q '"chat_template"' "$T/gg_ckpt/tokenizer_config.json" \
+    && "$HYLA" generate "$T/gg_ckpt" --chat --prompt "hello" --max-new 2 >/dev/null 2>&1 \
+    && echo "  ok  a directory saved from a GGUF model: tokenizer.json / tokenizer_config.json from its vocabulary" \
+    || fail "tokenizer files of a directory saved from a GGUF model"
 # back to GGUF: convert --tokenizer copies the vocabulary (tokenizer.*) of the file it was trained from
 "$HYLA" convert "$T/gg_ckpt" "$T/gg_rt.gguf" --to gguf --type q8_0 --tokenizer "$T/m.gguf" >/dev/null \
     && cmp -s <("$HYLA" tokenize --tokenizer "$T/m.gguf" --text "hello world, hello") \
@@ -536,8 +548,9 @@ cmp -s <("$HYLA" tokenize --tokenizer "$T/m.gguf" --text "hello world, hello") \
     && "$HYLA" generate "$T/gg_rt.gguf" --prompt "hello" --max-new 2 >/dev/null 2>&1 \
     && echo "  ok  GGUF -> train -> GGUF: convert --to gguf --tokenizer FILE.gguf carries the file's vocabulary" \
     || fail "convert --tokenizer FILE.gguf"
+rm -rf "$T/gg_notok" && cp -r "$T/gg_ckpt" "$T/gg_notok" && rm "$T/gg_notok/tokenizer.json"
 expect_error "convert: a checkpoint without tokenizer.json" "tokenizer.json is missing; .*--tokenizer FILE.gguf" \
-    "$HYLA" convert "$T/gg_ckpt" "$T/gg_x.gguf" --to gguf
+    "$HYLA" convert "$T/gg_notok" "$T/gg_x.gguf" --to gguf
 expect_error "convert --tokenizer with a larger vocabulary" \
     "bigvocab.gguf has 248320 tokens, more than the model's vocab_size 512" \
     "$HYLA" convert "$T/gg_ckpt" "$T/gg_x.gguf" --to gguf --tokenizer "$T/bigvocab.gguf"

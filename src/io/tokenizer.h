@@ -87,6 +87,10 @@ struct hyla_gguf_file;
 int hyla_tokenizer_from_gguf(hyla_tokenizer **out, const struct hyla_gguf_file *f);
 /* The same from the file at `path` (opened, read and closed). */
 int hyla_tokenizer_load_gguf(hyla_tokenizer **out, const char *path);
+/* dir/tokenizer.json (the Hugging Face file the GGUF vocabulary stands for) and
+ * dir/tokenizer_config.json (its special tokens, add_bos / add_eos, chat template) from the GGUF
+ * file at gguf_path, each written atomically. */
+int hyla_tokenizer_files_from_gguf(const char *dir, const char *gguf_path);
 /* llama.cpp's name for a pre-tokenizer split regex ("qwen2", "qwen35", "gpt-2"), or NULL. */
 const char *hyla_tokenizer_pre_name(const char *pattern);
 

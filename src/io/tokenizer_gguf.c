@@ -11,13 +11,17 @@
  *   tokenizer.ggml.pre     the pre-tokenizer by llama.cpp's name: "qwen2", "qwen35" and "gpt-2",
  *                          each the split regex of the Hugging Face tokenizer it was made from,
  *                          then ByteLevel; Qwen's tokenizers normalise NFC, so the two Qwen names
- *                          do too (as transformers does for the source model). */
+ *                          do too (as transformers does for the source model).
+ * The same tree is what hyla_tokenizer_files_from_gguf writes as tokenizer.json, beside a
+ * tokenizer_config.json of the file's special tokens and chat template: a model trained from a
+ * GGUF file saves as a complete Hugging Face directory. */
 #include "io/tokenizer_impl.h"
 
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 
 #include "core/error.h"
+#include "io/fileio.h"
 #include "io/gguf_read.h"
 
 static const struct { const char *pre, *pattern; int nfc; } known_pre[] = {
@@ -66,8 +70,10 @@ static int add_tokens(cJSON *vocab, cJSON *added, const hyla_gguf_file *f, const
         int ok;
         if (type == 3 || type == 4) {
             cJSON *a = cJSON_CreateObject();
-            ok = a && cJSON_AddNumberToObject(a, "id", (double)id) && cJSON_AddStringToObject(a, "content", c) &&
-                 cJSON_AddBoolToObject(a, "special", type == 3) && cJSON_AddItemToArray(added, a);
+            ok = a && cJSON_AddItemToArray(added, a) && cJSON_AddNumberToObject(a, "id", (double)id) &&
+                 cJSON_AddStringToObject(a, "content", c) && cJSON_AddBoolToObject(a, "single_word", 0) &&
+                 cJSON_AddBoolToObject(a, "lstrip", 0) && cJSON_AddBoolToObject(a, "rstrip", 0) &&
+                 cJSON_AddBoolToObject(a, "normalized", 0) && cJSON_AddBoolToObject(a, "special", type == 3);
         } else if (type == 1 || type == 2 || type == 6) {
             /* a spelling given twice is refused by the tokenizer's own hash table (hyla_tokenizer_from_json:
              * "model.vocab: token '...' listed twice"); cJSON's object lookup is a linear scan, and
@@ -111,39 +117,44 @@ static int build_json(cJSON *root, const hyla_gguf_file *f)
     if (types && (types->type != HYLA_GGUF_ARRAY || types->elem_type == HYLA_GGUF_STRING || types->count != tokens->count))
         return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.token_type must be %llu integers", path,
                               (unsigned long long)tokens->count);
-    cJSON *model = cJSON_AddObjectToObject(root, "model"), *vocab = model ? cJSON_AddObjectToObject(model, "vocab") : NULL;
-    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
-    cJSON *mlist = model ? cJSON_AddArrayToObject(model, "merges") : NULL;
-    if (!vocab || !added || !mlist || !cJSON_AddStringToObject(model, "type", "BPE"))
+    /* the Hugging Face tokenizer.json a Qwen model ships, key for key and in its order (the
+     * tokenizers library reads it back: tests/gguf/conformance.py); every object is attached to
+     * root as soon as it exists, so deleting root frees all of them */
+    cJSON *added = NULL, *norm = NULL, *seq = NULL, *post = NULL, *dec = NULL, *model = NULL, *vocab = NULL, *mlist = NULL;
+    int ok = cJSON_AddStringToObject(root, "version", "1.0") && cJSON_AddNullToObject(root, "truncation") &&
+             cJSON_AddNullToObject(root, "padding") && (added = cJSON_AddArrayToObject(root, "added_tokens")) &&
+             (known_pre[pre].nfc ? (norm = cJSON_AddObjectToObject(root, "normalizer")) && cJSON_AddStringToObject(norm, "type", "NFC")
+                                 : cJSON_AddNullToObject(root, "normalizer") != NULL) &&
+             (seq = cJSON_AddObjectToObject(root, "pre_tokenizer")) && (post = cJSON_AddObjectToObject(root, "post_processor")) &&
+             (dec = cJSON_AddObjectToObject(root, "decoder")) && (model = cJSON_AddObjectToObject(root, "model"));
+    cJSON *steps = ok && cJSON_AddStringToObject(seq, "type", "Sequence") ? cJSON_AddArrayToObject(seq, "pretokenizers") : NULL;
+    cJSON *split = steps && cJSON_AddItemToArray(steps, cJSON_CreateObject()) ? cJSON_GetArrayItem(steps, 0) : NULL;
+    cJSON *bl = split && cJSON_AddItemToArray(steps, cJSON_CreateObject()) ? cJSON_GetArrayItem(steps, 1) : NULL;
+    cJSON *pat = split && cJSON_AddStringToObject(split, "type", "Split") ? cJSON_AddObjectToObject(split, "pattern") : NULL;
+    ok = bl && pat && cJSON_AddStringToObject(pat, "Regex", known_pre[pre].pattern) &&
+         cJSON_AddStringToObject(split, "behavior", "Isolated") && cJSON_AddBoolToObject(split, "invert", 0);
+    cJSON *byte_level[3] = {bl, post, dec}; /* the pre-tokenizer's step, the post-processor, the decoder */
+    for (int i = 0; ok && i < 3; i++)
+        ok = cJSON_AddStringToObject(byte_level[i], "type", "ByteLevel") &&
+             cJSON_AddBoolToObject(byte_level[i], "add_prefix_space", 0) &&
+             cJSON_AddBoolToObject(byte_level[i], "trim_offsets", 0) && cJSON_AddBoolToObject(byte_level[i], "use_regex", 0);
+    ok = ok && cJSON_AddStringToObject(model, "type", "BPE") && cJSON_AddNullToObject(model, "dropout") &&
+         cJSON_AddNullToObject(model, "unk_token") && cJSON_AddStringToObject(model, "continuing_subword_prefix", "") &&
+         cJSON_AddStringToObject(model, "end_of_word_suffix", "") && cJSON_AddBoolToObject(model, "fuse_unk", 0) &&
+         cJSON_AddBoolToObject(model, "byte_fallback", 0) && cJSON_AddBoolToObject(model, "ignore_merges", 0) &&
+         (vocab = cJSON_AddObjectToObject(model, "vocab")) && (mlist = cJSON_AddArrayToObject(model, "merges"));
+    if (!ok)
         return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     HYLA_TRY(add_tokens(vocab, added, f, tokens, types));
     for (uint64_t i = 0; i < merges->count; i++) {
         const char *m = hyla_gguf_arr_str(merges, i, &n);
         char *c = cstr(m, n);
-        int ok = c && cJSON_AddItemToArray(mlist, cJSON_CreateString(c));
+        ok = c && cJSON_AddItemToArray(mlist, cJSON_CreateString(c));
         free(c);
         if (!ok)
             return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.ggml.merges[%llu] holds a NUL byte (or memory ran out)",
                                   path, (unsigned long long)i);
     }
-    /* every object is attached to root as soon as it exists, so deleting root frees all of them */
-    cJSON *seq = cJSON_AddObjectToObject(root, "pre_tokenizer");
-    cJSON *steps = seq ? cJSON_AddArrayToObject(seq, "pretokenizers") : NULL;
-    cJSON *split = steps && cJSON_AddItemToArray(steps, cJSON_CreateObject()) ? cJSON_GetArrayItem(steps, 0) : NULL;
-    cJSON *bl = split && cJSON_AddItemToArray(steps, cJSON_CreateObject()) ? cJSON_GetArrayItem(steps, 1) : NULL;
-    cJSON *pat = split ? cJSON_AddObjectToObject(split, "pattern") : NULL;
-    cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
-    int ok = bl && pat && dec && cJSON_AddStringToObject(seq, "type", "Sequence") &&
-             cJSON_AddStringToObject(split, "type", "Split") && cJSON_AddStringToObject(pat, "Regex", known_pre[pre].pattern) &&
-             cJSON_AddStringToObject(split, "behavior", "Isolated") && cJSON_AddBoolToObject(split, "invert", 0) &&
-             cJSON_AddStringToObject(bl, "type", "ByteLevel") && cJSON_AddBoolToObject(bl, "add_prefix_space", 0) &&
-             cJSON_AddBoolToObject(bl, "use_regex", 0) && cJSON_AddStringToObject(dec, "type", "ByteLevel");
-    if (ok && known_pre[pre].nfc) {
-        cJSON *norm = cJSON_AddObjectToObject(root, "normalizer");
-        ok = norm && cJSON_AddStringToObject(norm, "type", "NFC");
-    }
-    if (!ok)
-        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     return HYLA_OK;
 }
 
@@ -169,6 +180,87 @@ int hyla_tokenizer_load_gguf(hyla_tokenizer **out, const char *path)
     hyla_gguf_file *f;
     HYLA_TRY(hyla_gguf_open(&f, path));
     int st = hyla_tokenizer_from_gguf(out, f);
+    hyla_gguf_close(f);
+    return st;
+}
+
+/* tokenizer_config.json: the special tokens by spelling (tokenizer.ggml.*_token_id), add_bos /
+ * add_eos, the chat template (tokenizer.chat_template), the tokenizer class. The inverse of what
+ * the GGUF export reads from a directory (model/gguf_export.c). tokens: checked by build_json. */
+static int build_config(cJSON *cfg, const hyla_gguf_file *f, const char *pre)
+{
+    const char *path = hyla_gguf_path(f), *s;
+    const hyla_gguf_kv *tokens = hyla_gguf_find_kv(f, "tokenizer.ggml.tokens");
+    static const struct { const char *key, *field; } ids[] = {
+        {"tokenizer.ggml.bos_token_id", "bos_token"}, {"tokenizer.ggml.eos_token_id", "eos_token"},
+        {"tokenizer.ggml.unknown_token_id", "unk_token"}, {"tokenizer.ggml.seperator_token_id", "sep_token"},
+        {"tokenizer.ggml.padding_token_id", "pad_token"}};
+    static const struct { const char *key, *field; } adds[] = {{"tokenizer.ggml.add_bos_token", "add_bos_token"},
+                                                               {"tokenizer.ggml.add_eos_token", "add_eos_token"}};
+    for (size_t i = 0; i < sizeof adds / sizeof *adds; i++) {
+        int b = -1;
+        HYLA_TRY(hyla_gguf_get_bool(f, adds[i].key, 0, &b));
+        if (b >= 0 && !cJSON_AddBoolToObject(cfg, adds[i].field, b))
+            return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (size_t i = 0; i < sizeof ids / sizeof *ids; i++) {
+        int64_t id;
+        size_t n;
+        if (!hyla_gguf_find_kv(f, ids[i].key))
+            continue;
+        HYLA_TRY(hyla_gguf_get_int(f, ids[i].key, 1, &id));
+        if (id < 0 || (uint64_t)id >= tokens->count)
+            return hyla_error_set(HYLA_ERR_FORMAT, "%s: %s is %lld, not one of the %llu tokens", path, ids[i].key,
+                                  (long long)id, (unsigned long long)tokens->count);
+        const char *spelling = hyla_gguf_arr_str(tokens, (uint64_t)id, &n);
+        char *c = cstr(spelling, n);
+        int ok = c && cJSON_AddStringToObject(cfg, ids[i].field, c);
+        free(c);
+        if (!ok)
+            return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+    }
+    size_t n = 0;
+    s = NULL;
+    HYLA_TRY(hyla_gguf_get_str(f, "tokenizer.chat_template", 0, &s, &n));
+    char *tmpl = s ? cstr(s, n) : NULL;
+    if (s && !tmpl)
+        return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.chat_template holds a NUL byte", path);
+    int ok = (!tmpl || cJSON_AddStringToObject(cfg, "chat_template", tmpl)) &&
+             cJSON_AddStringToObject(cfg, "tokenizer_class", strcmp(pre, "gpt-2") ? "Qwen2Tokenizer" : "GPT2Tokenizer");
+    free(tmpl);
+    return ok ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+}
+
+/* root printed into dir/name, atomically */
+static int write_json(const cJSON *root, const char *dir, const char *name)
+{
+    char path[4200];
+    HYLA_TRY(hyla_path_join(path, sizeof path, dir, name));
+    char *text = cJSON_PrintUnformatted(root);
+    if (!text)
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+    int st = hyla_write_file_atomic(path, text, strlen(text));
+    cJSON_free(text);
+    return st;
+}
+
+int hyla_tokenizer_files_from_gguf(const char *dir, const char *gguf_path)
+{
+    hyla_gguf_file *f;
+    HYLA_TRY(hyla_gguf_open(&f, gguf_path));
+    cJSON *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
+    const char *pre;
+    size_t n;
+    int st = root && cfg ? build_json(root, f) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", gguf_path);
+    if (st == HYLA_OK && (st = hyla_gguf_get_str(f, "tokenizer.ggml.pre", 1, &pre, &n)) == HYLA_OK) {
+        char *pre_name = cstr(pre, n); /* (one build_json knows: no NUL) */
+        st = pre_name ? build_config(cfg, f, pre_name) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", gguf_path);
+        free(pre_name);
+    }
+    if (st == HYLA_OK && (st = write_json(root, dir, "tokenizer.json")) == HYLA_OK)
+        st = write_json(cfg, dir, "tokenizer_config.json");
+    cJSON_Delete(root);
+    cJSON_Delete(cfg);
     hyla_gguf_close(f);
     return st;
 }

@@ -355,7 +355,8 @@ int hyla_model_load_gguf(hyla_model *m, const char *path)
     hyla_gguf_file *f;
     HYLA_TRY(hyla_gguf_open(&f, path));
     m->gguf = f;
-    int st = read_config(f, &m->cfg, &m->config_json);
+    int st = (m->source_gguf = strdup(path)) ? read_config(f, &m->cfg, &m->config_json)
+                                             : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     if (st == HYLA_OK)
         st = hyla_gguf_map_check(&m->cfg, hyla_gguf_arch_name(&m->cfg));
     if (st == HYLA_OK)

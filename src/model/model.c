@@ -18,6 +18,7 @@
 #include "io/fileio.h"
 #include "io/gguf_read.h"
 #include "io/outdir.h"
+#include "io/tokenizer.h"
 #include "model/pieces.h"
 
 /* The fp32 arena is a zero-filled anonymous mapping: pages never written (the matrix
@@ -393,6 +394,7 @@ void hyla_model_free(hyla_model *m)
     free(m->param_dtype);
     free(m->config_json);
     free(m->source_dir);
+    free(m->source_gguf);
     if (m->carried_set)
         hyla_st_close(m->carried_set);
     free(m->carried_set);
@@ -652,7 +654,8 @@ static int write_files(const hyla_model *m, const char *dir, const hyla_layout *
     if ((st = hyla_path_join(path, sizeof path, dir, "config.json")) != HYLA_OK)
         goto done;
     if ((st = write_config(m, path, dt, out.n_hf)) == HYLA_OK)
-        st = copy_companion_files(m->source_dir, dir);
+        st = m->source_gguf ? hyla_tokenizer_files_from_gguf(dir, m->source_gguf)
+                            : copy_companion_files(m->source_dir, dir);
 done:
     free(entries);
     free(dt);

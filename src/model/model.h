@@ -35,6 +35,9 @@ typedef struct {
     char *source_dir;          /* directory it was loaded from, owned; NULL for a new model. Its other
                                 * files (tokenizer, chat template, generation config, ...) are copied
                                 * into every save */
+    char *source_gguf;         /* the GGUF file it was loaded from, owned, or NULL: its vocabulary and
+                                * chat template are written into every save as tokenizer.json and
+                                * tokenizer_config.json (io/tokenizer.h) */
     struct hyla_st_set_s *carried_set; /* the source's safetensors, kept mapped when it holds tensors hyla
                                         * does not use (mtp.*, model.visual.*), owned; else NULL */
     size_t *carried;           /* [n_carried] their indices in carried_set: saved byte for byte */

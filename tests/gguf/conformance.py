@@ -49,6 +49,8 @@
 #      positions, hyla against llama.cpp (check_quality); hyla's quantized export byte-identical to
 #      llama.cpp's quantizer (check_quantizer); a file holding a tensor the architecture's map does
 #      not name is refused by forward and convert, naming it (check_refusals).
+#   7. The tokenizer files a directory saved from a GGUF model holds (check_tokenizer_files): read
+#      by the tokenizers library, and back to GGUF with every tokenizer.* key-value unchanged.
 import argparse, json, os, subprocess, sys, tempfile
 
 import gguf
@@ -351,6 +353,39 @@ def check_refusals(hyla, work, arch, errors, report):
                           f"output left: {left}")
 
 
+def check_tokenizer_files(hyla, work, arch, d, errors, report):
+    """hyla convert FILE.gguf DIR writes the file's vocabulary as DIR/tokenizer.json and its special
+    tokens and chat template as DIR/tokenizer_config.json (a model trained from a GGUF file saves the
+    same): the tokenizers library reads the tokenizer.json and gives the ids (and text back) of the
+    original model's on texts with specials, Unicode and whitespace runs; DIR's export back to GGUF
+    holds every tokenizer.* key-value of FILE byte for byte; the chat template is the original's."""
+    import tokenizers
+    f32, out = os.path.join(work, f"{arch}-f32.gguf"), os.path.join(work, f"{arch}-from-gguf")
+    subprocess.run([hyla, "convert", f32, out], check=True, stdout=subprocess.DEVNULL)
+    mine, orig = tokenizers.Tokenizer.from_file(os.path.join(out, "tokenizer.json")), \
+        tokenizers.Tokenizer.from_file(os.path.join(d, "tokenizer.json"))
+    texts = ["hello world, héllo 123 <|im_start|>user\nhi<|im_end|>", "  spaces\t\ttabs\n\n\nnewlines  ",
+             "ünïcödé ñ 日本語 😀 e\u0301", "don't I'll WE'VE 12345 x=y+1;"]
+    ids_same = all(mine.encode(t).ids == orig.encode(t).ids for t in texts)
+    text_same = all(mine.decode(orig.encode(t).ids) == orig.decode(orig.encode(t).ids) for t in texts)
+    back = out + ".gguf"
+    subprocess.run([hyla, "convert", out, back, "--to", "gguf", "--type", "q8_0"], check=True, stdout=subprocess.DEVNULL)
+    tok_keys = lambda p: {k: v for k, v in gguf_keys(p).items() if k.startswith("tokenizer.")}
+    keys_same = tok_keys(back) == tok_keys(f32) and len(tok_keys(f32)) >= 5
+    cfg, orig_cfg = (json.load(open(os.path.join(p, "tokenizer_config.json"))) for p in (out, d))
+    tmpl_same = cfg.get("chat_template") == orig_cfg.get("chat_template") and cfg.get("eos_token") == orig_cfg.get("eos_token")
+    ok = ids_same and text_same and keys_same and tmpl_same
+    report.append({"arch": arch, "check": "tokenizer files of a directory from a GGUF file", "ids": ids_same,
+                   "decode": text_same, "gguf_round_trip_keys": keys_same, "chat_template": tmpl_same, "ok": ok})
+    print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} convert FILE.gguf DIR: tokenizer.json read by the tokenizers library "
+          f"(ids {'==' if ids_same else '!='} the original's, text {'==' if text_same else '!='}), "
+          f"DIR -> GGUF tokenizer.* key-values {'identical' if keys_same else 'DIFFER'}, chat template "
+          f"{'kept' if tmpl_same else 'DIFFERS'}")
+    if not ok:
+        errors.append(f"{arch}: tokenizer files from a GGUF file: ids {ids_same}, decode {text_same}, "
+                      f"key-values {keys_same}, chat template {tmpl_same}")
+
+
 def gguf_keys(path):
     """the file's key-values as raw bytes per key (the gguf package's parts), GGUF header fields aside"""
     return {k: (tuple(v.types), b"".join(bytes(v.parts[i]) for i in v.data))
@@ -566,6 +601,7 @@ def main():
     check_quality(a.hyla, a.work, "qwen35k", ["q8_0"] + list(LLAMA_QUANTS), errors, report)
     check_quantizer(a.hyla, a.work, "qwen35k", os.path.join(a.work, "qwen35k"), errors, report)
     check_refusals(a.hyla, a.work, "qwen35k", errors, report)
+    check_tokenizer_files(a.hyla, a.work, "qwen35k", os.path.join(a.work, "qwen35k"), errors, report)
     # the _M mix's MoE rules (exactly 8 experts: attn_v / attn_qkv / attn_k Q8_0, attn_output Q5_K;
     # ffn_down by block number) and its tensor order past 10 blocks, on a 12-layer Qwen3-Next
     moe = dict(MODELS["qwen3next"], hidden_size=256, head_dim=64, linear_key_head_dim=64, linear_value_head_dim=64,
