@@ -91,6 +91,8 @@ int hyla_tokenizer_load_gguf(hyla_tokenizer **out, const char *path);
  * dir/tokenizer_config.json (its special tokens, add_bos / add_eos, chat template) from the GGUF
  * file at gguf_path, each written atomically. */
 int hyla_tokenizer_files_from_gguf(const char *dir, const char *gguf_path);
+/* The same from an open GGUF file. */
+int hyla_tokenizer_gguf_write_files(const struct hyla_gguf_file *f, const char *dir);
 /* llama.cpp's name for a pre-tokenizer split regex ("qwen2", "qwen35", "gpt-2"), or NULL. */
 const char *hyla_tokenizer_pre_name(const char *pattern);
 

@@ -244,23 +244,29 @@ static int write_json(const cJSON *root, const char *dir, const char *name)
     return st;
 }
 
-int hyla_tokenizer_files_from_gguf(const char *dir, const char *gguf_path)
+int hyla_tokenizer_gguf_write_files(const struct hyla_gguf_file *f, const char *dir)
 {
-    hyla_gguf_file *f;
-    HYLA_TRY(hyla_gguf_open(&f, gguf_path));
+    const char *path = hyla_gguf_path(f), *pre;
     cJSON *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
-    const char *pre;
     size_t n;
-    int st = root && cfg ? build_json(root, f) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", gguf_path);
+    int st = root && cfg ? build_json(root, f) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     if (st == HYLA_OK && (st = hyla_gguf_get_str(f, "tokenizer.ggml.pre", 1, &pre, &n)) == HYLA_OK) {
         char *pre_name = cstr(pre, n); /* (one build_json knows: no NUL) */
-        st = pre_name ? build_config(cfg, f, pre_name) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", gguf_path);
+        st = pre_name ? build_config(cfg, f, pre_name) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
         free(pre_name);
     }
     if (st == HYLA_OK && (st = write_json(root, dir, "tokenizer.json")) == HYLA_OK)
         st = write_json(cfg, dir, "tokenizer_config.json");
     cJSON_Delete(root);
     cJSON_Delete(cfg);
+    return st;
+}
+
+int hyla_tokenizer_files_from_gguf(const char *dir, const char *gguf_path)
+{
+    hyla_gguf_file *f;
+    HYLA_TRY(hyla_gguf_open(&f, gguf_path));
+    int st = hyla_tokenizer_gguf_write_files(f, dir);
     hyla_gguf_close(f);
     return st;
 }

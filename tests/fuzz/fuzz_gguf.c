@@ -1,11 +1,14 @@
 /* libFuzzer harness: bytes -> hyla_gguf_parse (the GGUF reader, from memory).
  * On success every key, array element and tensor handed out must lie inside the input: each is
  * read (first and last byte of every tensor, every string of every string array), and every
- * tensor must be found under its own name. */
+ * tensor must be found under its own name. Then its vocabulary: the tokenizer it stands for
+ * (hyla_tokenizer_from_gguf) and, when that loads, the tokenizer.json / tokenizer_config.json a
+ * directory saved from it holds (hyla_tokenizer_gguf_write_files, into a scratch directory). */
 #include "fuzz_util.h"
 
 #include "core/error.h"
 #include "io/gguf_read.h"
+#include "io/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -31,6 +34,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             sink += t->data[0] + t->data[t->nbytes - 1];
     }
     (void)sink;
+    hyla_tokenizer *tok;
+    if (hyla_tokenizer_from_gguf(&tok, f) == HYLA_OK) {
+        hyla_tokenizer_free(tok);
+        hyla_tokenizer_gguf_write_files(f, fuzz_tmpdir("gguf_vocab"));
+    }
     hyla_gguf_close(f);
     return 0;
 }
