@@ -272,7 +272,8 @@ static void test_products(const golden *g, int ng)
         W.row = malloc((size_t)rows * sizeof *W.row);
         W.row_type = malloc((size_t)rows);
         for (int64_t r = 0; r < rows; r++) {
-            const golden *s = mix == 2 ? mixes[mix][(r >= 5) + (r >= 13)] : mixes[mix][r % 2 ? 1 + (mix && r % 4 == 3) : 0];
+            const golden *s = mix == 2 ? mixes[mix][(r >= 5) + (r >= 13)]
+                                       : mixes[mix][r % 2 ? 1 + (mix && r % 4 == 3) : 0];
             W.row_type[r] = (unsigned char)s->type;
             size_t row_bytes = hyla_ggml_bytes(s->type, (size_t)K), have = hyla_ggml_bytes(s->type, (size_t)s->n) / row_bytes;
             W.row[r] = s->bytes + (size_t)(r / 2) % have * row_bytes;

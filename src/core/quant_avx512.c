@@ -69,8 +69,9 @@ INLINE __m512 widen_u8(__m128i v, int bias)
 
 /* With fp32 activations (HYLA_INT8_ACTIVATIONS=0, Q8_0 rows of a matrix of mixed types, K not a
  * multiple of 64; otherwise q8_0_i8_n below). Each row's blocks alternate between two accumulator
- * chains (even and odd blocks, added at the end): with one, every block waited on the previous block's FMA (~3.7 cycles a block, 77 GB/s
- * from the L3 on 2 threads, under the DRAM's fast phases here); with two, 84. The stream is
+ * chains (even and odd blocks, added at the end): with one, every block waited on the previous
+ * block's FMA (~3.7 cycles a block, 77 GB/s from the L3 on 2 threads, under the DRAM's fast phases
+ * here); with two, 84. The stream is
  * prefetched 8.5 KB ahead (256 blocks). Measured on a 256 MB matrix in 25 alternating rounds
  * against the one-chain kernel with its prefetch at 4.3 KB: 79-85 GB/s where that read 67-72 and
  * a plain read 78-87 (fast phases); 47-54 where it read 46-56 (slow phases, plain 47-57). Four
@@ -482,7 +483,8 @@ VNNI_INLINE void q8_0_pair(const int N, __m512 *acc, const hyla_qx *x, const uns
     int64_t K = x->K;
     for (int i = 0; i < N; i++) {
         __m512i xq = _mm512_loadu_si512((const void *)(x->q + i * K + 64 * p));
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq));
+        __m512i xs = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq); /* x with the levels' signs */
+        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, xs);
         __m512 d = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d_lanes + i * (K / 4) + 16 * p));
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[i]);
     }
@@ -721,7 +723,7 @@ static void quantize_rows(hyla_qx *out, const float *x, int64_t n, int64_t K, fl
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * K * 8)
     for (int64_t i = 0; i < n; i++)
         row(d + i * (K / block), bsums + i * (K / 16), q + i * K, x + i * K, K);
-    out->q = q, out->q_k4 = NULL, out->sums32 = NULL, out->d_lanes = NULL, out->d = d, out->bsums = bsums, out->K = K, out->block = block;
+    *out = (hyla_qx){.q = q, .d = d, .bsums = bsums, .K = K, .block = block};
 }
 
 #ifdef HAVE_KERNELS

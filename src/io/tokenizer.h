@@ -89,10 +89,13 @@ int hyla_tokenizer_from_gguf(hyla_tokenizer **out, const struct hyla_gguf_file *
 int hyla_tokenizer_load_gguf(hyla_tokenizer **out, const char *path);
 /* dir/tokenizer.json (the Hugging Face file the GGUF vocabulary stands for) and
  * dir/tokenizer_config.json (its special tokens, add_bos / add_eos, chat template) from the GGUF
- * file at gguf_path, each written atomically. */
+ * file at gguf_path, each written atomically; nothing for a file without tokenizer.ggml.tokens. */
 int hyla_tokenizer_files_from_gguf(const char *dir, const char *gguf_path);
 /* The same from an open GGUF file. */
 int hyla_tokenizer_gguf_write_files(const struct hyla_gguf_file *f, const char *dir);
+/* HYLA_OK when f's vocabulary (if it has one) makes those files: the check a model loaded from the
+ * file for training makes first, so that its saves cannot fail on the vocabulary. */
+int hyla_tokenizer_gguf_check(const struct hyla_gguf_file *f);
 /* llama.cpp's name for a pre-tokenizer split regex ("qwen2", "qwen35", "gpt-2"), or NULL. */
 const char *hyla_tokenizer_pre_name(const char *pattern);
 

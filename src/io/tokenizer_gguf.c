@@ -120,24 +120,30 @@ static int build_json(cJSON *root, const hyla_gguf_file *f)
     /* the Hugging Face tokenizer.json a Qwen model ships, key for key and in its order (the
      * tokenizers library reads it back: tests/gguf/conformance.py); every object is attached to
      * root as soon as it exists, so deleting root frees all of them */
-    cJSON *added = NULL, *norm = NULL, *seq = NULL, *post = NULL, *dec = NULL, *model = NULL, *vocab = NULL, *mlist = NULL;
+    cJSON *added = NULL, *norm = NULL, *seq = NULL, *post = NULL, *dec = NULL, *model = NULL, *vocab = NULL;
+    cJSON *mlist = NULL;
     int ok = cJSON_AddStringToObject(root, "version", "1.0") && cJSON_AddNullToObject(root, "truncation") &&
-             cJSON_AddNullToObject(root, "padding") && (added = cJSON_AddArrayToObject(root, "added_tokens")) &&
-             (known_pre[pre].nfc ? (norm = cJSON_AddObjectToObject(root, "normalizer")) && cJSON_AddStringToObject(norm, "type", "NFC")
-                                 : cJSON_AddNullToObject(root, "normalizer") != NULL) &&
-             (seq = cJSON_AddObjectToObject(root, "pre_tokenizer")) && (post = cJSON_AddObjectToObject(root, "post_processor")) &&
-             (dec = cJSON_AddObjectToObject(root, "decoder")) && (model = cJSON_AddObjectToObject(root, "model"));
-    cJSON *steps = ok && cJSON_AddStringToObject(seq, "type", "Sequence") ? cJSON_AddArrayToObject(seq, "pretokenizers") : NULL;
+             cJSON_AddNullToObject(root, "padding") && (added = cJSON_AddArrayToObject(root, "added_tokens"));
+    if (ok && known_pre[pre].nfc)
+        ok = (norm = cJSON_AddObjectToObject(root, "normalizer")) && cJSON_AddStringToObject(norm, "type", "NFC");
+    else if (ok)
+        ok = cJSON_AddNullToObject(root, "normalizer") != NULL;
+    ok = ok && (seq = cJSON_AddObjectToObject(root, "pre_tokenizer")) &&
+         (post = cJSON_AddObjectToObject(root, "post_processor")) && (dec = cJSON_AddObjectToObject(root, "decoder")) &&
+         (model = cJSON_AddObjectToObject(root, "model")) && cJSON_AddStringToObject(seq, "type", "Sequence");
+    cJSON *steps = ok ? cJSON_AddArrayToObject(seq, "pretokenizers") : NULL;
     cJSON *split = steps && cJSON_AddItemToArray(steps, cJSON_CreateObject()) ? cJSON_GetArrayItem(steps, 0) : NULL;
     cJSON *bl = split && cJSON_AddItemToArray(steps, cJSON_CreateObject()) ? cJSON_GetArrayItem(steps, 1) : NULL;
-    cJSON *pat = split && cJSON_AddStringToObject(split, "type", "Split") ? cJSON_AddObjectToObject(split, "pattern") : NULL;
+    cJSON *pat = split && cJSON_AddStringToObject(split, "type", "Split") ? cJSON_AddObjectToObject(split, "pattern")
+                                                                          : NULL;
     ok = bl && pat && cJSON_AddStringToObject(pat, "Regex", known_pre[pre].pattern) &&
          cJSON_AddStringToObject(split, "behavior", "Isolated") && cJSON_AddBoolToObject(split, "invert", 0);
     cJSON *byte_level[3] = {bl, post, dec}; /* the pre-tokenizer's step, the post-processor, the decoder */
     for (int i = 0; ok && i < 3; i++)
         ok = cJSON_AddStringToObject(byte_level[i], "type", "ByteLevel") &&
              cJSON_AddBoolToObject(byte_level[i], "add_prefix_space", 0) &&
-             cJSON_AddBoolToObject(byte_level[i], "trim_offsets", 0) && cJSON_AddBoolToObject(byte_level[i], "use_regex", 0);
+             cJSON_AddBoolToObject(byte_level[i], "trim_offsets", 0) &&
+             cJSON_AddBoolToObject(byte_level[i], "use_regex", 0);
     ok = ok && cJSON_AddStringToObject(model, "type", "BPE") && cJSON_AddNullToObject(model, "dropout") &&
          cJSON_AddNullToObject(model, "unk_token") && cJSON_AddStringToObject(model, "continuing_subword_prefix", "") &&
          cJSON_AddStringToObject(model, "end_of_word_suffix", "") && cJSON_AddBoolToObject(model, "fuse_unk", 0) &&
@@ -244,18 +250,48 @@ static int write_json(const cJSON *root, const char *dir, const char *name)
     return st;
 }
 
-int hyla_tokenizer_gguf_write_files(const struct hyla_gguf_file *f, const char *dir)
+/* The two files' trees (tokenizer.json, tokenizer_config.json) of f's vocabulary. */
+static int build_files(cJSON **root, cJSON **cfg, const hyla_gguf_file *f)
 {
     const char *path = hyla_gguf_path(f), *pre;
-    cJSON *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
     size_t n;
-    int st = root && cfg ? build_json(root, f) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+    *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
+    int st = *root && *cfg ? build_json(*root, f) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     if (st == HYLA_OK && (st = hyla_gguf_get_str(f, "tokenizer.ggml.pre", 1, &pre, &n)) == HYLA_OK) {
         char *pre_name = cstr(pre, n); /* (one build_json knows: no NUL) */
-        st = pre_name ? build_config(cfg, f, pre_name) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+        st = pre_name ? build_config(*cfg, f, pre_name) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
         free(pre_name);
     }
-    if (st == HYLA_OK && (st = write_json(root, dir, "tokenizer.json")) == HYLA_OK)
+    if (st != HYLA_OK) {
+        cJSON_Delete(*root);
+        cJSON_Delete(*cfg);
+        *root = *cfg = NULL;
+    }
+    return st;
+}
+
+/* A file without a vocabulary (no tokenizer.ggml.tokens) has none to carry. */
+static int has_vocabulary(const hyla_gguf_file *f) { return hyla_gguf_find_kv(f, "tokenizer.ggml.tokens") != NULL; }
+
+int hyla_tokenizer_gguf_check(const struct hyla_gguf_file *f)
+{
+    cJSON *root, *cfg;
+    if (!has_vocabulary(f))
+        return HYLA_OK;
+    HYLA_TRY(build_files(&root, &cfg, f));
+    cJSON_Delete(root);
+    cJSON_Delete(cfg);
+    return HYLA_OK;
+}
+
+int hyla_tokenizer_gguf_write_files(const struct hyla_gguf_file *f, const char *dir)
+{
+    cJSON *root, *cfg;
+    if (!has_vocabulary(f))
+        return HYLA_OK;
+    HYLA_TRY(build_files(&root, &cfg, f));
+    int st = write_json(root, dir, "tokenizer.json");
+    if (st == HYLA_OK)
         st = write_json(cfg, dir, "tokenizer_config.json");
     cJSON_Delete(root);
     cJSON_Delete(cfg);

@@ -238,7 +238,9 @@ static int model_load(hyla_model *m, const char *dir, int bf16_weights, int defe
     if (hyla_is_gguf_path(dir)) { /* training, merging: its values as fp32 (what `hyla convert F.gguf DIR` saves);
                                     * deferred too (FSDP): read whole, each rank then keeps its pieces */
         HYLA_TRY(hyla_model_load_gguf(m, dir));
-        int st = hyla_model_gguf_dequantize(m);
+        int st = hyla_tokenizer_gguf_check(m->gguf); /* (the vocabulary its saves write: io/tokenizer.h) */
+        if (st == HYLA_OK)
+            st = hyla_model_gguf_dequantize(m);
         if (st == HYLA_OK && bf16_weights)
             st = hyla_model_set_compute_bf16(m, 1);
         if (st != HYLA_OK)

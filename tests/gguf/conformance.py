@@ -309,20 +309,22 @@ def check_quantizer(hyla, work, arch, d, errors, report):
             errors.append(f"{arch} {qtype} (F16 GGUF): re-typed file differs from llama.cpp's on {bad[:5]}")
 
 
-def with_extra_tensor(src, dst, name):
-    """a copy of the GGUF file with one more tensor (F32 [4]) that no architecture names: the key-values
-    and tensors copied through the gguf package's writer"""
+def rewritten(src, dst, extra_tensor=None, kv=None, drop_prefix=None):
+    """a copy of the GGUF file through the gguf package's writer: key-values and tensors as stored, plus
+    an F32 [4] tensor `extra_tensor`, with the integer key-values in `kv` set to new values, without
+    the keys that start with `drop_prefix`"""
     r = gguf.GGUFReader(src)
     w = gguf.GGUFWriter(dst, arch=None)
     for key, f in r.fields.items():
-        if key.startswith("GGUF."):
+        if key.startswith("GGUF.") or (drop_prefix and key.startswith(drop_prefix)):
             continue
         vtype = f.types[0]
         sub = f.types[1] if vtype == gguf.GGUFValueType.ARRAY else None
-        w.add_key_value(key, f.contents(), vtype, sub_type=sub)
+        w.add_key_value(key, (kv or {}).get(key, f.contents()), vtype, sub_type=sub)
     for t in r.tensors:
         w.add_tensor(t.name, t.data, raw_shape=list(reversed([int(n) for n in t.shape])), raw_dtype=t.tensor_type)
-    w.add_tensor(name, np.arange(4, dtype=np.float32))
+    if extra_tensor:
+        w.add_tensor(extra_tensor, np.arange(4, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -332,13 +334,14 @@ def with_extra_tensor(src, dst, name):
 def check_refusals(hyla, work, arch, errors, report):
     """a file of the architecture holding one tensor more, which hyla's map for it does not name:
     forward, and convert to GGUF (re-typing) and to a directory, each refuse it in one line naming the
-    tensor, exit non-zero and leave no output"""
+    tensor, exit non-zero and leave no output; and a file whose vocabulary lies, or has none (below)"""
     f32 = os.path.join(work, f"{arch}-f32.gguf")
     extra, name = os.path.join(work, f"{arch}-extra.gguf"), "blk.0.probe.weight"
-    with_extra_tensor(f32, extra, name)
+    rewritten(f32, extra, extra_tensor=name)
     out = os.path.join(work, f"{arch}-extra-out")
     for what, args in (("forward", ["forward", extra, "--tokens", "1,2"]),
-                       ("convert --to gguf --type q8_0", ["convert", extra, out + ".gguf", "--to", "gguf", "--type", "q8_0"]),
+                       ("convert --to gguf --type q8_0",
+                        ["convert", extra, out + ".gguf", "--to", "gguf", "--type", "q8_0"]),
                        ("convert to a directory", ["convert", extra, out])):
         run = subprocess.run([hyla] + args, capture_output=True, text=True)
         msg = run.stderr.strip().splitlines()
@@ -351,6 +354,26 @@ def check_refusals(hyla, work, arch, errors, report):
         if not ok:
             errors.append(f"{arch}: {what} of a GGUF file with tensor {name}: rc {run.returncode}, message {msg}, "
                           f"output left: {left}")
+    # the vocabulary a save from the file writes (tokenizer.json / tokenizer_config.json) is checked when
+    # the model loads for training: a special token id outside the vocabulary stops the run at its start,
+    # not at its save; a file without a vocabulary trains and saves without tokenizer files
+    lying, bare = os.path.join(work, f"{arch}-eos.gguf"), os.path.join(work, f"{arch}-novocab.gguf")
+    rewritten(f32, lying, kv={"tokenizer.ggml.eos_token_id": 10 ** 6})
+    rewritten(f32, bare, drop_prefix="tokenizer.")
+    train = ["train", "--synthetic", "--steps", "1", "--seq", "8", "--batch", "1", "--save"]
+    run = subprocess.run([hyla, *train, out + "-eos", "--model", lying], capture_output=True, text=True)
+    msg = run.stderr.strip().splitlines()
+    ok_eos = (run.returncode != 0 and len(msg) == 1 and "tokenizer.ggml.eos_token_id is 1000000" in msg[0]
+              and "step" not in run.stdout and not os.path.exists(out + "-eos"))  # (refused before a step)
+    run = subprocess.run([hyla, *train, out + "-novocab", "--model", bare], capture_output=True, text=True)
+    ok_bare = (run.returncode == 0 and os.path.exists(os.path.join(out + "-novocab", "model.safetensors"))
+               and not os.path.exists(os.path.join(out + "-novocab", "tokenizer.json")))
+    for what, ok, detail in (("train from a file whose eos_token_id lies", ok_eos, msg[0] if msg else "(no message)"),
+                             ("train from a file without a vocabulary", ok_bare, "saved without tokenizer files")):
+        report.append({"arch": arch, "check": what, "ok": ok})
+        print(f"  {'ok' if ok else 'FAIL'}  {arch:9s} {what}: {detail}")
+        if not ok:
+            errors.append(f"{arch}: {what}: {detail}")
 
 
 def check_tokenizer_files(hyla, work, arch, d, errors, report):
@@ -369,11 +392,12 @@ def check_tokenizer_files(hyla, work, arch, d, errors, report):
     ids_same = all(mine.encode(t).ids == orig.encode(t).ids for t in texts)
     text_same = all(mine.decode(orig.encode(t).ids) == orig.decode(orig.encode(t).ids) for t in texts)
     back = out + ".gguf"
-    subprocess.run([hyla, "convert", out, back, "--to", "gguf", "--type", "q8_0"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([hyla, "convert", out, back, "--to", "gguf", "--type", "q8_0"], check=True,
+                   stdout=subprocess.DEVNULL)
     tok_keys = lambda p: {k: v for k, v in gguf_keys(p).items() if k.startswith("tokenizer.")}
     keys_same = tok_keys(back) == tok_keys(f32) and len(tok_keys(f32)) >= 5
     cfg, orig_cfg = (json.load(open(os.path.join(p, "tokenizer_config.json"))) for p in (out, d))
-    tmpl_same = cfg.get("chat_template") == orig_cfg.get("chat_template") and cfg.get("eos_token") == orig_cfg.get("eos_token")
+    tmpl_same = all(cfg.get(k) == orig_cfg.get(k) for k in ("chat_template", "eos_token", "pad_token"))
     ok = ids_same and text_same and keys_same and tmpl_same
     report.append({"arch": arch, "check": "tokenizer files of a directory from a GGUF file", "ids": ids_same,
                    "decode": text_same, "gguf_round_trip_keys": keys_same, "chat_template": tmpl_same, "ok": ok})
