@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cjson/cJSON.h>
+
 #include "core/error.h"
 
 int hyla_open_regular(const char *path, int *out_fd, size_t *out_size)
@@ -164,6 +166,16 @@ int hyla_write_file_atomic(const char *path, const void *data, size_t len)
     HYLA_TRY(hyla_atomic_open(&f, path));
     hyla_atomic_write(&f, data, len);
     return hyla_atomic_commit(&f);
+}
+
+int hyla_write_json_atomic(const char *path, const cJSON *root, int pretty)
+{
+    char *text = pretty ? cJSON_Print(root) : cJSON_PrintUnformatted(root);
+    if (!text)
+        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+    int st = hyla_write_file_atomic(path, text, strlen(text));
+    cJSON_free(text);
+    return st;
 }
 
 void hyla_drop_mapped_pages(const void *p, size_t len)

@@ -13,6 +13,9 @@ int hyla_read_text_file(const char *path, char **out_text, size_t *out_len);
 /* Write `len` bytes to `path` atomically: write to a temporary name in the same directory,
  * flush, then rename over `path`. On failure nothing replaces an existing file. */
 int hyla_write_file_atomic(const char *path, const void *data, size_t len);
+/* root printed (pretty: indented; else on one line) and written to `path` atomically. */
+struct cJSON;
+int hyla_write_json_atomic(const char *path, const struct cJSON *root, int pretty);
 /* The same, streamed: open, write any number of times, then commit (or abort, which leaves an
  * existing file untouched). A write error is remembered and reported again by commit. An
  * existing device or FIFO is written in place; a symlink is replaced at its target. */

@@ -237,17 +237,12 @@ static int build_config(cJSON *cfg, const hyla_gguf_file *f, const char *pre)
     return ok ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
 }
 
-/* root printed into dir/name, atomically */
+/* root printed into dir/name on one line (a 248K-token vocabulary is megabytes), atomically */
 static int write_json(const cJSON *root, const char *dir, const char *name)
 {
     char path[4200];
     HYLA_TRY(hyla_path_join(path, sizeof path, dir, name));
-    char *text = cJSON_PrintUnformatted(root);
-    if (!text)
-        return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
-    int st = hyla_write_file_atomic(path, text, strlen(text));
-    cJSON_free(text);
-    return st;
+    return hyla_write_json_atomic(path, root, 0);
 }
 
 /* The two files' trees (tokenizer.json, tokenizer_config.json) of f's vocabulary. */

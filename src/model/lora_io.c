@@ -156,12 +156,10 @@ static int write_config(const hyla_lora *L, const char *dir, const char *base_mo
     } else {
         cJSON_AddItemToObject(o, "layers_to_transform", layers);
     }
-    char *text = cJSON_Print(o);
-    cJSON_Delete(o);
     char path[4200];
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    int rc = text ? hyla_write_file_atomic(path, text, strlen(text)) : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
-    free(text);
+    int rc = hyla_write_json_atomic(path, o, 1);
+    cJSON_Delete(o);
     return rc;
 }
 

@@ -155,14 +155,10 @@ int hyla_pieces_write_index(const char *dir, const hyla_model *model, int ranks,
         cJSON_AddItemToArray(files, f);
     }
     cJSON_AddItemToObject(o, "files", files);
-    char *text = rc == HYLA_OK ? cJSON_Print(o) : NULL;
-    cJSON_Delete(o);
     char path[4200];
-    if (rc == HYLA_OK && !text)
-        rc = hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
     if (rc == HYLA_OK && (rc = hyla_path_join(path, sizeof path, dir, HYLA_PIECES_INDEX)) == HYLA_OK)
-        rc = hyla_write_file_atomic(path, text, strlen(text));
-    free(text);
+        rc = hyla_write_json_atomic(path, o, 1);
+    cJSON_Delete(o);
     return rc;
 }
 

@@ -143,10 +143,8 @@ static int write_state_json(const char *path, const hyla_adamw *opt, const hyla_
     cJSON *run = st->run[0] ? cJSON_Parse(st->run) : NULL;
     if (run)
         cJSON_AddItemToObject(o, "run", run);
-    char *text = cJSON_Print(o);
+    int rc = hyla_write_json_atomic(path, o, 1);
     cJSON_Delete(o);
-    int rc = text ? hyla_write_file_atomic(path, text, strlen(text)) : hyla_error_set(HYLA_ERR_NOMEM, "out of memory");
-    free(text);
     return rc;
 }
 
