@@ -1,4 +1,3 @@
-#include "io/gguf_read.h"
 #include "model/adapter.h"
 
 #include <cjson/cJSON.h>
@@ -10,6 +9,7 @@
 #include "core/error.h"
 #include "core/finite.h"
 #include "io/fileio.h"
+#include "io/gguf_read.h"
 
 #define KEY_PREFIX "base_model.model."
 
