@@ -24,12 +24,14 @@
 #include "io/fileio.h"
 #include "io/gguf_read.h"
 
-static const struct { const char *pre, *pattern; int nfc; } known_pre[] = {
+/* llama.cpp's name, the split regex, NFC or not, the Hugging Face tokenizer class */
+static const struct { const char *pre, *pattern; int nfc; const char *hf_class; } known_pre[] = {
     {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 1},
+              "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 1, "Qwen2Tokenizer"},
     {"qwen35", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?[\\p{L}\\p{M}]+|\\p{N}| ?[^\\s\\p{L}\\p{M}\\p{N}]+[\\r\\n]*|"
-               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 1},
-    {"gpt-2", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", 0},
+               "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+", 1, "Qwen2Tokenizer"},
+    {"gpt-2", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+", 0,
+     "GPT2Tokenizer"},
 };
 
 const char *hyla_tokenizer_pre_name(const char *pattern)
@@ -91,7 +93,8 @@ static int add_tokens(cJSON *vocab, cJSON *added, const hyla_gguf_file *f, const
     return HYLA_OK;
 }
 
-static int build_json(cJSON *root, const hyla_gguf_file *f)
+/* *pre_out (when not NULL): the file's known_pre entry */
+static int build_json(cJSON *root, const hyla_gguf_file *f, int *pre_out)
 {
     const char *path = hyla_gguf_path(f), *s;
     size_t n;
@@ -151,6 +154,8 @@ static int build_json(cJSON *root, const hyla_gguf_file *f)
          (vocab = cJSON_AddObjectToObject(model, "vocab")) && (mlist = cJSON_AddArrayToObject(model, "merges"));
     if (!ok)
         return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
+    if (pre_out)
+        *pre_out = pre;
     HYLA_TRY(add_tokens(vocab, added, f, tokens, types));
     for (uint64_t i = 0; i < merges->count; i++) {
         const char *m = hyla_gguf_arr_str(merges, i, &n);
@@ -170,7 +175,7 @@ int hyla_tokenizer_from_gguf(hyla_tokenizer **out, const struct hyla_gguf_file *
     cJSON *root = cJSON_CreateObject();
     if (!root)
         return hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", hyla_gguf_path(f));
-    int st = build_json(root, f);
+    int st = build_json(root, f, NULL);
     if (st == HYLA_OK) {
         char origin[4200];
         snprintf(origin, sizeof origin, "%s (tokenizer.ggml.*)", hyla_gguf_path(f));
@@ -193,7 +198,7 @@ int hyla_tokenizer_load_gguf(hyla_tokenizer **out, const char *path)
 /* tokenizer_config.json: the special tokens by spelling (tokenizer.ggml.*_token_id), add_bos /
  * add_eos, the chat template (tokenizer.chat_template), the tokenizer class. The inverse of what
  * the GGUF export reads from a directory (model/gguf_export.c). tokens: checked by build_json. */
-static int build_config(cJSON *cfg, const hyla_gguf_file *f, const char *pre)
+static int build_config(cJSON *cfg, const hyla_gguf_file *f, int pre)
 {
     const char *path = hyla_gguf_path(f), *s;
     const hyla_gguf_kv *tokens = hyla_gguf_find_kv(f, "tokenizer.ggml.tokens");
@@ -232,7 +237,7 @@ static int build_config(cJSON *cfg, const hyla_gguf_file *f, const char *pre)
     if (s && !tmpl)
         return hyla_error_set(HYLA_ERR_FORMAT, "%s: tokenizer.chat_template holds a NUL byte", path);
     int ok = (!tmpl || cJSON_AddStringToObject(cfg, "chat_template", tmpl)) &&
-             cJSON_AddStringToObject(cfg, "tokenizer_class", strcmp(pre, "gpt-2") ? "Qwen2Tokenizer" : "GPT2Tokenizer");
+             cJSON_AddStringToObject(cfg, "tokenizer_class", known_pre[pre].hf_class);
     free(tmpl);
     return ok ? HYLA_OK : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
 }
@@ -248,15 +253,12 @@ static int write_json(const cJSON *root, const char *dir, const char *name)
 /* The two files' trees (tokenizer.json, tokenizer_config.json) of f's vocabulary. */
 static int build_files(cJSON **root, cJSON **cfg, const hyla_gguf_file *f)
 {
-    const char *path = hyla_gguf_path(f), *pre;
-    size_t n;
+    int pre;
     *root = cJSON_CreateObject(), *cfg = cJSON_CreateObject();
-    int st = *root && *cfg ? build_json(*root, f) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
-    if (st == HYLA_OK && (st = hyla_gguf_get_str(f, "tokenizer.ggml.pre", 1, &pre, &n)) == HYLA_OK) {
-        char *pre_name = cstr(pre, n); /* (one build_json knows: no NUL) */
-        st = pre_name ? build_config(*cfg, f, pre_name) : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
-        free(pre_name);
-    }
+    int st = *root && *cfg ? build_json(*root, f, &pre)
+                           : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", hyla_gguf_path(f));
+    if (st == HYLA_OK)
+        st = build_config(*cfg, f, pre);
     if (st != HYLA_OK) {
         cJSON_Delete(*root);
         cJSON_Delete(*cfg);
