@@ -144,7 +144,9 @@ int main(int argc, char **argv)
         int64_t R_alloc = R > R_prefill ? R : R_prefill; /* the prefill's shape needs R_prefill rows */
         hyla_qmat W = make_matrix(t, R_alloc, K, 512, &store);
         W.rows = R;
-        float *x = malloc((size_t)M * K * sizeof(float)), *y = malloc((size_t)(M > R ? M : R) * R_prefill * sizeof(float));
+        /* y: the decode's R outputs, or the prefill's M x R_prefill */
+        int64_t y_floats = M * R_prefill > R ? M * R_prefill : R;
+        float *x = malloc((size_t)M * K * sizeof(float)), *y = malloc((size_t)y_floats * sizeof(float));
         float *scratch = malloc((size_t)hyla_linear_q_scratch_floats(M, K) * sizeof(float));
         hyla_rng rng;
         hyla_rng_seed(&rng, 3);

@@ -4,12 +4,16 @@
  * memory's rate: every block is loaded once, widened to fp32 in registers (16 values per zmm) and
  * multiplied into one accumulator per activation row; the next blocks are prefetched a few KB
  * ahead (31 GB/s on 2 threads for a Q8_0 lm_head read from the mapped file, the DRAM's rate on
- * the first machine; 18-20 prefetching into L1, 12 at a few hundred bytes ahead) with the
- * non-temporal hint: a decoded token streams the whole model through the caches, and a weight
- * line is not read again before the next token, while the GDN states (18 MB for 0.8B), the conv
- * windows and the KV cache are. On the Zen 5 here, decode of the Q8_0 0.8B model went 57.5-58.5
- * -> 59.1-61.5 tok/s in alternating pairs (the delta rule's state reads 0.55 -> 0.47-0.52 ms a
- * token), the K-quant files unchanged. The row count N is a
+ * the first machine; 18-20 prefetching into L1, 12 at a few hundred bytes ahead) into the L2
+ * (WEIGHT_PREFETCH). The hint was non-temporal on the AMD Zen 5 VM of stops 33-41 (a decoded token
+ * streams the whole model through the caches while the GDN states, 18 MB for 0.8B, are read again:
+ * Q8_0 0.8B decode 57.5-58.5 -> 59.1-61.5 tok/s there, the K-quant files unchanged); on the Intel
+ * Xeon VM (family 6 model 207, 2 MB L2 a core, 300 MB L3, DRAM ~35 GB/s on 2 threads) a
+ * prefetchnta holds one of the core's few L1 fill buffers for a whole DRAM latency, and a 1 GiB
+ * matrix read at 16 GB/s (Q8_0) / 22 (Q4_K, Q6_K) with it, 17-19 with no software prefetch at all,
+ * 27-30 into the L2 (T1 or T2 alike, T0 1-2 GB/s lower; half or twice the distances within 1 GB/s;
+ * bench/quant_bench, 2 alternating rounds of each): whole decodes 20.2 -> 31.0 tok/s (0.8B Q8_0),
+ * 35.5 -> 47.0 (0.8B Q4_K_M), 53.6 -> 113.6 (MoE Q8_0), 78.2 -> 159.7 (MoE Q4_K_M). The row count N is a
  * compile-time constant in each instance, so the accumulators stay in registers (with a run-time
  * count they went through the stack: 14 GB/s instead of 30).
  *
@@ -32,7 +36,7 @@
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 #define INLINE __attribute__((target("avx512f,avx512bw,avx512vl,f16c"), always_inline)) static inline
 
-/* A Q4_K / Q5_K weight stream's lines ahead of p, non-temporal, at two distances: 3.5 KB, and 10 KB
+/* A Q4_K / Q5_K weight stream's lines ahead of p, into the L2, at two distances: 3.5 KB, and 10 KB
  * for the VM's fast phases. Its DRAM read rate swings between ~50 and ~85 GB/s; a Q4_K matrix of
  * 256 MB read at 57-65 GB/s with the near distance alone in a fast phase (plain reads 77-86), 67-74
  * with both; in slow phases (plain reads 51-57) the two measured within +-5% of the near one alone
@@ -40,13 +44,14 @@
  * distance, 8.4 KB (40 blocks): 256 MB read in 20 alternating rounds at 81-91 GB/s in fast phases
  * where 3.4 KB read 75-78 (13.4 KB 81-93, the near + far pair 78-88, plain reads 75-89), and
  * 1-3% below 3.4 KB's 51-52 in slow ones (13.4 KB 3-5%). Q8_0's distance is its own (q8_0_n). */
+#define WEIGHT_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T1) /* into the L2: see the top */
 #define PREFETCH_NEAR 3456
 #define PREFETCH_FAR 10368
 #define Q6_K_PREFETCH (210 * 40)
 INLINE void k4_prefetch(const unsigned char *p)
 {
-    _mm_prefetch((const char *)(p + PREFETCH_NEAR), _MM_HINT_NTA);
-    _mm_prefetch((const char *)(p + PREFETCH_FAR), _MM_HINT_NTA);
+    WEIGHT_PREFETCH(p + PREFETCH_NEAR);
+    WEIGHT_PREFETCH(p + PREFETCH_FAR);
 }
 
 /* 16 bytes (u8) -> 16 floats, minus `bias` */
@@ -92,7 +97,7 @@ INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
             if (c > 0 && b + c >= nb) /* an odd block count: the last block is chain 0's */
                 break;
             const unsigned char *blk = row + (b + c) * 34;
-            _mm_prefetch((const char *)(blk + Q8_0_PREFETCH), _MM_HINT_NTA);
+            WEIGHT_PREFETCH(blk + Q8_0_PREFETCH);
             __m512 d = _mm512_set1_ps(hyla_half_at(blk));
             __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + 2)), q1 = _mm_loadu_si128((const __m128i *)(blk + 18));
             __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
@@ -187,7 +192,7 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
     const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
-            _mm_prefetch((const char *)(row + Q6_K_PREFETCH + l), _MM_HINT_NTA);
+            WEIGHT_PREFETCH(row + Q6_K_PREFETCH + l);
         float d = hyla_half_at(row + 208);
         const signed char *sc = (const signed char *)(row + 192);
         for (int h = 0; h < 2; h++) { /* values 128 h .. 128 h + 127 */
@@ -429,7 +434,7 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
     int64_t K = x->K;
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
-            _mm_prefetch((const char *)(row + Q6_K_PREFETCH + l), _MM_HINT_NTA);
+            WEIGHT_PREFETCH(row + Q6_K_PREFETCH + l);
         float d = hyla_half_at(row + 208);
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 192)));
         __m512i w[4], s[4];
@@ -473,7 +478,7 @@ static const int16_t q8_0_dw_idx[32] = {REP8(0), REP8(17), REP8(0), REP8(17)};
 VNNI_INLINE void q8_0_pair(const int N, __m512 *acc, const hyla_qx *x, const unsigned char *blk, int64_t p,
                            __m512i didx)
 {
-    _mm_prefetch((const char *)(blk + Q8_0_PREFETCH), _MM_HINT_NTA);
+    WEIGHT_PREFETCH(blk + Q8_0_PREFETCH);
     __m512i raw = _mm512_loadu_si512((const void *)blk);
     __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, raw)));
     __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2))),
