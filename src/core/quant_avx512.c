@@ -4,15 +4,16 @@
  * memory's rate: every block is loaded once, widened to fp32 in registers (16 values per zmm) and
  * multiplied into one accumulator per activation row; the next blocks are prefetched a few KB
  * ahead (31 GB/s on 2 threads for a Q8_0 lm_head read from the mapped file, the DRAM's rate on
- * the first machine; 18-20 prefetching into L1, 12 at a few hundred bytes ahead) into the L2
- * (WEIGHT_PREFETCH). The hint was non-temporal on the AMD Zen 5 VM of stops 33-41 (a decoded token
+ * the first machine; 18-20 prefetching into L1, 12 at a few hundred bytes ahead), into the L2 and
+ * then the L1 (weight_prefetch). The hint was non-temporal on the AMD Zen 5 VM of stops 33-41 (a decoded token
  * streams the whole model through the caches while the GDN states, 18 MB for 0.8B, are read again:
  * Q8_0 0.8B decode 57.5-58.5 -> 59.1-61.5 tok/s there, the K-quant files unchanged); on the Intel
  * Xeon VM (family 6 model 207, 2 MB L2 a core, 300 MB L3, DRAM ~35 GB/s on 2 threads) a
  * prefetchnta holds one of the core's few L1 fill buffers for a whole DRAM latency, and a 1 GiB
  * matrix read at 16 GB/s (Q8_0) / 22 (Q4_K, Q6_K) with it, 17-19 with no software prefetch at all,
  * 27-30 into the L2 (T1 or T2 alike, T0 1-2 GB/s lower; half or twice the distances within 1 GB/s;
- * bench/quant_bench, 2 alternating rounds of each): whole decodes 20.2 -> 31.0 tok/s (0.8B Q8_0),
+ * bench/quant_bench, 2 alternating rounds of each), and 30-34 with a second prefetch into the L1
+ * (weight_prefetch): whole decodes with the first 20.2 -> 31.0 tok/s (0.8B Q8_0),
  * 35.5 -> 47.0 (0.8B Q4_K_M), 53.6 -> 113.6 (MoE Q8_0), 78.2 -> 159.7 (MoE Q4_K_M). The row count N is a
  * compile-time constant in each instance, so the accumulators stay in registers (with a run-time
  * count they went through the stack: 14 GB/s instead of 30).
@@ -36,22 +37,21 @@
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 #define INLINE __attribute__((target("avx512f,avx512bw,avx512vl,f16c"), always_inline)) static inline
 
-/* A Q4_K / Q5_K weight stream's lines ahead of p, into the L2, at two distances: 3.5 KB, and 10 KB
- * for the VM's fast phases. Its DRAM read rate swings between ~50 and ~85 GB/s; a Q4_K matrix of
- * 256 MB read at 57-65 GB/s with the near distance alone in a fast phase (plain reads 77-86), 67-74
- * with both; in slow phases (plain reads 51-57) the two measured within +-5% of the near one alone
- * (10 KB alone: 10% slower there). Q6_K (a Q4_K_M file's lm_head, its largest read) takes one
- * distance, 8.4 KB (40 blocks): 256 MB read in 20 alternating rounds at 81-91 GB/s in fast phases
- * where 3.4 KB read 75-78 (13.4 KB 81-93, the near + far pair 78-88, plain reads 75-89), and
- * 1-3% below 3.4 KB's 51-52 in slow ones (13.4 KB 3-5%). Q8_0's distance is its own (q8_0_n). */
-#define WEIGHT_PREFETCH(p) _mm_prefetch((const char *)(p), _MM_HINT_T1) /* into the L2: see the top */
-#define PREFETCH_NEAR 3456
-#define PREFETCH_FAR 10368
-#define Q6_K_PREFETCH (210 * 40)
-INLINE void k4_prefetch(const unsigned char *p)
+/* Every weight line is asked for twice: from memory into the L2 32 KB ahead of where the kernel
+ * reads, and from the L2 into the L1 2 KB ahead (one pair per 64 bytes of a block, ~1 per line for
+ * Q8_0's 34-byte blocks). On the Intel VM, 1 GiB matrices on 2 threads (bench/quant_bench, 3
+ * alternating rounds): with one prefetch into the L2 (8.5 KB ahead for Q8_0, 3.5 + 10 KB for Q4_K, 8.4
+ * KB for Q6_K) they read at 27.5-28.4 GB/s (Q8_0) / 29.9-30.0 (Q4_K) / 29.0-31.4 (Q6_K) of a plain
+ * read's 34-36; with the pair 30.4-31.8 / 31.0-34.2 / 29.9-32.8 -- the loads had been waiting on L2
+ * hits. The far one alone at 32 KB read as the single one did, the near one alone 22-26; 64 KB far,
+ * 4 KB near, T2 for the far one: within the noise of this pair. On the Zen 5 VM a single non-temporal
+ * prefetch 3.5-10 KB ahead was best (see the top). */
+#define PREFETCH_L2_AHEAD 32768
+#define PREFETCH_L1_AHEAD 2048
+INLINE void weight_prefetch(const unsigned char *p)
 {
-    WEIGHT_PREFETCH(p + PREFETCH_NEAR);
-    WEIGHT_PREFETCH(p + PREFETCH_FAR);
+    _mm_prefetch((const char *)(p + PREFETCH_L2_AHEAD), _MM_HINT_T1);
+    _mm_prefetch((const char *)(p + PREFETCH_L1_AHEAD), _MM_HINT_T0);
 }
 
 /* 16 bytes (u8) -> 16 floats, minus `bias` */
@@ -76,14 +76,12 @@ INLINE __m512 widen_u8(__m128i v, int bias)
  * multiple of 64; otherwise q8_0_i8_n below). Each row's blocks alternate between two accumulator
  * chains (even and odd blocks, added at the end): with one, every block waited on the previous
  * block's FMA (~3.7 cycles a block, 77 GB/s from the L3 on 2 threads, under the DRAM's fast phases
- * here); with two, 84. The stream is
- * prefetched 8.5 KB ahead (256 blocks). Measured on a 256 MB matrix in 25 alternating rounds
- * against the one-chain kernel with its prefetch at 4.3 KB: 79-85 GB/s where that read 67-72 and
- * a plain read 78-87 (fast phases); 47-54 where it read 46-56 (slow phases, plain 47-57). Four
+ * here); with two, 84. Measured on the Zen 5 VM on a 256 MB matrix in 25 alternating rounds
+ * against the one-chain kernel: 79-85 GB/s where that read 67-72 and a plain read 78-87 (fast
+ * phases); 47-54 where it read 46-56 (slow phases, plain 47-57). Four
  * rows interleaved (one chain each, the one-chain bits) read 81-87 in fast phases but 32-46 in slow
  * ones: four streams a thread. */
 #define Q8_0_CHAINS 2
-#define Q8_0_PREFETCH (34 * 256)
 INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t ldx, const unsigned char *row, int64_t K)
 {
     __m512 acc[HYLA_QUANT_SKINNY_M][Q8_0_CHAINS];
@@ -97,7 +95,7 @@ INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
             if (c > 0 && b + c >= nb) /* an odd block count: the last block is chain 0's */
                 break;
             const unsigned char *blk = row + (b + c) * 34;
-            WEIGHT_PREFETCH(blk + Q8_0_PREFETCH);
+            weight_prefetch(blk);
             __m512 d = _mm512_set1_ps(hyla_half_at(blk));
             __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + 2)), q1 = _mm_loadu_si128((const __m128i *)(blk + 18));
             __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
@@ -166,7 +164,7 @@ INLINE void k4_row(const int N, const int q5, float *y, int64_t ldy, const float
         acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < K / 256; b++, row += K4_BYTES(q5)) {
         for (int l = 0; l < K4_BYTES(q5); l += 64)
-            k4_prefetch(row + l);
+            weight_prefetch(row + l);
         k4_block(N, q5, acc, x + b * 256, ldx, row);
     }
     FINISH(N);
@@ -192,7 +190,7 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
     const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
-            WEIGHT_PREFETCH(row + Q6_K_PREFETCH + l);
+            weight_prefetch(row + l);
         float d = hyla_half_at(row + 208);
         const signed char *sc = (const signed char *)(row + 192);
         for (int h = 0; h < 2; h++) { /* values 128 h .. 128 h + 127 */
@@ -310,7 +308,7 @@ VNNI_INLINE void k4_block_unpack(k4_unpacked *B, const int q5, const unsigned ch
 {
     const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     for (int l = 0; l < K4_BYTES(q5); l += 64)
-        k4_prefetch(row + l);
+        weight_prefetch(row + l);
     B->dd = _mm_cvtph_ps(_mm_cvtsi32_si128(u32_at(row)));
     __m128i sm = k4_scales_vec(row + 4);
     __m512i sc16 = _mm512_broadcast_i32x4(sm);
@@ -434,7 +432,7 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
     int64_t K = x->K;
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
-            WEIGHT_PREFETCH(row + Q6_K_PREFETCH + l);
+            weight_prefetch(row + l);
         float d = hyla_half_at(row + 208);
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 192)));
         __m512i w[4], s[4];
@@ -462,9 +460,10 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
 
 /* ---- Q8_0 against llama.cpp's Q8_0 activations (per 32, f16 scale) ----------------------------- */
 
-/* Two blocks (64 values) a step: the levels' magnitudes (u8) times the activations' int8 with the
- * levels' signs (one masked subtract) on VNNI into 16 int32 lanes, 8 a block: sum q_w q_x, exact
- * (|.| <= 32 * 128 * 127); then (d_w d_x) times it in fp32, d_w of both blocks from one 64-byte load
+/* Two blocks (64 values) a step: the levels offset by 128 (u8: one xor) times the activations'
+ * int8 on VNNI into 16 int32 lanes, 8 a block, each lane's sum starting from -128 times the sum of its
+ * four activations (hyla_qx_q8_0_lanes, once per product): sum q_w q_x, exact (the lane's terms
+ * |.| <= 4 * 255 * 127 + 128 * 4 * 127; a block's sum |.| <= 32 * 128 * 127); then (d_w d_x) times it in fp32, d_w of both blocks from one 64-byte load
  * (f16 at bytes 0 and 34) by one vpermw, d_x per lane from hyla_qx_q8_0_lanes. The per-block value
  * of ggml's vec_dot_q8_0_q8_0 (the prefill GEMM's), summed in another order. About half the vector
  * operations a value of the fp32-activation kernel (q8_0_n: two widenings, two conversions, three
@@ -478,18 +477,17 @@ static const int16_t q8_0_dw_idx[32] = {REP8(0), REP8(17), REP8(0), REP8(17)};
 VNNI_INLINE void q8_0_pair(const int N, __m512 *acc, const hyla_qx *x, const unsigned char *blk, int64_t p,
                            __m512i didx)
 {
-    WEIGHT_PREFETCH(blk + Q8_0_PREFETCH);
+    weight_prefetch(blk);
     __m512i raw = _mm512_loadu_si512((const void *)blk);
     __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, raw)));
     __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2))),
                                    _mm256_loadu_si256((const __m256i *)(blk + 36)), 1);
-    __m512i wa = _mm512_abs_epi8(w);
-    __mmask64 neg = _mm512_movepi8_mask(w);
+    __m512i wu = _mm512_xor_si512(w, _mm512_set1_epi8(-128)); /* q_w + 128, as u8 */
     int64_t K = x->K;
     for (int i = 0; i < N; i++) {
         __m512i xq = _mm512_loadu_si512((const void *)(x->q + i * K + 64 * p));
-        __m512i xs = _mm512_mask_sub_epi8(xq, neg, _mm512_setzero_si512(), xq); /* x with the levels' signs */
-        __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wa, xs);
+        __m512i off = _mm512_load_si512((const void *)(x->offs_lanes + i * (K / 4) + 16 * p)); /* -128 sum q_x */
+        __m512i s = _mm512_dpbusd_epi32(off, wu, xq);
         __m512 d = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d_lanes + i * (K / 4) + 16 * p));
         acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[i]);
     }
@@ -576,16 +574,25 @@ void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst)
     x->sums32 = sums;
 }
 
-int64_t hyla_qx_q8_0_lanes_bytes(int64_t n, int64_t K) { return n * (K / 4) * (int64_t)sizeof(float) + 64; }
+int64_t hyla_qx_q8_0_lanes_bytes(int64_t n, int64_t K)
+{
+    return n * (K / 4) * (int64_t)(sizeof(float) + sizeof(int32_t)) + 64;
+}
 
 void hyla_qx_q8_0_lanes(hyla_qx *x, int64_t n, void *dst)
 {
     int64_t K = x->K;
     float *d = align64(dst);
+    int32_t *off = (int32_t *)(d + n * (K / 4)); /* 64-byte aligned: K / 4 is a multiple of 16 */
     for (int64_t i = 0; i < n * (K / 32); i++)
         for (int l = 0; l < 8; l++)
             d[8 * i + l] = x->d[i];
+    for (int64_t j = 0; j < n * (K / 4); j++) {
+        const int8_t *q = x->q + 4 * j;
+        off[j] = -128 * (q[0] + q[1] + q[2] + q[3]);
+    }
     x->d_lanes = d;
+    x->offs_lanes = off;
 }
 
 /* One row's blocks of 32 as llama.cpp's x86 quantize_row_q8_0: the scale kept as f16 (the block

@@ -40,6 +40,8 @@ typedef struct {
     const int16_t *sums32; /* [n][K / 32] sums of q per 32 (bsums in pairs), with q_k4; or NULL */
     const float *d_lanes; /* [n][K / 4] Q8_0 decode: the d of each int32 lane's block of 32 (8 lanes a
                            * block, hyla_qx_q8_0_lanes), or NULL */
+    const int32_t *offs_lanes; /* [n][K / 4] Q8_0 decode: -128 times the sum of each lane's 4 values of q
+                                * (the kernel reads the levels offset by 128), with d_lanes */
     const float *d;       /* [n][K / block] */
     const int16_t *bsums; /* [n][K / 16] */
     int64_t K;
@@ -53,8 +55,9 @@ void hyla_quantize_x(hyla_qx *out, const float *x, int64_t n, int64_t K, float *
  * bytes -- and x->q_k4 = dst; after it the sums per 32 (x->sums32). dst: hyla_qx_k4_bytes(n, K). */
 void hyla_qx_k4_order(hyla_qx *x, int64_t n, int8_t *dst);
 int64_t hyla_qx_k4_bytes(int64_t n, int64_t K);
-/* x->d_lanes from a Q8_0 rounding (block 32) laid out in dst: the activations' scale per int32 lane
- * of the Q8_0 decode kernel's vpdpbusd. dst: hyla_qx_q8_0_lanes_bytes(n, K). */
+/* x->d_lanes and x->offs_lanes from a Q8_0 rounding (block 32) laid out in dst: the activations'
+ * scale and offset per int32 lane of the Q8_0 decode kernel's vpdpbusd (K a multiple of 64). dst:
+ * hyla_qx_q8_0_lanes_bytes(n, K). */
 void hyla_qx_q8_0_lanes(hyla_qx *x, int64_t n, void *dst);
 int64_t hyla_qx_q8_0_lanes_bytes(int64_t n, int64_t K);
 /* The rounding per block of 32 of llama.cpp's Q8_0 activations (its x86 quantize_row_q8_0): d =
