@@ -469,10 +469,10 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
  * 64-byte load (f16 at bytes 0 and 34) by one vpermw, d_x per lane from hyla_qx_q8_0_lanes. The per-block
  * value of ggml's vec_dot_q8_0_q8_0 (the prefill GEMM's), summed in another order. About half the vector
  * operations a value of the fp32-activation kernel (q8_0_n: two widenings, two conversions, three
- * multiplies a block), on the Zen 5 VM: from the L2 on one thread 38-40 -> 69-72 GB/s, from the L3
- * on two 70-73 -> 106-107, a 256 MB matrix in a fast memory phase 71 -> 93 (plain reads 83-84; level in slow ones). The pairs
- * alternate between two accumulators, written out: indexed by p & 1 they lived on the stack (41 GB/s from
- * the L2). K: a multiple of 64. x: hyla_quantize_x_q8_0, then hyla_qx_q8_0_lanes. */
+ * multiplies a block), on the Zen 5 VM: from the L2 on one thread 38-40 -> 69-72 GB/s, from the L3 on two
+ * 70-73 -> 106-107, a 256 MB matrix in a fast memory phase 71 -> 93 (plain reads 83-84; level in slow
+ * ones). The pairs alternate between two accumulators, written out: indexed by p & 1 they lived on the
+ * stack (41 GB/s from the L2). K: a multiple of 64. x: hyla_quantize_x_q8_0, then hyla_qx_q8_0_lanes. */
 static const int16_t q8_0_dw_idx[32] = {REP8(0), REP8(17), REP8(0), REP8(17)};
 /* acc[i] += the pair of blocks at blk (values 64 p .. 64 p + 63) against activation row i */
 VNNI_INLINE void q8_0_pair(const int N, __m512 *acc, const hyla_qx *x, const unsigned char *blk, int64_t p,
