@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "core/parallel.h"
 #include "core/profile.h"
+#include "core/stream_prefetch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
 #include <immintrin.h>
@@ -39,10 +40,11 @@ static float dot_bf16_scalar(const uint16_t *x, const uint16_t *w, int64_t K)
 }
 
 #ifdef HAVE_AVX512BF16_KERNEL
-/* bf16 values: 8 KB. On the Zen 5 here a 256 MB matrix read at 85-91 GB/s in the DRAM's fast
- * phases with 8 KB where 4 KB read 82-84 (plain reads 80-89), level in slow phases; 50 alternating
- * rounds */
-enum { PREFETCH_AHEAD = 4096 };
+/* Each weight line is asked for into the L2 32 KB ahead and into the L1 2 KB ahead
+ * (core/stream_prefetch.h): on the Intel Xeon VM 0.8B bf16 decode 19.09 -> 20.10 tok/s against
+ * the one prefetch into the L2 8 KB ahead (bench/ab_decode.sh, 30 alternating windows). On the Zen 5 a
+ * 256 MB matrix read at 85-91 GB/s in the DRAM's fast phases with one 8 KB ahead where 4 KB read 82-84
+ * (plain reads 80-89), level in slow phases; 50 alternating rounds. */
 
 __attribute__((target("avx512f,avx512bf16"))) static float dot_bf16_avx512(const uint16_t *x, const uint16_t *w,
                                                                             int64_t K)
@@ -50,13 +52,13 @@ __attribute__((target("avx512f,avx512bf16"))) static float dot_bf16_avx512(const
     __m512 acc = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
-        /* W streams from memory once: ask for the line 8 KB ahead (the next rows' at a row's end;
-         * past the matrix's end a prefetch is a no-op that cannot fault). Measured on 2 threads: a
-         * large matrix reads at ~24 GB/s with it, ~19 without, against 22-29 for a plain stream.
-         * Into the L2, as the quantized kernels' (quant_avx512.c says why): non-temporal it was
-         * ahead on the Zen 5 VM (0.8B bf16 decode in 3 of 4 pairs), but on the Intel Xeon VM the
-         * same decode ran 2.28x faster into the L2 (7.55 -> 17.23 tok/s, bench/ab_decode.sh). */
-        _mm_prefetch((const char *)(w + k + PREFETCH_AHEAD), _MM_HINT_T1);
+        /* W streams from memory once: ask for its lines ahead (the next rows' at a row's end; past
+         * the matrix's end a prefetch is a no-op that cannot fault). On the first machine a large
+         * matrix read at ~24 GB/s with one, ~19 without, against 22-29 for a plain stream. Not
+         * non-temporal (quant_avx512.c says why): it was ahead on the Zen 5 VM (0.8B bf16 decode in
+         * 3 of 4 pairs), but on the Intel Xeon VM the same decode ran 2.28x faster into the L2
+         * (7.55 -> 17.23 tok/s, bench/ab_decode.sh). */
+        hyla_prefetch_stream(w + k);
         __m512i a = _mm512_loadu_si512((const void *)(x + k)), b = _mm512_loadu_si512((const void *)(w + k));
         acc = _mm512_dpbf16_ps(acc, (__m512bh)a, (__m512bh)b);
     }
@@ -75,7 +77,7 @@ dots_bf16_avx512(float *out, const uint16_t *x, const uint16_t *w, int64_t K, in
     __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
     int64_t k = 0;
     for (; k + 32 <= K; k += 32) {
-        _mm_prefetch((const char *)(w + k + PREFETCH_AHEAD), _MM_HINT_T1);
+        hyla_prefetch_stream(w + k);
         __m512i b = _mm512_loadu_si512((const void *)(w + k));
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)

@@ -5,7 +5,7 @@
  * multiplied into one accumulator per activation row; the next blocks are prefetched a few KB
  * ahead (31 GB/s on 2 threads for a Q8_0 lm_head read from the mapped file, the DRAM's rate on
  * the first machine; 18-20 prefetching into L1, 12 at a few hundred bytes ahead), into the L2 and
- * then the L1 (weight_prefetch). The hint was non-temporal on the AMD Zen 5 VM of stops 33-41 (a decoded token
+ * then the L1 (hyla_prefetch_stream). The hint was non-temporal on the AMD Zen 5 VM of stops 33-41 (a decoded token
  * streams the whole model through the caches while the GDN states, 18 MB for 0.8B, are read again:
  * Q8_0 0.8B decode 57.5-58.5 -> 59.1-61.5 tok/s there, the K-quant files unchanged); on the Intel
  * Xeon VM (family 6 model 207, 2 MB L2 a core, 300 MB L3, DRAM ~35 GB/s on 2 threads) a
@@ -13,7 +13,7 @@
  * matrix read at 16 GB/s (Q8_0) / 22 (Q4_K, Q6_K) with it, 17-19 with no software prefetch at all,
  * 27-30 into the L2 (T1 or T2 alike, T0 1-2 GB/s lower; half or twice the distances within 1 GB/s;
  * bench/quant_bench, 2 alternating rounds of each), and 30-34 with a second prefetch into the L1
- * (weight_prefetch): whole decodes with the first 20.2 -> 31.0 tok/s (0.8B Q8_0),
+ * (hyla_prefetch_stream): whole decodes with the first 20.2 -> 31.0 tok/s (0.8B Q8_0),
  * 35.5 -> 47.0 (0.8B Q4_K_M), 53.6 -> 113.6 (MoE Q8_0), 78.2 -> 159.7 (MoE Q4_K_M). The row count N is a
  * compile-time constant in each instance, so the accumulators stay in registers (with a run-time
  * count they went through the stack: 14 GB/s instead of 30).
@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "core/parallel.h"
+#include "core/stream_prefetch.h"
 
 #if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
 #include <immintrin.h>
@@ -37,22 +38,15 @@
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 #define INLINE __attribute__((target("avx512f,avx512bw,avx512vl,f16c"), always_inline)) static inline
 
-/* Every weight line is asked for twice: from memory into the L2 32 KB ahead of where the kernel
- * reads, and from the L2 into the L1 2 KB ahead (one pair per 64 bytes of a block, ~1 per line for
- * Q8_0's 34-byte blocks). On the Intel VM, 1 GiB matrices on 2 threads (bench/quant_bench, 3
- * alternating rounds): with one prefetch into the L2 (8.5 KB ahead for Q8_0, 3.5 + 10 KB for Q4_K, 8.4
- * KB for Q6_K) they read at 27.5-28.4 GB/s (Q8_0) / 29.9-30.0 (Q4_K) / 29.0-31.4 (Q6_K) of a plain
- * read's 34-36; with the pair 30.4-31.8 / 31.0-34.2 / 29.9-32.8 -- the loads had been waiting on L2
- * hits. The far one alone at 32 KB read as the single one did, the near one alone 22-26; 64 KB far,
- * 4 KB near, T2 for the far one: within the noise of this pair. On the Zen 5 VM a single non-temporal
- * prefetch 3.5-10 KB ahead was best (see the top). */
-#define PREFETCH_L2_AHEAD 32768
-#define PREFETCH_L1_AHEAD 2048
-INLINE void weight_prefetch(const unsigned char *p)
-{
-    _mm_prefetch((const char *)(p + PREFETCH_L2_AHEAD), _MM_HINT_T1);
-    _mm_prefetch((const char *)(p + PREFETCH_L1_AHEAD), _MM_HINT_T0);
-}
+/* Every weight line is asked for twice (core/stream_prefetch.h): from memory into the L2 32 KB ahead of
+ * where the kernel reads, and from the L2 into the L1 2 KB ahead (one pair per 64 bytes of a block, ~1 per
+ * line for Q8_0's 34-byte blocks). On the Intel VM, 1 GiB matrices on 2 threads (bench/quant_bench, 3
+ * alternating rounds): with one prefetch into the L2 (8.5 KB ahead for Q8_0, 3.5 + 10 KB for Q4_K, 8.4 KB
+ * for Q6_K) they read at 27.5-28.4 GB/s (Q8_0) / 29.9-30.0 (Q4_K) / 29.0-31.4 (Q6_K) of a plain read's
+ * 34-36; with the pair 30.4-31.8 / 31.0-34.2 / 29.9-32.8 -- the loads had been waiting on L2 hits. The far
+ * one alone at 32 KB read as the single one did, the near one alone 22-26; 64 KB far, 4 KB near, T2 for
+ * the far one: within the noise of this pair. On the Zen 5 VM a single non-temporal prefetch 3.5-10 KB
+ * ahead was best (see the top). */
 
 /* 16 bytes (u8) -> 16 floats, minus `bias` */
 INLINE __m512 widen_u8(__m128i v, int bias)
@@ -95,7 +89,7 @@ INLINE void q8_0_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
             if (c > 0 && b + c >= nb) /* an odd block count: the last block is chain 0's */
                 break;
             const unsigned char *blk = row + (b + c) * 34;
-            weight_prefetch(blk);
+            hyla_prefetch_stream(blk);
             __m512 d = _mm512_set1_ps(hyla_half_at(blk));
             __m128i q0 = _mm_loadu_si128((const __m128i *)(blk + 2)), q1 = _mm_loadu_si128((const __m128i *)(blk + 18));
             __m512 w0 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q0)), w1 = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q1));
@@ -164,7 +158,7 @@ INLINE void k4_row(const int N, const int q5, float *y, int64_t ldy, const float
         acc[i] = _mm512_setzero_ps();
     for (int64_t b = 0; b < K / 256; b++, row += K4_BYTES(q5)) {
         for (int l = 0; l < K4_BYTES(q5); l += 64)
-            weight_prefetch(row + l);
+            hyla_prefetch_stream(row + l);
         k4_block(N, q5, acc, x + b * 256, ldx, row);
     }
     FINISH(N);
@@ -190,7 +184,7 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
     const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(0x03);
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
-            weight_prefetch(row + l);
+            hyla_prefetch_stream(row + l);
         float d = hyla_half_at(row + 208);
         const signed char *sc = (const signed char *)(row + 192);
         for (int h = 0; h < 2; h++) { /* values 128 h .. 128 h + 127 */
@@ -308,7 +302,7 @@ VNNI_INLINE void k4_block_unpack(k4_unpacked *B, const int q5, const unsigned ch
 {
     const __m512i low4 = _mm512_set1_epi8(0x0F), sixteen = _mm512_set1_epi8(16);
     for (int l = 0; l < K4_BYTES(q5); l += 64)
-        weight_prefetch(row + l);
+        hyla_prefetch_stream(row + l);
     B->dd = _mm_cvtph_ps(_mm_cvtsi32_si128(u32_at(row)));
     __m128i sm = k4_scales_vec(row + 4);
     __m512i sc16 = _mm512_broadcast_i32x4(sm);
@@ -432,7 +426,7 @@ VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x,
     int64_t K = x->K;
     for (int64_t b = 0; b < K / 256; b++, row += 210) {
         for (int l = 0; l < 210; l += 64)
-            weight_prefetch(row + l);
+            hyla_prefetch_stream(row + l);
         float d = hyla_half_at(row + 208);
         __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 192)));
         __m512i w[4], s[4];
@@ -478,7 +472,7 @@ static const int16_t q8_0_dw_idx[32] = {REP8(0), REP8(17), REP8(0), REP8(17)};
 VNNI_INLINE void q8_0_pair(const int N, __m512 *acc, const hyla_qx *x, const unsigned char *blk, int64_t p,
                            __m512i didx)
 {
-    weight_prefetch(blk);
+    hyla_prefetch_stream(blk);
     __m512i raw = _mm512_loadu_si512((const void *)blk);
     __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, raw)));
     __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2))),

@@ -1,0 +1,30 @@
+/* The prefetch of a weight stream that a decode reads once per token (quantized and bf16 GEMV
+ * kernels): each line is asked for twice, from memory into the L2 HYLA_PREFETCH_L2_AHEAD bytes
+ * ahead of where the kernel reads, and from the L2 into the L1 HYLA_PREFETCH_L1_AHEAD bytes ahead.
+ * Measured on the Intel Xeon VM (2 threads; core/quant_avx512.c has the figures): with one prefetch
+ * into the L2 the kernels' loads waited on L2 hits. Not non-temporal: a prefetchnta there held an L1
+ * fill buffer through a whole DRAM latency (half the rate). Past a matrix's end a prefetch is a
+ * no-op that cannot fault. */
+#ifndef HYLA_CORE_STREAM_PREFETCH_H
+#define HYLA_CORE_STREAM_PREFETCH_H
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
+#define HYLA_PREFETCH_L2_AHEAD 32768
+#define HYLA_PREFETCH_L1_AHEAD 2048
+
+/* the lines HYLA_PREFETCH_L2_AHEAD and HYLA_PREFETCH_L1_AHEAD bytes past p */
+static inline __attribute__((always_inline)) void hyla_prefetch_stream(const void *p)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    _mm_prefetch((const char *)p + HYLA_PREFETCH_L2_AHEAD, _MM_HINT_T1);
+    _mm_prefetch((const char *)p + HYLA_PREFETCH_L1_AHEAD, _MM_HINT_T0);
+#else
+    __builtin_prefetch((const char *)p + HYLA_PREFETCH_L2_AHEAD, 0, 2);
+    __builtin_prefetch((const char *)p + HYLA_PREFETCH_L1_AHEAD, 0, 3);
+#endif
+}
+
+#endif
