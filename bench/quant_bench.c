@@ -1,15 +1,16 @@
 /* The quantized-weight product kernels alone (core/quant.c, core/quant_avx512.c), against the
  * machine's peaks measured in the same run:
  *   decode  y[1, R] = x[1, K] W[R, K]^T with W far larger than the caches (R x K values of each
- *           type, ~150-300 MB): GB/s of stored weight bytes and % of the DRAM read bandwidth
- *           (bench/dram_bandwidth.h) -- the figure a decode step's weight reads can reach;
+ *           type, 1 GiB by default: the Intel VM has a 300 MB L3): GB/s of stored weight bytes and % of
+ *           the DRAM read bandwidth (bench/dram_bandwidth.h) -- the figure a decode step's weight reads
+ *           can reach;
  *   prefill y[M, R] = x[M, K] W[R, K]^T, M = 512, at a projection's shape: GMAC/s and % of the
  *           int8 VNNI peak (a register-only loop of 12 independent vpdpbusd chains per thread: 64
  *           multiply-adds per instruction).
  * W holds random values quantized by hyla's reference quantizers (io/gguf_quantize.c), in
  * anonymous memory mapped as hyla maps its buffers (core/pages.c). Best of REPS passes (a shared
- * VM loses its cores for a while). usage: quant_bench [REPS=5] [TYPE] [DECODE_MIB=256] [PIECES=1]   (one JSON
- * object; TYPE: only that one, e.g. Q4_K, or "all"; DECODE_MIB: the decode matrix's size, e.g. 16 for one
+ * VM loses its cores for a while). usage: quant_bench [REPS=5] [TYPE] [DECODE_MIB=1024] [PIECES=1]
+ * (one JSON object; TYPE: only that one, e.g. Q4_K, or "all"; DECODE_MIB: the decode matrix's size, e.g. 16 for one
  * that the L3 holds -- the kernel's arithmetic rather than the memory's rate; PIECES: the decode product
  * as that many calls on slices of the rows, e.g. 200 for a decode step's 1.3 MB matrices).
  * HYLA_INT8_ACTIVATIONS=0: the decode kernels with fp32 activations (as for the CLI) */
@@ -120,7 +121,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const hyla_ggml_type types[] = {HYLA_GGML_Q8_0, HYLA_GGML_Q4_K, HYLA_GGML_Q5_K, HYLA_GGML_Q6_K};
-    double decode_mib = argc > 3 ? atof(argv[3]) : 256;
+    double decode_mib = argc > 3 ? atof(argv[3]) : 1024;
     if (!(decode_mib >= 0.0625 && decode_mib <= 4096)) {
         fprintf(stderr, "quant_bench: DECODE_MIB must be 0.0625..4096, got '%s'\n", argv[3]);
         return 1;
