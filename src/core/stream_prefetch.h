@@ -8,23 +8,15 @@
 #ifndef HYLA_CORE_STREAM_PREFETCH_H
 #define HYLA_CORE_STREAM_PREFETCH_H
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-#endif
-
 #define HYLA_PREFETCH_L2_AHEAD 32768
 #define HYLA_PREFETCH_L1_AHEAD 2048
 
-/* the lines HYLA_PREFETCH_L2_AHEAD and HYLA_PREFETCH_L1_AHEAD bytes past p */
+/* the lines HYLA_PREFETCH_L2_AHEAD and HYLA_PREFETCH_L1_AHEAD bytes past p (locality 2 and 3: on x86
+ * prefetcht1 and prefetcht0) */
 static inline __attribute__((always_inline)) void hyla_prefetch_stream(const void *p)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    _mm_prefetch((const char *)p + HYLA_PREFETCH_L2_AHEAD, _MM_HINT_T1);
-    _mm_prefetch((const char *)p + HYLA_PREFETCH_L1_AHEAD, _MM_HINT_T0);
-#else
     __builtin_prefetch((const char *)p + HYLA_PREFETCH_L2_AHEAD, 0, 2);
     __builtin_prefetch((const char *)p + HYLA_PREFETCH_L1_AHEAD, 0, 3);
-#endif
 }
 
 #endif
