@@ -7,6 +7,7 @@
  * (the recurrent state after each row but the last, hyla_infer_state.row_keep) as a round does. Ratios verify / decode: what a round
  * costs beside its tokens. The issue's target is <= 1.3 for N = 2 on the Qwen3.5-0.8B shape.
  * HYLA_VERIFY_PROFILE=1: also the profile by op of one decode step and one 3-row verify (stderr).
+ * MODEL_DIR may be a .gguf file: its matrices in their stored types, as hyla generate runs them.
  * usage: verify_bench MODEL_DIR [PROMPT=64] [REPS=5] [DTYPE=f32|bf16]   (one JSON object) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,7 +45,10 @@ int main(int argc, char **argv)
     int64_t P = argc > 2 ? atoll(argv[2]) : 64;
     int reps = argc > 3 ? atoi(argv[3]) : 5, bf16 = argc > 4 && !strcmp(argv[4], "bf16");
     hyla_model m;
-    if ((bf16 ? hyla_model_load_bf16(&m, argv[1]) : hyla_model_load(&m, argv[1])) != HYLA_OK) {
+    size_t len = strlen(argv[1]);
+    int gguf = len > 5 && !strcmp(argv[1] + len - 5, ".gguf");
+    int rc = gguf ? hyla_model_load_gguf(&m, argv[1]) : bf16 ? hyla_model_load_bf16(&m, argv[1]) : hyla_model_load(&m, argv[1]);
+    if (rc != HYLA_OK) {
         fprintf(stderr, "verify_bench: %s\n", hyla_error_message());
         return 1;
     }

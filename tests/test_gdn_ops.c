@@ -656,6 +656,37 @@ static void test_conv_case(int64_t T, int64_t C_, int64_t K, int with_hist, uint
     free(x), free(w), free(hist), free(y), free(pre);
 }
 
+/* The one-token step (hyla_conv_silu_step) against hyla_conv_silu_fwd with T = 1 and the window
+ * moved on by hand, token after token: the same operations per channel, so bit for bit. C spans
+ * several channel blocks and a partial one (and both threads' halves). */
+static void test_conv_step(int64_t C_, int64_t K, uint64_t seed)
+{
+    hyla_rng r;
+    hyla_rng_seed(&r, seed);
+    float *x = falloc((size_t)C_), *w = falloc((size_t)(C_ * K)), *hist = falloc((size_t)(K * C_));
+    float *hist_ref = falloc((size_t)(K * C_)), *y = falloc((size_t)C_), *y_ref = falloc((size_t)C_);
+    for (int64_t i = 0; i < C_ * K; i++)
+        w[i] = (float)unif(&r, -1.0, 1.0);
+    for (int64_t i = 0; i < K * C_; i++)
+        hist[i] = hist_ref[i] = (float)unif(&r, -2.0, 2.0);
+    int bad = 0;
+    for (int step = 0; step < 5; step++) {
+        for (int64_t c = 0; c < C_; c++)
+            x[c] = (float)unif(&r, -2.0, 2.0);
+        hyla_conv_silu_fwd(y_ref, NULL, x, w, hist_ref, 1, C_, K);
+        memmove(hist_ref, hist_ref + C_, (size_t)((K - 1) * C_) * sizeof(float));
+        memcpy(hist_ref + (K - 1) * C_, x, (size_t)C_ * sizeof(float));
+        hyla_conv_silu_step(y, x, w, hist, C_, K);
+        bad |= memcmp(y, y_ref, (size_t)C_ * sizeof(float)) != 0;
+        bad |= memcmp(hist, hist_ref, (size_t)(K * C_) * sizeof(float)) != 0;
+    }
+    char what[96];
+    snprintf(what, sizeof what, "conv step C=%lld K=%lld == fwd T=1 (5 tokens)", (long long)C_, (long long)K);
+    check(what, bad ? INFINITY : 0.0, 0.0);
+    printf("  %-44s %s\n", what, bad ? "DIFFERS" : "bit-identical");
+    free(x), free(w), free(hist), free(hist_ref), free(y), free(y_ref);
+}
+
 /* ---- 4: gates -------------------------------------------------------------------------------
  * s = a + dt_bias rounds (u |s|); softplus has relative condition s sigma(s) / sp(s) <=
  * max(1, |s|); expf (CE u) enters log1pf with condition <= 1; log1pf itself is budgeted at
@@ -851,6 +882,8 @@ int main(void)
         test_conv_case(9, 37, 4, hist, 203);
         test_conv_case(5, 8, 2, hist, 204);
     }
+    test_conv_step(6144 + 37, 4, 205);
+    test_conv_step(300, 2, 206);
     test_gates(301);
     printf("test_gdn_ops: threads\n");
     test_threads();

@@ -86,6 +86,10 @@ static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
         int64_t T = c->seq_len[b], o = c->seq_row0[b];
         float *hist = c->state ? c->state->conv + b * K * cd : NULL;
         const float *x = t->p[HYLA_S_QKV] + o * cd;
+        if (T == 1 && hist && !c->keep) { /* a decoded token: its window moved on in the same pass */
+            hyla_conv_silu_step(t->p[HYLA_S_CONV] + o * cd, x, hyla_op_w(c, HYLA_P_GDN_CONV), hist, cd, K);
+            continue;
+        }
         hyla_conv_silu_fwd(t->p[HYLA_S_CONV] + o * cd, NULL, x, hyla_op_w(c, HYLA_P_GDN_CONV), hist, T, cd, K);
         for (int64_t r = 0; c->keep && r < T - 1; r++) { /* the window after row r: a rollback point */
             float *kept = c->keep + b * c->keep_seq + r * c->keep_row;

@@ -93,6 +93,38 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
     }
 }
 
+void hyla_conv_silu_step(float *y /*[C]*/, const float *x /*[C]*/, const float *w /*[C,K]*/,
+                         float *hist /*[K,C] in/out*/, int64_t C, int64_t K)
+{
+    int64_t n_cb = (C + CONV_FWD_CB - 1) / CONV_FWD_CB;
+    /* work: as hyla_conv_silu_fwd's for one row */
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(C * (K + 32))
+    for (int64_t cb = 0; cb < n_cb; cb++) {
+        int64_t c0 = cb * CONV_FWD_CB, nc = C - c0 < CONV_FWD_CB ? C - c0 : CONV_FWD_CB;
+        const float *restrict wc = w + c0 * K;
+        float sum[CONV_FWD_CB];
+        for (int64_t c = 0; c < nc; c++)
+            sum[c] = 0.0f;
+        for (int64_t j = 0; j + 1 < K; j++) { /* tap j reads window row j + 1, which becomes row j */
+            float *restrict hj = hist + j * C + c0;
+            const float *restrict hn = hist + (j + 1) * C + c0;
+#pragma omp simd
+            for (int64_t c = 0; c < nc; c++) {
+                sum[c] += wc[c * K + j] * hn[c];
+                hj[c] = hn[c];
+            }
+        }
+        float *restrict hl = hist + (K - 1) * C + c0, *restrict yc = y + c0;
+        const float *restrict xc = x + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) {
+            sum[c] += wc[c * K + K - 1] * xc[c];
+            hl[c] = xc[c];
+            yc[c] = hyla_silu(sum[c]);
+        }
+    }
+}
+
 /* ---- gates ---------------------------------------------------------------------------------- */
 
 /* torch.nn.functional.softplus with beta = 1, threshold = 20 (fp32) */

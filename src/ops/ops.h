@@ -76,6 +76,12 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
                         const float *w /*[C,K]*/, const float *hist /*[K,C] or NULL*/, int64_t T,
                         int64_t C, int64_t K);
 
+/* One decoded token with a window (hyla_conv_silu_fwd with T = 1 and hist, the same bits) that
+ * also moves the window on: hist's rows 0..K-2 become its rows 1..K-1 and row K-1 becomes x, in
+ * the same pass over each channel block (no serial copy of the window after the conv). */
+void hyla_conv_silu_step(float *y /*[C]*/, const float *x /*[C]*/, const float *w /*[C,K]*/,
+                         float *hist /*[K,C] in/out*/, int64_t C, int64_t K);
+
 /* Gates: g = -exp(A_log) * softplus(a + dt_bias) (softplus(x) = x for x > 20), beta = sigmoid(b). */
 void hyla_gdn_gates_fwd(float *g /*[n,Hv]*/, float *beta /*[n,Hv]*/, const float *a /*[n,Hv]*/,
                         const float *b /*[n,Hv]*/, const float *A_log /*[Hv]*/,
