@@ -291,6 +291,68 @@ static void test_products(const golden *g, int ng)
     }
 }
 
+/* Products of one x with several matrices in one call (hyla_linear_q_fanout: a layer's input
+ * projections) == each matrix alone through hyla_linear_q, bit for bit, for both activation modes,
+ * one and three rows, one and two threads. Set 0 mixes the ways x is prepared (Q8_K with and
+ * without the Q4_K order, a permuted-column matrix that needs its own, Q8_0's per-32 rounding);
+ * set 1 shares one preparation whose Q4_K order a later matrix asks for. */
+static void test_fanout(const golden *g, int ng)
+{
+    enum { K = 512, ROWS = 96 }; /* one row against ~270 rows of 512: above HYLA_PAR_MIN_WORK, so 2 threads split */
+    const golden *q8 = NULL, *q6k = NULL, *q4k = NULL;
+    for (int i = 0; i < ng; i++) {
+        q8 = g[i].type == HYLA_GGML_Q8_0 ? &g[i] : q8;
+        q6k = g[i].type == HYLA_GGML_Q6_K ? &g[i] : q6k;
+        q4k = g[i].type == HYLA_GGML_Q4_K ? &g[i] : q4k;
+    }
+    CHECK(q8 && q6k && q4k, "golden file lacks Q8_0 / Q6_K / Q4_K");
+    if (!(q8 && q6k && q4k))
+        return;
+    hyla_qmat W[4];
+    float *dense = malloc((size_t)(ROWS * K) * sizeof *dense);
+    const golden *types[4] = {q6k, q4k, q4k, q8};
+    for (int j = 0; j < 4; j++)
+        make_qmat(&W[j], types[j], ROWS, K, j == 2, dense);
+    static const int64_t row0s[4] = {2, 0, 5, 1}, outs[4] = {90, 96, 53, 29};
+    static const int sets[2][4] = {{0, 1, 2, 3}, {0, 1, 1, -1}};
+    float *x = malloc((size_t)(3 * K) * sizeof *x), *y[4], *y1 = malloc((size_t)(3 * ROWS) * sizeof *y1);
+    float *scratch = malloc((size_t)(hyla_linear_q_fanout_scratch_floats(3, 4, K) + hyla_linear_q_scratch_floats(3, K)) *
+                            sizeof *scratch);
+    for (int64_t i = 0; i < 3 * K; i++)
+        x[i] = (float)sin(0.19 * (double)i + 0.3);
+    for (int j = 0; j < 4; j++)
+        y[j] = malloc((size_t)(3 * ROWS) * sizeof *y[j]);
+    int bad = 0, cases = 0, max_threads = omp_get_max_threads(), int8_default = hyla_quant_int8_activations;
+    for (int set = 0; set < 2; set++)
+        for (int int8 = 0; int8 < 2; int8++)
+            for (int64_t n = 1; n <= 3; n += 2)
+                for (int threads = 1; threads <= 2; threads++) {
+                    hyla_quant_int8_activations = int8;
+                    omp_set_num_threads(threads);
+                    hyla_qtarget t[4];
+                    int count = 0;
+                    for (int j = 0; j < 4 && sets[set][j] >= 0; j++, count++) {
+                        int m = sets[set][j];
+                        t[j] = (hyla_qtarget){&W[m], y[j], row0s[m] + (set && j == 2), outs[m] - (set && j == 2)};
+                    }
+                    for (int j = 0; j < count; j++) /* rows a split skipped would stay NaN */
+                        for (int64_t i = 0; i < n * t[j].out; i++)
+                            t[j].y[i] = NAN;
+                    hyla_linear_q_fanout(t, count, x, n, K, scratch);
+                    for (int j = 0; j < count; j++, cases++) {
+                        hyla_linear_q(y1, x, t[j].W, t[j].row0, n, K, t[j].out, scratch);
+                        bad += memcmp(y1, t[j].y, (size_t)(n * t[j].out) * sizeof *y1) != 0;
+                    }
+                }
+    omp_set_num_threads(max_threads);
+    hyla_quant_int8_activations = int8_default;
+    CHECK(bad == 0, "fanout: %d of %d products differ from the same product alone", bad, cases);
+    for (int j = 0; j < 4; j++) {
+        free(W[j].row), free(W[j].col_map), free(y[j]);
+    }
+    free(dense), free(x), free(y1), free(scratch);
+}
+
 /* ---- reader: files built byte by byte ----------------------------------------------------------- */
 
 typedef struct {
@@ -603,6 +665,7 @@ int main(void)
     CHECK(n >= 11, "golden file has %d types", n);
     test_dequant(g, n);
     test_products(g, n);
+    test_fanout(g, n);
     test_quantize_x();
     test_rows4();
     test_quantize_threads();

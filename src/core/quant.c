@@ -12,6 +12,7 @@
 #include "core/quant.h"
 
 #include <immintrin.h>
+#include <omp.h>
 #include <string.h>
 
 #include "core/error.h"
@@ -335,48 +336,87 @@ static void dot_generic(float *y, int64_t ldy, const float *x, int64_t ldx, int6
         y[i * ldy] = acc[i];
 }
 
-/* A decode-sized product's activations, prepared once for all of W's rows: x in the stored column
- * order, rounded to int8 (and put in the Q4_K / Q5_K order) for the types whose products run on
- * VNNI, and the kernel of W's type looked up once (per row only for a matrix of mixed types). */
+/* A decode-sized product's activations, prepared once for all the rows that read them: x in the
+ * stored column order, rounded to int8 (and put in the Q4_K / Q5_K order) for the types whose
+ * products run on VNNI. */
 typedef struct {
     const float *x;
     int64_t n;
     hyla_qx xq;
     int int8;
-    hyla_qdot_i8_fn one_i8;
-    hyla_qdot_fn one;
 } skinny_x;
 
-static void skinny_prepare(skinny_x *p, const hyla_qmat *W, const float *x, int64_t n, int64_t in, float *scratch)
+enum { X_FP32 = 0, X_Q8_0 = 1, X_Q8_K = 2 }; /* how a product with W takes its activations */
+
+/* Q8_0 rows: activations per 32 as llama.cpp's (the prefill GEMM's); other K-quant rows (and those
+ * of a matrix of mixed types, where Q8_0 rows keep fp32 activations): Q8_K per 256. */
+static int skinny_kind(const hyla_qmat *W, int64_t n, int64_t in)
+{
+    int q8_0 = !W->row_type && W->type == HYLA_GGML_Q8_0;
+    if (!hyla_quant_int8_activations || in % (q8_0 ? 64 : 256) != 0 || !(W->row_type || hyla_qdot_i8_avx512(W->type, n)))
+        return X_FP32;
+    return q8_0 ? X_Q8_0 : X_Q8_K;
+}
+/* The Q4_K / Q5_K kernels read the activations in their own order (mixed matrices may hold such rows). */
+static int skinny_needs_k4(const hyla_qmat *W)
+{
+    return W->row_type || W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K;
+}
+
+static void skinny_prepare(skinny_x *p, const hyla_qmat *W, int kind, int k4, const float *x, int64_t n, int64_t in,
+                           float *scratch)
 {
     p->x = stored_order(W, x, n, in, scratch);
     p->n = n;
+    p->int8 = kind != X_FP32;
     scratch += n * in;
-    /* Q8_0 rows: activations per 32 as llama.cpp's (the prefill GEMM's); other K-quant rows (and
-     * those of a matrix of mixed types, where Q8_0 rows keep fp32 activations): Q8_K per 256 */
-    int q8_0 = !W->row_type && W->type == HYLA_GGML_Q8_0;
-    p->int8 = hyla_quant_int8_activations && in % (q8_0 ? 64 : 256) == 0 &&
-              (W->row_type || hyla_qdot_i8_avx512(W->type, n));
-    if (p->int8) {
-        (q8_0 ? hyla_quantize_x_q8_0 : hyla_quantize_x)(&p->xq, p->x, n, in, scratch);
-        if (q8_0)
-            hyla_qx_q8_0_lanes(&p->xq, n, scratch + hyla_qx_floats(n, in));
-        else if (W->row_type || W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K) /* their kernels' order */
+    if (kind == X_Q8_0) {
+        hyla_quantize_x_q8_0(&p->xq, p->x, n, in, scratch);
+        hyla_qx_q8_0_lanes(&p->xq, n, scratch + hyla_qx_floats(n, in));
+    } else if (kind == X_Q8_K) {
+        hyla_quantize_x(&p->xq, p->x, n, in, scratch);
+        if (k4)
             hyla_qx_k4_order(&p->xq, n, (int8_t *)(scratch + hyla_qx_floats(n, in)));
     }
-    p->one_i8 = p->int8 ? hyla_qdot_i8_avx512(W->type, n) : NULL;
-    p->one = p->one_i8 ? NULL : hyla_qdot_avx512(W->type, n);
+}
+
+/* One product's share of a parallel loop: output rows row0 .. row0 + out of W against the prepared
+ * p, in blocks of 4 rows, with the kernels of W's type looked up once (per row only for a matrix
+ * of mixed types); block_bytes (W's stored bytes of a block) splits the loop's work by bytes. */
+typedef struct {
+    const hyla_qmat *W;
+    const skinny_x *p;
+    float *y;
+    int64_t row0, out, blocks;
+    size_t block_bytes;
+    hyla_qdot_i8_fn one_i8;
+    hyla_qdot_fn one;
+    hyla_qdot_i8_rows4_fn rows4;
+} skinny_job;
+
+static skinny_job skinny_job_make(const hyla_qmat *W, const skinny_x *p, float *y, int64_t row0, int64_t out,
+                                  int64_t in)
+{
+    skinny_job j = {.W = W, .p = p, .y = y, .row0 = row0, .out = out, .blocks = (out + 3) / 4};
+    /* (a mixed matrix's blocks counted at its first row's type: the split is then approximate) */
+    j.block_bytes = 4 * hyla_ggml_bytes(row_type(W, row0), (size_t)in);
+    j.one_i8 = p->int8 ? hyla_qdot_i8_avx512(W->type, p->n) : NULL;
+    j.one = j.one_i8 ? NULL : hyla_qdot_avx512(W->type, p->n);
+    j.rows4 = W->row_type ? NULL : hyla_qdot_i8_rows4_avx512(W->type);
+    return j;
 }
 
 /* y[i * ldy] = x_i . (stored row r of W), i < p->n. */
-static void skinny_row(const skinny_x *p, const hyla_qmat *W, int64_t r, float *y, int64_t ldy, int64_t in)
+static void skinny_row(const skinny_job *j, int64_t r, float *y, int64_t ldy, int64_t in)
 {
+    const hyla_qmat *W = j->W;
+    const skinny_x *p = j->p;
     const unsigned char *row = W->row[r];
     hyla_ggml_type t = row_type(W, r);
-    hyla_qdot_i8_fn dot_i8 = !W->row_type                     ? p->one_i8
+    hyla_qdot_i8_fn dot_i8 = !W->row_type                     ? j->one_i8
                              : p->int8 && t != HYLA_GGML_Q8_0 ? hyla_qdot_i8_avx512(t, p->n)
                                                               : NULL;
-    hyla_qdot_fn dot = !W->row_type ? p->one : dot_i8 ? NULL : hyla_qdot_avx512(t, p->n);
+    hyla_qdot_fn dot = !W->row_type ? j->one : dot_i8 ? NULL : hyla_qdot_avx512(t, p->n);
     if (dot_i8)
         dot_i8(y, ldy, &p->xq, row);
     else if (dot)
@@ -395,6 +435,49 @@ static hyla_qdot_i8_rows4_fn mixed_rows4(const hyla_qmat *W, const skinny_x *p, 
     return hyla_qdot_i8_rows4_avx512((hyla_ggml_type)t);
 }
 
+/* Block b (output rows 4b .. 4b + 3) of job j. A one-row product whose rows share a type with a
+ * 4-row kernel (Q4_K, Q5_K: the same bits as the one-row kernel) takes them together -- in a
+ * matrix of mixed types too (a Q4_K_M file's merged GDN input projection of Qwen3-Next: Q6_K qkvz
+ * rows, Q4_K ba rows). */
+static void skinny_block(const skinny_job *j, int64_t b, int64_t in)
+{
+    int64_t o0 = b * 4, o1 = o0 + 4 < j->out ? o0 + 4 : j->out;
+    hyla_qdot_i8_rows4_fn four = NULL;
+    if (j->p->n == 1 && o1 - o0 == 4)
+        four = !j->W->row_type ? (j->one_i8 ? j->rows4 : NULL) : mixed_rows4(j->W, j->p, j->row0 + o0);
+    if (four) {
+        four(j->y + o0, &j->p->xq, j->W->row + j->row0 + o0);
+        return;
+    }
+    for (int64_t o = o0; o < o1; o++)
+        skinny_row(j, j->row0 + o, j->y + o, j->out, in);
+}
+
+/* Every block of every job in one parallel region, the threads' shares cut by stored bytes (the
+ * products are memory-bound): thread t takes the blocks whose first byte falls in the t-th of nt
+ * equal parts of all the jobs' bytes. Each row's result does not depend on who computes it. */
+static void skinny_run(const skinny_job *jobs, int64_t count, int64_t in, int64_t work)
+{
+    size_t total = 0;
+    for (int64_t j = 0; j < count; j++)
+        total += (size_t)jobs[j].blocks * jobs[j].block_bytes;
+#pragma omp parallel HYLA_PAR_IF(work)
+    {
+        size_t nt = (size_t)omp_get_num_threads(), t = (size_t)omp_get_thread_num();
+        size_t lo = total * t / nt, hi = total * (t + 1) / nt, at = 0;
+        for (int64_t j = 0; j < count; j++) {
+            size_t bb = jobs[j].block_bytes, end = at + (size_t)jobs[j].blocks * bb;
+            if (end > lo && at < hi) { /* blocks b with at + b bb in [lo, hi) */
+                int64_t b0 = lo > at ? (int64_t)((lo - at + bb - 1) / bb) : 0;
+                int64_t b1 = hi < end ? (int64_t)((hi - at + bb - 1) / bb) : jobs[j].blocks;
+                for (int64_t b = b0; b < b1; b++)
+                    skinny_block(&jobs[j], b, in);
+            }
+            at = end;
+        }
+    }
+}
+
 int64_t hyla_linear_q_items_scratch_floats(int64_t rows, int64_t count, int64_t in)
 {
     /* skinny_floats summed over items of n_j rows, sum n_j = rows: each term is linear in n_j plus
@@ -406,33 +489,52 @@ void hyla_linear_q_items(const hyla_qmat *W, const hyla_qitem *items, int64_t co
                          float *scratch)
 {
     skinny_x p[HYLA_QITEMS_MAX];
+    skinny_job jobs[HYLA_QITEMS_MAX];
     int64_t rows = 0;
     HYLA_ASSERT(count <= HYLA_QITEMS_MAX);
     for (int64_t j = 0; j < count; j++) {
         HYLA_ASSERT(items[j].n >= 1 && items[j].n <= HYLA_QUANT_SKINNY_M);
-        skinny_prepare(&p[j], W, items[j].x, items[j].n, in, scratch);
+        skinny_prepare(&p[j], W, skinny_kind(W, items[j].n, in), skinny_needs_k4(W), items[j].x, items[j].n, in,
+                       scratch);
         scratch += skinny_floats(items[j].n, in);
+        jobs[j] = skinny_job_make(W, &p[j], items[j].y, items[j].row0, out, in);
         rows += items[j].n;
     }
-    /* blocks of 4 output rows: a one-row item whose rows share a type with a 4-row kernel
-     * (Q4_K, Q5_K: the same bits as the one-row kernel) takes them together -- in a matrix of mixed
-     * types too (a Q4_K_M file's GDN input projection: Q6_K qkv rows, Q4_K z rows), where each row
-     * alone had read 55 GB/s in a fast memory phase against 66-71 for the Q4_K matrices beside it */
-    hyla_qdot_i8_rows4_fn rows4 = W->row_type ? NULL : hyla_qdot_i8_rows4_avx512(W->type);
-    int64_t blocks = (out + 3) / 4;
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(rows * out * in)
-    for (int64_t jb = 0; jb < count * blocks; jb++) {
-        int64_t j = jb / blocks, o0 = jb % blocks * 4, o1 = o0 + 4 < out ? o0 + 4 : out;
-        hyla_qdot_i8_rows4_fn four = NULL;
-        if (items[j].n == 1 && o1 - o0 == 4)
-            four = !W->row_type ? (p[j].one_i8 ? rows4 : NULL) : mixed_rows4(W, &p[j], items[j].row0 + o0);
-        if (four) {
-            four(items[j].y + o0, &p[j].xq, W->row + items[j].row0 + o0);
-            continue;
-        }
-        for (int64_t o = o0; o < o1; o++)
-            skinny_row(&p[j], W, items[j].row0 + o, items[j].y + o, out, in);
+    skinny_run(jobs, count, in, rows * out * in);
+}
+
+int64_t hyla_linear_q_fanout_scratch_floats(int64_t n, int64_t count, int64_t in)
+{
+    return count * skinny_floats(n, in); /* at most one preparation of x per product */
+}
+
+void hyla_linear_q_fanout(const hyla_qtarget *targets, int64_t count, const float *x, int64_t n, int64_t in,
+                          float *scratch)
+{
+    skinny_x p[HYLA_FANOUT_MAX];
+    skinny_job jobs[HYLA_FANOUT_MAX];
+    int kind[HYLA_FANOUT_MAX], owner[HYLA_FANOUT_MAX];
+    int64_t rows = 0;
+    HYLA_ASSERT(count <= HYLA_FANOUT_MAX && n >= 1 && n <= HYLA_QUANT_SKINNY_M);
+    for (int64_t j = 0; j < count; j++) { /* products whose x is prepared alike share one preparation */
+        const hyla_qmat *W = targets[j].W;
+        kind[j] = skinny_kind(W, n, in), owner[j] = (int)j;
+        for (int64_t i = 0; i < j && owner[j] == j; i++)
+            if (owner[i] == i && kind[i] == kind[j] && targets[i].W->col_map == W->col_map)
+                owner[j] = (int)i;
     }
+    for (int64_t j = 0; j < count; j++) {
+        if (owner[j] == j) {
+            int k4 = 0;
+            for (int64_t i = j; i < count; i++)
+                k4 |= owner[i] == j && skinny_needs_k4(targets[i].W);
+            skinny_prepare(&p[j], targets[j].W, kind[j], k4, x, n, in, scratch);
+            scratch += skinny_floats(n, in);
+        }
+        jobs[j] = skinny_job_make(targets[j].W, &p[owner[j]], targets[j].y, targets[j].row0, targets[j].out, in);
+        rows += targets[j].out;
+    }
+    skinny_run(jobs, count, in, n * rows * in);
 }
 
 void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in, int64_t out,

@@ -120,6 +120,20 @@ typedef struct {
 int64_t hyla_linear_q_items_scratch_floats(int64_t rows, int64_t count, int64_t in);
 void hyla_linear_q_items(const hyla_qmat *W, const hyla_qitem *items, int64_t count, int64_t in, int64_t out,
                          float *scratch);
+/* Products of the same activations with several matrices (a layer's input projections):
+ * y_j[n, out_j] = x[n, in] W_j[row0_j .. row0_j + out_j, :]^T for j < count, n <= HYLA_QUANT_SKINNY_M,
+ * count <= HYLA_FANOUT_MAX, in one parallel loop whose threads share the rows by stored bytes; x is
+ * prepared (rounded to int8) once for every matrix that takes it alike. Each y_j equals
+ * hyla_linear_q's for W_j alone, bit for bit. scratch: hyla_linear_q_fanout_scratch_floats. */
+#define HYLA_FANOUT_MAX 4
+typedef struct {
+    const hyla_qmat *W;
+    float *y; /* [n, out] */
+    int64_t row0, out;
+} hyla_qtarget;
+int64_t hyla_linear_q_fanout_scratch_floats(int64_t n, int64_t count, int64_t in);
+void hyla_linear_q_fanout(const hyla_qtarget *targets, int64_t count, const float *x, int64_t n, int64_t in,
+                          float *scratch);
 /* Stored bytes of W's rows. */
 size_t hyla_qmat_bytes(const hyla_qmat *W);
 /* dst[0..cols) = logical row r of W (an embedding lookup). */

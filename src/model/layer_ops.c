@@ -139,6 +139,10 @@ int64_t hyla_quant_scratch_floats(const hyla_config *cfg, int64_t n)
         int64_t slots = n * cfg->top_k, items = hyla_linear_q_items_scratch_floats(slots, slots, D);
         floats = items > floats ? items : floats;
     }
+    if (n <= HYLA_QUANT_SKINNY_M) { /* a decode step's input projections as one set (their input is hidden wide) */
+        int64_t fan = hyla_linear_q_fanout_scratch_floats(n, HYLA_FANOUT_MAX, cfg->hidden);
+        floats = fan > floats ? fan : floats;
+    }
     return floats;
 }
 
@@ -187,6 +191,23 @@ int hyla_op_linear_items(const hyla_op_ctx *c, hyla_role role, const hyla_qitem 
             return 0;
     hyla_linear_q_items(Q, items, count, in, out, c->bf16_scratch);
     return 1;
+}
+
+void hyla_op_linear_fanout(const hyla_op_ctx *c, const hyla_role *roles, float *const *ys, const int64_t *outs,
+                           int count, const float *x, int64_t n, int64_t in)
+{
+    hyla_qtarget targets[HYLA_FANOUT_MAX];
+    int fused = !c->lora && n <= HYLA_QUANT_SKINNY_M && count <= HYLA_FANOUT_MAX && in == c->m->cfg.hidden;
+    for (int j = 0; fused && j < count; j++) {
+        targets[j] = (hyla_qtarget){hyla_model_param_q(c->m, roles[j], c->layer), ys[j], 0, outs[j]};
+        fused = targets[j].W != NULL;
+    }
+    if (fused) {
+        hyla_linear_q_fanout(targets, count, x, n, in, c->bf16_scratch);
+        return;
+    }
+    for (int j = 0; j < count; j++)
+        hyla_op_linear(c, roles[j], 0, ys[j], x, n, in, outs[j]);
 }
 
 void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, float *dx, const float *dy,

@@ -265,6 +265,12 @@ void hyla_op_linear_bwd(const hyla_op_ctx *c, hyla_role role, int64_t row0, floa
 int hyla_op_linear_items(const hyla_op_ctx *c, hyla_role role, const hyla_qitem *items, int64_t count, int64_t in,
                          int64_t out);
 
+/* ys[j][n, outs[j]] = x[n, in] W_j^T for the parameters roles[j], j < count, each as hyla_op_linear
+ * gives it: a GGUF model's decode step (x hidden wide) in one parallel loop with x rounded once
+ * (core/quant.h's hyla_linear_q_fanout); otherwise one product after another. */
+void hyla_op_linear_fanout(const hyla_op_ctx *c, const hyla_role *roles, float *const *ys, const int64_t *outs,
+                           int count, const float *x, int64_t n, int64_t in);
+
 /* Linear-layer backward: dx[n,in] += dy[n,out] W[out,in]; dW[out,in] += dy^T x. */
 void hyla_linear_bwd(float *dx, float *dW, const float *dy, const float *x, const float *W, int64_t n, int64_t in,
                      int64_t out);

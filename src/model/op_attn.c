@@ -22,13 +22,14 @@ static void proj_fwd(const hyla_op_ctx *c, hyla_tape *t, float *qg /*[n, Hq, 2, 
 {
     int64_t n = c->n, H = CFG->hidden, hd = CFG->head_dim, Hq = CFG->n_heads, Hkv = CFG->n_kv_heads;
     const float *x = t->p[HYLA_S_XN];
-    hyla_op_linear(c, HYLA_P_ATTN_Q, 0, qg, x, n, H, Hq * 2 * hd);
+    const hyla_role roles[3] = {HYLA_P_ATTN_Q, HYLA_P_ATTN_K, HYLA_P_ATTN_V};
+    float *const ys[3] = {qg, t->p[HYLA_S_KRAW], t->p[HYLA_S_VRAW]};
+    const int64_t outs[3] = {Hq * 2 * hd, Hkv * hd, Hkv * hd};
+    hyla_op_linear_fanout(c, roles, ys, outs, 3, x, n, H);
     for (int64_t i = 0; i < n * Hq; i++) {
         memcpy(t->p[HYLA_S_QRAW] + i * hd, qg + i * 2 * hd, (size_t)hd * sizeof(float));
         memcpy(t->p[HYLA_S_GATE] + i * hd, qg + i * 2 * hd + hd, (size_t)hd * sizeof(float));
     }
-    hyla_op_linear(c, HYLA_P_ATTN_K, 0, t->p[HYLA_S_KRAW], x, n, H, Hkv * hd);
-    hyla_op_linear(c, HYLA_P_ATTN_V, 0, t->p[HYLA_S_VRAW], x, n, H, Hkv * hd);
 }
 static int64_t proj_scratch(const hyla_config *cfg, int64_t n, int64_t T) { return n * cfg->n_heads * 2 * cfg->head_dim; }
 static void proj_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *dqg /*[n, Hq, 2, hd]*/)

@@ -18,10 +18,10 @@ static void proj_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
     int64_t n = c->n, H = CFG->hidden, cd = hyla_cfg_conv_dim(CFG), vd = hyla_cfg_value_dim(CFG), Hv = CFG->lin_v_heads;
     const float *x = t->p[HYLA_S_XN];
-    hyla_op_linear(c, HYLA_P_GDN_QKV, 0, t->p[HYLA_S_QKV], x, n, H, cd);
-    hyla_op_linear(c, HYLA_P_GDN_Z, 0, t->p[HYLA_S_Z], x, n, H, vd);
-    hyla_op_linear(c, HYLA_P_GDN_B, 0, t->p[HYLA_S_BL], x, n, H, Hv);
-    hyla_op_linear(c, HYLA_P_GDN_A, 0, t->p[HYLA_S_AL], x, n, H, Hv);
+    const hyla_role roles[4] = {HYLA_P_GDN_QKV, HYLA_P_GDN_Z, HYLA_P_GDN_B, HYLA_P_GDN_A};
+    float *const ys[4] = {t->p[HYLA_S_QKV], t->p[HYLA_S_Z], t->p[HYLA_S_BL], t->p[HYLA_S_AL]};
+    const int64_t outs[4] = {cd, vd, Hv, Hv};
+    hyla_op_linear_fanout(c, roles, ys, outs, 4, x, n, H);
 }
 static void proj_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, float *scratch)
 {
