@@ -41,37 +41,95 @@
 
 #define RJ 128
 
-/* One token on the column block S[:, j0:j0+nj] of one head. */
-static void recurrent_step_block(float *o /*[nj]*/, float *S /*[dk,dv] at column j0*/,
-                                 const float *q /*[dk]*/, const float *k /*[dk]*/,
-                                 const float *v /*[nj]*/, float decay, float b, int64_t dk,
-                                 int64_t dv, int64_t nj)
+/* One token on the column block S[:, j0:j0+nj] of one head. The first sweep only reads S: the
+ * decayed state decay * S is formed again in the second sweep (the same product, so the same bits
+ * as storing it), which writes S once. */
+static void
+recurrent_step_cols(float *o /*[nj]*/, float *S /*[dk,dv] at column j0*/, const float *q /*[dk]*/,
+                    const float *k /*[dk]*/, const float *v /*[nj]*/, float decay, float b, int64_t dk, int64_t dv,
+                    int64_t nj)
 {
     float m[RJ], d[RJ], acc[RJ];
     for (int64_t j = 0; j < nj; j++)
         m[j] = 0.0f;
     for (int64_t i = 0; i < dk; i++) { /* S' = decay S ; m = S'^T k */
-        float *Si = S + i * dv, ki = k[i];
+        const float *Si = S + i * dv;
+        float ki = k[i];
 #pragma omp simd
-        for (int64_t j = 0; j < nj; j++) {
-            Si[j] = decay * Si[j];
-            m[j] = MADD(ki, Si[j], m[j]);
-        }
+        for (int64_t j = 0; j < nj; j++)
+            m[j] = MADD(ki, decay * Si[j], m[j]);
     }
     for (int64_t j = 0; j < nj; j++) {
         d[j] = b * (v[j] - m[j]);
         acc[j] = 0.0f;
     }
-    for (int64_t i = 0; i < dk; i++) { /* S += k delta^T ; o = S^T q */
+    for (int64_t i = 0; i < dk; i++) { /* S = S' + k delta^T ; o = S^T q */
         float *Si = S + i * dv, ki = k[i], qi = q[i];
 #pragma omp simd
         for (int64_t j = 0; j < nj; j++) {
-            Si[j] = MADD(ki, d[j], Si[j]);
-            acc[j] = MADD(qi, Si[j], acc[j]);
+            float s = MADD(ki, d[j], decay * Si[j]);
+            Si[j] = s;
+            acc[j] = MADD(qi, s, acc[j]);
         }
     }
     for (int64_t j = 0; j < nj; j++)
         o[j] = acc[j];
+}
+
+#if defined(__AVX512F__) && defined(__FMA__) && defined(FP_FAST_FMAF)
+#include <immintrin.h>
+#define RJV (RJ / 16)
+/* recurrent_step_cols for a whole block of RJ columns, written out with m, d and acc in registers
+ * (gcc 12 kept the arrays on the stack even at a constant trip count): the same operations on each
+ * value -- decay * S rounded, then fused multiply-adds (MADD is fmaf here) -- so the same bits. */
+static void recurrent_step_full(float *o /*[RJ]*/, float *S /*[dk,dv] at column j0*/, const float *q /*[dk]*/,
+                                const float *k /*[dk]*/, const float *v /*[RJ]*/, float decay, float b, int64_t dk,
+                                int64_t dv)
+{
+    __m512 m[RJV], d[RJV], acc[RJV], dec = _mm512_set1_ps(decay);
+#pragma GCC unroll 8
+    for (int c = 0; c < RJV; c++)
+        m[c] = _mm512_setzero_ps(), acc[c] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < dk; i++) {
+        const float *Si = S + i * dv;
+        __m512 ki = _mm512_set1_ps(k[i]);
+#pragma GCC unroll 8
+        for (int c = 0; c < RJV; c++)
+            m[c] = _mm512_fmadd_ps(ki, _mm512_mul_ps(dec, _mm512_loadu_ps(Si + 16 * c)), m[c]);
+    }
+    __m512 bv = _mm512_set1_ps(b);
+#pragma GCC unroll 8
+    for (int c = 0; c < RJV; c++)
+        d[c] = _mm512_mul_ps(bv, _mm512_sub_ps(_mm512_loadu_ps(v + 16 * c), m[c]));
+    for (int64_t i = 0; i < dk; i++) {
+        float *Si = S + i * dv;
+        __m512 ki = _mm512_set1_ps(k[i]), qi = _mm512_set1_ps(q[i]);
+#pragma GCC unroll 8
+        for (int c = 0; c < RJV; c++) {
+            __m512 s = _mm512_fmadd_ps(ki, d[c], _mm512_mul_ps(dec, _mm512_loadu_ps(Si + 16 * c)));
+            _mm512_storeu_ps(Si + 16 * c, s);
+            acc[c] = _mm512_fmadd_ps(qi, s, acc[c]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < RJV; c++)
+        _mm512_storeu_ps(o + 16 * c, acc[c]);
+}
+#define HAVE_STEP_FULL 1
+#endif
+
+static void recurrent_step_block(float *o /*[nj]*/, float *S /*[dk,dv] at column j0*/,
+                                 const float *q /*[dk]*/, const float *k /*[dk]*/,
+                                 const float *v /*[nj]*/, float decay, float b, int64_t dk,
+                                 int64_t dv, int64_t nj)
+{
+#ifdef HAVE_STEP_FULL
+    if (nj == RJ) {
+        recurrent_step_full(o, S, q, k, v, decay, b, dk, dv);
+        return;
+    }
+#endif
+    recurrent_step_cols(o, S, q, k, v, decay, b, dk, dv, nj);
 }
 
 void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk,dv]*/,
