@@ -578,7 +578,7 @@ static void test_quantize_x(void)
 
 static void test_rows4(void)
 {
-    const hyla_ggml_type types[2] = {HYLA_GGML_Q4_K, HYLA_GGML_Q5_K};
+    const hyla_ggml_type types[3] = {HYLA_GGML_Q4_K, HYLA_GGML_Q5_K, HYLA_GGML_Q6_K};
     const int64_t K = 1024, rows = 6;
     uint32_t st = 777;
     float *x = malloc((size_t)K * sizeof *x), *scratch = malloc((size_t)(hyla_qx_floats(1, K) + K) * sizeof *scratch);
@@ -589,7 +589,7 @@ static void test_rows4(void)
     hyla_qx xq;
     hyla_quantize_x(&xq, x, 1, K, scratch);
     hyla_qx_k4_order(&xq, 1, (int8_t *)(scratch + hyla_qx_floats(1, K)));
-    for (int ti = 0; ti < 2; ti++) {
+    for (int ti = 0; ti < 3; ti++) {
         hyla_ggml_type t = types[ti];
         hyla_qdot_i8_rows4_fn four = hyla_qdot_i8_rows4_avx512(t);
         hyla_qdot_i8_fn one = hyla_qdot_i8_avx512(t, 1);
@@ -603,9 +603,12 @@ static void test_rows4(void)
             st = st * 1664525u + 1013904223u;
             w[i] = (unsigned char)(st >> 24);
         }
-        for (int64_t b = 0; b < rows * (K / 256); b++) { /* finite d and dmin (f16 0.0134, 0.0023) */
+        for (int64_t b = 0; b < rows * (K / 256); b++) { /* finite d and dmin (f16 0.0134, 0.0023); Q6_K's d */
             unsigned char *blk = w + b * (int64_t)hyla_ggml_bytes(t, 256);
-            blk[0] = 0xDC, blk[1] = 0x22, blk[2] = 0xB6, blk[3] = 0x18;
+            if (t == HYLA_GGML_Q6_K)
+                blk[208] = 0xDC, blk[209] = 0x22;
+            else
+                blk[0] = 0xDC, blk[1] = 0x22, blk[2] = 0xB6, blk[3] = 0x18;
         }
         const unsigned char *rp[6];
         for (int r = 0; r < rows; r++)

@@ -412,44 +412,94 @@ static const int16_t q6_scale_idx[4][32] = {{REP8(0), REP8(1), REP8(2), REP8(3)}
                                             {REP8(4), REP8(5), REP8(6), REP8(7)},
                                             {REP8(8), REP8(9), REP8(10), REP8(11)},
                                             {REP8(12), REP8(13), REP8(14), REP8(15)}};
-VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+typedef struct {
+    __m512i low4, bits45, sh_lo, sh_hi, sidx[4];
+} q6_consts;
+
+VNNI_INLINE void q6_consts_load(q6_consts *c)
 {
-    const __m512i low4 = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
-    const __m512i sh_lo = _mm512_loadu_si512((const void *)q6_shift_lo), sh_hi = _mm512_loadu_si512((const void *)q6_shift_hi);
-    __m512i sidx[4];
+    c->low4 = _mm512_set1_epi8(0x0F), c->bits45 = _mm512_set1_epi8(0x30);
+    c->sh_lo = _mm512_loadu_si512((const void *)q6_shift_lo), c->sh_hi = _mm512_loadu_si512((const void *)q6_shift_hi);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
-        sidx[k] = _mm512_loadu_si512((const void *)q6_scale_idx[k]);
+        c->sidx[k] = _mm512_loadu_si512((const void *)q6_scale_idx[k]);
+}
+
+/* One stored block: its levels w[4], lane scales s[4], the 16 scales as int16 and d. */
+typedef struct {
+    __m512i w[4], s[4];
+    __m256i sc16;
+    float d;
+} q6_unpacked;
+
+VNNI_INLINE void q6_block_unpack(q6_unpacked *B, const unsigned char *row, const q6_consts *c)
+{
+    for (int l = 0; l < 210; l += 64)
+        hyla_prefetch_stream(row + l);
+    B->d = hyla_half_at(row + 208);
+    B->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 192)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i L = _mm512_loadu_si512((const void *)(row + 64 * h));
+        __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + 128 + 32 * h)));
+        B->w[2 * h] = _mm512_or_si512(_mm512_and_si512(L, c->low4), _mm512_and_si512(_mm512_sllv_epi16(H, c->sh_lo), c->bits45));
+        B->w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), c->low4),
+                                          _mm512_and_si512(_mm512_srlv_epi16(H, c->sh_hi), c->bits45));
+    }
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        B->s[k] = _mm512_permutexvar_epi16(c->sidx[k], _mm512_castsi256_si512(B->sc16));
+}
+
+/* acc += d d_x (levels . x - 32 sum_j sc_j bsum_j) for block b of activation row i. */
+VNNI_INLINE void q6_block_accumulate(__m512 *acc, const q6_unpacked *B, const hyla_qx *x, int64_t i, int64_t b)
+{
+    int64_t K = x->K;
+    __m512i sumi = levels_dot(B->w, B->s, x->q + i * K + b * 256);
+    __m256i offs = _mm256_madd_epi16(B->sc16, _mm256_loadu_si256((const __m256i *)(x->bsums + i * (K / 16) + b * 16)));
+    sumi = _mm512_sub_epi32(sumi, _mm512_castsi256_si512(_mm256_slli_epi32(offs, 5)));
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(B->d * x->d[i * (K / 256) + b]), *acc);
+}
+
+VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+{
+    q6_consts c;
+    q6_consts_load(&c);
     __m512 acc[HYLA_QUANT_SKINNY_M];
     for (int i = 0; i < N; i++)
         acc[i] = _mm512_setzero_ps();
-    int64_t K = x->K;
-    for (int64_t b = 0; b < K / 256; b++, row += 210) {
-        for (int l = 0; l < 210; l += 64)
-            hyla_prefetch_stream(row + l);
-        float d = hyla_half_at(row + 208);
-        __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(row + 192)));
-        __m512i w[4], s[4];
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; h++) {
-            __m512i L = _mm512_loadu_si512((const void *)(row + 64 * h));
-            __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + 128 + 32 * h)));
-            w[2 * h] = _mm512_or_si512(_mm512_and_si512(L, low4), _mm512_and_si512(_mm512_sllv_epi16(H, sh_lo), bits45));
-            w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), low4),
-                                           _mm512_and_si512(_mm512_srlv_epi16(H, sh_hi), bits45));
-        }
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++)
-            s[k] = _mm512_permutexvar_epi16(sidx[k], _mm512_castsi256_si512(sc16));
-        for (int i = 0; i < N; i++) {
-            __m512i sumi = levels_dot(w, s, x->q + i * K + b * 256);
-            __m256i offs = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)(x->bsums + i * (K / 16) + b * 16)));
-            sumi = _mm512_sub_epi32(sumi, _mm512_castsi256_si512(_mm256_slli_epi32(offs, 5)));
-            acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(d * x->d[i * (K / 256) + b]), acc[i]);
-        }
+    for (int64_t b = 0; b < x->K / 256; b++, row += 210) {
+        q6_unpacked B;
+        q6_block_unpack(&B, row, &c);
+        for (int i = 0; i < N; i++)
+            q6_block_accumulate(&acc[i], &B, x, i, b);
     }
     for (int i = 0; i < N; i++)
         y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
+}
+
+/* Four rows against one activation row (decode, batch 1), their blocks interleaved: the same
+ * operations per row as q6_k_i8_n with N = 1 (so the same bits), the constants loaded and the call
+ * made once for four rows (a Q4_K_M file's lm_head: 248,320 rows of four blocks each). */
+VNNI_INLINE void q6_k_rows4_i8(float *y, const hyla_qx *x, const unsigned char *const *rows)
+{
+    q6_consts c;
+    q6_consts_load(&c);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < x->K / 256; b++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            q6_unpacked B;
+            q6_block_unpack(&B, rows[r] + b * 210, &c);
+            q6_block_accumulate(&acc[r], &B, x, 0, b);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        y[r] = _mm512_reduce_add_ps(acc[r]);
 }
 
 /* ---- Q8_0 against llama.cpp's Q8_0 activations (per 32, f16 scale) ----------------------------- */
@@ -538,6 +588,7 @@ INSTANCES_I8(q5_k)
 INSTANCES_I8(q6_k)
 VNNI_TARGET static void q4_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(0, y, x, rows); }
 VNNI_TARGET static void q5_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(1, y, x, rows); }
+VNNI_TARGET static void q6_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { q6_k_rows4_i8(y, x, rows); }
 #endif
 
 /* The int8 rows start on a 64-byte boundary (one cache line a zmm load): at the offsets their layout
@@ -778,7 +829,7 @@ hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_avx512(hyla_ggml_type t)
 #ifdef HAVE_KERNELS
     if (!hyla_qdot_i8_avx512(t, 1))
         return NULL;
-    return t == HYLA_GGML_Q4_K ? q4_k_rows4 : t == HYLA_GGML_Q5_K ? q5_k_rows4 : NULL;
+    return t == HYLA_GGML_Q4_K ? q4_k_rows4 : t == HYLA_GGML_Q5_K ? q5_k_rows4 : t == HYLA_GGML_Q6_K ? q6_k_rows4 : NULL;
 #else
     (void)t;
     return NULL;

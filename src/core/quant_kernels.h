@@ -75,7 +75,7 @@ typedef void (*hyla_qdot_i8_fn)(float *y, int64_t ldy, const hyla_qx *x, const u
  * VNNI; NULL otherwise. */
 hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n);
 /* y[r] = the n = 1 kernel's value for rows[r], r < 4, bit for bit (the four rows' blocks
- * interleaved): for Q4_K and Q5_K with AVX-512 VNNI; NULL otherwise. */
+ * interleaved): for Q4_K, Q5_K and Q6_K with AVX-512 VNNI; NULL otherwise. */
 typedef void (*hyla_qdot_i8_rows4_fn)(float *y, const hyla_qx *x, const unsigned char *const *rows);
 hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_avx512(hyla_ggml_type t);
 
