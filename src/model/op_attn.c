@@ -206,7 +206,7 @@ static void gate_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
     int64_t count = c->n * CFG->n_heads * CFG->head_dim;
     const float *ctx = t->p[HYLA_S_CTX], *g = t->p[HYLA_S_GATE];
     float *att = t->p[HYLA_S_ATT];
-#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(8 * count)
+#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(HYLA_SIGMOID_WORK * count)
     for (int64_t i = 0; i < count; i++) /* elementwise: any split gives the same bits */
         att[i] = ctx[i] * hyla_sigmoid(g[i]);
 }
@@ -215,7 +215,7 @@ static void gate_bwd(const hyla_op_ctx *c, const hyla_tape *t, hyla_tape *d, flo
     int64_t count = c->n * CFG->n_heads * CFG->head_dim;
     const float *ctx = t->p[HYLA_S_CTX], *g = t->p[HYLA_S_GATE], *datt = d->p[HYLA_S_ATT];
     float *dctx = d->p[HYLA_S_CTX], *dg = d->p[HYLA_S_GATE];
-#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(8 * count)
+#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(HYLA_SIGMOID_WORK * count)
     for (int64_t i = 0; i < count; i++) {
         float s, om;
         hyla_sigmoid_pair(g[i], &s, &om);

@@ -8,7 +8,7 @@
 void hyla_swiglu_fwd(float *h, const float *gate, const float *up, int64_t n, int64_t I)
 {
     int64_t total = n * I;
-#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(8 * total)
+#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(HYLA_SIGMOID_WORK * total)
     for (int64_t i = 0; i < total; i++) /* silu(g) = g * sigmoid(g); -> -0 as g -> -inf */
         h[i] = (gate[i] * hyla_sigmoid(gate[i])) * up[i];
 }
@@ -18,7 +18,7 @@ static inline __attribute__((always_inline)) void swiglu_bwd(float *dgate, float
                                                               const float *up, int64_t n, int64_t I, int accumulate)
 {
     int64_t total = n * I;
-#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(8 * total)
+#pragma omp parallel for simd schedule(static) HYLA_PAR_IF(HYLA_SIGMOID_WORK * total)
     for (int64_t i = 0; i < total; i++) {
         float g = gate[i], s, om, d = dh[i];
         hyla_sigmoid_pair(g, &s, &om);

@@ -43,7 +43,7 @@ void hyla_gated_rmsnorm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/,
                             const float *x /*[n,d]*/, const float *z /*[n,d]*/,
                             const float *w /*[d]*/, int64_t n, int64_t d, float eps)
 {
-#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * d)
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(n * d * (1 + HYLA_SIGMOID_WORK))
     for (int64_t i = 0; i < n; i++) {
         const float *xi = x + i * d, *zi = z + i * d;
         float *yi = y + i * d;
