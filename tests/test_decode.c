@@ -16,6 +16,7 @@
  * The reference models were generated with router gaps >= 1e-5 on their own sequences. */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -198,9 +199,58 @@ static void check_batch(const hyla_model *m, const char *name, const int32_t *to
     printf("  %-14s batch of 3 (prompt lengths 1, 30, 65): tokens == one-at-a-time decoding\n", name);
 }
 
+/* Greedy's pick (hyla_argmax, split over the threads at a vocabulary's size) == the first index of
+ * the largest value by one scalar loop (NaNs never win; a NaN at 0 stays), for 1, 2 and 3 threads:
+ * the maximum repeated in several threads' ranges, NaNs at ranges' starts, +0 and -0 as the
+ * largest, a maximum in the last element. */
+static int32_t argmax_serial(const float *x, int64_t V)
+{
+    int32_t best = 0;
+    for (int64_t v = 1; v < V && x[0] == x[0]; v++)
+        if (x[v] > x[best])
+            best = (int32_t)v;
+    return best;
+}
+
+static void check_argmax(void)
+{
+    enum { V = 248320 };
+    float *x = malloc(V * sizeof *x);
+    int threads_before = omp_get_max_threads(), bad = 0, cases = 0;
+    for (int kase = 0; kase < 6; kase++) {
+        uint32_t st = 99u + (uint32_t)kase;
+        for (int64_t v = 0; v < V; v++) {
+            st = st * 1664525u + 1013904223u;
+            x[v] = (float)(st >> 8) / 16777216.0f - 1.0f; /* [-1, 1) */
+        }
+        if (kase == 1) /* the maximum three times, in different halves and thirds */
+            x[5] = x[V / 2 + 7] = x[V - 3] = 2.0f;
+        if (kase == 2) { /* NaNs at the ranges' starts (halves, thirds) and a maximum after them */
+            x[V / 2] = x[V / 3] = x[2 * (V / 3)] = x[2 * (V / 3) + 1] = NAN;
+            x[V / 2 + 1] = 3.0f;
+        }
+        if (kase == 3) /* everything <= 0: -0 then +0 as the largest */
+            for (int64_t v = 0; v < V; v++)
+                x[v] = v == V / 2 + 9 ? -0.0f : v == V - 1 ? 0.0f : -1.0f - (float)(v % 7);
+        if (kase == 4)
+            x[V - 1] = 5.0f;
+        if (kase == 5)
+            x[0] = NAN;
+        for (int threads = 1; threads <= 3; threads++, cases++) {
+            omp_set_num_threads(threads);
+            bad += hyla_argmax(x, V) != argmax_serial(x, V);
+        }
+    }
+    omp_set_num_threads(threads_before);
+    CHECK(bad == 0, "argmax: %d of %d cases differ from the serial first index of the largest", bad, cases);
+    printf("  argmax over %d values (1-3 threads, ties, NaNs, signed zeros): the serial loop's index\n", V);
+    free(x);
+}
+
 int main(int argc, char **argv)
 {
     const char *cases = argc > 1 ? argv[1] : "build/cases";
+    check_argmax();
     const char *models[] = {"next_moe_8l", "next_moe_6l", "q35_dense", "q35_moe", "irregular", "all_linear", "all_attention"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         char dir[4096], path[4200];
