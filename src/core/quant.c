@@ -354,7 +354,8 @@ enum { X_FP32 = 0, X_Q8_0 = 1, X_Q8_K = 2 }; /* how a product with W takes its a
 static int skinny_kind(const hyla_qmat *W, int64_t n, int64_t in)
 {
     int q8_0 = !W->row_type && W->type == HYLA_GGML_Q8_0;
-    if (!hyla_quant_int8_activations || in % (q8_0 ? 64 : 256) != 0 || !(W->row_type || hyla_qdot_i8_avx512(W->type, n)))
+    if (!hyla_quant_int8_activations || in % (q8_0 ? 64 : 256) != 0 ||
+        !(W->row_type || hyla_qdot_i8_avx512(W->type, n)))
         return X_FP32;
     return q8_0 ? X_Q8_0 : X_Q8_K;
 }
@@ -393,6 +394,7 @@ typedef struct {
     hyla_qdot_i8_fn one_i8;
     hyla_qdot_fn one;
     hyla_qdot_i8_rows4_fn rows4;
+    hyla_qdot_i8_rows4_fn four; /* every whole block's kernel when one applies to all (one row, one type) */
 } skinny_job;
 
 static skinny_job skinny_job_make(const hyla_qmat *W, const skinny_x *p, float *y, int64_t row0, int64_t out,
@@ -404,6 +406,7 @@ static skinny_job skinny_job_make(const hyla_qmat *W, const skinny_x *p, float *
     j.one_i8 = p->int8 ? hyla_qdot_i8_avx512(W->type, p->n) : NULL;
     j.one = j.one_i8 ? NULL : hyla_qdot_avx512(W->type, p->n);
     j.rows4 = W->row_type ? NULL : hyla_qdot_i8_rows4_avx512(W->type);
+    j.four = p->n == 1 && j.one_i8 ? j.rows4 : NULL;
     return j;
 }
 
@@ -454,6 +457,21 @@ static void skinny_block(const skinny_job *j, int64_t b, int64_t in)
         skinny_row(j, j->row0 + o, j->y + o, j->out, in);
 }
 
+/* Blocks b0 .. b1 - 1 of job j: the whole ones straight through the job's four-row kernel where it
+ * has one for all of them (skinny_block's choice, made once: its per-block tests and indirections
+ * had cost ~2% of a 0.8B Q4_K_M decode's time), the rest by skinny_block. */
+static void skinny_blocks(const skinny_job *j, int64_t b0, int64_t b1, int64_t in)
+{
+    if (j->four) {
+        const unsigned char *const *rows = j->W->row + j->row0;
+        int64_t whole = j->out / 4, e = b1 < whole ? b1 : whole;
+        for (; b0 < e; b0++)
+            j->four(j->y + 4 * b0, &j->p->xq, rows + 4 * b0);
+    }
+    for (int64_t b = b0; b < b1; b++)
+        skinny_block(j, b, in);
+}
+
 /* The blocks of the jobs whose first stored byte falls in [lo, hi) of all the jobs' bytes laid end
  * to end (each block belongs to exactly one such range of a partition). */
 static void skinny_range(const skinny_job *jobs, int64_t count, size_t lo, size_t hi, int64_t in)
@@ -464,38 +482,44 @@ static void skinny_range(const skinny_job *jobs, int64_t count, size_t lo, size_
         if (end > lo) { /* blocks b with at + b bb in [lo, hi) */
             int64_t b0 = lo > at ? (int64_t)((lo - at + bb - 1) / bb) : 0;
             int64_t b1 = hi < end ? (int64_t)((hi - at + bb - 1) / bb) : jobs[j].blocks;
-            for (int64_t b = b0; b < b1; b++)
-                skinny_block(&jobs[j], b, in);
+            skinny_blocks(&jobs[j], b0, b1, in);
         }
         at = end;
     }
 }
 
-/* Claims a piece of a thread's share [front, back) (one word: front in the low half, back in the
- * high): its owner from the front, another thread from the back; 0 when the share is used up. */
-static int skinny_claim(_Atomic uint64_t *share, int from_back, int64_t *piece)
+/* Claims pieces of a thread's share [front, back) (one word: front in the low half, back in the
+ * high): its owner the front one, another thread the back half of what is left (one claim, not one
+ * a piece: the claims of two threads on one word wait on each other). Returns how many, from *piece
+ * on; 0 when the share is used up. */
+static int64_t skinny_claim(_Atomic uint64_t *share, int from_back, int64_t *piece)
 {
     uint64_t v = atomic_load_explicit(share, memory_order_relaxed);
     for (;;) {
         uint64_t front = v & 0xFFFFFFFFu, back = v >> 32;
         if (front >= back)
             return 0;
-        uint64_t next = from_back ? (back - 1) << 32 | front : back << 32 | (front + 1);
+        uint64_t n = from_back ? (back - front + 1) / 2 : 1;
+        uint64_t next = from_back ? (back - n) << 32 | front : back << 32 | (front + 1);
         if (atomic_compare_exchange_weak_explicit(share, &v, next, memory_order_relaxed, memory_order_relaxed)) {
-            *piece = (int64_t)(from_back ? back - 1 : front);
-            return 1;
+            *piece = (int64_t)(from_back ? back - n : front);
+            return (int64_t)n;
         }
     }
 }
 
 /* Every block of every job in one parallel region, in pieces of SKINNY_PIECE stored bytes: each
- * thread streams its equal share front to back, then takes pieces from the backs of the shares not
- * yet done. With the shares alone the two threads had finished 0.63-0.80 ms apart in sum over a
- * 0.8B Q4_K_M token's 97 products (the lm_head alone 0.17-0.23 of its 6.1-6.5 ms), one thread
- * streaming alone meanwhile; OpenMP's guided schedule (a half first, then ever smaller pieces) left
- * 0.42-0.74 (the first half is one thread's whatever its memory's pace). Which thread computes a
- * row does not change its value. */
-#define SKINNY_PIECE 16384
+ * thread streams its equal share front to back, then takes halves of what is left from the backs
+ * of the shares not yet done. With the shares alone the two threads had finished 0.63-0.80 ms
+ * apart in sum over a 0.8B Q4_K_M token's 97 products (the lm_head alone 0.17-0.23 of its
+ * 6.1-6.5 ms), one thread streaming alone meanwhile; OpenMP's guided schedule (a half first, then
+ * ever smaller pieces) left 0.42-0.74 (the first half is one thread's whatever its memory's pace);
+ * taking one piece at a time from the back, 0.07-0.10, but the two threads' claims on one word then
+ * waited on each other (~1% of the decode's time in the compare-and-swap). Pieces of 64 KB: a claim
+ * is a locked compare-and-swap, which waits for the thread's loads in flight; one every 16 KB had
+ * cost ~2% of a 0.8B decode's samples (perf), one every 64 KB 0.8%. Which thread computes a row does
+ * not change its value. */
+#define SKINNY_PIECE 65536
 #define SKINNY_SHARE_STRIDE 8 /* words between two shares' words: one cache line each */
 static void skinny_run(const skinny_job *jobs, int64_t count, int64_t in, int64_t work)
 {
@@ -515,8 +539,8 @@ static void skinny_run(const skinny_job *jobs, int64_t count, int64_t in, int64_
         int64_t u;
         for (int v = 0; v < shares; v++) { /* its own share from the front, then the others' from the back */
             int o = (t + v) % shares;
-            while (skinny_claim(&share[o * SKINNY_SHARE_STRIDE], v > 0, &u))
-                skinny_range(jobs, count, (size_t)u * SKINNY_PIECE, (size_t)(u + 1) * SKINNY_PIECE, in);
+            for (int64_t n; (n = skinny_claim(&share[o * SKINNY_SHARE_STRIDE], v > 0, &u)) > 0;)
+                skinny_range(jobs, count, (size_t)u * SKINNY_PIECE, (size_t)(u + n) * SKINNY_PIECE, in);
         }
     }
 }

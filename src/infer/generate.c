@@ -57,7 +57,8 @@ int32_t hyla_argmax(const float *x, int64_t V)
     int64_t at[ARGMAX_MAX_THREADS];
     int used = 1;
     at[0] = 0;
-#pragma omp parallel HYLA_PAR_IF(V) num_threads(omp_get_max_threads() < ARGMAX_MAX_THREADS ? omp_get_max_threads() : ARGMAX_MAX_THREADS)
+    int threads = omp_get_max_threads() < ARGMAX_MAX_THREADS ? omp_get_max_threads() : ARGMAX_MAX_THREADS;
+#pragma omp parallel HYLA_PAR_IF(V) num_threads(threads)
     {
         int nt = omp_get_num_threads(), t = omp_get_thread_num();
         int64_t lo = V * t / nt, hi = V * (t + 1) / nt;
