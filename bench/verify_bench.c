@@ -47,7 +47,9 @@ int main(int argc, char **argv)
     hyla_model m;
     size_t len = strlen(argv[1]);
     int gguf = len > 5 && !strcmp(argv[1] + len - 5, ".gguf");
-    int rc = gguf ? hyla_model_load_gguf(&m, argv[1]) : bf16 ? hyla_model_load_bf16(&m, argv[1]) : hyla_model_load(&m, argv[1]);
+    int rc = gguf   ? hyla_model_load_gguf(&m, argv[1])
+             : bf16 ? hyla_model_load_bf16(&m, argv[1])
+                    : hyla_model_load(&m, argv[1]);
     if (rc != HYLA_OK) {
         fprintf(stderr, "verify_bench: %s\n", hyla_error_message());
         return 1;

@@ -316,8 +316,8 @@ static void test_fanout(const golden *g, int ng)
     static const int64_t row0s[4] = {2, 0, 5, 1}, outs[4] = {90, 96, 53, 29};
     static const int sets[2][4] = {{0, 1, 2, 3}, {0, 1, 1, -1}};
     float *x = malloc((size_t)(3 * K) * sizeof *x), *y[4], *y1 = malloc((size_t)(3 * ROWS) * sizeof *y1);
-    float *scratch = malloc((size_t)(hyla_linear_q_fanout_scratch_floats(3, 4, K) + hyla_linear_q_scratch_floats(3, K)) *
-                            sizeof *scratch);
+    int64_t scratch_floats = hyla_linear_q_fanout_scratch_floats(3, 4, K) + hyla_linear_q_scratch_floats(3, K);
+    float *scratch = malloc((size_t)scratch_floats * sizeof *scratch);
     for (int64_t i = 0; i < 3 * K; i++)
         x[i] = (float)sin(0.19 * (double)i + 0.3);
     for (int j = 0; j < 4; j++)

@@ -440,9 +440,9 @@ static hyla_qdot_i8_rows4_fn mixed_rows4(const hyla_qmat *W, const skinny_x *p, 
 }
 
 /* Block b (output rows 4b .. 4b + 3) of job j. A one-row product whose rows share a type with a
- * 4-row kernel (Q4_K, Q5_K: the same bits as the one-row kernel) takes them together -- in a
- * matrix of mixed types too (a Q4_K_M file's merged GDN input projection of Qwen3-Next: Q6_K qkvz
- * rows, Q4_K ba rows). */
+ * 4-row kernel (Q4_K, Q5_K, Q6_K: the same bits as the one-row kernel) takes them together -- in a
+ * matrix of mixed types too (a parameter merged from tensors of different types, e.g. gate and up),
+ * where it applies to the blocks of one type. */
 static void skinny_block(const skinny_job *j, int64_t b, int64_t in)
 {
     int64_t o0 = b * 4, o1 = o0 + 4 < j->out ? o0 + 4 : j->out;
@@ -458,8 +458,7 @@ static void skinny_block(const skinny_job *j, int64_t b, int64_t in)
 }
 
 /* Blocks b0 .. b1 - 1 of job j: the whole ones straight through the job's four-row kernel where it
- * has one for all of them (skinny_block's choice, made once: its per-block tests and indirections
- * had cost ~2% of a 0.8B Q4_K_M decode's time), the rest by skinny_block. */
+ * has one for all of them (skinny_block's choice, made once per job), the rest by skinny_block. */
 static void skinny_blocks(const skinny_job *j, int64_t b0, int64_t b1, int64_t in)
 {
     if (j->four) {
@@ -514,11 +513,11 @@ static int64_t skinny_claim(_Atomic uint64_t *share, int from_back, int64_t *pie
  * apart in sum over a 0.8B Q4_K_M token's 97 products (the lm_head alone 0.17-0.23 of its
  * 6.1-6.5 ms), one thread streaming alone meanwhile; OpenMP's guided schedule (a half first, then
  * ever smaller pieces) left 0.42-0.74 (the first half is one thread's whatever its memory's pace);
- * taking one piece at a time from the back, 0.07-0.10, but the two threads' claims on one word then
- * waited on each other (~1% of the decode's time in the compare-and-swap). Pieces of 64 KB: a claim
- * is a locked compare-and-swap, which waits for the thread's loads in flight; one every 16 KB had
- * cost ~2% of a 0.8B decode's samples (perf), one every 64 KB 0.8%. Which thread computes a row does
- * not change its value. */
+ * taking one 16 KB piece at a time from the back, 0.07-0.10. A claim is a locked compare-and-swap,
+ * which waits for the thread's loads in flight (and for the other thread's claim on the same word):
+ * with 16 KB pieces this loop held 2.0% of a 0.8B decode's samples (perf), 55-60% of them on the
+ * compare-and-swap; with 64 KB pieces and halves taken at once, 0.8%. Which thread computes a row
+ * does not change its value. */
 #define SKINNY_PIECE 65536
 #define SKINNY_SHARE_STRIDE 8 /* words between two shares' words: one cache line each */
 static void skinny_run(const skinny_job *jobs, int64_t count, int64_t in, int64_t work)

@@ -442,7 +442,8 @@ VNNI_INLINE void q6_block_unpack(q6_unpacked *B, const unsigned char *row, const
     for (int h = 0; h < 2; h++) {
         __m512i L = _mm512_loadu_si512((const void *)(row + 64 * h));
         __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(row + 128 + 32 * h)));
-        B->w[2 * h] = _mm512_or_si512(_mm512_and_si512(L, c->low4), _mm512_and_si512(_mm512_sllv_epi16(H, c->sh_lo), c->bits45));
+        B->w[2 * h] = _mm512_or_si512(_mm512_and_si512(L, c->low4),
+                                      _mm512_and_si512(_mm512_sllv_epi16(H, c->sh_lo), c->bits45));
         B->w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), c->low4),
                                           _mm512_and_si512(_mm512_srlv_epi16(H, c->sh_hi), c->bits45));
     }
@@ -588,7 +589,10 @@ INSTANCES_I8(q5_k)
 INSTANCES_I8(q6_k)
 VNNI_TARGET static void q4_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(0, y, x, rows); }
 VNNI_TARGET static void q5_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(1, y, x, rows); }
-VNNI_TARGET static void q6_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { q6_k_rows4_i8(y, x, rows); }
+VNNI_TARGET static void q6_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows)
+{
+    q6_k_rows4_i8(y, x, rows);
+}
 #endif
 
 /* The int8 rows start on a 64-byte boundary (one cache line a zmm load): at the offsets their layout
@@ -829,7 +833,10 @@ hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_avx512(hyla_ggml_type t)
 #ifdef HAVE_KERNELS
     if (!hyla_qdot_i8_avx512(t, 1))
         return NULL;
-    return t == HYLA_GGML_Q4_K ? q4_k_rows4 : t == HYLA_GGML_Q5_K ? q5_k_rows4 : t == HYLA_GGML_Q6_K ? q6_k_rows4 : NULL;
+    return t == HYLA_GGML_Q4_K   ? q4_k_rows4
+           : t == HYLA_GGML_Q5_K ? q5_k_rows4
+           : t == HYLA_GGML_Q6_K ? q6_k_rows4
+                                 : NULL;
 #else
     (void)t;
     return NULL;
