@@ -17,6 +17,7 @@
 #include "core/profile.h"
 #include "engine/executor.h"
 #include "infer/generate.h"
+#include "io/gguf_read.h"
 #include "model/model.h"
 
 static double best_call(hyla_executor *ex, hyla_infer_state *st, const int32_t *rows, float *logits, int reps)
@@ -45,9 +46,7 @@ int main(int argc, char **argv)
     int64_t P = argc > 2 ? atoll(argv[2]) : 64;
     int reps = argc > 3 ? atoi(argv[3]) : 5, bf16 = argc > 4 && !strcmp(argv[4], "bf16");
     hyla_model m;
-    size_t len = strlen(argv[1]);
-    int gguf = len > 5 && !strcmp(argv[1] + len - 5, ".gguf");
-    int rc = gguf   ? hyla_model_load_gguf(&m, argv[1])
+    int rc = hyla_is_gguf_path(argv[1]) ? hyla_model_load_gguf(&m, argv[1])
              : bf16 ? hyla_model_load_bf16(&m, argv[1])
                     : hyla_model_load(&m, argv[1]);
     if (rc != HYLA_OK) {

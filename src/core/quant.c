@@ -393,7 +393,6 @@ typedef struct {
     size_t block_bytes;
     hyla_qdot_i8_fn one_i8;
     hyla_qdot_fn one;
-    hyla_qdot_i8_rows4_fn rows4;
     hyla_qdot_i8_rows4_fn four; /* every whole block's kernel when one applies to all (one row, one type) */
 } skinny_job;
 
@@ -405,8 +404,7 @@ static skinny_job skinny_job_make(const hyla_qmat *W, const skinny_x *p, float *
     j.block_bytes = 4 * hyla_ggml_bytes(row_type(W, row0), (size_t)in);
     j.one_i8 = p->int8 ? hyla_qdot_i8_avx512(W->type, p->n) : NULL;
     j.one = j.one_i8 ? NULL : hyla_qdot_avx512(W->type, p->n);
-    j.rows4 = W->row_type ? NULL : hyla_qdot_i8_rows4_avx512(W->type);
-    j.four = p->n == 1 && j.one_i8 ? j.rows4 : NULL;
+    j.four = p->n == 1 && j.one_i8 && !W->row_type ? hyla_qdot_i8_rows4_avx512(W->type) : NULL;
     return j;
 }
 
@@ -448,7 +446,7 @@ static void skinny_block(const skinny_job *j, int64_t b, int64_t in)
     int64_t o0 = b * 4, o1 = o0 + 4 < j->out ? o0 + 4 : j->out;
     hyla_qdot_i8_rows4_fn four = NULL;
     if (j->p->n == 1 && o1 - o0 == 4)
-        four = !j->W->row_type ? (j->one_i8 ? j->rows4 : NULL) : mixed_rows4(j->W, j->p, j->row0 + o0);
+        four = j->W->row_type ? mixed_rows4(j->W, j->p, j->row0 + o0) : j->four;
     if (four) {
         four(j->y + o0, &j->p->xq, j->W->row + j->row0 + o0);
         return;
