@@ -43,11 +43,13 @@ static int append(docs_buf *b, const int32_t *ids, const unsigned char *mask, in
         b->starts = s, b->cap_docs = cap;
     }
     b->starts[b->n_docs++] = b->n;
-    memcpy(b->ids + b->n, ids, (size_t)n * sizeof *ids);
-    if (mask)
-        memcpy(b->mask + b->n, mask, (size_t)n);
-    else
-        memset(b->mask + b->n, all, (size_t)n);
+    if (n > 0) { /* an empty first document: ids and mask are still NULL (no offset on a null pointer) */
+        memcpy(b->ids + b->n, ids, (size_t)n * sizeof *ids);
+        if (mask)
+            memcpy(b->mask + b->n, mask, (size_t)n);
+        else
+            memset(b->mask + b->n, all, (size_t)n);
+    }
     b->n += n;
     b->starts[b->n_docs] = b->n;
     return HYLA_OK;
