@@ -26,6 +26,8 @@
 #include "io/fileio.h"
 #include "engine/forward.h"
 #include "engine/executor.h"
+#include "model/infer_state.h"
+#include "model/layer_ops.h"
 
 #include "case_files.h"
 #include "check.h"
@@ -199,6 +201,59 @@ static void check_batch(const hyla_model *m, const char *name, const int32_t *to
     printf("  %-14s batch of 3 (prompt lengths 1, 30, 65): tokens == one-at-a-time decoding\n", name);
 }
 
+/* A decoded token's fused GDN core (model/op_gdn.c: conv .. gated norm of a key head and its value
+ * heads in one parallel region) == the ops one after another, bit for bit: two sequences prefilled
+ * with 30 tokens each, then 8 decode steps; every step's logits of both and the caches after them.
+ * Fails when the fused path reads another head's channels, a wrong window row or the state of
+ * another sequence (these models have 2 key heads of 4 value heads, dk 8 != dv 12). */
+static void check_fused(const hyla_model *m, const char *name, const int32_t *tokens)
+{
+    enum { B = 2, L = 30, STEPS = 8 };
+    int64_t V = m->cfg.vocab;
+    float *logits[2];
+    hyla_infer_state state[2];
+    for (int fused = 0; fused < 2; fused++) {
+        hyla_gdn_decode_fusion = fused;
+        hyla_policy nothing;
+        hyla_policy_parse(&nothing, "full");
+        hyla_executor pre, dec;
+        hyla_infer_state_init(&state[fused], &m->cfg, B, L + STEPS);
+        hyla_executor_init(&pre, m, &nothing, HYLA_UNIT_LAYER, B, L, HYLA_DELTA_CHUNKED, HYLA_FORWARD_LAST);
+        hyla_executor_init(&dec, m, &nothing, HYLA_UNIT_LAYER, B, 1, HYLA_DELTA_RECURRENT, HYLA_FORWARD_LAST);
+        logits[fused] = malloc((size_t)(STEPS * B * V) * sizeof(float));
+        int32_t prompt[B * L];
+        memcpy(prompt, tokens, L * sizeof *prompt);
+        memcpy(prompt + L, tokens + 50, L * sizeof *prompt);
+        CHECK(hyla_executor_infer(&pre, prompt, &state[fused], logits[fused]) == HYLA_OK, "%s", hyla_error_message());
+        for (int i = 0; i < STEPS; i++) {
+            int32_t next[B] = {tokens[100 + i], tokens[150 + i]};
+            CHECK(hyla_executor_infer(&dec, next, &state[fused], logits[fused] + i * B * V) == HYLA_OK, "%s",
+                  hyla_error_message());
+        }
+        hyla_executor_free(&pre);
+        hyla_executor_free(&dec);
+    }
+    hyla_gdn_decode_fusion = 1;
+    CHECK(!memcmp(logits[0], logits[1], (size_t)(STEPS * B * V) * sizeof(float)),
+          "%s: fused decode steps' logits differ from the ops one by one", name);
+    int64_t nr = hyla_infer_state_recurrent_floats(&m->cfg);
+    float *rec[2] = {malloc((size_t)nr * sizeof(float)), malloc((size_t)nr * sizeof(float))};
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < 2; i++)
+            hyla_infer_state_save_recurrent(&state[i], &m->cfg, b, rec[i]);
+        CHECK(!memcmp(rec[0], rec[1], (size_t)nr * sizeof(float)),
+              "%s: sequence %d's conv windows and delta-rule states after fused decode steps differ from the ops one by one",
+              name, b);
+    }
+    free(rec[0]);
+    free(rec[1]);
+    printf("  %-14s fused GDN decode step: logits and caches == the ops one by one (2 sequences, 8 steps)\n", name);
+    for (int i = 0; i < 2; i++) {
+        free(logits[i]);
+        hyla_infer_state_free(&state[i]);
+    }
+}
+
 /* Greedy's pick (hyla_argmax, split over the threads at a vocabulary's size) == the first index of
  * the largest value by one scalar loop (NaNs never win; a NaN at 0 stays), for 1, 2 and 3 threads:
  * the maximum repeated in several threads' ranges, NaNs at ranges' starts, +0 and -0 as the
@@ -279,6 +334,7 @@ int main(int argc, char **argv)
         check_continuation(&m, models[i], tokens);
         check_pieces(&m, models[i]);
         check_batch(&m, models[i], tokens);
+        check_fused(&m, models[i], tokens);
         hyla_model_free(&m);
     }
     printf("%s: %d failures, %d near ties accepted\n", failures ? "FAIL" : "ok", failures, near_ties);

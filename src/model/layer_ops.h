@@ -278,6 +278,10 @@ void hyla_linear_bwd(float *dx, float *dW, const float *dy, const float *x, cons
 /* Op lists, one per file: common (norms, residuals), GDN mixer, attention mixer, MoE, dense MLP. */
 extern const hyla_layer_op hyla_op_in_norm, hyla_op_residual_mix, hyla_op_post_norm, hyla_op_residual_ffn,
     hyla_op_residual_mlp;
+/* 1 (the default): a decoded token's GDN ops from the conv to the gated norm run as one parallel
+ * region over key heads (model/op_gdn.c; the same bits); 0: op by op (tests/test_decode.c's
+ * reference for it). */
+extern int hyla_gdn_decode_fusion;
 extern const hyla_layer_op hyla_ops_gdn[], hyla_ops_attn[], hyla_ops_moe[], hyla_ops_moe_routed_only[], hyla_ops_mlp[];
 extern const int hyla_n_ops_gdn, hyla_n_ops_attn, hyla_n_ops_moe, hyla_n_ops_moe_routed_only, hyla_n_ops_mlp;
 

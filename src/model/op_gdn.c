@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/denormals.h"
 #include "core/floats.h"
 #include "core/gemm.h"
 #include "core/parallel.h"
@@ -75,8 +76,67 @@ static void conv_fwd_slices(const hyla_op_ctx *c, hyla_tape *t)
     }
 }
 
+static float q_scale(const hyla_config *cfg) { return (float)(1.0 / sqrt((double)cfg->lin_k_dim)); }
+
+/* ---- a decoded token: conv .. gated norm, key head by key head ---------------------------- */
+/* One token per sequence with a cache (no rollback points, no slices, fp32 compute): the conv,
+ * split, l2norm, gates, delta rule and gated norm of key head hk and its value heads read that
+ * head's channels alone, so one parallel region over (sequence, key head) runs them all while the
+ * head's values are in the core's caches -- each value by the same operations as the ops one after
+ * another (the same bits), with three parallel regions and the passes between them fewer. The last
+ * of those ops, gdn_gated_norm, runs it (the executor allocates an op's output slots just before
+ * the op, and they live until the layer ends); gdn_conv, gdn_prep and gdn_delta_rule do nothing. */
+int hyla_gdn_decode_fusion = 1;
+
+static int decode_fused(const hyla_op_ctx *c)
+{
+    return hyla_gdn_decode_fusion && c->state && !c->keep && !c->context && c->n == c->n_seq && c->m->compute_dtype != HYLA_DT_BF16;
+}
+
+static void decode_head(const hyla_op_ctx *c, hyla_tape *t, int64_t b, int64_t hk)
+{
+    int64_t kd = hyla_cfg_key_dim(CFG), vd = hyla_cfg_value_dim(CFG), cd = hyla_cfg_conv_dim(CFG);
+    int64_t Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim, K = CFG->conv_kernel;
+    int64_t rep = Hv / Hk, h0 = hk * rep, o = c->seq_row0[b];
+    float *conv = t->p[HYLA_S_CONV] + o * cd, *hist = c->state->conv + b * K * cd;
+    const float *x = t->p[HYLA_S_QKV] + o * cd, *w = hyla_op_w(c, HYLA_P_GDN_CONV);
+    float *q = t->p[HYLA_S_GQ] + o * kd + hk * dk, *k = t->p[HYLA_S_GK] + o * kd + hk * dk;
+    float *v = t->p[HYLA_S_GV] + o * vd + h0 * dv, *g = t->p[HYLA_S_G] + o * Hv + h0;
+    float *beta = t->p[HYLA_S_BETA] + o * Hv + h0, *core = t->p[HYLA_S_CORE] + o * vd + h0 * dv;
+    hyla_conv_silu_step_range(conv, x, w, hist, cd, K, hk * dk, (hk + 1) * dk);               /* q */
+    hyla_conv_silu_step_range(conv, x, w, hist, cd, K, kd + hk * dk, kd + (hk + 1) * dk);     /* k */
+    hyla_conv_silu_step_range(conv, x, w, hist, cd, K, 2 * kd + h0 * dv, 2 * kd + (h0 + rep) * dv); /* v */
+    memcpy(q, conv + hk * dk, (size_t)dk * sizeof *q);
+    memcpy(k, conv + kd + hk * dk, (size_t)dk * sizeof *k);
+    memcpy(v, conv + 2 * kd + h0 * dv, (size_t)(rep * dv) * sizeof *v);
+    hyla_l2norm_row(q, NULL, q, dk, 1e-6f, q_scale(CFG));
+    hyla_l2norm_row(k, NULL, k, dk, 1e-6f, 1.0f);
+    hyla_gdn_gates_row(g, beta, t->p[HYLA_S_AL] + o * Hv + h0, t->p[HYLA_S_BL] + o * Hv + h0,
+                       hyla_op_w(c, HYLA_P_GDN_A_LOG) + h0, hyla_op_w(c, HYLA_P_GDN_DT_BIAS) + h0, rep);
+    unsigned mxcsr = hyla_flush_denormals_begin(); /* as the recurrent form's region */
+    for (int64_t h = 0; h < rep; h++)
+        hyla_delta_rule_head_step(core + h * dv, c->state->ssm + (b * Hv + h0 + h) * dk * dv, q, k, v + h * dv, g[h],
+                                  beta[h], dk, dv);
+    hyla_flush_denormals_end(mxcsr);
+    for (int64_t h = 0; h < rep; h++)
+        hyla_gated_rmsnorm_row(t->p[HYLA_S_GNORM] + o * vd + (h0 + h) * dv, NULL, core + h * dv,
+                               t->p[HYLA_S_Z] + o * vd + (h0 + h) * dv, hyla_op_w(c, HYLA_P_GDN_NORM), dv,
+                               (float)CFG->rms_norm_eps);
+}
+
+static void decode_fwd(const hyla_op_ctx *c, hyla_tape *t)
+{
+    int64_t Hk = CFG->lin_k_heads, items = c->n_seq * Hk;
+    /* work: as the delta rule's region (its state dominates) */
+#pragma omp parallel for schedule(static) HYLA_PAR_IF(c->n * CFG->lin_v_heads * CFG->lin_k_dim * CFG->lin_v_dim)
+    for (int64_t i = 0; i < items; i++)
+        decode_head(c, t, i / Hk, i % Hk);
+}
+
 static void conv_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
+    if (decode_fused(c)) /* (done by gdn_gated_norm) */
+        return;
     int64_t cd = hyla_cfg_conv_dim(CFG), K = CFG->conv_kernel;
     if (c->context) { /* slices: windows continue across them */
         conv_fwd_slices(c, t);
@@ -162,10 +222,11 @@ static void add_cols(float *dst, int64_t ld, int64_t col0, const float *src, int
             d[j] += s[j];
     }
 }
-static float q_scale(const hyla_config *cfg) { return (float)(1.0 / sqrt((double)cfg->lin_k_dim)); }
 
 static void prep_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
+    if (decode_fused(c)) /* (done by gdn_gated_norm) */
+        return;
     int64_t n = c->n, kd = hyla_cfg_key_dim(CFG), vd = hyla_cfg_value_dim(CFG), cd = hyla_cfg_conv_dim(CFG);
     int64_t Hk = CFG->lin_k_heads, dk = CFG->lin_k_dim;
     const float *conv = t->p[HYLA_S_CONV];
@@ -287,6 +348,8 @@ static void delta_slices_bwd(void *arg)
 
 static void delta_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch /*state + work*/)
 {
+    if (decode_fused(c)) /* (done by gdn_gated_norm) */
+        return;
     int64_t Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
     int64_t kd = Hk * dk, vd = Hv * dv;
     float *work = scratch + Hv * dk * dv;
@@ -361,6 +424,10 @@ static int64_t delta_bwd_scratch(const hyla_config *cfg, int64_t n, int64_t T)
 /* ---- gated norm: CORE, Z -> GNORM -------------------------------------------------------- */
 static void gnorm_fwd(const hyla_op_ctx *c, hyla_tape *t, float *scratch)
 {
+    if (decode_fused(c)) {
+        decode_fwd(c, t);
+        return;
+    }
     hyla_gated_rmsnorm_fwd(t->p[HYLA_S_GNORM], NULL, t->p[HYLA_S_CORE], t->p[HYLA_S_Z], hyla_op_w(c, HYLA_P_GDN_NORM),
                            c->n * CFG->lin_v_heads, CFG->lin_v_dim, (float)CFG->rms_norm_eps);
 }

@@ -132,6 +132,17 @@ static void recurrent_step_block(float *o /*[nj]*/, float *S /*[dk,dv] at column
     recurrent_step_cols(o, S, q, k, v, decay, b, dk, dv, nj);
 }
 
+void hyla_delta_rule_head_step(float *o /*[dv]*/, float *S /*[dk,dv]*/, const float *q /*[dk]*/,
+                               const float *k /*[dk]*/, const float *v /*[dv]*/, float g, float beta, int64_t dk,
+                               int64_t dv)
+{
+    float decay = expf(g);
+    for (int64_t j0 = 0; j0 < dv; j0 += RJ) {
+        int64_t nj = dv - j0 < RJ ? dv - j0 : RJ;
+        recurrent_step_block(o + j0, S + j0, q, k, v + j0, decay, beta, dk, dv, nj);
+    }
+}
+
 void hyla_delta_rule_recurrent_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk,dv]*/,
                                    const float *q /*[T,Hk,dk]*/, const float *k /*[T,Hk,dk]*/,
                                    const float *v /*[T,Hv,dv]*/, const float *g /*[T,Hv]*/,
@@ -158,13 +169,8 @@ void hyla_delta_rule_recurrent_fwd_keep(float *out /*[T,Hv,dv]*/, float *state /
             int64_t hk = h / rep;
             for (int64_t t = 0; t < T; t++) {
                 const float *qt = q + (t * Hk + hk) * dk, *kt = k + (t * Hk + hk) * dk;
-                const float *vt = v + (t * Hv + h) * dv;
-                float *ot = out + (t * Hv + h) * dv;
-                float decay = expf(g[t * Hv + h]), b = beta[t * Hv + h];
-                for (int64_t j0 = 0; j0 < dv; j0 += RJ) {
-                    int64_t nj = dv - j0 < RJ ? dv - j0 : RJ;
-                    recurrent_step_block(ot + j0, S + j0, qt, kt, vt + j0, decay, b, dk, dv, nj);
-                }
+                hyla_delta_rule_head_step(out + (t * Hv + h) * dv, S, qt, kt, v + (t * Hv + h) * dv, g[t * Hv + h],
+                                          beta[t * Hv + h], dk, dv);
                 if (keep && t < T - 1) /* this head's state after row t (a rollback point; after the last row it is `state`) */
                     memcpy(keep + t * keep_stride + h * dk * dv, S, (size_t)(dk * dv) * sizeof *S);
             }

@@ -93,6 +93,33 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
     }
 }
 
+/* Channels c0 .. c0 + nc (nc <= CONV_FWD_CB) of hyla_conv_silu_step. */
+static void conv_step_block(float *y /*[C]*/, const float *x /*[C]*/, const float *w /*[C,K]*/,
+                            float *hist /*[K,C] in/out*/, int64_t C, int64_t K, int64_t c0, int64_t nc)
+{
+    const float *restrict wc = w + c0 * K;
+    float sum[CONV_FWD_CB];
+    for (int64_t c = 0; c < nc; c++)
+        sum[c] = 0.0f;
+    for (int64_t j = 0; j + 1 < K; j++) { /* tap j reads window row j + 1, which becomes row j */
+        float *restrict hj = hist + j * C + c0;
+        const float *restrict hn = hist + (j + 1) * C + c0;
+#pragma omp simd
+        for (int64_t c = 0; c < nc; c++) {
+            sum[c] += wc[c * K + j] * hn[c];
+            hj[c] = hn[c];
+        }
+    }
+    float *restrict hl = hist + (K - 1) * C + c0, *restrict yc = y + c0;
+    const float *restrict xc = x + c0;
+#pragma omp simd
+    for (int64_t c = 0; c < nc; c++) {
+        sum[c] += wc[c * K + K - 1] * xc[c];
+        hl[c] = xc[c];
+        yc[c] = hyla_silu(sum[c]);
+    }
+}
+
 void hyla_conv_silu_step(float *y /*[C]*/, const float *x /*[C]*/, const float *w /*[C,K]*/,
                          float *hist /*[K,C] in/out*/, int64_t C, int64_t K)
 {
@@ -100,29 +127,16 @@ void hyla_conv_silu_step(float *y /*[C]*/, const float *x /*[C]*/, const float *
     /* work: as hyla_conv_silu_fwd's for one row */
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(C * (K + 32))
     for (int64_t cb = 0; cb < n_cb; cb++) {
-        int64_t c0 = cb * CONV_FWD_CB, nc = C - c0 < CONV_FWD_CB ? C - c0 : CONV_FWD_CB;
-        const float *restrict wc = w + c0 * K;
-        float sum[CONV_FWD_CB];
-        for (int64_t c = 0; c < nc; c++)
-            sum[c] = 0.0f;
-        for (int64_t j = 0; j + 1 < K; j++) { /* tap j reads window row j + 1, which becomes row j */
-            float *restrict hj = hist + j * C + c0;
-            const float *restrict hn = hist + (j + 1) * C + c0;
-#pragma omp simd
-            for (int64_t c = 0; c < nc; c++) {
-                sum[c] += wc[c * K + j] * hn[c];
-                hj[c] = hn[c];
-            }
-        }
-        float *restrict hl = hist + (K - 1) * C + c0, *restrict yc = y + c0;
-        const float *restrict xc = x + c0;
-#pragma omp simd
-        for (int64_t c = 0; c < nc; c++) {
-            sum[c] += wc[c * K + K - 1] * xc[c];
-            hl[c] = xc[c];
-            yc[c] = hyla_silu(sum[c]);
-        }
+        int64_t c0 = cb * CONV_FWD_CB;
+        conv_step_block(y, x, w, hist, C, K, c0, C - c0 < CONV_FWD_CB ? C - c0 : CONV_FWD_CB);
     }
+}
+
+void hyla_conv_silu_step_range(float *y /*[C]*/, const float *x /*[C]*/, const float *w /*[C,K]*/,
+                               float *hist /*[K,C] in/out*/, int64_t C, int64_t K, int64_t c0, int64_t c1)
+{
+    for (; c0 < c1; c0 += CONV_FWD_CB)
+        conv_step_block(y, x, w, hist, C, K, c0, c1 - c0 < CONV_FWD_CB ? c1 - c0 : CONV_FWD_CB);
 }
 
 /* ---- gates ---------------------------------------------------------------------------------- */
@@ -130,18 +144,23 @@ void hyla_conv_silu_step(float *y /*[C]*/, const float *x /*[C]*/, const float *
 /* torch.nn.functional.softplus with beta = 1, threshold = 20 (fp32) */
 static float softplus20(float s) { return s > 20.0f ? s : log1pf(expf(s)); }
 
+__attribute__((noinline)) void hyla_gdn_gates_row(float *g /*[Hv]*/, float *beta /*[Hv]*/, const float *a /*[Hv]*/,
+                                                 const float *b /*[Hv]*/, const float *A_log /*[Hv]*/,
+                                                 const float *dt_bias /*[Hv]*/, int64_t Hv)
+{
+    for (int64_t h = 0; h < Hv; h++) {
+        g[h] = -expf(A_log[h]) * softplus20(a[h] + dt_bias[h]);
+        beta[h] = hyla_sigmoid(b[h]);
+    }
+}
+
 void hyla_gdn_gates_fwd(float *g /*[n,Hv]*/, float *beta /*[n,Hv]*/, const float *a /*[n,Hv]*/,
                         const float *b /*[n,Hv]*/, const float *A_log /*[Hv]*/,
                         const float *dt_bias /*[Hv]*/, int64_t n, int64_t Hv)
 {
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(16 * n * Hv)
-    for (int64_t i = 0; i < n; i++) {
-        for (int64_t h = 0; h < Hv; h++) {
-            int64_t ih = i * Hv + h;
-            g[ih] = -expf(A_log[h]) * softplus20(a[ih] + dt_bias[h]);
-            beta[ih] = hyla_sigmoid(b[ih]);
-        }
-    }
+    for (int64_t i = 0; i < n; i++)
+        hyla_gdn_gates_row(g + i * Hv, beta + i * Hv, a + i * Hv, b + i * Hv, A_log, dt_bias, Hv);
 }
 
 /* ---- backward ------------------------------------------------------------------------------- */

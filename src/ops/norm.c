@@ -39,36 +39,43 @@ void hyla_rmsnorm1p_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const f
     }
 }
 
+__attribute__((noinline)) void hyla_gated_rmsnorm_row(float *y /*[d]*/, float *rstd /*[1] or NULL*/,
+                                                     const float *x /*[d]*/, const float *z /*[d]*/,
+                                                     const float *w /*[d]*/, int64_t d, float eps)
+{
+    float r = (float)(1.0 / sqrt(sum_squares(x, d) / (double)d + (double)eps));
+    if (rstd)
+        *rstd = r;
+#pragma omp simd
+    for (int64_t j = 0; j < d; j++)
+        y[j] = (w[j] * (x[j] * r)) * hyla_silu(z[j]);
+}
+
 void hyla_gated_rmsnorm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/,
                             const float *x /*[n,d]*/, const float *z /*[n,d]*/,
                             const float *w /*[d]*/, int64_t n, int64_t d, float eps)
 {
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * d * (1 + HYLA_SIGMOID_WORK))
-    for (int64_t i = 0; i < n; i++) {
-        const float *xi = x + i * d, *zi = z + i * d;
-        float *yi = y + i * d;
-        float r = (float)(1.0 / sqrt(sum_squares(xi, d) / (double)d + (double)eps));
-        if (rstd)
-            rstd[i] = r;
-#pragma omp simd
-        for (int64_t j = 0; j < d; j++)
-            yi[j] = (w[j] * (xi[j] * r)) * hyla_silu(zi[j]);
-    }
+    for (int64_t i = 0; i < n; i++)
+        hyla_gated_rmsnorm_row(y + i * d, rstd ? rstd + i : NULL, x + i * d, z + i * d, w, d, eps);
+}
+
+__attribute__((noinline)) void hyla_l2norm_row(float *y /*[d]*/, float *rstd /*[1] or NULL*/,
+                                              const float *x /*[d]*/, int64_t d, float eps, float scale)
+{
+    float r = (float)(1.0 / sqrt(sum_squares(x, d) + (double)eps)); /* (y may alias x) */
+    if (rstd)
+        *rstd = r;
+    for (int64_t j = 0; j < d; j++)
+        y[j] = (x[j] * r) * scale;
 }
 
 void hyla_l2norm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const float *x /*[n,d]*/,
                      int64_t n, int64_t d, float eps, float scale)
 {
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * d)
-    for (int64_t i = 0; i < n; i++) {
-        const float *xi = x + i * d;
-        float *yi = y + i * d; /* may alias xi */
-        float r = (float)(1.0 / sqrt(sum_squares(xi, d) + (double)eps));
-        if (rstd)
-            rstd[i] = r;
-        for (int64_t j = 0; j < d; j++)
-            yi[j] = (xi[j] * r) * scale;
-    }
+    for (int64_t i = 0; i < n; i++)
+        hyla_l2norm_row(y + i * d, rstd ? rstd + i : NULL, x + i * d, d, eps, scale);
 }
 
 /* ---- backward (spec §8.1-8.3) -------------------------------------------------------------

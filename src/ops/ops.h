@@ -26,10 +26,16 @@ void hyla_rmsnorm1p_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const f
 void hyla_gated_rmsnorm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/,
                             const float *x /*[n,d]*/, const float *z /*[n,d]*/,
                             const float *w /*[d]*/, int64_t n, int64_t d, float eps);
+/* One row of it on the calling thread (the code each row of hyla_gated_rmsnorm_fwd runs). */
+void hyla_gated_rmsnorm_row(float *y /*[d]*/, float *rstd /*[1] or NULL*/, const float *x /*[d]*/,
+                            const float *z /*[d]*/, const float *w /*[d]*/, int64_t d, float eps);
 
 /* L2 norm: y = x * rsqrt(sum(x^2) + eps) * scale.  y may alias x. */
 void hyla_l2norm_fwd(float *y /*[n,d]*/, float *rstd /*[n] or NULL*/, const float *x /*[n,d]*/,
                      int64_t n, int64_t d, float eps, float scale);
+/* One row of it on the calling thread (the code each row of hyla_l2norm_fwd runs). */
+void hyla_l2norm_row(float *y /*[d]*/, float *rstd /*[1] or NULL*/, const float *x /*[d]*/, int64_t d, float eps,
+                     float scale);
 
 /* ---- activations (ops/activation.c) ------------------------------------------------------ */
 
@@ -81,11 +87,18 @@ void hyla_conv_silu_fwd(float *y /*[T,C]*/, float *pre /*[T,C] or NULL*/, const 
  * the same pass over each channel block (no serial copy of the window after the conv). */
 void hyla_conv_silu_step(float *y /*[C]*/, const float *x /*[C]*/, const float *w /*[C,K]*/,
                          float *hist /*[K,C] in/out*/, int64_t C, int64_t K);
+/* hyla_conv_silu_step on channels c0 .. c1 alone, on the calling thread (each channel's values are
+ * those of the whole step: the channels are independent). */
+void hyla_conv_silu_step_range(float *y /*[C]*/, const float *x /*[C]*/, const float *w /*[C,K]*/,
+                               float *hist /*[K,C] in/out*/, int64_t C, int64_t K, int64_t c0, int64_t c1);
 
 /* Gates: g = -exp(A_log) * softplus(a + dt_bias) (softplus(x) = x for x > 20), beta = sigmoid(b). */
 void hyla_gdn_gates_fwd(float *g /*[n,Hv]*/, float *beta /*[n,Hv]*/, const float *a /*[n,Hv]*/,
                         const float *b /*[n,Hv]*/, const float *A_log /*[Hv]*/,
                         const float *dt_bias /*[Hv]*/, int64_t n, int64_t Hv);
+/* One row of it on the calling thread (the code each row of hyla_gdn_gates_fwd runs). */
+void hyla_gdn_gates_row(float *g /*[Hv]*/, float *beta /*[Hv]*/, const float *a /*[Hv]*/, const float *b /*[Hv]*/,
+                        const float *A_log /*[Hv]*/, const float *dt_bias /*[Hv]*/, int64_t Hv);
 
 /* Gated delta rule for one sequence, all value heads. q, k are already l2-normalised (q also
  * scaled by 1/sqrt(dk)); value head h reads q/k head h / (Hv/Hk).
@@ -108,6 +121,11 @@ void hyla_delta_rule_recurrent_fwd_keep(float *out /*[T,Hv,dv]*/, float *state /
                                         const float *k /*[T,Hk,dk]*/, const float *v /*[T,Hv,dv]*/,
                                         const float *g /*[T,Hv]*/, const float *beta /*[T,Hv]*/, int64_t T,
                                         int64_t Hk, int64_t Hv, int64_t dk, int64_t dv);
+/* One token on one value head (the recurrent form's step, the same bits), on the calling thread;
+ * the caller flushes subnormals as the recurrent form does (core/denormals.h). */
+void hyla_delta_rule_head_step(float *o /*[dv]*/, float *S /*[dk,dv] in/out*/, const float *q /*[dk]*/,
+                               const float *k /*[dk]*/, const float *v /*[dv]*/, float g, float beta, int64_t dk,
+                               int64_t dv);
 void hyla_delta_rule_chunked_fwd(float *out /*[T,Hv,dv]*/, float *state /*[Hv,dk,dv]*/,
                                  const float *q /*[T,Hk,dk]*/, const float *k /*[T,Hk,dk]*/,
                                  const float *v /*[T,Hv,dv]*/, const float *g /*[T,Hv]*/,
