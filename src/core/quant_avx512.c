@@ -39,7 +39,7 @@
 #define INLINE __attribute__((target("avx512f,avx512bw,avx512vl,f16c"), always_inline)) static inline
 
 /* Every weight line is asked for twice (core/stream_prefetch.h): from memory into the L2 32 KB ahead of
- * where the kernel reads, and from the L2 into the L1 2 KB ahead (one pair per 64 bytes of a block, ~1 per
+ * where the kernel reads, and from the L2 into the L1 4 KB ahead (2 KB in the measurements below) (one pair per 64 bytes of a block, ~1 per
  * line for Q8_0's 34-byte blocks). On the Intel VM, 1 GiB matrices on 2 threads (bench/quant_bench, 3
  * alternating rounds): with one prefetch into the L2 (8.5 KB ahead for Q8_0, 3.5 + 10 KB for Q4_K, 8.4 KB
  * for Q6_K) they read at 27.5-28.4 GB/s (Q8_0) / 29.9-30.0 (Q4_K) / 29.0-31.4 (Q6_K) of a plain read's
