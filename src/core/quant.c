@@ -306,6 +306,11 @@ static const float *stored_order(const hyla_qmat *W, const float *x, int64_t n, 
 {
     if (!W->col_map)
         return x;
+    if (omp_in_parallel() || n * in < HYLA_PAR_MIN_WORK) { /* (no region: even one not taken costs ~0.4 us) */
+        for (int64_t i = 0; i < n * in; i++)
+            dst[i] = x[i / in * in + W->col_map[i % in]];
+        return dst;
+    }
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * in)
     for (int64_t i = 0; i < n; i++)
         for (int64_t j = 0; j < in; j++)
@@ -345,6 +350,12 @@ typedef struct {
     int64_t n;
     hyla_qx xq;
     int int8;
+    /* how to make it (skinny_x_fill, inside the product's parallel region): */
+    const hyla_qmat *W;
+    const float *src; /* [n, in] */
+    int64_t in;
+    int kind, k4;
+    float *scratch;
 } skinny_x;
 
 enum { X_FP32 = 0, X_Q8_0 = 1, X_Q8_K = 2 }; /* how a product with W takes its activations */
@@ -365,19 +376,27 @@ static int skinny_needs_k4(const hyla_qmat *W)
     return W->row_type || W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K;
 }
 
-static void skinny_prepare(skinny_x *p, const hyla_qmat *W, int kind, int k4, const float *x, int64_t n, int64_t in,
-                           float *scratch)
+/* What p will hold (its row count and whether int8), and the recipe skinny_x_fill follows. */
+static void skinny_x_init(skinny_x *p, const hyla_qmat *W, int kind, int k4, const float *x, int64_t n, int64_t in,
+                          float *scratch)
 {
-    p->x = stored_order(W, x, n, in, scratch);
-    p->n = n;
-    p->int8 = kind != X_FP32;
+    *p = (skinny_x){.n = n, .int8 = kind != X_FP32, .W = W, .src = x, .in = in, .kind = kind, .k4 = k4,
+                    .scratch = scratch};
+}
+
+/* p's activations: in the stored column order, rounded as its kind says. */
+static void skinny_x_fill(skinny_x *p)
+{
+    int64_t n = p->n, in = p->in;
+    float *scratch = p->scratch;
+    p->x = stored_order(p->W, p->src, n, in, scratch);
     scratch += n * in;
-    if (kind == X_Q8_0) {
+    if (p->kind == X_Q8_0) {
         hyla_quantize_x_q8_0(&p->xq, p->x, n, in, scratch);
         hyla_qx_q8_0_lanes(&p->xq, n, scratch + hyla_qx_floats(n, in));
-    } else if (kind == X_Q8_K) {
+    } else if (p->kind == X_Q8_K) {
         hyla_quantize_x(&p->xq, p->x, n, in, scratch);
-        if (k4)
+        if (p->k4)
             hyla_qx_k4_order(&p->xq, n, (int8_t *)(scratch + hyla_qx_floats(n, in)));
     }
 }
@@ -515,10 +534,36 @@ static int64_t skinny_claim(_Atomic uint64_t *share, int from_back, int64_t *pie
  * which waits for the thread's loads in flight (and for the other thread's claim on the same word):
  * with 16 KB pieces this loop held 2.0% of a 0.8B decode's samples (perf), 55-60% of them on the
  * compare-and-swap; with 64 KB pieces and halves taken at once, 0.8%. Which thread computes a row
- * does not change its value. */
+ * does not change its value.
+ * The activations are rounded inside the region, by its first thread, while every thread asks for
+ * the first SKINNY_PROLOGUE bytes of its share (the kernels' own prefetches run 32 KB ahead of
+ * where they read, so a share's start would otherwise arrive at the memory's latency); before, the
+ * rounding ran before the region with the other thread waiting, and a region not taken still cost
+ * ~0.4 us. Whole decodes (bench/ab_decode.sh, alternating windows, a slow memory phase): +0.5-0.9%
+ * (0.8B Q4_K_M, Q8_0, MoE Q4_K_M); with no prologue or 64 KB of it, within +-1.5% of noise. */
 #define SKINNY_PIECE 65536
 #define SKINNY_SHARE_STRIDE 8 /* words between two shares' words: one cache line each */
-static void skinny_run(const skinny_job *jobs, int64_t count, int64_t in, int64_t work)
+#define SKINNY_PROLOGUE 32768
+/* Asks for the first `bytes` of share t of the jobs' bytes (pieces of SKINNY_PIECE, `shares` of
+ * them) into the L2, row by row. */
+static void skinny_prologue(const skinny_job *jobs, int64_t count, uint64_t pieces, int t, int shares, size_t bytes)
+{
+    size_t at = 0, lo = (size_t)(pieces * (uint64_t)t / (uint64_t)shares) * SKINNY_PIECE;
+    for (int64_t j = 0; j < count && bytes > 0; j++) {
+        size_t bb = jobs[j].block_bytes, end = at + (size_t)jobs[j].blocks * bb, row_bytes = bb / 4;
+        if (end > lo)
+            for (int64_t o = 4 * (int64_t)(lo > at ? (lo - at + bb - 1) / bb : 0); o < jobs[j].out && bytes > 0; o++) {
+                const char *row = (const char *)jobs[j].W->row[jobs[j].row0 + o];
+                for (size_t l = 0; l < row_bytes; l += 64)
+                    __builtin_prefetch(row + l, 0, 2);
+                bytes = bytes > row_bytes ? bytes - row_bytes : 0;
+            }
+        at = end;
+    }
+}
+
+static void skinny_run(const skinny_job *jobs, int64_t count, int64_t in, int64_t work, skinny_x *const *preps,
+                       int n_preps)
 {
     size_t total = 0;
     for (int64_t j = 0; j < count; j++)
@@ -534,6 +579,13 @@ static void skinny_run(const skinny_job *jobs, int64_t count, int64_t in, int64_
     {
         int t = omp_get_thread_num();
         int64_t u;
+        skinny_prologue(jobs, count, pieces, t, shares, SKINNY_PROLOGUE);
+        if (t == 0) /* the activations, while the other threads' first weights are on their way */
+            for (int i = 0; i < n_preps; i++)
+                skinny_x_fill(preps[i]);
+        if (omp_get_num_threads() > 1) {
+#pragma omp barrier
+        }
         for (int v = 0; v < shares; v++) { /* its own share from the front, then the others' from the back */
             int o = (t + v) % shares;
             for (int64_t n; (n = skinny_claim(&share[o * SKINNY_SHARE_STRIDE], v > 0, &u)) > 0;)
@@ -552,19 +604,20 @@ int64_t hyla_linear_q_items_scratch_floats(int64_t rows, int64_t count, int64_t 
 void hyla_linear_q_items(const hyla_qmat *W, const hyla_qitem *items, int64_t count, int64_t in, int64_t out,
                          float *scratch)
 {
-    skinny_x p[HYLA_QITEMS_MAX];
+    skinny_x p[HYLA_QITEMS_MAX], *fills[HYLA_QITEMS_MAX];
     skinny_job jobs[HYLA_QITEMS_MAX];
     int64_t rows = 0;
     HYLA_ASSERT(count <= HYLA_QITEMS_MAX);
     for (int64_t j = 0; j < count; j++) {
         HYLA_ASSERT(items[j].n >= 1 && items[j].n <= HYLA_QUANT_SKINNY_M);
-        skinny_prepare(&p[j], W, skinny_kind(W, items[j].n, in), skinny_needs_k4(W), items[j].x, items[j].n, in,
-                       scratch);
+        skinny_x_init(&p[j], W, skinny_kind(W, items[j].n, in), skinny_needs_k4(W), items[j].x, items[j].n, in,
+                      scratch);
         scratch += skinny_floats(items[j].n, in);
         jobs[j] = skinny_job_make(W, &p[j], items[j].y, items[j].row0, out, in);
+        fills[j] = &p[j];
         rows += items[j].n;
     }
-    skinny_run(jobs, count, in, rows * out * in);
+    skinny_run(jobs, count, in, rows * out * in, fills, (int)count);
 }
 
 int64_t hyla_linear_q_fanout_scratch_floats(int64_t n, int64_t count, int64_t in)
@@ -587,18 +640,21 @@ void hyla_linear_q_fanout(const hyla_qtarget *targets, int64_t count, const floa
             if (owner[i] == i && kind[i] == kind[j] && targets[i].W->col_map == W->col_map)
                 owner[j] = (int)i;
     }
+    skinny_x *fills[HYLA_FANOUT_MAX];
+    int n_fills = 0;
     for (int64_t j = 0; j < count; j++) {
         if (owner[j] == j) {
             int k4 = 0;
             for (int64_t i = j; i < count; i++)
                 k4 |= owner[i] == j && skinny_needs_k4(targets[i].W);
-            skinny_prepare(&p[j], targets[j].W, kind[j], k4, x, n, in, scratch);
+            skinny_x_init(&p[j], targets[j].W, kind[j], k4, x, n, in, scratch);
+            fills[n_fills++] = &p[j];
             scratch += skinny_floats(n, in);
         }
         jobs[j] = skinny_job_make(targets[j].W, &p[owner[j]], targets[j].y, targets[j].row0, targets[j].out, in);
         rows += targets[j].out;
     }
-    skinny_run(jobs, count, in, n * rows * in);
+    skinny_run(jobs, count, in, n * rows * in, fills, n_fills);
 }
 
 void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, int64_t n, int64_t in, int64_t out,

@@ -26,6 +26,7 @@
 #include "core/quant_kernels.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -782,9 +783,14 @@ static void quantize_rows(hyla_qx *out, const float *x, int64_t n, int64_t K, fl
     float *d = scratch;
     int16_t *bsums = (int16_t *)(d + n * (K / block));
     int8_t *q = align64(bsums + n * (K / 16) + 1);
+    if (omp_in_parallel() || n * K * 8 < HYLA_PAR_MIN_WORK) { /* (no region: even one not taken costs ~0.4 us) */
+        for (int64_t i = 0; i < n; i++)
+            row(d + i * (K / block), bsums + i * (K / 16), q + i * K, x + i * K, K);
+    } else {
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * K * 8)
-    for (int64_t i = 0; i < n; i++)
-        row(d + i * (K / block), bsums + i * (K / 16), q + i * K, x + i * K, K);
+        for (int64_t i = 0; i < n; i++)
+            row(d + i * (K / block), bsums + i * (K / 16), q + i * K, x + i * K, K);
+    }
     *out = (hyla_qx){.q = q, .d = d, .bsums = bsums, .K = K, .block = block};
 }
 
