@@ -242,8 +242,8 @@ static void check_fused(const hyla_model *m, const char *name, const int32_t *to
         for (int i = 0; i < 2; i++)
             hyla_infer_state_save_recurrent(&state[i], &m->cfg, b, rec[i]);
         CHECK(!memcmp(rec[0], rec[1], (size_t)nr * sizeof(float)),
-              "%s: sequence %d's conv windows and delta-rule states after fused decode steps differ from the ops one by one",
-              name, b);
+              "%s: sequence %d's conv windows and delta-rule states after fused decode steps differ from the ops one "
+              "by one", name, b);
     }
     free(rec[0]);
     free(rec[1]);

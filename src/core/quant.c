@@ -302,19 +302,23 @@ int64_t hyla_linear_q_scratch_floats(int64_t n, int64_t in)
 }
 
 /* x rows gathered into the stored column order. */
+static void gather_row(float *dst /*[in]*/, const float *x /*[in]*/, const int32_t *col_map, int64_t in)
+{
+    for (int64_t j = 0; j < in; j++)
+        dst[j] = x[col_map[j]];
+}
 static const float *stored_order(const hyla_qmat *W, const float *x, int64_t n, int64_t in, float *dst)
 {
     if (!W->col_map)
         return x;
     if (omp_in_parallel() || n * in < HYLA_PAR_MIN_WORK) { /* (no region: even one not taken costs ~0.4 us) */
-        for (int64_t i = 0; i < n * in; i++)
-            dst[i] = x[i / in * in + W->col_map[i % in]];
+        for (int64_t i = 0; i < n; i++)
+            gather_row(dst + i * in, x + i * in, W->col_map, in);
         return dst;
     }
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(n * in)
     for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < in; j++)
-            dst[i * in + j] = x[i * in + W->col_map[j]];
+        gather_row(dst + i * in, x + i * in, W->col_map, in);
     return dst;
 }
 

@@ -39,15 +39,16 @@
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 #define INLINE __attribute__((target("avx512f,avx512bw,avx512vl,f16c"), always_inline)) static inline
 
-/* Every weight line is asked for twice (core/stream_prefetch.h): from memory into the L2 32 KB ahead of
- * where the kernel reads, and from the L2 into the L1 4 KB ahead (2 KB in the measurements below) (one pair per 64 bytes of a block, ~1 per
- * line for Q8_0's 34-byte blocks). On the Intel VM, 1 GiB matrices on 2 threads (bench/quant_bench, 3
- * alternating rounds): with one prefetch into the L2 (8.5 KB ahead for Q8_0, 3.5 + 10 KB for Q4_K, 8.4 KB
- * for Q6_K) they read at 27.5-28.4 GB/s (Q8_0) / 29.9-30.0 (Q4_K) / 29.0-31.4 (Q6_K) of a plain read's
- * 34-36; with the pair 30.4-31.8 / 31.0-34.2 / 29.9-32.8 -- the loads had been waiting on L2 hits. The far
- * one alone at 32 KB read as the single one did, the near one alone 22-26; 64 KB far, 4 KB near, T2 for
- * the far one: within the noise of this pair. On the Zen 5 VM a single non-temporal prefetch 3.5-10 KB
- * ahead was best (see the top). */
+/* Every weight line is asked for twice (core/stream_prefetch.h): from memory into the L2 32 KB ahead
+ * of where the kernel reads, and from the L2 into the L1 4 KB ahead (2 KB in the measurements below;
+ * one pair per 64 bytes of a block, ~1 per line for Q8_0's 34-byte blocks). On the Intel VM, 1 GiB
+ * matrices on 2 threads (bench/quant_bench, 3 alternating rounds): with one prefetch into the L2
+ * (8.5 KB ahead for Q8_0, 3.5 + 10 KB for Q4_K, 8.4 KB for Q6_K) they read at 27.5-28.4 GB/s (Q8_0)
+ * / 29.9-30.0 (Q4_K) / 29.0-31.4 (Q6_K) of a plain read's 34-36; with the pair 30.4-31.8 /
+ * 31.0-34.2 / 29.9-32.8 -- the loads had been waiting on L2 hits. The far one alone at 32 KB read as
+ * the single one did, the near one alone 22-26; 64 KB far, 4 KB near, T2 for the far one: within
+ * the noise of this pair. On the Zen 5 VM a single non-temporal prefetch 3.5-10 KB ahead was best
+ * (see the top). */
 
 /* 16 bytes (u8) -> 16 floats, minus `bias` */
 INLINE __m512 widen_u8(__m128i v, int bias)

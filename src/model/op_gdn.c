@@ -90,14 +90,15 @@ int hyla_gdn_decode_fusion = 1;
 
 static int decode_fused(const hyla_op_ctx *c)
 {
-    return hyla_gdn_decode_fusion && c->state && !c->keep && !c->context && c->n == c->n_seq && c->m->compute_dtype != HYLA_DT_BF16;
+    return hyla_gdn_decode_fusion && c->state && !c->keep && !c->context && c->n == c->n_seq &&
+           c->m->compute_dtype != HYLA_DT_BF16;
 }
 
 static void decode_head(const hyla_op_ctx *c, hyla_tape *t, int64_t b, int64_t hk)
 {
     int64_t kd = hyla_cfg_key_dim(CFG), vd = hyla_cfg_value_dim(CFG), cd = hyla_cfg_conv_dim(CFG);
-    int64_t Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim, K = CFG->conv_kernel;
-    int64_t rep = Hv / Hk, h0 = hk * rep, o = c->seq_row0[b];
+    int64_t Hk = CFG->lin_k_heads, Hv = CFG->lin_v_heads, dk = CFG->lin_k_dim, dv = CFG->lin_v_dim;
+    int64_t K = CFG->conv_kernel, rep = Hv / Hk, h0 = hk * rep, o = c->seq_row0[b];
     float *conv = t->p[HYLA_S_CONV] + o * cd, *hist = c->state->conv + b * K * cd;
     const float *x = t->p[HYLA_S_QKV] + o * cd, *w = hyla_op_w(c, HYLA_P_GDN_CONV);
     float *q = t->p[HYLA_S_GQ] + o * kd + hk * dk, *k = t->p[HYLA_S_GK] + o * kd + hk * dk;
