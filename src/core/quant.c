@@ -346,6 +346,8 @@ static void dot_generic(float *y, int64_t ldy, const float *x, int64_t ldx, int6
         y[i * ldy] = acc[i];
 }
 
+enum { X_FP32 = 0, X_Q8_0 = 1, X_Q8_K = 2 }; /* how a product with W takes its activations */
+
 /* A decode-sized product's activations, prepared once for all the rows that read them: x in the
  * stored column order, rounded to int8 (and put in the Q4_K / Q5_K order) for the types whose
  * products run on VNNI. */
@@ -353,7 +355,6 @@ typedef struct {
     const float *x;
     int64_t n;
     hyla_qx xq;
-    int int8;
     /* how to make it (skinny_x_fill, inside the product's parallel region): */
     const hyla_qmat *W;
     const float *src; /* [n, in] */
@@ -362,7 +363,7 @@ typedef struct {
     float *scratch;
 } skinny_x;
 
-enum { X_FP32 = 0, X_Q8_0 = 1, X_Q8_K = 2 }; /* how a product with W takes its activations */
+static int skinny_int8(const skinny_x *p) { return p->kind != X_FP32; }
 
 /* Q8_0 rows: activations per 32 as llama.cpp's (the prefill GEMM's); other K-quant rows (and those
  * of a matrix of mixed types, where Q8_0 rows keep fp32 activations): Q8_K per 256. */
@@ -380,12 +381,11 @@ static int skinny_needs_k4(const hyla_qmat *W)
     return W->row_type || W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K;
 }
 
-/* What p will hold (its row count and whether int8), and the recipe skinny_x_fill follows. */
+/* What p will hold (its row count and kind), and the recipe skinny_x_fill follows. */
 static void skinny_x_init(skinny_x *p, const hyla_qmat *W, int kind, int k4, const float *x, int64_t n, int64_t in,
                           float *scratch)
 {
-    *p = (skinny_x){.n = n, .int8 = kind != X_FP32, .W = W, .src = x, .in = in, .kind = kind, .k4 = k4,
-                    .scratch = scratch};
+    *p = (skinny_x){.n = n, .W = W, .src = x, .in = in, .kind = kind, .k4 = k4, .scratch = scratch};
 }
 
 /* p's activations: in the stored column order, rounded as its kind says. */
@@ -425,7 +425,7 @@ static skinny_job skinny_job_make(const hyla_qmat *W, const skinny_x *p, float *
     skinny_job j = {.W = W, .p = p, .y = y, .row0 = row0, .out = out, .blocks = (out + 3) / 4};
     /* (a mixed matrix's blocks counted at its first row's type: the split is then approximate) */
     j.block_bytes = 4 * hyla_ggml_bytes(row_type(W, row0), (size_t)in);
-    j.one_i8 = p->int8 ? hyla_qdot_i8_avx512(W->type, p->n) : NULL;
+    j.one_i8 = skinny_int8(p) ? hyla_qdot_i8_avx512(W->type, p->n) : NULL;
     j.one = j.one_i8 ? NULL : hyla_qdot_avx512(W->type, p->n);
     j.four = p->n == 1 && j.one_i8 && !W->row_type ? hyla_qdot_i8_rows4_avx512(W->type) : NULL;
     return j;
@@ -439,7 +439,7 @@ static void skinny_row(const skinny_job *j, int64_t r, float *y, int64_t ldy, in
     const unsigned char *row = W->row[r];
     hyla_ggml_type t = row_type(W, r);
     hyla_qdot_i8_fn dot_i8 = !W->row_type                     ? j->one_i8
-                             : p->int8 && t != HYLA_GGML_Q8_0 ? hyla_qdot_i8_avx512(t, p->n)
+                             : skinny_int8(p) && t != HYLA_GGML_Q8_0 ? hyla_qdot_i8_avx512(t, p->n)
                                                               : NULL;
     hyla_qdot_fn dot = !W->row_type ? j->one : dot_i8 ? NULL : hyla_qdot_avx512(t, p->n);
     if (dot_i8)
@@ -455,7 +455,7 @@ static void skinny_row(const skinny_job *j, int64_t r, float *y, int64_t ldy, in
 static hyla_qdot_i8_rows4_fn mixed_rows4(const hyla_qmat *W, const skinny_x *p, int64_t r0)
 {
     unsigned char t = W->row_type[r0];
-    if (!p->int8 || W->row_type[r0 + 1] != t || W->row_type[r0 + 2] != t || W->row_type[r0 + 3] != t)
+    if (!skinny_int8(p) || W->row_type[r0 + 1] != t || W->row_type[r0 + 2] != t || W->row_type[r0 + 3] != t)
         return NULL;
     return hyla_qdot_i8_rows4_avx512((hyla_ggml_type)t);
 }
@@ -492,16 +492,25 @@ static void skinny_blocks(const skinny_job *j, int64_t b0, int64_t b1, int64_t i
         skinny_block(j, b, in);
 }
 
-/* The blocks of the jobs whose first stored byte falls in [lo, hi) of all the jobs' bytes laid end
- * to end (each block belongs to exactly one such range of a partition). */
+/* Blocks [*b0, *b1) of job j, whose bytes start at `at` of all the jobs' bytes laid end to end:
+ * those whose first stored byte falls in [lo, hi) (each block belongs to exactly one such range of a
+ * partition). */
+static void job_blocks_in(const skinny_job *j, size_t at, size_t lo, size_t hi, int64_t *b0, int64_t *b1)
+{
+    size_t bb = j->block_bytes, end = at + (size_t)j->blocks * bb;
+    *b0 = lo > at ? (int64_t)((lo - at + bb - 1) / bb) : 0;
+    *b1 = hi < end ? (int64_t)((hi - at + bb - 1) / bb) : j->blocks;
+}
+
+/* The blocks of the jobs whose first stored byte falls in [lo, hi). */
 static void skinny_range(const skinny_job *jobs, int64_t count, size_t lo, size_t hi, int64_t in)
 {
     size_t at = 0;
     for (int64_t j = 0; j < count && at < hi; j++) {
-        size_t bb = jobs[j].block_bytes, end = at + (size_t)jobs[j].blocks * bb;
-        if (end > lo) { /* blocks b with at + b bb in [lo, hi) */
-            int64_t b0 = lo > at ? (int64_t)((lo - at + bb - 1) / bb) : 0;
-            int64_t b1 = hi < end ? (int64_t)((hi - at + bb - 1) / bb) : jobs[j].blocks;
+        size_t end = at + (size_t)jobs[j].blocks * jobs[j].block_bytes;
+        if (end > lo) {
+            int64_t b0, b1;
+            job_blocks_in(&jobs[j], at, lo, hi, &b0, &b1);
             skinny_blocks(&jobs[j], b0, b1, in);
         }
         at = end;
@@ -548,20 +557,26 @@ static int64_t skinny_claim(_Atomic uint64_t *share, int from_back, int64_t *pie
 #define SKINNY_PIECE 65536
 #define SKINNY_SHARE_STRIDE 8 /* words between two shares' words: one cache line each */
 #define SKINNY_PROLOGUE 32768
-/* Asks for the first `bytes` of share t of the jobs' bytes (pieces of SKINNY_PIECE, `shares` of
- * them) into the L2, row by row. */
-static void skinny_prologue(const skinny_job *jobs, int64_t count, uint64_t pieces, int t, int shares, size_t bytes)
+/* The first piece of thread t's share: `shares` equal shares of `pieces`. */
+static uint64_t share_front(uint64_t pieces, int t, int shares) { return pieces * (uint64_t)t / (uint64_t)shares; }
+
+/* Asks for the first `bytes` from stored byte lo on of the jobs' bytes laid end to end into the
+ * L2, row by row. */
+static void skinny_prologue(const skinny_job *jobs, int64_t count, size_t lo, size_t bytes)
 {
-    size_t at = 0, lo = (size_t)(pieces * (uint64_t)t / (uint64_t)shares) * SKINNY_PIECE;
+    size_t at = 0;
     for (int64_t j = 0; j < count && bytes > 0; j++) {
-        size_t bb = jobs[j].block_bytes, end = at + (size_t)jobs[j].blocks * bb, row_bytes = bb / 4;
-        if (end > lo)
-            for (int64_t o = 4 * (int64_t)(lo > at ? (lo - at + bb - 1) / bb : 0); o < jobs[j].out && bytes > 0; o++) {
+        size_t end = at + (size_t)jobs[j].blocks * jobs[j].block_bytes, row_bytes = jobs[j].block_bytes / 4;
+        if (end > lo) {
+            int64_t b0, b1;
+            job_blocks_in(&jobs[j], at, lo, end, &b0, &b1);
+            for (int64_t o = 4 * b0; o < jobs[j].out && bytes > 0; o++) {
                 const char *row = (const char *)jobs[j].W->row[jobs[j].row0 + o];
                 for (size_t l = 0; l < row_bytes; l += 64)
                     __builtin_prefetch(row + l, 0, 2);
                 bytes = bytes > row_bytes ? bytes - row_bytes : 0;
             }
+        }
         at = end;
     }
 }
@@ -578,12 +593,12 @@ static void skinny_run(const skinny_job *jobs, int64_t count, int64_t in, int64_
     _Alignas(64) _Atomic uint64_t share[shares * SKINNY_SHARE_STRIDE];
     for (int t = 0; t < shares; t++)
         atomic_init(&share[t * SKINNY_SHARE_STRIDE],
-                    (pieces * (uint64_t)(t + 1) / (uint64_t)shares) << 32 | pieces * (uint64_t)t / (uint64_t)shares);
+                    share_front(pieces, t + 1, shares) << 32 | share_front(pieces, t, shares));
 #pragma omp parallel HYLA_PAR_IF(work)
     {
         int t = omp_get_thread_num();
         int64_t u;
-        skinny_prologue(jobs, count, pieces, t, shares, SKINNY_PROLOGUE);
+        skinny_prologue(jobs, count, (size_t)share_front(pieces, t, shares) * SKINNY_PIECE, SKINNY_PROLOGUE);
         if (t == 0) /* the activations, while the other threads' first weights are on their way */
             for (int i = 0; i < n_preps; i++)
                 skinny_x_fill(preps[i]);

@@ -107,11 +107,9 @@ static void decode_head(const hyla_op_ctx *c, hyla_tape *t, int64_t b, int64_t h
     hyla_conv_silu_step_range(conv, x, w, hist, cd, K, hk * dk, (hk + 1) * dk);               /* q */
     hyla_conv_silu_step_range(conv, x, w, hist, cd, K, kd + hk * dk, kd + (hk + 1) * dk);     /* k */
     hyla_conv_silu_step_range(conv, x, w, hist, cd, K, 2 * kd + h0 * dv, 2 * kd + (h0 + rep) * dv); /* v */
-    memcpy(q, conv + hk * dk, (size_t)dk * sizeof *q);
-    memcpy(k, conv + kd + hk * dk, (size_t)dk * sizeof *k);
+    hyla_l2norm_row(q, NULL, conv + hk * dk, dk, 1e-6f, q_scale(CFG)); /* (gdn_prep: a copy normed in place) */
+    hyla_l2norm_row(k, NULL, conv + kd + hk * dk, dk, 1e-6f, 1.0f);
     memcpy(v, conv + 2 * kd + h0 * dv, (size_t)(rep * dv) * sizeof *v);
-    hyla_l2norm_row(q, NULL, q, dk, 1e-6f, q_scale(CFG));
-    hyla_l2norm_row(k, NULL, k, dk, 1e-6f, 1.0f);
     hyla_gdn_gates_row(g, beta, t->p[HYLA_S_AL] + o * Hv + h0, t->p[HYLA_S_BL] + o * Hv + h0,
                        hyla_op_w(c, HYLA_P_GDN_A_LOG) + h0, hyla_op_w(c, HYLA_P_GDN_DT_BIAS) + h0, rep);
     unsigned mxcsr = hyla_flush_denormals_begin(); /* as the recurrent form's region */
