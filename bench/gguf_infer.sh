@@ -6,7 +6,8 @@
 #   as Q8_0 (hyla's export, the same blocks llama.cpp's converter writes) and Q4_K_M (llama.cpp's
 #   own quantizer, llama_model_quantize, on hyla's F32 export).
 # hyla runs each file in place (bench/infer_bench.c: weight bytes read per token, % of the DRAM
-# bandwidth measured in the same run); llama.cpp through llama-cpp-python (bench/llama_infer.py;
+# bandwidth measured in the same run, beside each timed decode and between the 8-token windows of one
+# more); llama.cpp through llama-cpp-python (bench/llama_infer.py;
 # its CPU repack buffers off, see there). The two alternate per file, ROUNDS rounds each (environment,
 # default 4; the best round per figure is compared). One JSON on stdout.
 # Needs .venv with llama-cpp-python (scripts/pydeps.sh). Files: build/bench-models/*.gguf (~7 GB
@@ -72,11 +73,14 @@ for r in runs:
     h, l = r["hyla"], r["llama_cpp"] = best(r["hyla_rounds"]), best(r["llama_cpp_rounds"])
     r["prefill_ratio"] = h["prefill_tokens_per_s"] / l["prefill_tokens_per_s"]
     r["decode_ratio"] = h["decode_tokens_per_s"] / l["decode_tokens_per_s"]
+    il = [x["decode_interleaved"]["decode_pct_of_dram_bw"] for x in r["hyla_rounds"]]
+    r["decode_interleaved_pct_of_dram_bw_rounds"] = il
     print("  %-9s %-7s prefill hyla %6.1f llama.cpp %6.1f (%.2fx)  decode hyla %5.1f llama.cpp %5.1f (%.2fx), "
-          "hyla reads %.0f%% of the DRAM rate beside it (%.0f%% of the run's best)"
+          "hyla reads %.0f%% of the DRAM rate beside it (%.0f%% of the run's best; with reads between its "
+          "windows %.0f-%.0f%% over the rounds)"
           % (r["model"], r["type"], h["prefill_tokens_per_s"], l["prefill_tokens_per_s"], r["prefill_ratio"],
              h["decode_tokens_per_s"], l["decode_tokens_per_s"], r["decode_ratio"], h["decode_pct_of_dram_bw"],
-             h["decode_pct_of_best_dram_bw"]), file=sys.stderr)
+             h["decode_pct_of_best_dram_bw"], min(il), max(il)), file=sys.stderr)
 print(json.dumps({"benchmark": "gguf_inference", "threads": int(sys.argv[1]), "seq": int(sys.argv[2]),
                   "new": int(sys.argv[3]), "runs": runs}, indent=1))
 PY

@@ -5,7 +5,8 @@
  * right before and right after the timed run whose decode is reported (dram_gbs_beside_decode; a
  * shared VM's bandwidth swings by 2x within minutes), decode_pct_of_best_dram_bw against the best
  * rate of the whole run (dram_gbs: before loading, beside each run, after); HYLA_DRAM_GBS overrides
- * both. decode_profile: seconds per
+ * both. decode_interleaved: one more decode of 64 tokens after the same prompt with a DRAM read between
+ * every 8 of them (the rates at the same moments; see decode_interleaved below). decode_profile: seconds per
  * decoded token by op, from one more run with a 1-token prompt (the profile's timers on);
  * prefill_profile_ms: milliseconds of one SEQ-token prefill by op, from a run with the timers on;
  * prefill_gemm_gflop: the GEMM work of each op that has some (GFLOP), for its rate and % of peak.
@@ -38,6 +39,68 @@ static int profiled_generate(const hyla_model *m, const int32_t *const *prompts,
     hyla_prof.enabled = 0;
     if (rc)
         fprintf(stderr, "infer_bench: %s\n", hyla_error_message());
+    return rc;
+}
+
+/* The decode and the memory's read rate at the same moments: a DRAM read (best of two passes over
+ * 512 MiB, bench/dram_bandwidth.h) before the first decode step and after every IL_WINDOW steps, from
+ * the token callback; each window's rate against the mean of the reads on both sides of it. The
+ * read evicts the caches, so a window starts as a decode step after other work does. */
+enum { IL_WINDOW = 8, IL_WINDOWS = 8, IL_MIB = 512 };
+
+typedef struct {
+    float *buf;                /* [IL_MIB MiB] */
+    int64_t tokens;            /* tokens seen */
+    int n_reads;
+    double read_gbs[IL_WINDOWS + 1];
+    double read_end[IL_WINDOWS + 1], read_start[IL_WINDOWS + 1]; /* hyla_now() around each read */
+} interleaved;
+
+static int interleaved_cb(void *ctx, int64_t b, int32_t token)
+{
+    (void)b, (void)token;
+    interleaved *il = ctx;
+    if (il->tokens++ % IL_WINDOW == 0 && il->n_reads <= IL_WINDOWS) {
+        il->read_start[il->n_reads] = hyla_now();
+        il->read_gbs[il->n_reads] = dram_read_gbs_buffer(il->buf, IL_MIB, 2);
+        il->read_end[il->n_reads++] = hyla_now();
+    }
+    return 0;
+}
+
+/* Prints the interleaved figures as a JSON member (",\"decode_interleaved\": {...}"); 0 when it ran. */
+static int decode_interleaved(const hyla_model *m, const int32_t *prompt, int64_t T, double bytes_per_token)
+{
+    interleaved il = {.buf = dram_buffer(IL_MIB)};
+    int32_t *out = malloc((IL_WINDOW * IL_WINDOWS + 1) * sizeof *out);
+    hyla_sampling s = {0, 0, 1.0, 1, IL_WINDOW * IL_WINDOWS + 1, NULL, 0, 0};
+    const int32_t *prompts[1] = {prompt};
+    int64_t n_out;
+    hyla_generate_stats st;
+    int rc = !il.buf || !out ? 1 : hyla_generate(m, 1, prompts, &T, &s, &out, &n_out, interleaved_cb, &il, &st);
+    if (rc || il.n_reads != IL_WINDOWS + 1) {
+        fprintf(stderr, "infer_bench: the interleaved decode did not run: %s\n", rc ? hyla_error_message() : "stopped");
+        rc = 1;
+    } else {
+        double decode_s = 0.0, read_mean = 0.0, ratio[IL_WINDOWS];
+        for (int w = 0; w < IL_WINDOWS; w++) {
+            double t = il.read_start[w + 1] - il.read_end[w], gbs = IL_WINDOW * bytes_per_token / t * 1e-9;
+            decode_s += t;
+            ratio[w] = 200.0 * gbs / (il.read_gbs[w] + il.read_gbs[w + 1]);
+        }
+        for (int r = 0; r <= IL_WINDOWS; r++)
+            read_mean += il.read_gbs[r] / (IL_WINDOWS + 1);
+        double tps = IL_WINDOW * IL_WINDOWS / decode_s, lo = ratio[0], hi = ratio[0];
+        for (int w = 1; w < IL_WINDOWS; w++)
+            lo = ratio[w] < lo ? ratio[w] : lo, hi = ratio[w] > hi ? ratio[w] : hi;
+        printf(", \"decode_interleaved\": {\"window_tokens\": %d, \"windows\": %d, \"decode_tokens_per_s\": %.1f, "
+               "\"dram_gbs_mean\": %.1f, \"decode_pct_of_dram_bw\": %.1f, \"window_pct_min\": %.1f, "
+               "\"window_pct_max\": %.1f}",
+               IL_WINDOW, IL_WINDOWS, tps, read_mean, 100.0 * tps * bytes_per_token * 1e-9 / read_mean, lo, hi);
+    }
+    free(out);
+    if (il.buf)
+        dram_buffer_free(il.buf, IL_MIB);
     return rc;
 }
 
@@ -149,7 +212,10 @@ int main(int argc, char **argv)
     for (int i = 0, first = 1; i < n_prefill_ops; i++)
         if (prefill_gflop[i] > 0)
             printf("%s\"%s\": %.2f", first ? "" : ", ", prefill_name[i], prefill_gflop[i]), first = 0;
-    printf("}}\n");
+    printf("}");
+    if (!bw_env && decode_interleaved(&m, prompt, T, bytes_per_token))
+        return 1;
+    printf("}\n");
     free(prompt);
     free(out);
     hyla_model_free(&m);
