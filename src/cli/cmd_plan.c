@@ -284,11 +284,8 @@ int hyla_cmd_plan(int argc, char **argv)
                             "tensors (hyla generate --json reports that plan)\n");
             return 2;
         }
-        hyla_model g;
-        if (hyla_model_load_gguf(&g, pos[0]))
+        if (hyla_model_gguf_config(pos[0], &m.cfg))
             return hyla_cli_fail("plan");
-        m.cfg = g.cfg;
-        hyla_model_free(&g);
     } else if (hyla_config_load(&m.cfg, cfg_path)) {
         return hyla_cli_fail("plan");
     }

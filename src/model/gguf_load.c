@@ -384,6 +384,19 @@ int hyla_model_load_gguf(hyla_model *m, const char *path)
     return st;
 }
 
+int hyla_model_gguf_config(const char *path, hyla_config *out)
+{
+    hyla_gguf_file *f;
+    HYLA_TRY(hyla_gguf_open(&f, path));
+    char *json = NULL;
+    int st = read_config(f, out, &json);
+    if (st == HYLA_OK)
+        st = hyla_gguf_map_check(out, hyla_gguf_arch_name(out));
+    free(json);
+    hyla_gguf_close(f);
+    return st;
+}
+
 const hyla_qmat *hyla_model_param_q(const hyla_model *m, hyla_role role, int layer)
 {
     if (!m->qw || !hyla_role_is_matrix(role))

@@ -90,6 +90,9 @@ int hyla_model_load_bf16(hyla_model *m, const char *dir);
  * layout, or hyla's export) for inference, its matrices read in place (model/gguf_load.c). Such
  * a model cannot be trained or saved as it is: hyla_model_gguf_dequantize first (hyla_model_load does). */
 int hyla_model_load_gguf(hyla_model *m, const char *path);
+/* The config of a .gguf file, its metadata checked as hyla_model_load_gguf checks it; no tensor's data is
+ * read or checked: what hyla plan needs of it. */
+int hyla_model_gguf_config(const char *path, hyla_config *out);
 /* A GGUF model's matrices dequantized into w (fp32, the values its stored blocks hold), the file
  * closed: an ordinary fp32 model from then on (it can be saved as a Hugging Face directory). */
 int hyla_model_gguf_dequantize(hyla_model *m);
