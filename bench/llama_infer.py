@@ -3,9 +3,14 @@ and DECODE_STEPS greedy decode steps on a GGUF export of the same weights, THREA
 best of 2 timed runs after a warm-up. usage: llama_infer.py MODEL.gguf SEQ DECODE_STEPS THREADS
 
 llama.cpp's CPU "extra buffer types" (weights repacked at load into interleaved layouts for its
-AVX-512 GEMMs) are turned off: the llama.cpp 0.3.36 build on this VM segfaults in that path for a
-prompt of more than one token on quantized files (Q8_0 and Q4_K_M seen; the same files run with
-them off); "extra_bufts": false in the JSON says so."""
+AVX-512 GEMMs, and AMX tiles) are turned off; "extra_bufts": false in the JSON says so. With them on,
+the llama.cpp 0.3.36 build of scripts/pydeps.sh segfaulted on the Zen 5 VM for a prompt of more than
+one token on quantized files, and on the Intel VM it dies of SIGILL at an AMX instruction (tilezero:
+the CPU lists AMX, the VM does not run it). Built without AMX (-mno-amx-tile -mno-amx-int8
+-mno-amx-bf16, stop 45) they run, and are llama.cpp's slower setting here (2 threads, 512-token
+prompt, tokens/s with / without): 0.8B Q4_K_M prefill 170-205 / 233-277, decode 22.6-23.8 /
+23.2-23.9; 0.8B Q8_0 prefill 116 / 115, decode 17.1 / 17.0; MoE Q4_K_M prefill 543 / 874, decode
+66.5 / 94.3. Flash attention on: level (0.8B Q4_K_M prefill 234-241 / 238-248)."""
 import json
 import sys
 import time
