@@ -61,15 +61,15 @@ static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_
         const unsigned char *blk = row + b * K4_BYTES(q5), *qs = blk + K4_QS(q5), *qh = blk + 16;
         uint8_t s8[8], m8[8];
         hyla_k4_scales(blk + 4, s8, m8);
-        for (int p = 0; p < 4; p++)
+        for (int p = 0; p < 4; p++) /* (two plain loops: the compiler keeps each in vector registers) */
             for (int i = 0; i < 32; i++) {
-                int lo = qs[32 * p + i] & 0xF, hi = qs[32 * p + i] >> 4;
-                if (q5) {
-                    lo |= ((qh[i] >> (2 * p)) & 1) << 4;
-                    hi |= ((qh[i] >> (2 * p + 1)) & 1) << 4;
-                }
-                l[64 * p + i] = (uint8_t)lo;
-                l[64 * p + 32 + i] = (uint8_t)hi;
+                l[64 * p + i] = (uint8_t)(qs[32 * p + i] & 0xF);
+                l[64 * p + 32 + i] = (uint8_t)(qs[32 * p + i] >> 4);
+            }
+        for (int p = 0; q5 && p < 4; p++)
+            for (int i = 0; i < 32; i++) {
+                l[64 * p + i] |= (uint8_t)(((qh[i] >> (2 * p)) & 1) << 4);
+                l[64 * p + 32 + i] |= (uint8_t)(((qh[i] >> (2 * p + 1)) & 1) << 4);
             }
         dv[b] = hyla_half_at(blk);
         dm[b] = hyla_half_at(blk + 2);
