@@ -5,12 +5,18 @@
  * r's 4 levels at 4 r.
  *
  * K-quants (Q4_K, Q5_K, Q6_K) against Q8_K activations (one scale d_x per 256): per super-block of
- * 256 values, A = sum_u sc_u (L . q_x over unit u) with the integer scales (exact in int32) and
+ * 256 values, A = sum_u sc_u (L . q_x over unit u) and
  * M = sum_j c_j bsum_j over the 16 sums of 16 q_x (c_j = the min m of j's unit for Q4_K / Q5_K,
  * the scale sc_j for Q6_K, whose levels carry +32), then y += d d_x A - dm d_x M in fp32 with
  * dm = dmin (Q4_K / Q5_K) or 32 d (Q6_K): the products of the decode kernels, summed per block
- * instead of per row. A pass covers 2 groups (32 weight rows) x 6 activation rows: 12 independent
- * accumulator chains, each broadcast of activations feeding two weight vectors.
+ * instead of per row. Each unit's integer sum L . q_x (vpdpbusd, exact in int32) is scaled by sc_u and
+ * added into A in fp32: |sc_u L . q_x| < 2^24 for every type (Q6_K: 16 x 63 x 128 x 128 = 16.5M), so
+ * each product is exact and A is the integer sum while its partial sums stay below 2^24 (a unit's is
+ * ~1e4-1e5 for typical activations; the GEMM outputs of test harnesses came out byte-identical). The
+ * integer form, vpmulld (two uops, 10 cycles) + vpaddd, had been a uop more per unit than vcvtdq2ps +
+ * vfmadd (prefill 512 of the 0.8B Q4_K_M file +3-6%, stop 45). A pass covers 2 groups (32 weight rows) x
+ * 6 activation rows: 12 independent accumulator chains, each broadcast of activations feeding two weight
+ * vectors.
  *
  * Q8_0 against Q8_0 activations (one scale per 32 on both sides): per unit, y += (d_w d_x) (L .
  * q_x - 128 bsum), the integer sum exact (levels stored as q + 128, unsigned for vpdpbusd): the
@@ -118,14 +124,14 @@ VNNI_TARGET static void put_group_levels(uint8_t *out /*[len / 4][16][4]*/, cons
 #define PACK_PIECE 1024 /* values of a group's 16 rows unpacked at a time: 16 KB of levels */
 
 /* K-quant tile: rows [0, rows) into groups of 16, padded with zero rows to an even count of groups
- * (a pass covers two). Layout after the levels: SCI int32 [g][u][16]; then per group and block,
- * DV float [16], DM float [16], C int32 [8][16] (c_2p | c_2p+1 << 16, int16 each). */
+ * (a pass covers two). Layout after the levels: SC float [g][u][16] (the unit scales, integers); then
+ * per group and block, DV float [16], DM float [16], C int32 [8][16] (c_2p | c_2p+1 << 16, int16 each). */
 static void pack_kq(hyla_ggml_type t, const unsigned char *const *rowp, int64_t rows, int64_t K, float *scratch)
 {
     int ul = unit_len(t);
     int64_t units = K / ul, nsb = K / 256, groups = ((rows + 31) / 32) * 2;
     uint8_t *U = (uint8_t *)scratch;
-    int32_t *SCI = (int32_t *)(scratch + LEVELS_FLOATS(K));
+    float *SC = scratch + LEVELS_FLOATS(K);
     float *BLK = scratch + LEVELS_FLOATS(K) + UNIT_FLOATS(K);
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(groups * 16 * K)
     for (int64_t g = 0; g < groups; g++) {
@@ -144,7 +150,7 @@ static void pack_kq(hyla_ggml_type t, const unsigned char *const *rowp, int64_t 
                     memset(dv, 0, sizeof dv), memset(dm, 0, sizeof dm);
                 }
                 for (int64_t u = 0; u < len / ul; u++)
-                    SCI[(g * units + k0 / ul + u) * 16 + r] = sci[u];
+                    SC[(g * units + k0 / ul + u) * 16 + r] = (float)sci[u];
                 for (int64_t b = 0; b < len / 256; b++) {
                     float *f = BLK + (g * nsb + b0 + b) * 160;
                     f[r] = dv[b];
@@ -169,18 +175,17 @@ VNNI_INLINE void kq_pass(const int NI, const int ul, float *y, int64_t ldy, cons
 {
     int64_t units = K / ul, nsb = K / 256, per_block = 256 / ul;
     const uint8_t *U = (const uint8_t *)scratch;
-    const int32_t *SCI = (const int32_t *)(scratch + LEVELS_FLOATS(K));
-    const float *BLK = scratch + LEVELS_FLOATS(K) + UNIT_FLOATS(K);
+    const float *SC = scratch + LEVELS_FLOATS(K), *BLK = scratch + LEVELS_FLOATS(K) + UNIT_FLOATS(K);
 #pragma GCC unroll 8
     for (int i = 0; i < NI; i++) {
         _mm512_storeu_ps(y + i * ldy, _mm512_setzero_ps());
         _mm512_storeu_ps(y + i * ldy + 16, _mm512_setzero_ps());
     }
     for (int64_t b = 0; b < nsb; b++) {
-        __m512i A[2][KQ_ROWS];
+        __m512 A[2][KQ_ROWS];
 #pragma GCC unroll 8
         for (int i = 0; i < NI; i++)
-            A[0][i] = A[1][i] = _mm512_setzero_si512();
+            A[0][i] = A[1][i] = _mm512_setzero_ps();
         for (int64_t u = b * per_block; u < (b + 1) * per_block; u++) {
             const uint8_t *W0 = U + (g * units + u) * (ul / 4) * 64, *W1 = U + ((g + 1) * units + u) * (ul / 4) * 64;
             __m512i P[2][KQ_ROWS];
@@ -199,12 +204,12 @@ VNNI_INLINE void kq_pass(const int NI, const int ul, float *y, int64_t ldy, cons
                     P[1][i] = _mm512_dpbusd_epi32(P[1][i], w1, xv);
                 }
             }
-            __m512i s0 = _mm512_loadu_si512((const void *)(SCI + (g * units + u) * 16));
-            __m512i s1 = _mm512_loadu_si512((const void *)(SCI + ((g + 1) * units + u) * 16));
+            __m512 s0 = _mm512_loadu_ps(SC + (g * units + u) * 16);
+            __m512 s1 = _mm512_loadu_ps(SC + ((g + 1) * units + u) * 16);
 #pragma GCC unroll 8
             for (int i = 0; i < NI; i++) {
-                A[0][i] = _mm512_add_epi32(A[0][i], _mm512_mullo_epi32(P[0][i], s0));
-                A[1][i] = _mm512_add_epi32(A[1][i], _mm512_mullo_epi32(P[1][i], s1));
+                A[0][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[0][i]), s0, A[0][i]);
+                A[1][i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(P[1][i]), s1, A[1][i]);
             }
         }
         const float *f0 = BLK + (g * nsb + b) * 160, *f1 = BLK + ((g + 1) * nsb + b) * 160;
@@ -222,9 +227,9 @@ VNNI_INLINE void kq_pass(const int NI, const int ul, float *y, int64_t ldy, cons
             }
             __m512 dx = _mm512_set1_ps(x->d[(i0 + i) * nsb + b]);
             __m512 F0 = _mm512_loadu_ps(y + i * ldy), F1 = _mm512_loadu_ps(y + i * ldy + 16);
-            F0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[0][i]), _mm512_mul_ps(_mm512_loadu_ps(f0), dx), F0);
+            F0 = _mm512_fmadd_ps(A[0][i], _mm512_mul_ps(_mm512_loadu_ps(f0), dx), F0);
             F0 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M0), _mm512_mul_ps(_mm512_loadu_ps(f0 + 16), dx), F0);
-            F1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(A[1][i]), _mm512_mul_ps(_mm512_loadu_ps(f1), dx), F1);
+            F1 = _mm512_fmadd_ps(A[1][i], _mm512_mul_ps(_mm512_loadu_ps(f1), dx), F1);
             F1 = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(M1), _mm512_mul_ps(_mm512_loadu_ps(f1 + 16), dx), F1);
             _mm512_storeu_ps(y + i * ldy, F0);
             _mm512_storeu_ps(y + i * ldy + 16, F1);
