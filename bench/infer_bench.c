@@ -6,7 +6,8 @@
  * shared VM's bandwidth swings by 2x within minutes), decode_pct_of_best_dram_bw against the best
  * rate of the whole run (dram_gbs: before loading, beside each run, after); HYLA_DRAM_GBS overrides
  * both. decode_interleaved: one more decode of 64 tokens after the same prompt with a DRAM read between
- * every 8 of them (the rates at the same moments; see decode_interleaved below). decode_profile: seconds per
+ * every 8 of them (the rates at the same moments; see decode_interleaved below; not run with HYLA_DRAM_GBS).
+ * decode_profile: seconds per
  * decoded token by op, from one more run with a 1-token prompt (the profile's timers on);
  * prefill_profile_ms: milliseconds of one SEQ-token prefill by op, from a run with the timers on;
  * prefill_gemm_gflop: the GEMM work of each op that has some (GFLOP), for its rate and % of peak.
@@ -77,7 +78,14 @@ static int decode_interleaved(const hyla_model *m, const int32_t *prompt, int64_
     const int32_t *prompts[1] = {prompt};
     int64_t n_out;
     hyla_generate_stats st;
-    int rc = !il.buf || !out ? 1 : hyla_generate(m, 1, prompts, &T, &s, &out, &n_out, interleaved_cb, &il, &st);
+    if (!il.buf || !out) {
+        fprintf(stderr, "infer_bench: cannot allocate the interleaved decode's %d MiB read buffer\n", IL_MIB);
+        free(out);
+        if (il.buf)
+            dram_buffer_free(il.buf, IL_MIB);
+        return 1;
+    }
+    int rc = hyla_generate(m, 1, prompts, &T, &s, &out, &n_out, interleaved_cb, &il, &st);
     if (rc || il.n_reads != IL_WINDOWS + 1) {
         fprintf(stderr, "infer_bench: the interleaved decode did not run: %s\n", rc ? hyla_error_message() : "stopped");
         rc = 1;
@@ -99,8 +107,7 @@ static int decode_interleaved(const hyla_model *m, const int32_t *prompt, int64_
                IL_WINDOW, IL_WINDOWS, tps, read_mean, 100.0 * tps * bytes_per_token * 1e-9 / read_mean, lo, hi);
     }
     free(out);
-    if (il.buf)
-        dram_buffer_free(il.buf, IL_MIB);
+    dram_buffer_free(il.buf, IL_MIB);
     return rc;
 }
 
