@@ -75,12 +75,14 @@ for r in runs:
     r["decode_ratio"] = h["decode_tokens_per_s"] / l["decode_tokens_per_s"]
     il = [x["decode_interleaved"]["decode_pct_of_dram_bw"] for x in r["hyla_rounds"]]
     r["decode_interleaved_pct_of_dram_bw_rounds"] = il
+    r["decode_interleaved_steal_pct_rounds"] = [x["decode_interleaved"]["steal_pct"] for x in r["hyla_rounds"]]
     print("  %-9s %-7s prefill hyla %6.1f llama.cpp %6.1f (%.2fx)  decode hyla %5.1f llama.cpp %5.1f (%.2fx), "
           "hyla reads %.0f%% of the DRAM rate beside it (%.0f%% of the run's best; with reads between its "
-          "windows %.0f-%.0f%% over the rounds)"
+          "windows %.0f-%.0f%% over the rounds, CPU steal up to %.1f%%)"
           % (r["model"], r["type"], h["prefill_tokens_per_s"], l["prefill_tokens_per_s"], r["prefill_ratio"],
              h["decode_tokens_per_s"], l["decode_tokens_per_s"], r["decode_ratio"], h["decode_pct_of_dram_bw"],
-             h["decode_pct_of_best_dram_bw"], min(il), max(il)), file=sys.stderr)
+             h["decode_pct_of_best_dram_bw"], min(il), max(il), max(r["decode_interleaved_steal_pct_rounds"])),
+          file=sys.stderr)
 print(json.dumps({"benchmark": "gguf_inference", "threads": int(sys.argv[1]), "seq": int(sys.argv[2]),
                   "new": int(sys.argv[3]), "runs": runs}, indent=1))
 PY

@@ -49,6 +49,21 @@ static int profiled_generate(const hyla_model *m, const int32_t *const *prompts,
  * read evicts the caches, so a window starts as a decode step after other work does. */
 enum { IL_WINDOW = 8, IL_WINDOWS = 8, IL_MIB = 512 };
 
+/* Seconds of CPU time the hypervisor gave other guests (steal, all CPUs summed; /proc/stat's
+ * aggregate line), -1 where it cannot be read: beside a figure, whether the VM lost its cores during it
+ * (a decode's ~150 barriers a token wait on a descheduled thread; a plain read has one a pass). */
+static double steal_seconds(void)
+{
+    unsigned long long v[8] = {0};
+    FILE *f = fopen("/proc/stat", "r");
+    int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                       &v[6], &v[7])
+              : 0;
+    if (f)
+        fclose(f);
+    return n == 8 ? (double)v[7] / (double)sysconf(_SC_CLK_TCK) : -1.0;
+}
+
 typedef struct {
     float *buf;                /* [IL_MIB MiB] */
     int64_t tokens;            /* tokens seen */
@@ -85,7 +100,9 @@ static int decode_interleaved(const hyla_model *m, const int32_t *prompt, int64_
             dram_buffer_free(il.buf, IL_MIB);
         return 1;
     }
+    double steal0 = steal_seconds(), t0 = hyla_now();
     int rc = hyla_generate(m, 1, prompts, &T, &s, &out, &n_out, interleaved_cb, &il, &st);
+    double steal1 = steal_seconds(), wall = hyla_now() - t0;
     if (rc || il.n_reads != IL_WINDOWS + 1) {
         fprintf(stderr, "infer_bench: the interleaved decode did not run: %s\n", rc ? hyla_error_message() : "stopped");
         rc = 1;
@@ -101,10 +118,13 @@ static int decode_interleaved(const hyla_model *m, const int32_t *prompt, int64_
         double tps = IL_WINDOW * IL_WINDOWS / decode_s, lo = ratio[0], hi = ratio[0];
         for (int w = 1; w < IL_WINDOWS; w++)
             lo = ratio[w] < lo ? ratio[w] : lo, hi = ratio[w] > hi ? ratio[w] : hi;
+        /* the share of all CPUs' time (prefill and reads included) the hypervisor gave elsewhere */
+        double cpus = (double)sysconf(_SC_NPROCESSORS_ONLN);
+        double steal = steal0 >= 0 && steal1 >= 0 ? 100.0 * (steal1 - steal0) / (wall * cpus) : -1.0;
         printf(", \"decode_interleaved\": {\"window_tokens\": %d, \"windows\": %d, \"decode_tokens_per_s\": %.1f, "
                "\"dram_gbs_mean\": %.1f, \"decode_pct_of_dram_bw\": %.1f, \"window_pct_min\": %.1f, "
-               "\"window_pct_max\": %.1f}",
-               IL_WINDOW, IL_WINDOWS, tps, read_mean, 100.0 * tps * bytes_per_token * 1e-9 / read_mean, lo, hi);
+               "\"window_pct_max\": %.1f, \"steal_pct\": %.1f}",
+               IL_WINDOW, IL_WINDOWS, tps, read_mean, 100.0 * tps * bytes_per_token * 1e-9 / read_mean, lo, hi, steal);
     }
     free(out);
     dram_buffer_free(il.buf, IL_MIB);
