@@ -40,9 +40,9 @@ int64_t hyla_qgemm_scratch_floats(int64_t K) { return LEVELS_FLOATS(K) + 2 * UNI
 
 static int unit_len(hyla_ggml_type t) { return t == HYLA_GGML_Q6_K ? 16 : 32; }
 
-/* A K-quant row's fields: levels L[K] (0..15 / 0..31 / 0..63), integer unit scales sci[K / ul],
+/* A K-quant row's fields: levels L[K] (0..15 / 0..31 / 0..63), integer unit scales sc[K / ul] (as floats),
  * per block d and dm, and the 16 per-16 weights c[16] of each block's M (see the top). */
-static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_t *L, int32_t *sci, float *dv,
+static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_t *L, float *sc, float *dv,
                    float *dm, int16_t *c)
 {
     for (int64_t b = 0; b < K / 256; b++) {
@@ -60,7 +60,7 @@ static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_
             dv[b] = hyla_half_at(blk + 208);
             dm[b] = 32.0f * dv[b]; /* exact */
             for (int j = 0; j < 16; j++)
-                sci[b * 16 + j] = s[j], c[b * 16 + j] = s[j];
+                sc[b * 16 + j] = s[j], c[b * 16 + j] = s[j];
             continue;
         }
         int q5 = t == HYLA_GGML_Q5_K;
@@ -80,7 +80,7 @@ static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_
         dv[b] = hyla_half_at(blk);
         dm[b] = hyla_half_at(blk + 2);
         for (int j = 0; j < 8; j++)
-            sci[b * 8 + j] = s8[j], c[b * 16 + 2 * j] = c[b * 16 + 2 * j + 1] = (int16_t)m8[j];
+            sc[b * 8 + j] = s8[j], c[b * 16 + 2 * j] = c[b * 16 + 2 * j + 1] = (int16_t)m8[j];
     }
 }
 
@@ -136,7 +136,7 @@ static void pack_kq(hyla_ggml_type t, const unsigned char *const *rowp, int64_t 
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(groups * 16 * K)
     for (int64_t g = 0; g < groups; g++) {
         uint8_t L[16][PACK_PIECE];
-        int32_t sci[PACK_PIECE / 16];
+        float sc[PACK_PIECE / 16];
         float dv[PACK_PIECE / 256], dm[PACK_PIECE / 256];
         int16_t c[PACK_PIECE / 16];
         for (int64_t k0 = 0; k0 < K; k0 += PACK_PIECE) { /* pieces of PACK_PIECE values (4 blocks) */
@@ -144,13 +144,13 @@ static void pack_kq(hyla_ggml_type t, const unsigned char *const *rowp, int64_t 
             for (int64_t r = 0; r < 16; r++) {
                 int64_t gr = g * 16 + r;
                 if (gr < rows) {
-                    kq_row(t, rowp[gr] + (size_t)b0 * hyla_ggml_bytes(t, 256), len, L[r], sci, dv, dm, c);
+                    kq_row(t, rowp[gr] + (size_t)b0 * hyla_ggml_bytes(t, 256), len, L[r], sc, dv, dm, c);
                 } else { /* a padding row: zero levels and scales */
-                    memset(L[r], 0, (size_t)len), memset(sci, 0, sizeof sci), memset(c, 0, sizeof c);
+                    memset(L[r], 0, (size_t)len), memset(sc, 0, sizeof sc), memset(c, 0, sizeof c);
                     memset(dv, 0, sizeof dv), memset(dm, 0, sizeof dm);
                 }
                 for (int64_t u = 0; u < len / ul; u++)
-                    SC[(g * units + k0 / ul + u) * 16 + r] = (float)sci[u];
+                    SC[(g * units + k0 / ul + u) * 16 + r] = sc[u];
                 for (int64_t b = 0; b < len / 256; b++) {
                     float *f = BLK + (g * nsb + b0 + b) * 160;
                     f[r] = dv[b];

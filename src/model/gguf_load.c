@@ -73,6 +73,8 @@ static int layer_kinds(const meta *g, hyla_config *c, int64_t blocks)
     return HYLA_OK;
 }
 
+/* The config f's metadata describes (*json: it as config.json, allocated), checked against the
+ * tensor map of its architecture. */
 static int read_config(const hyla_gguf_file *f, hyla_config *out, char **json)
 {
     const char *path = hyla_gguf_path(f);
@@ -160,7 +162,7 @@ static int read_config(const hyla_gguf_file *f, hyla_config *out, char **json)
     if (out->rotary_dim != rotary)
         return hyla_error_set(HYLA_ERR_FORMAT, "%s: %s.rope.dimension_count %lld is not an even part of key_length %lld",
                               path, g.arch, (long long)rotary, (long long)key_len);
-    return HYLA_OK;
+    return hyla_gguf_map_check(out, hyla_gguf_arch_name(out));
 }
 
 /* ---- tensors ------------------------------------------------------------------------------------- */
@@ -358,8 +360,6 @@ int hyla_model_load_gguf(hyla_model *m, const char *path)
     int st = (m->source_gguf = strdup(path)) ? read_config(f, &m->cfg, &m->config_json)
                                              : hyla_error_set(HYLA_ERR_NOMEM, "%s: out of memory", path);
     if (st == HYLA_OK)
-        st = hyla_gguf_map_check(&m->cfg, hyla_gguf_arch_name(&m->cfg));
-    if (st == HYLA_OK)
         hyla_schedule_build(&m->sched, &m->cfg);
     hyla_layout lay;
     hyla_default_layout(&m->cfg, &lay);
@@ -390,8 +390,6 @@ int hyla_model_gguf_config(const char *path, hyla_config *out)
     HYLA_TRY(hyla_gguf_open(&f, path));
     char *json = NULL;
     int st = read_config(f, out, &json);
-    if (st == HYLA_OK)
-        st = hyla_gguf_map_check(out, hyla_gguf_arch_name(out));
     free(json);
     hyla_gguf_close(f);
     return st;
