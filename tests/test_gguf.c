@@ -108,7 +108,11 @@ static void make_qmat(hyla_qmat *W, const golden *g, int64_t rows, int64_t K, in
         hyla_qmat_row(W, r, dense + r * K);
 }
 
-static int is_kquant(hyla_ggml_type t) { return t == HYLA_GGML_Q4_K || t == HYLA_GGML_Q5_K || t == HYLA_GGML_Q6_K; }
+static int is_kquant(hyla_ggml_type t)
+{
+    return t == HYLA_GGML_Q2_K || t == HYLA_GGML_Q3_K || t == HYLA_GGML_Q4_K || t == HYLA_GGML_Q5_K ||
+           t == HYLA_GGML_Q6_K;
+}
 
 static int all_kquant_rows(const hyla_qmat *W)
 {
@@ -132,8 +136,7 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
     int q8_0_decode = !W->row_type && W->type == HYLA_GGML_Q8_0 && n <= HYLA_QUANT_SKINNY_M;
     int int8 = hyla_quant_int8_activations && K % (q8_0_decode ? 64 : 256) == 0 &&
                (W->row_type ? n <= HYLA_QUANT_SKINNY_M && all_kquant_rows(W) /* mixed: the decode kernels per row */
-                            : W->type == HYLA_GGML_Q4_K || W->type == HYLA_GGML_Q5_K || W->type == HYLA_GGML_Q6_K ||
-                                  W->type == HYLA_GGML_Q8_0);
+                            : is_kquant(W->type) || W->type == HYLA_GGML_Q8_0);
     double worst = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t o = 0; o < out; o++) {
@@ -251,28 +254,32 @@ static void test_products(const golden *g, int ng)
     /* rows of two types in one matrix (gate and up of a mixed file): Q8_0 and Q4_0 rows of 128; and
      * Q6_K and Q4_K / Q5_K rows of 512 (a Q4_K_M file's GDN input projection: the Q4_K / Q5_K kernels
      * read x in their own block order, the Q6_K kernel in x's) */
-    const golden *q8 = NULL, *q4 = NULL, *q6k = NULL, *q4k = NULL, *q5k = NULL;
+    const golden *q8 = NULL, *q4 = NULL, *q6k = NULL, *q4k = NULL, *q5k = NULL, *q3k = NULL, *q2k = NULL;
     for (int i = 0; i < ng; i++) {
         q8 = g[i].type == HYLA_GGML_Q8_0 ? &g[i] : q8;
         q4 = g[i].type == HYLA_GGML_Q4_0 ? &g[i] : q4;
         q6k = g[i].type == HYLA_GGML_Q6_K ? &g[i] : q6k;
         q4k = g[i].type == HYLA_GGML_Q4_K ? &g[i] : q4k;
         q5k = g[i].type == HYLA_GGML_Q5_K ? &g[i] : q5k;
+        q3k = g[i].type == HYLA_GGML_Q3_K ? &g[i] : q3k;
+        q2k = g[i].type == HYLA_GGML_Q2_K ? &g[i] : q2k;
     }
-    CHECK(q8 && q4 && q6k && q4k && q5k, "golden file lacks Q8_0 / Q4_0 / Q6_K / Q4_K / Q5_K");
-    /* mix 2: runs of one type, as a Q4_K_M file's merged projections are laid out -- Q6_K rows 0-4,
-     * Q4_K 5-12, Q5_K 13-19: with check_product's first row 2, the blocks of 4 rows 6-9 and 14-17
-     * take the 4-row kernels, 2-5 and 10-13 (two types) the one-row ones */
-    const golden *mixes[][3] = {{q8, q4, NULL}, {q6k, q4k, q5k}, {q6k, q4k, q5k}};
-    for (int mix = 0; mix < 3 && q8 && q4 && q6k && q4k && q5k; mix++) {
-        int64_t K = mix ? 512 : 160, rows = mix == 2 ? 20 : 12; /* Q8_0 / Q4_0: an odd count of blocks of
+    int all_types = q8 && q4 && q6k && q4k && q5k && q3k && q2k;
+    CHECK(all_types, "golden file lacks Q8_0 / Q4_0 / Q6_K / Q4_K / Q5_K / Q3_K / Q2_K");
+    /* mixes 2 and 3: runs of one type, as a Q4_K_M file's merged projections are laid out -- Q6_K rows
+     * 0-4, Q4_K 5-12, Q5_K 13-19 (a Q3_K_M file's GDN input projection: Q4_K qkv rows, Q3_K z rows):
+     * with check_product's first row 2, the blocks of 4 rows 6-9 and 14-17 take the 4-row kernels,
+     * 2-5 and 10-13 (two types) the one-row ones */
+    const golden *mixes[][3] = {{q8, q4, NULL}, {q6k, q4k, q5k}, {q6k, q4k, q5k}, {q3k, q4k, q2k}};
+    for (int mix = 0; mix < 4 && all_types; mix++) {
+        int64_t K = mix ? 512 : 160, rows = mix >= 2 ? 20 : 12; /* Q8_0 / Q4_0: an odd count of blocks of
                                                    * 32 (the Q8_0 kernel's two chains take the last one alone) */
         float *dense = malloc((size_t)(rows * K) * sizeof *dense);
         hyla_qmat W = {.type = mixes[mix][0]->type, .rows = rows, .cols = K};
         W.row = malloc((size_t)rows * sizeof *W.row);
         W.row_type = malloc((size_t)rows);
         for (int64_t r = 0; r < rows; r++) {
-            const golden *s = mix == 2 ? mixes[mix][(r >= 5) + (r >= 13)]
+            const golden *s = mix >= 2 ? mixes[mix][(r >= 5) + (r >= 13)]
                                        : mixes[mix][r % 2 ? 1 + (mix && r % 4 == 3) : 0];
             W.row_type[r] = (unsigned char)s->type;
             size_t row_bytes = hyla_ggml_bytes(s->type, (size_t)K), have = hyla_ggml_bytes(s->type, (size_t)s->n) / row_bytes;

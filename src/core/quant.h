@@ -19,6 +19,10 @@
  *         6-bit scale sc and min m each (packed in scales[12]); x = d sc q - dmin m, q 4 bits
  *   Q5_K  256 values, 176 bytes: f16 d, dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]: Q4_K with a
  *         fifth bit per value in qh
+ *   Q2_K  256 values, 84 bytes: u8 scales[16]; u8 qs[64]; f16 d, dmin: 16 groups of 16 with a 4-bit
+ *         scale sc and min m each; x = d sc q - dmin m, q 2 bits
+ *   Q3_K  256 values, 110 bytes: u8 hmask[32]; u8 qs[64]; u8 scales[12]; f16 d: 16 groups of 16 with
+ *         a 6-bit scale each (stored + 32); x = d sc (q - 4), q 3 bits (the third, inverted, in hmask)
  *   Q6_K  256 values, 210 bytes: u8 ql[128]; u8 qh[64]; int8 scales[16]; f16 d: 16 sub-blocks of 16
  *         with an 8-bit scale each; x = d sc (q - 32), q 6 bits
  * Dequantization is exactly ggml's dequantize_row_* (the same products in the same order). */
@@ -36,6 +40,8 @@ typedef enum {
     HYLA_GGML_Q5_0 = 6,
     HYLA_GGML_Q5_1 = 7,
     HYLA_GGML_Q8_0 = 8,
+    HYLA_GGML_Q2_K = 10,
+    HYLA_GGML_Q3_K = 11,
     HYLA_GGML_Q4_K = 12,
     HYLA_GGML_Q5_K = 13,
     HYLA_GGML_Q6_K = 14,
@@ -48,9 +54,12 @@ typedef enum {
 
 /* 1 when hyla reads type t (a ggml type id from a file); 0 otherwise. */
 int hyla_ggml_type_supported(uint32_t t);
-/* "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q4_K", "Q5_K", "Q6_K";
+/* "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
+ * "Q6_K";
  * "?" otherwise. */
 const char *hyla_ggml_type_name(hyla_ggml_type t);
+/* The 16 scales of a Q3_K block's 12 packed scale bytes, minus 32 (ggml's kmask unpacking). */
+void hyla_k3_scales(const unsigned char *packed, int8_t sc[16]);
 /* Values per block and bytes per block (1 and 4/2 for F32/F16/BF16); 0 for an unknown type. */
 int64_t hyla_ggml_block_values(hyla_ggml_type t);
 int64_t hyla_ggml_block_bytes(hyla_ggml_type t);

@@ -38,6 +38,7 @@
 #define HAVE_KERNELS 1
 #define TARGET __attribute__((target("avx512f,avx512bw,avx512vl,f16c")))
 #define INLINE __attribute__((target("avx512f,avx512bw,avx512vl,f16c"), always_inline)) static inline
+#include "core/quant_vnni.h"
 
 /* Every weight line is asked for twice (core/stream_prefetch.h): from memory into the L2 32 KB ahead
  * of where the kernel reads, and from the L2 into the L1 4 KB ahead (2 KB in the measurements below;
@@ -219,21 +220,6 @@ INLINE void q6_k_n(const int N, float *y, int64_t ldy, const float *x, int64_t l
 
 /* ---- int8 activations (VNNI): Q4_K, Q5_K, Q6_K against llama.cpp's Q8_K ------------------------- */
 
-#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
-#define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
-
-/* sum over a block's 256 values of s (w . xq) in 16 int32 lanes: w[j] the levels (u8) of values
- * 64 j .. 64 j + 63 in the order of xq, s[j] the int16 scales of their lanes; u8 x s8 pairs to int16
- * (|.| <= 2 * 63 * 127), then times the scales into int32. */
-VNNI_INLINE __m512i levels_dot(const __m512i w[4], const __m512i s[4], const int8_t *xq)
-{
-    __m512i sumi = _mm512_setzero_si512();
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++)
-        sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(w[j], _mm512_loadu_si512((const void *)(xq + 64 * j))), s[j]);
-    return sumi;
-}
-
 /* For zmm j of a K-quant-ordered block (sub-blocks 0 | 2, 1 | 3, 4 | 6, 5 | 7): the pshufb
  * selectors that spread scale s over its sub-block's 16-bit lanes straight from the packed bytes
  * (byte s of the 8 scales, in every 128-bit lane, then a zero byte: a selector byte with its top
@@ -409,11 +395,6 @@ static const int16_t q6_shift_lo[32] = {4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4
                                         2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
 static const int16_t q6_shift_hi[32] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
                                         2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2};
-#define REP8(v) v, v, v, v, v, v, v, v
-static const int16_t q6_scale_idx[4][32] = {{REP8(0), REP8(1), REP8(2), REP8(3)},
-                                            {REP8(4), REP8(5), REP8(6), REP8(7)},
-                                            {REP8(8), REP8(9), REP8(10), REP8(11)},
-                                            {REP8(12), REP8(13), REP8(14), REP8(15)}};
 typedef struct {
     __m512i low4, bits45, sh_lo, sh_hi, sidx[4];
 } q6_consts;
@@ -424,7 +405,7 @@ VNNI_INLINE void q6_consts_load(q6_consts *c)
     c->sh_lo = _mm512_loadu_si512((const void *)q6_shift_lo), c->sh_hi = _mm512_loadu_si512((const void *)q6_shift_hi);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
-        c->sidx[k] = _mm512_loadu_si512((const void *)q6_scale_idx[k]);
+        c->sidx[k] = _mm512_loadu_si512((const void *)hyla_group16_scale_idx[k]);
 }
 
 /* One stored block: its levels w[4], lane scales s[4], the 16 scales as int16 and d. */
@@ -520,7 +501,9 @@ VNNI_INLINE void q6_k_rows4_i8(float *y, const hyla_qx *x, const unsigned char *
  * 70-73 -> 106-107, a 256 MB matrix in a fast memory phase 71 -> 93 (plain reads 83-84; level in slow
  * ones). The pairs alternate between two accumulators, written out: indexed by p & 1 they lived on the
  * stack (41 GB/s from the L2). K: a multiple of 64. x: hyla_quantize_x_q8_0, then hyla_qx_q8_0_lanes. */
+#define REP8(v) v, v, v, v, v, v, v, v
 static const int16_t q8_0_dw_idx[32] = {REP8(0), REP8(17), REP8(0), REP8(17)};
+#undef REP8
 /* acc[i] += the pair of blocks at blk (values 64 p .. 64 p + 63) against activation row i */
 VNNI_INLINE void q8_0_pair(const int N, __m512 *acc, const hyla_qx *x, const unsigned char *blk, int64_t p,
                            __m512i didx)
@@ -575,16 +558,6 @@ INSTANCES(q4_k)
 INSTANCES(q5_k)
 INSTANCES(q6_k)
 
-#define INSTANCE_I8(type, N)                                                                                           \
-    VNNI_TARGET static void type##_i8_##N(float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)          \
-    {                                                                                                                  \
-        type##_i8_n(N, y, ldy, x, row);                                                                                \
-    }
-#define INSTANCES_I8(type)                                                                                             \
-    INSTANCE_I8(type, 1) INSTANCE_I8(type, 2) INSTANCE_I8(type, 3) INSTANCE_I8(type, 4) INSTANCE_I8(type, 5)          \
-    INSTANCE_I8(type, 6) INSTANCE_I8(type, 7) INSTANCE_I8(type, 8)                                                    \
-    static const hyla_qdot_i8_fn type##_i8_by_n[HYLA_QUANT_SKINNY_M + 1] = {                                          \
-        NULL, type##_i8_1, type##_i8_2, type##_i8_3, type##_i8_4, type##_i8_5, type##_i8_6, type##_i8_7, type##_i8_8};
 INSTANCES_I8(q8_0)
 INSTANCES_I8(q4_k)
 INSTANCES_I8(q5_k)
@@ -843,7 +816,7 @@ hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_avx512(hyla_ggml_type t)
     return t == HYLA_GGML_Q4_K   ? q4_k_rows4
            : t == HYLA_GGML_Q5_K ? q5_k_rows4
            : t == HYLA_GGML_Q6_K ? q6_k_rows4
-                                 : NULL;
+                                 : hyla_qdot_i8_rows4_k23(t);
 #else
     (void)t;
     return NULL;
@@ -864,6 +837,7 @@ hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n)
     case HYLA_GGML_Q4_K: return q4_k_i8_by_n[n];
     case HYLA_GGML_Q5_K: return q5_k_i8_by_n[n];
     case HYLA_GGML_Q6_K: return q6_k_i8_by_n[n];
+    case HYLA_GGML_Q2_K: case HYLA_GGML_Q3_K: return hyla_qdot_i8_k23(t, n);
     default: return NULL;
     }
 #else

@@ -38,7 +38,17 @@ int64_t hyla_qgemm_scratch_floats(int64_t K) { return LEVELS_FLOATS(K) + 2 * UNI
 #define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
 #define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
 
-static int unit_len(hyla_ggml_type t) { return t == HYLA_GGML_Q6_K ? 16 : 32; }
+static int unit_len(hyla_ggml_type t) { return t == HYLA_GGML_Q4_K || t == HYLA_GGML_Q5_K ? 32 : 16; }
+
+/* Q2_K / Q3_K: the 256 low 2-bit levels of a block's 64 bytes qs in x's order (value 128 h + 32 s + 16 g
+ * + l is bits 2 s, 2 s + 1 of qs[32 h + 16 g + l]). */
+static void k23_low_levels(uint8_t *l, const unsigned char *qs)
+{
+    for (int h = 0; h < 2; h++)
+        for (int s = 0; s < 4; s++)
+            for (int i = 0; i < 32; i++)
+                l[128 * h + 32 * s + i] = (uint8_t)((qs[32 * h + i] >> (2 * s)) & 3);
+}
 
 /* A K-quant row's fields: levels L[K] (0..15 / 0..31 / 0..63), integer unit scales sc[K / ul] (as floats),
  * per block d and dm, and the 16 per-16 weights c[16] of each block's M (see the top). */
@@ -47,6 +57,28 @@ static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_
 {
     for (int64_t b = 0; b < K / 256; b++) {
         uint8_t *l = L + b * 256;
+        if (t == HYLA_GGML_Q2_K) { /* levels 0..3, scale and min per 16: c = the min */
+            const unsigned char *blk = row + b * 84;
+            k23_low_levels(l, blk + 16);
+            dv[b] = hyla_half_at(blk + 80);
+            dm[b] = hyla_half_at(blk + 82);
+            for (int j = 0; j < 16; j++)
+                sc[b * 16 + j] = blk[j] & 0xF, c[b * 16 + j] = (int16_t)(blk[j] >> 4);
+            continue;
+        }
+        if (t == HYLA_GGML_Q3_K) { /* levels 0..7 (the third bit set: +4) carrying +4, as Q6_K's +32 */
+            const unsigned char *blk = row + b * 110;
+            k23_low_levels(l, blk + 32);
+            for (int i = 0; i < 256; i++) /* value i's third bit: bit (i / 32) of hmask[i % 32] */
+                l[i] |= (uint8_t)(((blk[i % 32] >> (i / 32)) & 1) << 2);
+            int8_t s[16];
+            hyla_k3_scales(blk + 96, s);
+            dv[b] = hyla_half_at(blk + 108);
+            dm[b] = 4.0f * dv[b]; /* exact */
+            for (int j = 0; j < 16; j++)
+                sc[b * 16 + j] = s[j], c[b * 16 + j] = s[j];
+            continue;
+        }
         if (t == HYLA_GGML_Q6_K) {
             const unsigned char *blk = row + b * 210, *ql = blk, *qh = blk + 128;
             const signed char *s = (const signed char *)(blk + 192);

@@ -1,7 +1,7 @@
 # GGUF conformance: hyla convert --to gguf, read back by the official `gguf` package and run by
 # llama.cpp itself (llama-cpp-python), for the three architectures llama.cpp knows (qwen3next,
 # qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0; and the same files (plus files
-# llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, on a model
+# llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, Q3_K_M, Q2_K, on a model
 # whose rows are whole 256-value blocks) run by hyla as models, read in place; and hyla's Q8_0 /
 # Q6_K / Q5_K_M / Q4_K_M export byte-identical to llama.cpp's quantizer (types and blocks), from the
 # model directory and from the F32 / F16 GGUF file itself (hyla convert IN.gguf OUT.gguf --to gguf).
@@ -41,7 +41,7 @@
 #      kernels, and their int8 activations, are checked by tests/test_gguf.c.)
 #   4. (F32 / F16 / BF16 files) llama.cpp on the same file against hyla on it: the bounds of 2.
 #   5. Quantized files, same file, tight (check_same_file): a calm model (initializer_range 0.02),
-#      hyla against llama.cpp token by token on Q8_0 / Q4_K_M / Q5_K_M / Q6_K files; both round the
+#      hyla against llama.cpp token by token on Q8_0 / Q4_K_M / Q5_K_M / Q6_K / Q3_K_M / Q2_K files; both round the
 #      activations the same way, so the bound is the fp32 summation term plus the model's response
 #      to the activation rounding itself (derivation there); two damaged copies (a doubled block
 #      scale, swapped nibbles) must fail it.
@@ -100,7 +100,7 @@ MODELS["qwen35k"] = {"architectures": ["Qwen3_5ForConditionalGeneration"], "mode
 # scale, against 6% at 0.1), for the tight same-file check against llama.cpp (check_same_file)
 CALM = json.loads(json.dumps(MODELS["qwen35k"]))
 CALM["text_config"]["initializer_range"] = 0.02
-LLAMA_QUANTS = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q4_0": 2}  # llama_ftype
+LLAMA_QUANTS = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q4_0": 2, "q3_k_m": 12, "q2_k": 10}  # llama_ftype
 TYPES = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
          "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}
 
@@ -443,17 +443,21 @@ def check_quality(hyla, work, arch, types, errors, report):
 def corrupt_copy(path, out, how):
     """a copy of the GGUF file with one matrix damaged the way a reader bug would read it: 'scale'
     doubles the f16 scale of every Q8_0 block of the first Q8_0 matrix; 'nibbles' swaps the low and
-    high nibbles of the quants of every Q4_K block of the first Q4_K matrix"""
+    high nibbles of the quants of every Q4_K block of the first Q4_K matrix; 'hmask' swaps the two
+    128-value halves' third bits (hmask bits 0-3 and 4-7) of every Q3_K block of the first Q3_K matrix"""
     data = bytearray(open(path, "rb").read())
     r = gguf.GGUFReader(path)
-    want = gguf.GGMLQuantizationType.Q8_0 if how == "scale" else gguf.GGMLQuantizationType.Q4_K
+    T = gguf.GGMLQuantizationType
+    want, block = {"scale": (T.Q8_0, 34), "nibbles": (T.Q4_K, 144), "hmask": (T.Q3_K, 110)}[how]
     t = next(t for t in r.tensors if t.tensor_type == want)
     start, size = int(t.data_offset), int(t.n_bytes)
-    block = 34 if how == "scale" else 144
     for b in range(start, start + size, block):
         if how == "scale":  # f16 exponent + 1 (the values here are far from the f16 range's top)
             h = int.from_bytes(data[b:b + 2], "little")
             data[b:b + 2] = (h + 0x0400 if h & 0x7C00 else h).to_bytes(2, "little")
+        elif how == "hmask":
+            for i in range(b, b + 32):
+                data[i] = ((data[i] & 0xF) << 4) | (data[i] >> 4)
         else:
             for i in range(b + 16, b + 144):
                 data[i] = ((data[i] & 0xF) << 4) | (data[i] >> 4)
@@ -491,7 +495,7 @@ def check_same_file(hyla, work, errors, report):
     f32 = os.path.join(work, "calm-f32.gguf")
     subprocess.run([hyla, "convert", d, f32, "--to", "gguf", "--type", "f32"], check=True, stdout=subprocess.DEVNULL)
     files = {}
-    for qtype in ("q8_0", "q4_k_m", "q5_k_m", "q6_k"):
+    for qtype in ("q8_0", "q4_k_m", "q5_k_m", "q6_k", "q3_k_m", "q2_k"):
         path = files[qtype] = os.path.join(work, f"calm-{qtype}.gguf")
         if qtype == "q8_0":
             subprocess.run([hyla, "convert", d, path, "--to", "gguf", "--type", "q8_0"], check=True, stdout=subprocess.DEVNULL)
@@ -499,7 +503,8 @@ def check_same_file(hyla, work, errors, report):
             llama_quantize(f32, path, LLAMA_QUANTS[qtype])
     cases = [(q, files[q], files[q], False) for q in files]
     cases += [("q8_0 scale x2", files["q8_0"], os.path.join(work, "calm-q8_0-bad.gguf"), "scale"),
-              ("q4_k_m nibbles", files["q4_k_m"], os.path.join(work, "calm-q4_k_m-bad.gguf"), "nibbles")]
+              ("q4_k_m nibbles", files["q4_k_m"], os.path.join(work, "calm-q4_k_m-bad.gguf"), "nibbles"),
+              ("q3_k_m hmask", files["q3_k_m"], os.path.join(work, "calm-q3_k_m-bad.gguf"), "hmask")]
     delta_a = {}
     for what, path, hyla_path, damage in cases:
         if path not in delta_a:  # the model's response to rounding all activations, on this file

@@ -1,0 +1,258 @@
+/* AVX-512 VNNI decode kernels for Q2_K and Q3_K weights (quant_kernels.h; a Q3_K_M or Q2_K file's
+ * bulk), against activations rounded as llama.cpp rounds them for these types (Q8_K, in x's order).
+ *
+ * Both store a block's 256 low 2-bit levels alike: 64 bytes, two 32-byte halves of 128 values each;
+ * in a half, bits 2 s .. 2 s + 1 of byte 16 g + l are value 32 s + 16 g + l (s < 4, g < 2, l < 16).
+ * zmm k (values 64 k .. 64 k + 63) is the half k / 2 broadcast to both 256-bit halves and shifted
+ * right per int16 lane by 2 s with s = 2 (k % 2) (low half), 2 (k % 2) + 1 (high half), masked to 2
+ * bits: a byte's bits s .. s + 1 stay in that byte for s <= 6. Groups of 16 values (one 128-bit lane
+ * each) carry the scales: zmm k lane L is group 4 k + L (hyla_group16_scale_idx).
+ *   Q3_K: the third bit of value 32 s + 16 g + l of half h is bit 4 h + s of hmask[16 g + l], set
+ *     meaning no offset: with u = low + 4 bit (0..7) the value is u - 4, so per block
+ *     sum_j sc_j (u . x)_j - 4 sum_j sc_j bsum_j (the scales sc_j = 6 bits - 32, hyla_k3_scales),
+ *     exact in int32 (|.| < 2^23), times d d_x once: ggml's vec_dot_q3_K_q8_K's integers.
+ *   Q2_K: sum_j sc_j (q . x)_j times d d_x minus dmin d_x sum_j m_j bsum_j (scale and min the low
+ *     and high nibbles of byte j), as ggml's vec_dot_q2_K_q8_K.
+ * Each kernel does the same operations per row whatever the number of rows, and the four-row forms
+ * (batch 1) those of the one-row form interleaved: the same bits. */
+#include "core/quant_kernels.h"
+
+#include <stdint.h>
+#include <string.h>
+
+#include "core/stream_prefetch.h"
+
+#if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
+#include <immintrin.h>
+
+#include "core/quant_vnni.h"
+#define HAVE_KERNELS 1
+
+#define REP16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
+static const int16_t k23_shift[2][32] = {{REP16(0), REP16(2)}, {REP16(4), REP16(6)}};
+#define REP32(v) REP16(v), REP16(v)
+static const uint8_t k3_high_sel[64] = {REP32(0x01), REP32(0x02)};
+
+/* (kept few: with a selector per zmm for the third bits the constants, four rows' accumulators and a
+ * block's levels and scales outgrew the 32 zmm registers and the accumulators went through the stack) */
+typedef struct {
+    __m512i shift[2], three, four, sidx[4], hsel;
+} k23_consts;
+
+VNNI_INLINE void k23_consts_load(k23_consts *c)
+{
+    c->shift[0] = _mm512_loadu_si512((const void *)k23_shift[0]);
+    c->shift[1] = _mm512_loadu_si512((const void *)k23_shift[1]);
+    c->three = _mm512_set1_epi8(3), c->four = _mm512_set1_epi8(4);
+    c->hsel = _mm512_loadu_si512((const void *)k3_high_sel);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        c->sidx[k] = _mm512_loadu_si512((const void *)hyla_group16_scale_idx[k]);
+}
+
+/* The 256 low levels of the 64 bytes at qs, in x's order. */
+VNNI_INLINE void k23_levels(__m512i w[4], const unsigned char *qs, const k23_consts *c)
+{
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i Q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
+        w[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(Q, c->shift[0]), c->three);
+        w[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(Q, c->shift[1]), c->three);
+    }
+}
+
+/* ---- Q3_K: hmask[32] at 0, qs[64] at 32, scales[12] at 96, f16 d at 108 (110 bytes) ------------- */
+
+typedef struct {
+    __m512i w[4], s[4];
+    __m256i sc16;
+    float d;
+} k3_unpacked;
+
+VNNI_INLINE void k3_block_unpack(k3_unpacked *B, const unsigned char *row, const k23_consts *c)
+{
+    for (int l = 0; l < 110; l += 64)
+        hyla_prefetch_stream(row + l);
+    k23_levels(B->w, row + 32, c);
+    /* zmm k's third bits are bits 2 k (low half), 2 k + 1 (high half) of hmask's bytes: moved to bits
+     * 0, 1 of the same bytes by one shift (k <= 3: no bit crosses a byte's top) */
+    __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)row));
+    B->w[0] = _mm512_mask_add_epi8(B->w[0], _mm512_test_epi8_mask(H, c->hsel), B->w[0], c->four);
+    B->w[1] = _mm512_mask_add_epi8(B->w[1], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 2), c->hsel), B->w[1], c->four);
+    B->w[2] = _mm512_mask_add_epi8(B->w[2], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 4), c->hsel), B->w[2], c->four);
+    B->w[3] = _mm512_mask_add_epi8(B->w[3], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 6), c->hsel), B->w[3], c->four);
+    /* the 16 scales (hyla_k3_scales) in registers: the low nibbles of bytes 0..7, then their high ones,
+     * each | bits 2 (j / 4) .. + 1 of byte 8 + j % 4 moved to bits 4-5, minus 32 */
+    uint64_t lo8;
+    int hi4;
+    memcpy(&lo8, row + 96, 8);
+    memcpy(&hi4, row + 104, 4);
+    __m128i b8 = _mm_cvtsi64_si128((long long)lo8), m4 = _mm_set1_epi8(0x0F);
+    __m128i nib = _mm_unpacklo_epi64(_mm_and_si128(b8, m4), _mm_and_si128(_mm_srli_epi16(b8, 4), m4));
+    __m128i top = _mm_srlv_epi32(_mm_set1_epi32(hi4), _mm_setr_epi32(0, 2, 4, 6));
+    top = _mm_slli_epi32(_mm_and_si128(top, _mm_set1_epi32(0x03030303)), 4);
+    __m128i sc8 = _mm_sub_epi8(_mm_or_si128(nib, top), _mm_set1_epi8(32));
+    B->sc16 = _mm256_cvtepi8_epi16(sc8);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        B->s[k] = _mm512_permutexvar_epi16(c->sidx[k], _mm512_castsi256_si512(B->sc16));
+    B->d = hyla_half_at(row + 108);
+}
+
+/* acc += d d_x (levels . x - 4 sum_j sc_j bsum_j) for block b of activation row i. */
+VNNI_INLINE void k3_block_accumulate(__m512 *acc, const k3_unpacked *B, const hyla_qx *x, int64_t i, int64_t b)
+{
+    int64_t K = x->K;
+    __m512i sumi = levels_dot(B->w, B->s, x->q + i * K + b * 256);
+    __m256i offs = _mm256_madd_epi16(B->sc16, _mm256_loadu_si256((const __m256i *)(x->bsums + i * (K / 16) + b * 16)));
+    sumi = _mm512_sub_epi32(sumi, _mm512_castsi256_si512(_mm256_slli_epi32(offs, 2)));
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(B->d * x->d[i * (K / 256) + b]), *acc);
+}
+
+VNNI_INLINE void q3_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+{
+    k23_consts c;
+    k23_consts_load(&c);
+    __m512 acc[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < x->K / 256; b++, row += 110) {
+        k3_unpacked B;
+        k3_block_unpack(&B, row, &c);
+        for (int i = 0; i < N; i++)
+            k3_block_accumulate(&acc[i], &B, x, i, b);
+    }
+    for (int i = 0; i < N; i++)
+        y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
+}
+
+VNNI_TARGET static void q3_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows)
+{
+    k23_consts c;
+    k23_consts_load(&c);
+    __m512 acc[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        acc[r] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < x->K / 256; b++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            k3_unpacked B;
+            k3_block_unpack(&B, rows[r] + b * 110, &c);
+            k3_block_accumulate(&acc[r], &B, x, 0, b);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        y[r] = _mm512_reduce_add_ps(acc[r]);
+}
+
+/* ---- Q2_K: scales[16] at 0 (scale | min << 4), qs[64] at 16, f16 d, dmin at 80 (84 bytes) -------- */
+
+typedef struct {
+    __m512i w[4], s[4];
+    __m256i m16;
+    __m128 dd; /* d, dmin in lanes 0, 1 */
+} k2_unpacked;
+
+VNNI_INLINE void k2_block_unpack(k2_unpacked *B, const unsigned char *row, const k23_consts *c)
+{
+    for (int l = 0; l < 84; l += 64)
+        hyla_prefetch_stream(row + l);
+    k23_levels(B->w, row + 16, c);
+    __m128i sm = _mm_loadu_si128((const __m128i *)row), low4 = _mm_set1_epi8(0x0F);
+    __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sm, low4));
+    B->m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), low4));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        B->s[k] = _mm512_permutexvar_epi16(c->sidx[k], _mm512_castsi256_si512(sc16));
+    int dd;
+    memcpy(&dd, row + 80, 4);
+    B->dd = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
+}
+
+/* acc += d d_x (levels . x) and accm += dmin d_x (mins . bsums) for block b of activation row i. */
+VNNI_INLINE void k2_block_accumulate(__m512 *acc, __m256 *accm, const k2_unpacked *B, const hyla_qx *x, int64_t i,
+                                     int64_t b)
+{
+    int64_t K = x->K;
+    __m512i sumi = levels_dot(B->w, B->s, x->q + i * K + b * 256);
+    __m128 f = _mm_mul_ps(B->dd, _mm_set1_ps(x->d[i * (K / 256) + b])); /* d d_x, dmin d_x */
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_broadcastss_ps(f), *acc);
+    __m256i mins = _mm256_madd_epi16(B->m16, _mm256_loadu_si256((const __m256i *)(x->bsums + i * (K / 16) + b * 16)));
+    *accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_broadcastss_ps(_mm_permute_ps(f, 0x55)), *accm);
+}
+
+VNNI_INLINE float k2_finish(__m512 acc, __m256 accm)
+{
+    __m128 m = _mm_add_ps(_mm256_castps256_ps128(accm), _mm256_extractf128_ps(accm, 1));
+    m = _mm_add_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_add_ss(m, _mm_movehdup_ps(m));
+    return _mm512_reduce_add_ps(acc) - _mm_cvtss_f32(m);
+}
+
+VNNI_INLINE void q2_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
+{
+    k23_consts c;
+    k23_consts_load(&c);
+    __m512 acc[HYLA_QUANT_SKINNY_M];
+    __m256 accm[HYLA_QUANT_SKINNY_M];
+    for (int i = 0; i < N; i++)
+        acc[i] = _mm512_setzero_ps(), accm[i] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->K / 256; b++, row += 84) {
+        k2_unpacked B;
+        k2_block_unpack(&B, row, &c);
+        for (int i = 0; i < N; i++)
+            k2_block_accumulate(&acc[i], &accm[i], &B, x, i, b);
+    }
+    for (int i = 0; i < N; i++)
+        y[i * ldy] = k2_finish(acc[i], accm[i]);
+}
+
+VNNI_TARGET static void q2_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows)
+{
+    k23_consts c;
+    k23_consts_load(&c);
+    __m512 acc[4];
+    __m256 accm[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        acc[r] = _mm512_setzero_ps(), accm[r] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < x->K / 256; b++) {
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++) {
+            k2_unpacked B;
+            k2_block_unpack(&B, rows[r] + b * 84, &c);
+            k2_block_accumulate(&acc[r], &accm[r], &B, x, 0, b);
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; r++)
+        y[r] = k2_finish(acc[r], accm[r]);
+}
+
+INSTANCES_I8(q3_k)
+INSTANCES_I8(q2_k)
+#endif
+
+hyla_qdot_i8_fn hyla_qdot_i8_k23(hyla_ggml_type t, int64_t n)
+{
+#ifdef HAVE_KERNELS
+    if (n < 1 || n > HYLA_QUANT_SKINNY_M)
+        return NULL;
+    return t == HYLA_GGML_Q3_K ? q3_k_i8_by_n[n] : t == HYLA_GGML_Q2_K ? q2_k_i8_by_n[n] : NULL;
+#else
+    (void)t, (void)n;
+    return NULL;
+#endif
+}
+
+hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_k23(hyla_ggml_type t)
+{
+#ifdef HAVE_KERNELS
+    return t == HYLA_GGML_Q3_K ? q3_k_rows4 : t == HYLA_GGML_Q2_K ? q2_k_rows4 : NULL;
+#else
+    (void)t;
+    return NULL;
+#endif
+}
