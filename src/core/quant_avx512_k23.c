@@ -1,14 +1,10 @@
 /* AVX-512 VNNI decode kernels for Q2_K and Q3_K weights (quant_kernels.h; a Q3_K_M or Q2_K file's
  * bulk), against activations rounded as llama.cpp rounds them for these types (Q8_K, in x's order).
  *
- * Both store a block's 256 low 2-bit levels alike: 64 bytes, two 32-byte halves of 128 values each;
- * in a half, bits 2 s .. 2 s + 1 of byte 16 g + l are value 32 s + 16 g + l (s < 4, g < 2, l < 16).
- * zmm k (values 64 k .. 64 k + 63) is the half k / 2 broadcast to both 256-bit halves and shifted
- * right per int16 lane by 2 s with s = 2 (k % 2) (low half), 2 (k % 2) + 1 (high half), masked to 2
- * bits: a byte's bits s .. s + 1 stay in that byte for s <= 6. Groups of 16 values (one 128-bit lane
- * each) carry the scales: zmm k lane L is group 4 k + L (hyla_group16_scale_idx).
- *   Q3_K: the third bit of value 32 s + 16 g + l of half h is bit 4 h + s of hmask[16 g + l], set
- *     meaning no offset: with u = low + 4 bit (0..7) the value is u - 4, so per block
+ * Both store a block's 256 low 2-bit levels alike (widened by hyla_k23_levels, core/quant_vnni.h, which
+ * also adds Q3_K's third bits); groups of 16 values (one 128-bit lane each) carry the scales: zmm k
+ * lane L is group 4 k + L (hyla_group16_scale_idx).
+ *   Q3_K: a set third bit means no offset: with u = low + 4 bit (0..7) the value is u - 4, so per block
  *     sum_j sc_j (u . x)_j - 4 sum_j sc_j bsum_j (the scales sc_j = 6 bits - 32, hyla_k3_scales),
  *     exact in int32 (|.| < 2^23), times d d_x once: ggml's vec_dot_q3_K_q8_K's integers.
  *   Q2_K: sum_j sc_j (q . x)_j times d d_x minus dmin d_x sum_j m_j bsum_j (scale and min the low
@@ -28,37 +24,18 @@
 #include "core/quant_vnni.h"
 #define HAVE_KERNELS 1
 
-#define REP16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
-static const int16_t k23_shift[2][32] = {{REP16(0), REP16(2)}, {REP16(4), REP16(6)}};
-#define REP32(v) REP16(v), REP16(v)
-static const uint8_t k3_high_sel[64] = {REP32(0x01), REP32(0x02)};
-
-/* (kept few: with a selector per zmm for the third bits the constants, four rows' accumulators and a
- * block's levels and scales outgrew the 32 zmm registers and the accumulators went through the stack) */
+/* (hyla_k23_consts, and the scale index per zmm) */
 typedef struct {
-    __m512i shift[2], three, four, sidx[4], hsel;
+    hyla_k23_consts l;
+    __m512i sidx[4];
 } k23_consts;
 
 VNNI_INLINE void k23_consts_load(k23_consts *c)
 {
-    c->shift[0] = _mm512_loadu_si512((const void *)k23_shift[0]);
-    c->shift[1] = _mm512_loadu_si512((const void *)k23_shift[1]);
-    c->three = _mm512_set1_epi8(3), c->four = _mm512_set1_epi8(4);
-    c->hsel = _mm512_loadu_si512((const void *)k3_high_sel);
+    hyla_k23_consts_load(&c->l);
 #pragma GCC unroll 4
     for (int k = 0; k < 4; k++)
         c->sidx[k] = _mm512_loadu_si512((const void *)hyla_group16_scale_idx[k]);
-}
-
-/* The 256 low levels of the 64 bytes at qs, in x's order. */
-VNNI_INLINE void k23_levels(__m512i w[4], const unsigned char *qs, const k23_consts *c)
-{
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; h++) {
-        __m512i Q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
-        w[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(Q, c->shift[0]), c->three);
-        w[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(Q, c->shift[1]), c->three);
-    }
 }
 
 /* ---- Q3_K: hmask[32] at 0, qs[64] at 32, scales[12] at 96, f16 d at 108 (110 bytes) ------------- */
@@ -73,14 +50,7 @@ VNNI_INLINE void k3_block_unpack(k3_unpacked *B, const unsigned char *row, const
 {
     for (int l = 0; l < 110; l += 64)
         hyla_prefetch_stream(row + l);
-    k23_levels(B->w, row + 32, c);
-    /* zmm k's third bits are bits 2 k (low half), 2 k + 1 (high half) of hmask's bytes: moved to bits
-     * 0, 1 of the same bytes by one shift (k <= 3: no bit crosses a byte's top) */
-    __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)row));
-    B->w[0] = _mm512_mask_add_epi8(B->w[0], _mm512_test_epi8_mask(H, c->hsel), B->w[0], c->four);
-    B->w[1] = _mm512_mask_add_epi8(B->w[1], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 2), c->hsel), B->w[1], c->four);
-    B->w[2] = _mm512_mask_add_epi8(B->w[2], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 4), c->hsel), B->w[2], c->four);
-    B->w[3] = _mm512_mask_add_epi8(B->w[3], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 6), c->hsel), B->w[3], c->four);
+    hyla_k23_levels(B->w, row + 32, row, &c->l);
     /* the 16 scales (hyla_k3_scales) in registers: the low nibbles of bytes 0..7, then their high ones,
      * each | bits 2 (j / 4) .. + 1 of byte 8 + j % 4 moved to bits 4-5, minus 32 */
     uint64_t lo8;
@@ -159,7 +129,7 @@ VNNI_INLINE void k2_block_unpack(k2_unpacked *B, const unsigned char *row, const
 {
     for (int l = 0; l < 84; l += 64)
         hyla_prefetch_stream(row + l);
-    k23_levels(B->w, row + 16, c);
+    hyla_k23_levels(B->w, row + 16, NULL, &c->l);
     __m128i sm = _mm_loadu_si128((const __m128i *)row), low4 = _mm_set1_epi8(0x0F);
     __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sm, low4));
     B->m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), low4));

@@ -35,19 +35,21 @@ int64_t hyla_qgemm_scratch_floats(int64_t K) { return LEVELS_FLOATS(K) + 2 * UNI
 #if defined(__x86_64__) && defined(__GNUC__) && __GNUC__ >= 10
 #include <immintrin.h>
 #define HAVE_KERNELS 1
-#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c")))
-#define VNNI_INLINE __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,f16c"), always_inline)) static inline
+#include "core/quant_vnni.h"
 
 static int unit_len(hyla_ggml_type t) { return t == HYLA_GGML_Q4_K || t == HYLA_GGML_Q5_K ? 32 : 16; }
 
-/* Q2_K / Q3_K: the 256 low 2-bit levels of a block's 64 bytes qs in x's order (value 128 h + 32 s + 16 g
- * + l is bits 2 s, 2 s + 1 of qs[32 h + 16 g + l]). */
-static void k23_low_levels(uint8_t *l, const unsigned char *qs)
+/* Q2_K / Q3_K: a block's 256 levels in x's order, plus 4 where Q3_K's hmask (hm; NULL for Q2_K) has the
+ * value's third bit (hyla_k23_levels: a plain loop was not vectorised, 7% of an MoE Q3_K_M prefill's
+ * samples). */
+VNNI_TARGET static void k23_levels(uint8_t *l, const unsigned char *qs, const unsigned char *hm)
 {
-    for (int h = 0; h < 2; h++)
-        for (int s = 0; s < 4; s++)
-            for (int i = 0; i < 32; i++)
-                l[128 * h + 32 * s + i] = (uint8_t)((qs[32 * h + i] >> (2 * s)) & 3);
+    hyla_k23_consts c;
+    hyla_k23_consts_load(&c);
+    __m512i w[4];
+    hyla_k23_levels(w, qs, hm, &c);
+    for (int k = 0; k < 4; k++)
+        _mm512_storeu_si512((void *)(l + 64 * k), w[k]);
 }
 
 /* A K-quant row's fields: levels L[K] (0..15 / 0..31 / 0..63), integer unit scales sc[K / ul] (as floats),
@@ -59,7 +61,7 @@ static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_
         uint8_t *l = L + b * 256;
         if (t == HYLA_GGML_Q2_K) { /* levels 0..3, scale and min per 16: c = the min */
             const unsigned char *blk = row + b * 84;
-            k23_low_levels(l, blk + 16);
+            k23_levels(l, blk + 16, NULL);
             dv[b] = hyla_half_at(blk + 80);
             dm[b] = hyla_half_at(blk + 82);
             for (int j = 0; j < 16; j++)
@@ -68,9 +70,7 @@ static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_
         }
         if (t == HYLA_GGML_Q3_K) { /* levels 0..7 (the third bit set: +4) carrying +4, as Q6_K's +32 */
             const unsigned char *blk = row + b * 110;
-            k23_low_levels(l, blk + 32);
-            for (int i = 0; i < 256; i++) /* value i's third bit: bit (i / 32) of hmask[i % 32] */
-                l[i] |= (uint8_t)(((blk[i % 32] >> (i / 32)) & 1) << 2);
+            k23_levels(l, blk + 32, blk);
             int8_t s[16];
             hyla_k3_scales(blk + 96, s);
             dv[b] = hyla_half_at(blk + 108);

@@ -1,6 +1,7 @@
 /* What the AVX-512 VNNI decode kernels share (core/quant_avx512.c: Q8_0, Q4_K, Q5_K, Q6_K;
- * core/quant_avx512_k23.c: Q2_K, Q3_K): their target attributes, the dot of a block's 256 levels
- * with scales per lane against int8 activations, and the scale index of a block of 16-value groups.
+ * core/quant_avx512_k23.c: Q2_K, Q3_K) and the prefill GEMM's repack (core/quant_gemm.c): their target
+ * attributes, the dot of a block's 256 levels with scales per lane against int8 activations, the scale
+ * index of a block of 16-value groups, and the Q2_K / Q3_K levels widened in registers.
  * Internal to core/; include only where HAVE_KERNELS (x86-64, GCC >= 10). */
 #ifndef HYLA_CORE_QUANT_VNNI_H
 #define HYLA_CORE_QUANT_VNNI_H
@@ -35,6 +36,51 @@ static const int16_t hyla_group16_scale_idx[4][32] = {{HYLA_REP8(0), HYLA_REP8(1
                                                       {HYLA_REP8(8), HYLA_REP8(9), HYLA_REP8(10), HYLA_REP8(11)},
                                                       {HYLA_REP8(12), HYLA_REP8(13), HYLA_REP8(14), HYLA_REP8(15)}};
 #undef HYLA_REP8
+
+/* Q2_K / Q3_K levels: a block's 64 bytes qs hold 256 2-bit levels, two 32-byte halves of 128 values;
+ * in a half, bits 2 s .. 2 s + 1 of byte 16 g + l are value 32 s + 16 g + l (s < 4, g < 2, l < 16).
+ * zmm k (values 64 k .. 64 k + 63) is the half k / 2 broadcast to both 256-bit halves and shifted
+ * right per int16 lane by 2 s with s = 2 (k % 2) (low half), 2 (k % 2) + 1 (high half), masked to 2
+ * bits: a byte's bits s .. s + 1 stay in that byte for s <= 6. Q3_K's third bit of value 32 s + 16 g
+ * + l of half h is bit 4 h + s of hmask[16 g + l]: for zmm k bits 2 k (low half) and 2 k + 1 (high
+ * half), moved to bits 0, 1 of the same bytes by one shift of 2 k (k <= 3: no bit crosses a byte's
+ * top), tested against 1 / 2, and 4 added where set. The constants are few on purpose: with a
+ * selector per zmm, four rows' accumulators and a block's levels and scales outgrew the 32 zmm
+ * registers in the decode kernel and its accumulators went through the stack. */
+#define HYLA_REP16(v) v, v, v, v, v, v, v, v, v, v, v, v, v, v, v, v
+static const int16_t hyla_k23_shift[2][32] = {{HYLA_REP16(0), HYLA_REP16(2)}, {HYLA_REP16(4), HYLA_REP16(6)}};
+static const uint8_t hyla_k3_high_sel[64] = {HYLA_REP16(1), HYLA_REP16(1), HYLA_REP16(2), HYLA_REP16(2)};
+#undef HYLA_REP16
+typedef struct {
+    __m512i shift[2], three, four, hsel;
+} hyla_k23_consts;
+
+VNNI_INLINE void hyla_k23_consts_load(hyla_k23_consts *c)
+{
+    c->shift[0] = _mm512_loadu_si512((const void *)hyla_k23_shift[0]);
+    c->shift[1] = _mm512_loadu_si512((const void *)hyla_k23_shift[1]);
+    c->three = _mm512_set1_epi8(3), c->four = _mm512_set1_epi8(4);
+    c->hsel = _mm512_loadu_si512((const void *)hyla_k3_high_sel);
+}
+
+/* w[k] = the levels of values 64 k .. 64 k + 63 (0..3; with hm, Q3_K's hmask, 0..7). */
+VNNI_INLINE void hyla_k23_levels(__m512i w[4], const unsigned char *qs, const unsigned char *hm,
+                                 const hyla_k23_consts *c)
+{
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i Q = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(qs + 32 * h)));
+        w[2 * h] = _mm512_and_si512(_mm512_srlv_epi16(Q, c->shift[0]), c->three);
+        w[2 * h + 1] = _mm512_and_si512(_mm512_srlv_epi16(Q, c->shift[1]), c->three);
+    }
+    if (hm) {
+        __m512i H = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)hm));
+        w[0] = _mm512_mask_add_epi8(w[0], _mm512_test_epi8_mask(H, c->hsel), w[0], c->four);
+        w[1] = _mm512_mask_add_epi8(w[1], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 2), c->hsel), w[1], c->four);
+        w[2] = _mm512_mask_add_epi8(w[2], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 4), c->hsel), w[2], c->four);
+        w[3] = _mm512_mask_add_epi8(w[3], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 6), c->hsel), w[3], c->four);
+    }
+}
 
 /* hyla_qdot_i8_fn instances of type##_i8_n for N = 1 .. HYLA_QUANT_SKINNY_M (a compile-time N: the
  * accumulators stay in registers), and the table type##_i8_by_n[N] of them. */
