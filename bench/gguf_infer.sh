@@ -4,7 +4,8 @@
 #   the Qwen3.5-0.8B shape (configs/qwen3.5-0.8b.json) and the Qwen3-Next-shaped MoE
 #   (bench/configs/qwen3-next-0.6b-moe.json), random weights from hyla init (seed 1),
 #   as Q8_0 (hyla's export, the same blocks llama.cpp's converter writes) and Q4_K_M (llama.cpp's
-#   own quantizer, llama_model_quantize, on hyla's F32 export).
+#   own quantizer, llama_model_quantize, on hyla's F32 export); TYPES (environment, default
+#   "q8_0 q4_k_m") picks others of llama.cpp's presets too: q5_k_m, q6_k, q3_k_m, q2_k.
 # hyla runs each file in place (bench/infer_bench.c: weight bytes read per token, % of the DRAM
 # bandwidth measured in the same run, beside each timed decode and between the 8-token windows of one
 # more); llama.cpp through llama-cpp-python (bench/llama_infer.py;
@@ -14,7 +15,11 @@
 # with the F32 intermediates). usage: bench/gguf_infer.sh [THREADS=2] [SEQ=512] [NEW=32]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-THREADS=${1:-2} SEQ=${2:-512} NEW=${3:-32} ROUNDS=${ROUNDS:-4}
+THREADS=${1:-2} SEQ=${2:-512} NEW=${3:-32} ROUNDS=${ROUNDS:-4} TYPES=${TYPES:-q8_0 q4_k_m}
+declare -A FTYPE=([q4_k_m]=15 [q5_k_m]=17 [q6_k]=18 [q3_k_m]=12 [q2_k]=10) # llama_ftype of llama.cpp's presets
+for type in $TYPES; do
+    [[ $type == q8_0 || -n ${FTYPE[$type]:-} ]] || { echo "gguf_infer.sh: TYPES: unknown type '$type' (q8_0 ${!FTYPE[*]})" >&2; exit 2; }
+done
 for v in THREADS SEQ NEW ROUNDS; do
     [[ ${!v} =~ ^[1-9][0-9]{0,5}$ ]] || { echo "gguf_infer.sh: $v must be a positive integer, got '${!v}'" >&2; exit 2; }
 done
@@ -41,11 +46,12 @@ for shape in q35-08b:configs/qwen3.5-0.8b.json next-moe:bench/configs/qwen3-next
     fi
     [ -f "$D/$name/tokenizer.json" ] || { [ -f tests/tokenizer/qwen3/tokenizer.json ] || gunzip -c tests/tokenizer/qwen3/tokenizer.json.gz > tests/tokenizer/qwen3/tokenizer.json; cp tests/tokenizer/qwen3/tokenizer.json "$D/$name/"; }
     [ -f "$D/$name-q8_0.gguf" ] || ./build/hyla convert "$D/$name" "$D/$name-q8_0.gguf" --to gguf --type q8_0 >/dev/null
-    if [ ! -f "$D/$name-q4_k_m.gguf" ]; then
+    for type in $TYPES; do
+        [ "$type" = q8_0 ] || [ -f "$D/$name-$type.gguf" ] && continue
         [ -f "$D/$name-f32.gguf" ] || ./build/hyla convert "$D/$name" "$D/$name-f32.gguf" --to gguf --type f32 >/dev/null
-        quantize "$D/$name-f32.gguf" "$D/$name-q4_k_m.gguf" 15 >/dev/null 2>&1
-    fi
-    for type in q8_0 q4_k_m; do
+        quantize "$D/$name-f32.gguf" "$D/$name-$type.gguf" "${FTYPE[$type]}" >/dev/null 2>&1
+    done
+    for type in $TYPES; do
         f=$D/$name-$type.gguf
         # ROUNDS rounds (default 4), alternating: a shared VM's memory rate swings between ~45 and ~87 GB/s
         # in phases of seconds to minutes, hyla's decode follows it and llama.cpp's much less, so with two

@@ -473,7 +473,12 @@ fi
 # (the conformance against llama.cpp itself is tests/gguf/conformance.sh)
 expect_error "convert --to gguf with --dtype" "--dtype does not apply to --to gguf" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf --dtype bf16
 expect_error "convert --type without --to gguf" "--type does not apply to --to safetensors" "$HYLA" convert "$T/good" "$T/x2" --type q8_0
-expect_error "convert --to gguf --type q4" "--type must be f32, f16, bf16, q8_0, q6_k, q5_k_m, q4_k_m, q5_k or q4_k" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf --type q4
+expect_error "convert --to gguf --type q4" "--type must be f32, f16, bf16, q8_0, q6_k, q5_k_m, q4_k_m, q5_k, q4_k, q3_k_m or q2_k" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf --type q4
+# K-quant rows must be whole 256-value blocks (the tiny model's are not): llama.cpp would fall back to types
+# hyla does not write
+expect_error "convert --to gguf --type q4_k_m, rows not whole blocks" "llama.cpp falls back to Q5_0 / Q5_1 there" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf --type q4_k_m
+expect_error "convert --to gguf --type q3_k_m, rows not whole blocks" "llama.cpp falls back to IQ4_NL there" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf --type q3_k_m
+expect_error "convert --to gguf --type q2_k, rows not whole blocks" "llama.cpp falls back to IQ4_NL there" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf --type q2_k
 expect_error "convert --to xml" "--to must be safetensors or gguf" "$HYLA" convert "$T/good" "$T/x.gguf" --to xml
 expect_error "gguf export without tokenizer.json" "tokenizer.json is missing; llama.cpp needs the vocabulary" "$HYLA" convert "$T/good" "$T/x.gguf" --to gguf
 [ ! -e "$T/x.gguf" ] || fail "a refused GGUF export left a file behind"

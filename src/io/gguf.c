@@ -189,7 +189,8 @@ int hyla_gguf_add_tensor(hyla_gguf_writer *w, const char *name, int n_dims, cons
         n *= (size_t)ne[d];
     }
     if (type != HYLA_GGML_F32 && type != HYLA_GGML_F16 && type != HYLA_GGML_BF16 && type != HYLA_GGML_Q8_0 &&
-        type != HYLA_GGML_Q6_K && type != HYLA_GGML_Q4_K && type != HYLA_GGML_Q5_K) {
+        type != HYLA_GGML_Q6_K && type != HYLA_GGML_Q4_K && type != HYLA_GGML_Q5_K && type != HYLA_GGML_Q3_K &&
+        type != HYLA_GGML_Q2_K) {
         w->failed = 1;
         return hyla_error_set(HYLA_ERR_ARG, "gguf tensor %s: the writer does not quantize to %s", name,
                               hyla_ggml_type_name(type)), -1;

@@ -5,7 +5,13 @@
  *   Q6_K  per 16-value sub-block a scale from a weighted least-squares search over 19 candidate
  *         grids (weights x^2, levels -32..31); the 16 scales quantized to int8 against the one of
  *         largest magnitude (d = max / -128, f16), then every value re-rounded against its final
- *         scale d sc. Values are rounded to nearest, ties to even (ggml's nearest_int). */
+ *         scale d sc. Values are rounded to nearest, ties to even (ggml's nearest_int);
+ *   Q4_K / Q5_K  per 32-value sub-block a scale and min (grid_scale_min, squared errors), 6-bit
+ *         fractions of the largest of each;
+ *   Q3_K  per 16 a scale from a weighted least-squares refinement of levels -4..3 (q3_scale), the 16
+ *         scales as 6-bit fractions of the one of largest magnitude (d = max / -32);
+ *   Q2_K  per 16 a scale and min on levels 0..3 (grid_scale_min, absolute errors, weights |x|), 4-bit
+ *         fractions of the largest of each. */
 #include "io/gguf.h"
 
 #include <math.h>
@@ -75,11 +81,58 @@ static float grid_scale(int n, int nmax, const float *x, signed char *L)
     return scale;
 }
 
+/* ggml's make_q3_quants with its refinement: the scale of n values on the levels -nmax .. nmax - 1
+ * (L = l + nmax) from the grid -nmax / max, then up to 5 sweeps that move a value to the level its
+ * leave-one-out least-squares scale gives it when that raises sumlx^2 / suml2 (weights x^2). */
+static float q3_scale(int n, int nmax, const float *x, signed char *L)
+{
+    float max = 0, amax = 0;
+    for (int i = 0; i < n; i++)
+        if (fabsf(x[i]) > amax)
+            amax = fabsf(x[i]), max = x[i];
+    if (amax < GROUP_MAX_EPS) {
+        memset(L, 0, (size_t)n);
+        return 0;
+    }
+    float iscale = -nmax / max, sumlx = 0, suml2 = 0;
+    for (int i = 0; i < n; i++) {
+        int l = clamp(nearest(iscale * x[i]), -nmax, nmax - 1);
+        L[i] = (signed char)l;
+        float w = x[i] * x[i];
+        sumlx += w * x[i] * l;
+        suml2 += w * l * l;
+    }
+    for (int sweep = 0; sweep < 5; sweep++) {
+        int changed = 0;
+        for (int i = 0; i < n; i++) {
+            float w = x[i] * x[i], slx = sumlx - w * x[i] * L[i];
+            if (slx > 0) {
+                float sl2 = suml2 - w * L[i] * L[i];
+                int l = clamp(nearest(x[i] * sl2 / slx), -nmax, nmax - 1);
+                if (l != L[i]) {
+                    slx += w * x[i] * l;
+                    sl2 += w * l * l;
+                    if (sl2 > 0 && slx * slx * suml2 > sumlx * sumlx * sl2) {
+                        L[i] = (signed char)l, sumlx = slx, suml2 = sl2;
+                        changed++;
+                    }
+                }
+            }
+        }
+        if (!changed)
+            break;
+    }
+    for (int i = 0; i < n; i++)
+        L[i] = (signed char)(L[i] + nmax);
+    return suml2 > 0.0f ? sumlx / suml2 : 0.0f;
+}
+
 /* The scale and min (returned as -min >= 0 in *neg_min) of n values on the levels 0 .. nmax,
- * minimising sum w |x - (scale l + min)|^2 over nstep + 1 grids (rmin + rdelta k + nmax) / (max -
- * min), each refined by the weighted least-squares scale and min of its levels (min <= 0). */
+ * minimising sum w |x - (scale l + min)|^2 (mad: sum w |x - (scale l + min)|) over nstep + 1 grids
+ * (rmin + rdelta k + nmax) / (max - min), each refined by the weighted least-squares scale and min of
+ * its levels (min <= 0). */
 static float grid_scale_min(int n, int nmax, const float *x, const float *w, unsigned char *L, float *neg_min,
-                            unsigned char *Laux, float rmin, float rdelta, int nstep)
+                            unsigned char *Laux, float rmin, float rdelta, int nstep, int mad)
 {
     float min = x[0], max = x[0], sum_w = w[0], sum_x = sum_w * x[0];
     for (int i = 1; i < n; i++) {
@@ -99,7 +152,7 @@ static float grid_scale_min(int n, int nmax, const float *x, const float *w, uns
     for (int i = 0; i < n; i++) {
         L[i] = (unsigned char)clamp(nearest(iscale * (x[i] - min)), 0, nmax);
         float diff = scale * L[i] + min - x[i];
-        best += w[i] * (diff * diff);
+        best += w[i] * (mad ? fabsf(diff) : diff * diff);
     }
     for (int k = 0; k <= nstep; k++) {
         iscale = (rmin + rdelta * k + nmax) / (max - min);
@@ -121,7 +174,7 @@ static float grid_scale_min(int n, int nmax, const float *x, const float *w, uns
             float err = 0;
             for (int i = 0; i < n; i++) {
                 float diff = this_scale * Laux[i] + this_min - x[i];
-                err += w[i] * (diff * diff);
+                err += w[i] * (mad ? fabsf(diff) : diff * diff);
             }
             if (err < best) {
                 memcpy(L, Laux, (size_t)n);
@@ -194,8 +247,8 @@ static void k4_from_f32(unsigned char *dst, const float *x, size_t n, int nmax)
             float av_x = sqrtf(sum_x2 / 32);
             for (int l = 0; l < 32; l++)
                 w[l] = av_x + fabsf(x[32 * j + l]);
-            scales[j] = nmax == 15 ? grid_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20)
-                                   : grid_scale_min(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15);
+            scales[j] = nmax == 15 ? grid_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20, 0)
+                                   : grid_scale_min(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 0);
             max_scale = scales[j] > max_scale ? scales[j] : max_scale;
             max_min = mins[j] > max_min ? mins[j] : max_min;
         }
@@ -248,6 +301,88 @@ static void k4_from_f32(unsigned char *dst, const float *x, size_t n, int nmax)
     }
 }
 
+/* Q3_K (110-byte blocks: hmask[32], qs[64], scales[12], d): ggml's quantize_row_q3_K_ref. */
+static void q3_k_from_f32(unsigned char *dst, const float *x, size_t n)
+{
+    for (size_t b = 0; b < n / HYLA_QK_K; b++, x += HYLA_QK_K, dst += 110) {
+        signed char L[HYLA_QK_K];
+        unsigned char *hm = dst, *qs = dst + 32, *sc = dst + 96;
+        float scales[16], max_scale = 0, amax = 0;
+        for (int j = 0; j < 16; j++) {
+            scales[j] = q3_scale(16, 4, x + 16 * j, L + 16 * j);
+            if (fabsf(scales[j]) > amax)
+                amax = fabsf(scales[j]), max_scale = scales[j];
+        }
+        memset(dst, 0, 110);
+        if (max_scale) {
+            float iscale = -32.f / max_scale, d = 1 / iscale;
+            for (int j = 0; j < 16; j++) {
+                int l = clamp((signed char)nearest(iscale * scales[j]), -32, 31) + 32;
+                sc[j % 8] |= (unsigned char)((l & 0xF) << (j < 8 ? 0 : 4));
+                sc[8 + j % 4] |= (unsigned char)((l >> 4) << (2 * (j / 4)));
+            }
+            hyla_dtype_from_f32(dst + 108, &d, HYLA_DT_F16, 1);
+        }
+        float dh = half_to_f32(dst + 108);
+        signed char s[16];
+        hyla_k3_scales(sc, (int8_t *)s);
+        for (int j = 0; j < 16; j++) {
+            float dj = dh * s[j];
+            if (!dj)
+                continue;
+            for (int i = 0; i < 16; i++)
+                L[16 * j + i] = (signed char)(clamp(nearest(x[16 * j + i] / dj), -4, 3) + 4);
+        }
+        for (int j = 0; j < HYLA_QK_K; j++) /* the third bit of value j: bit j / 32 of hmask[j % 32] */
+            if (L[j] > 3)
+                hm[j % 32] |= (unsigned char)(1 << (j / 32)), L[j] -= 4;
+        for (int j = 0; j < HYLA_QK_K; j += 128)
+            for (int l = 0; l < 32; l++)
+                qs[j / 4 + l] = (unsigned char)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+    }
+}
+
+/* Q2_K (84-byte blocks: scales[16] (scale | min << 4), qs[64], d, dmin): ggml's quantize_row_q2_K_ref. */
+static void q2_k_from_f32(unsigned char *dst, const float *x, size_t n)
+{
+    for (size_t b = 0; b < n / HYLA_QK_K; b++, x += HYLA_QK_K, dst += 84) {
+        unsigned char L[HYLA_QK_K], Laux[16], *sc = dst, *qs = dst + 16;
+        float w[16], mins[16], scales[16], max_scale = 0, max_min = 0;
+        for (int j = 0; j < 16; j++) {
+            for (int l = 0; l < 16; l++)
+                w[l] = fabsf(x[16 * j + l]);
+            scales[j] = grid_scale_min(16, 3, x + 16 * j, w, L + 16 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 1);
+            max_scale = scales[j] > max_scale ? scales[j] : max_scale;
+            max_min = mins[j] > max_min ? mins[j] : max_min;
+        }
+        memset(dst, 0, 84);
+        if (max_scale > 0) {
+            float iscale = 15.f / max_scale, d = max_scale / 15.f;
+            for (int j = 0; j < 16; j++)
+                sc[j] = (unsigned char)nearest(iscale * scales[j]);
+            hyla_dtype_from_f32(dst + 80, &d, HYLA_DT_F16, 1);
+        }
+        if (max_min > 0) {
+            float iscale = 15.f / max_min, dmin = max_min / 15.f;
+            for (int j = 0; j < 16; j++)
+                sc[j] |= (unsigned char)(nearest(iscale * mins[j]) << 4);
+            hyla_dtype_from_f32(dst + 82, &dmin, HYLA_DT_F16, 1);
+        }
+        float dh = half_to_f32(dst + 80), dminh = half_to_f32(dst + 82);
+        for (int j = 0; j < 16; j++) {
+            float dj = dh * (sc[j] & 0xF);
+            if (!dj)
+                continue;
+            float dm = dminh * (sc[j] >> 4);
+            for (int i = 0; i < 16; i++)
+                L[16 * j + i] = (unsigned char)clamp(nearest((x[16 * j + i] + dm) / dj), 0, 3);
+        }
+        for (int j = 0; j < HYLA_QK_K; j += 128)
+            for (int l = 0; l < 32; l++)
+                qs[j / 4 + l] = (unsigned char)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+    }
+}
+
 static void from_f32_serial(hyla_ggml_type t, unsigned char *dst, const float *src, size_t n)
 {
     switch (t) {
@@ -258,6 +393,8 @@ static void from_f32_serial(hyla_ggml_type t, unsigned char *dst, const float *s
     case HYLA_GGML_Q6_K: q6_k_from_f32(dst, src, n); break;
     case HYLA_GGML_Q4_K: k4_from_f32(dst, src, n, 15); break;
     case HYLA_GGML_Q5_K: k4_from_f32(dst, src, n, 31); break;
+    case HYLA_GGML_Q3_K: q3_k_from_f32(dst, src, n); break;
+    case HYLA_GGML_Q2_K: q2_k_from_f32(dst, src, n); break;
     default: break; /* the writer is only given the types above (hyla_gguf_add_tensor checks) */
     }
 }

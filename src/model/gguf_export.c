@@ -35,11 +35,11 @@ int hyla_gguf_export_types(const hyla_gguf_map *map, const hyla_config *cfg, hyl
         return hyla_error_set(HYLA_ERR_NOMEM, "gguf export: out of memory");
     for (size_t i = 0; i < n; i++) {
         const hyla_gguf_map_tensor *t = &map->t[i];
-        if ((k_m || want == HYLA_GGML_Q4_K || want == HYLA_GGML_Q5_K) &&
-            (types[i] == HYLA_GGML_Q4_K || types[i] == HYLA_GGML_Q5_K) && t->ne[0] % HYLA_QK_K)
+        int k45 = types[i] == HYLA_GGML_Q4_K || types[i] == HYLA_GGML_Q5_K;
+        if ((k45 || types[i] == HYLA_GGML_Q3_K || types[i] == HYLA_GGML_Q2_K) && t->ne[0] % HYLA_QK_K)
             return hyla_error_set(HYLA_ERR_ARG, "gguf export: %s has rows of %lld values, not whole 256-value blocks: "
-                                  "llama.cpp falls back to Q5_0 / Q5_1 there, which hyla does not write", t->name,
-                                  (long long)t->ne[0]);
+                                  "llama.cpp falls back to %s there, which hyla does not write", t->name,
+                                  (long long)t->ne[0], k45 ? "Q5_0 / Q5_1" : "IQ4_NL");
         if (types[i] == HYLA_GGML_Q6_K && t->ne[0] % HYLA_QK_K) { /* llama.cpp's fallback for Q6_K */
             types[i] = HYLA_GGML_Q8_0;
             (*n_fallback)++;
@@ -95,8 +95,8 @@ static int fill_tensor(void *ctx, size_t index, void *dst, size_t nbytes)
 
 uint32_t hyla_gguf_file_type(hyla_ggml_type t, int k_m)
 {
-    if (k_m) /* llama_ftype MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17 */
-        return t == HYLA_GGML_Q4_K ? 15 : 17;
+    if (k_m) /* llama_ftype MOSTLY_Q4_K_M 15, MOSTLY_Q5_K_M 17, MOSTLY_Q3_K_M 12, MOSTLY_Q2_K 10 */
+        return t == HYLA_GGML_Q4_K ? 15 : t == HYLA_GGML_Q5_K ? 17 : t == HYLA_GGML_Q3_K ? 12 : 10;
     /* llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_Q4_K_S 14, MOSTLY_Q5_K_S 16, MOSTLY_Q6_K 18,
      * MOSTLY_BF16 32 (plain q4_k / q5_k: every matrix that type, the _S presets' nearest name) */
     return t == HYLA_GGML_F16 ? 1 : t == HYLA_GGML_Q8_0 ? 7 : t == HYLA_GGML_Q4_K ? 14 : t == HYLA_GGML_Q5_K ? 16

@@ -3,7 +3,7 @@
 # qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0; and the same files (plus files
 # llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, Q3_K_M, Q2_K, on a model
 # whose rows are whole 256-value blocks) run by hyla as models, read in place; and hyla's Q8_0 /
-# Q6_K / Q5_K_M / Q4_K_M export byte-identical to llama.cpp's quantizer (types and blocks), from the
+# Q6_K / Q5_K_M / Q4_K_M / Q3_K_M / Q2_K export byte-identical to llama.cpp's quantizer (types and blocks), from the
 # model directory and from the F32 / F16 GGUF file itself (hyla convert IN.gguf OUT.gguf --to gguf).
 #
 # usage: conformance.py HYLA WORKDIR [--json OUT]     (python with gguf, llama_cpp and numpy)
@@ -270,7 +270,8 @@ def check_quantizer(hyla, work, arch, d, errors, report):
     the file's key-values copied: they must equal llama.cpp's too). From an F16 file, Q4_K_M and
     Q8_0 against llama.cpp's quantizer on that file (F16 -> fp32 is exact on both sides)."""
     f32 = os.path.join(work, f"{arch}-f32.gguf")
-    for qtype, ftype, whole in (("q8_0", 7, True), ("q6_k", 18, True), ("q4_k_m", 15, True), ("q5_k_m", 17, True)):
+    for qtype, ftype, whole in (("q8_0", 7, True), ("q6_k", 18, True), ("q4_k_m", 15, True), ("q5_k_m", 17, True),
+                                ("q3_k_m", 12, True), ("q2_k", 10, True)):
         mine, theirs = os.path.join(work, f"{arch}-hyla-{qtype}.gguf"), os.path.join(work, f"{arch}-llama-{ftype}.gguf")
         subprocess.run([hyla, "convert", d, mine, "--to", "gguf", "--type", qtype], check=True, stdout=subprocess.DEVNULL)
         if not os.path.exists(theirs):
