@@ -114,10 +114,13 @@ static int is_kquant(hyla_ggml_type t)
            t == HYLA_GGML_Q6_K;
 }
 
-static int all_kquant_rows(const hyla_qmat *W)
+/* Types whose products take Q8_K activations: the K-quants and IQ4_XS. */
+static int q8_k_decode(hyla_ggml_type t) { return is_kquant(t) || t == HYLA_GGML_IQ4_XS; }
+
+static int all_q8_k_rows(const hyla_qmat *W)
 {
     for (int64_t r = 0; r < W->rows; r++)
-        if (!is_kquant((hyla_ggml_type)W->row_type[r]))
+        if (!q8_k_decode((hyla_ggml_type)W->row_type[r]))
             return 0;
     return 1;
 }
@@ -128,15 +131,16 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
     float *x = malloc((size_t)(n * K) * sizeof *x), *y = malloc((size_t)(n * rows) * sizeof *y);
     float *scratch = malloc((size_t)hyla_linear_q_scratch_floats(n, K) * sizeof *scratch);
     for (int64_t i = 0; i < n * K; i++)
-        x[i] = (float)sin(0.37 * (double)i + 1.0);
+        x[i] = (float)sin(0.37 * (double)i + 1.0) + 0.25f; /* a nonzero mean, so that the levels' offsets
+                                                             * (Q3_K, Q6_K, IQ4_XS) and the mins count */
     int64_t row0 = rows > 4 ? 2 : 0, out = rows - row0;
     hyla_linear_q(y, x, W, row0, n, K, out, scratch);
     /* the K-quants' and Q8_0's products (decode kernels and the prefill GEMM) round x to int8 first,
      * as llama.cpp: per 256 (Q8_K), per 32 for Q8_0 weights (quant.h) */
     int q8_0_decode = !W->row_type && W->type == HYLA_GGML_Q8_0 && n <= HYLA_QUANT_SKINNY_M;
     int int8 = hyla_quant_int8_activations && K % (q8_0_decode ? 64 : 256) == 0 &&
-               (W->row_type ? n <= HYLA_QUANT_SKINNY_M && all_kquant_rows(W) /* mixed: the decode kernels per row */
-                            : is_kquant(W->type) || W->type == HYLA_GGML_Q8_0);
+               (W->row_type ? n <= HYLA_QUANT_SKINNY_M && all_q8_k_rows(W) /* mixed: the decode kernels per row */
+                            : q8_k_decode(W->type) || W->type == HYLA_GGML_Q8_0);
     double worst = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t o = 0; o < out; o++) {

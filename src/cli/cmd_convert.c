@@ -17,14 +17,15 @@ static int convert_to_gguf(const char *in, const char *out, const char *type_s, 
     static const struct { const char *name; hyla_ggml_type type; int k_m; } types[] = {
         {"f32", HYLA_GGML_F32, 0}, {"f16", HYLA_GGML_F16, 0}, {"bf16", HYLA_GGML_BF16, 0}, {"q8_0", HYLA_GGML_Q8_0, 0},
         {"q6_k", HYLA_GGML_Q6_K, 0}, {"q5_k_m", HYLA_GGML_Q5_K, 1}, {"q4_k_m", HYLA_GGML_Q4_K, 1},
-        {"q5_k", HYLA_GGML_Q5_K, 0}, {"q4_k", HYLA_GGML_Q4_K, 0}, {"q3_k_m", HYLA_GGML_Q3_K, 1}, {"q2_k", HYLA_GGML_Q2_K, 1}};
+        {"q5_k", HYLA_GGML_Q5_K, 0}, {"q4_k", HYLA_GGML_Q4_K, 0}, {"q3_k_m", HYLA_GGML_Q3_K, 1},
+        {"q2_k", HYLA_GGML_Q2_K, 1}};
     int found = -1;
     for (size_t i = 0; i < sizeof types / sizeof *types; i++)
         if (!strcmp(type_s ? type_s : "f32", types[i].name))
             found = (int)i;
     if (found < 0) {
-        fprintf(stderr, "hyla convert: --type must be f32, f16, bf16, q8_0, q6_k, q5_k_m, q4_k_m, q5_k, q4_k, q3_k_m or q2_k, "
-                        "got '%s'\n", type_s);
+        fprintf(stderr, "hyla convert: --type must be f32, f16, bf16, q8_0, q6_k, q5_k_m, q4_k_m, q5_k, q4_k, q3_k_m "
+                        "or q2_k, got '%s'\n", type_s);
         return 2;
     }
     hyla_gguf_export_info info;
@@ -65,8 +66,8 @@ int hyla_cmd_convert(int argc, char **argv)
         {"--tokenizer", OPT_STRING, &vocab, "FILE.gguf", "--to gguf: the vocabulary (tokenizer.*) copied from this "
          "GGUF file, e.g. the one a checkpoint was trained from (default: IN's tokenizer.json)", 0, 0},
         {"--type", OPT_STRING, &type_s, "f32|f16|bf16|q8_0|q6_k|q5_k_m|q4_k_m|q5_k|q4_k|q3_k_m|q2_k",
-         "--to gguf: type of the matrices (default f32; quantized types as llama.cpp's quantizer writes them, _m and q2_k "
-         "with its per-tensor mix)", 0, 0},
+         "--to gguf: type of the matrices (default f32; quantized types as llama.cpp's quantizer writes them, "
+         "_m and q2_k with its per-tensor mix)", 0, 0},
         {0},
     };
     const hyla_command_spec spec = {"convert", "IN OUT [options]",

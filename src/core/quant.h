@@ -13,6 +13,9 @@
  *   Q5_1   32 values, 24 bytes: f16 d, m; u8 qh[4]; u8 qs[16]         x = d q + m
  *   IQ4_NL 32 values, 18 bytes: f16 d; u8 qs[16]                      x = d table[q] (a fixed non-linear
  *                                                                     16-entry table), q as Q4_0's
+ *   IQ4_XS 256 values, 136 bytes: f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]: 8 sub-blocks of 32
+ *                                                                     with a 6-bit scale each (stored + 32);
+ *                                                                     x = d (ls - 32) table[q], q as IQ4_NL's
  * (llama.cpp's quantizer writes Q4_1 / Q5_0 / Q5_1 / Q8_0 / IQ4_NL for tensors whose rows are not
  * whole 256-value blocks when a K-quant was asked for.)
  *   Q4_K  256 values, 144 bytes: f16 d, dmin; u8 scales[12]; u8 qs[128]: 8 sub-blocks of 32 with
@@ -46,6 +49,7 @@ typedef enum {
     HYLA_GGML_Q5_K = 13,
     HYLA_GGML_Q6_K = 14,
     HYLA_GGML_IQ4_NL = 20,
+    HYLA_GGML_IQ4_XS = 23,
     HYLA_GGML_BF16 = 30,
 } hyla_ggml_type;
 
@@ -54,10 +58,12 @@ typedef enum {
 
 /* 1 when hyla reads type t (a ggml type id from a file); 0 otherwise. */
 int hyla_ggml_type_supported(uint32_t t);
-/* "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
- * "Q6_K";
+/* "F32", "F16", "BF16", "Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "IQ4_XS", "Q2_K", "Q3_K", "Q4_K",
+ * "Q5_K", "Q6_K";
  * "?" otherwise. */
 const char *hyla_ggml_type_name(hyla_ggml_type t);
+/* ggml's kvalues_iq4nl: the 16 levels of IQ4_NL / IQ4_XS. */
+extern const int8_t hyla_iq4_values[16];
 /* The 16 scales of a Q3_K block's 12 packed scale bytes, minus 32 (ggml's kmask unpacking). */
 void hyla_k3_scales(const unsigned char *packed, int8_t sc[16]);
 /* Values per block and bytes per block (1 and 4/2 for F32/F16/BF16); 0 for an unknown type. */

@@ -816,6 +816,7 @@ hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_avx512(hyla_ggml_type t)
     return t == HYLA_GGML_Q4_K   ? q4_k_rows4
            : t == HYLA_GGML_Q5_K ? q5_k_rows4
            : t == HYLA_GGML_Q6_K ? q6_k_rows4
+           : t == HYLA_GGML_IQ4_XS ? hyla_qdot_i8_rows4_iq4(t)
                                  : hyla_qdot_i8_rows4_k23(t);
 #else
     (void)t;
@@ -838,6 +839,7 @@ hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n)
     case HYLA_GGML_Q5_K: return q5_k_i8_by_n[n];
     case HYLA_GGML_Q6_K: return q6_k_i8_by_n[n];
     case HYLA_GGML_Q2_K: case HYLA_GGML_Q3_K: return hyla_qdot_i8_k23(t, n);
+    case HYLA_GGML_IQ4_XS: return hyla_qdot_i8_iq4(t, n);
     default: return NULL;
     }
 #else

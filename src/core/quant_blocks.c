@@ -12,6 +12,7 @@ int hyla_ggml_type_supported(uint32_t t)
     case HYLA_GGML_F32: case HYLA_GGML_F16: case HYLA_GGML_BF16: case HYLA_GGML_Q8_0: case HYLA_GGML_Q4_0:
     case HYLA_GGML_Q4_1: case HYLA_GGML_Q5_0: case HYLA_GGML_Q5_1: case HYLA_GGML_IQ4_NL:
     case HYLA_GGML_Q2_K: case HYLA_GGML_Q3_K: case HYLA_GGML_Q4_K: case HYLA_GGML_Q5_K: case HYLA_GGML_Q6_K:
+    case HYLA_GGML_IQ4_XS:
         return 1;
     default:
         return 0;
@@ -30,6 +31,7 @@ const char *hyla_ggml_type_name(hyla_ggml_type t)
     case HYLA_GGML_Q5_0: return "Q5_0";
     case HYLA_GGML_Q5_1: return "Q5_1";
     case HYLA_GGML_IQ4_NL: return "IQ4_NL";
+    case HYLA_GGML_IQ4_XS: return "IQ4_XS";
     case HYLA_GGML_Q2_K: return "Q2_K";
     case HYLA_GGML_Q3_K: return "Q3_K";
     case HYLA_GGML_Q4_K: return "Q4_K";
@@ -47,6 +49,7 @@ int64_t hyla_ggml_block_values(hyla_ggml_type t)
     case HYLA_GGML_IQ4_NL:
         return 32;
     case HYLA_GGML_Q2_K: case HYLA_GGML_Q3_K: case HYLA_GGML_Q4_K: case HYLA_GGML_Q5_K: case HYLA_GGML_Q6_K:
+    case HYLA_GGML_IQ4_XS:
         return HYLA_QK_K;
     }
     return 0;
@@ -62,6 +65,7 @@ int64_t hyla_ggml_block_bytes(hyla_ggml_type t)
     case HYLA_GGML_Q4_1: return 20;
     case HYLA_GGML_Q5_0: return 22;
     case HYLA_GGML_Q5_1: return 24;
+    case HYLA_GGML_IQ4_XS: return 136;
     case HYLA_GGML_Q2_K: return 84;
     case HYLA_GGML_Q3_K: return 110;
     case HYLA_GGML_Q4_K: return 144;
@@ -140,14 +144,34 @@ static void q5_1_block(float *y, const unsigned char *b)
     }
 }
 
+/* IQ4_NL / IQ4_XS: a 4-bit index q into ggml's non-linear table kvalues_iq4nl (hyla_iq4_values) */
+const int8_t hyla_iq4_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
 static void iq4_nl_block(float *y, const unsigned char *b)
 {
-    static const signed char values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
     float d = hyla_half_at(b);
     const unsigned char *qs = b + 2;
     for (int j = 0; j < 16; j++) {
-        y[j] = d * values[qs[j] & 0xF];
-        y[j + 16] = d * values[qs[j] >> 4];
+        y[j] = d * hyla_iq4_values[qs[j] & 0xF];
+        y[j + 16] = d * hyla_iq4_values[qs[j] >> 4];
+    }
+}
+
+/* IQ4_XS: f16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]: sub-block j of 32 values has the 6-bit
+ * scale ls = nibble j % 2 of scales_l[j / 2] | bits 2 j, 2 j + 1 of scales_h << 4, and its values
+ * d (ls - 32) table[q], q as IQ4_NL's (the low nibbles of its 16 bytes the first 16 values). */
+static void iq4_xs_block(float *y, const unsigned char *b)
+{
+    float d = hyla_half_at(b);
+    unsigned sh = (unsigned)b[2] | (unsigned)b[3] << 8;
+    const unsigned char *qs = b + 8;
+    for (int j = 0; j < 8; j++, y += 32, qs += 16) {
+        int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((sh >> (2 * j)) & 3) << 4);
+        float dl = d * (ls - 32);
+        for (int i = 0; i < 16; i++) {
+            y[i] = dl * hyla_iq4_values[qs[i] & 0xF];
+            y[i + 16] = dl * hyla_iq4_values[qs[i] >> 4];
+        }
     }
 }
 
@@ -275,6 +299,7 @@ void hyla_ggml_to_f32(hyla_ggml_type t, float *dst, const void *src, int64_t n)
     case HYLA_GGML_Q5_0: block = q5_0_block; break;
     case HYLA_GGML_Q5_1: block = q5_1_block; break;
     case HYLA_GGML_IQ4_NL: block = iq4_nl_block; break;
+    case HYLA_GGML_IQ4_XS: block = iq4_xs_block; break;
     case HYLA_GGML_Q2_K: block = q2_k_block; break;
     case HYLA_GGML_Q3_K: block = q3_k_block; break;
     case HYLA_GGML_Q4_K: block = q4_k_block; break;

@@ -1,19 +1,21 @@
 /* Prefill products with quantized weights (quant_kernels.h: hyla_qgemm_tile): an int8 VNNI GEMM
  * over a tile of up to HYLA_QGEMM_TILE weight rows, repacked once per call so that one vpdpbusd
  * multiplies 16 weight rows by 4 values of one activation row: for 16-row group g, unit u (a
- * scale group: 32 values for Q8_0 / Q4_K / Q5_K, 16 for Q6_K) and quad t, 64 bytes holding row
- * r's 4 levels at 4 r.
+ * scale group: 32 values for Q8_0 / Q4_K / Q5_K, 16 for Q2_K / Q3_K / Q6_K / IQ4_XS) and quad t, 64
+ * bytes holding row r's 4 levels at 4 r.
  *
- * K-quants (Q4_K, Q5_K, Q6_K) against Q8_K activations (one scale d_x per 256): per super-block of
- * 256 values, A = sum_u sc_u (L . q_x over unit u) and
- * M = sum_j c_j bsum_j over the 16 sums of 16 q_x (c_j = the min m of j's unit for Q4_K / Q5_K,
- * the scale sc_j for Q6_K, whose levels carry +32), then y += d d_x A - dm d_x M in fp32 with
- * dm = dmin (Q4_K / Q5_K) or 32 d (Q6_K): the products of the decode kernels, summed per block
- * instead of per row. Each unit's integer sum L . q_x (vpdpbusd, exact in int32) is scaled by sc_u and
- * added into A in fp32: |sc_u L . q_x| < 2^24 for every type (Q6_K: 16 x 63 x 128 x 128 = 16.5M), so
- * each product is exact and A is the integer sum while its partial sums stay below 2^24 (a unit's is
- * ~1e4-1e5 for typical activations; the GEMM outputs of test harnesses came out byte-identical). The
- * integer form, vpmulld (two uops, 10 cycles) + vpaddd, had been a uop more per unit than vcvtdq2ps +
+ * K-quants (Q2_K .. Q6_K) and IQ4_XS against Q8_K activations (one scale d_x per 256): per
+ * super-block of 256 values, A = sum_u sc_u (L . q_x over unit u) and
+ * M = sum_j c_j bsum_j over the 16 sums of 16 q_x (c_j = the min m of j's unit for Q2_K / Q4_K /
+ * Q5_K, the scale sc_j for Q3_K / Q6_K / IQ4_XS, whose levels carry +4 / +32 / +128), then
+ * y += d d_x A - dm d_x M in fp32 with dm = dmin (Q2_K / Q4_K / Q5_K) or 4 d / 32 d / 128 d: the
+ * products of the decode kernels, summed per block instead of per row (IQ4_XS's decode kernel takes
+ * its signed levels without the offset: the same integers). Each unit's integer sum L . q_x
+ * (vpdpbusd, exact in int32) is scaled by sc_u and added into A in fp32: |sc_u L . q_x| < 2^24 for
+ * every type (Q6_K: 16 x 63 x 128 x 128 = 16.5M; IQ4_XS: 32 x 241 x 127 x 16 = 15.7M, hence its units
+ * of 16), so each product is exact and A is the integer sum while its partial sums stay below 2^24 (a
+ * unit's is ~1e4-1e5 for typical activations, IQ4_XS's ~1e5-1e6 with the +128; past 2^24 a sum rounds
+ * by < 2^-24 of itself; the GEMM outputs of test harnesses came out byte-identical). The integer form, vpmulld (two uops, 10 cycles) + vpaddd, had been a uop more per unit than vcvtdq2ps +
  * vfmadd (prefill 512 of the 0.8B Q4_K_M file +3-6%, stop 45). A pass covers 2 groups (32 weight rows) x
  * 6 activation rows: 12 independent accumulator chains, each broadcast of activations feeding two weight
  * vectors.
@@ -52,6 +54,20 @@ VNNI_TARGET static void k23_levels(uint8_t *l, const unsigned char *qs, const un
         _mm512_storeu_si512((void *)(l + 64 * k), w[k]);
 }
 
+/* IQ4_XS: a block's 256 levels in x's order, table[q] + 128 (u8) (hyla_iq4_indices, a vpshufb of the
+ * offset table). */
+#define IQ4_U8 1, 24, 45, 63, 79, 93, 106, 118, 129, 141, 153, 166, 181, 197, 217, 241 /* hyla_iq4_values + 128 */
+static const uint8_t iq4_u8[64] = {IQ4_U8, IQ4_U8, IQ4_U8, IQ4_U8};
+VNNI_TARGET static void iq4_levels(uint8_t *l, const unsigned char *qs)
+{
+    hyla_iq4_consts c;
+    hyla_iq4_consts_load(&c);
+    __m512i n[4], table = _mm512_loadu_si512((const void *)iq4_u8);
+    hyla_iq4_indices(n, qs, &c);
+    for (int k = 0; k < 4; k++)
+        _mm512_storeu_si512((void *)(l + 64 * k), _mm512_shuffle_epi8(table, n[k]));
+}
+
 /* A K-quant row's fields: levels L[K] (0..15 / 0..31 / 0..63), integer unit scales sc[K / ul] (as floats),
  * per block d and dm, and the 16 per-16 weights c[16] of each block's M (see the top). */
 static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_t *L, float *sc, float *dv,
@@ -77,6 +93,21 @@ static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_
             dm[b] = 4.0f * dv[b]; /* exact */
             for (int j = 0; j < 16; j++)
                 sc[b * 16 + j] = s[j], c[b * 16 + j] = s[j];
+            continue;
+        }
+        if (t == HYLA_GGML_IQ4_XS) { /* levels table[q] + 128 (1..241) carrying +128 as Q6_K's +32; a unit
+                                       * of 16 (each sub-block's scale twice): |sc L . q_x| <= 32 x 241 x 127 x 16
+                                       * < 2^24 */
+            const unsigned char *blk = row + b * 136, *qs = blk + 8;
+            unsigned sh = (unsigned)blk[2] | (unsigned)blk[3] << 8;
+            iq4_levels(l, qs);
+            for (int j = 0; j < 8; j++) {
+                int ls = ((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((sh >> (2 * j)) & 3) << 4);
+                sc[b * 16 + 2 * j] = sc[b * 16 + 2 * j + 1] = (float)(ls - 32);
+                c[b * 16 + 2 * j] = c[b * 16 + 2 * j + 1] = (int16_t)(ls - 32);
+            }
+            dv[b] = hyla_half_at(blk);
+            dm[b] = 128.0f * dv[b]; /* exact */
             continue;
         }
         if (t == HYLA_GGML_Q6_K) {
@@ -380,7 +411,9 @@ VNNI_TARGET static void q8_0_rows(float *y, int64_t ldy, const hyla_qx *x, int64
 int hyla_qgemm_supported(hyla_ggml_type t)
 {
 #ifdef HAVE_KERNELS
-    return hyla_qdot_i8_avx512(t, 1) != NULL || (t == HYLA_GGML_Q8_0 && hyla_qdot_i8_avx512(HYLA_GGML_Q4_K, 1));
+    int kq = t == HYLA_GGML_Q2_K || t == HYLA_GGML_Q3_K || t == HYLA_GGML_Q4_K || t == HYLA_GGML_Q5_K ||
+             t == HYLA_GGML_Q6_K || t == HYLA_GGML_IQ4_XS;
+    return (kq || t == HYLA_GGML_Q8_0) && hyla_qdot_i8_avx512(HYLA_GGML_Q4_K, 1) != NULL; /* (VNNI) */
 #else
     (void)t;
     return 0;

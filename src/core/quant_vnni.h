@@ -1,7 +1,8 @@
 /* What the AVX-512 VNNI decode kernels share (core/quant_avx512.c: Q8_0, Q4_K, Q5_K, Q6_K;
- * core/quant_avx512_k23.c: Q2_K, Q3_K) and the prefill GEMM's repack (core/quant_gemm.c): their target
- * attributes, the dot of a block's 256 levels with scales per lane against int8 activations, the scale
- * index of a block of 16-value groups, and the Q2_K / Q3_K levels widened in registers.
+ * core/quant_avx512_k23.c: Q2_K, Q3_K; core/quant_avx512_iq4.c: IQ4_XS) and the prefill GEMM's repack
+ * (core/quant_gemm.c): their target attributes, the dot of a block's 256 levels with scales per lane
+ * against int8 activations, the scale index of a block of 16-value groups, the Q2_K / Q3_K levels and the
+ * IQ4_XS indices widened in registers.
  * Internal to core/; include only where HAVE_KERNELS (x86-64, GCC >= 10). */
 #ifndef HYLA_CORE_QUANT_VNNI_H
 #define HYLA_CORE_QUANT_VNNI_H
@@ -79,6 +80,34 @@ VNNI_INLINE void hyla_k23_levels(__m512i w[4], const unsigned char *qs, const un
         w[1] = _mm512_mask_add_epi8(w[1], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 2), c->hsel), w[1], c->four);
         w[2] = _mm512_mask_add_epi8(w[2], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 4), c->hsel), w[2], c->four);
         w[3] = _mm512_mask_add_epi8(w[3], _mm512_test_epi8_mask(_mm512_srli_epi16(H, 6), c->hsel), w[3], c->four);
+    }
+}
+
+/* IQ4_NL / IQ4_XS indices: 16 bytes a sub-block of 32 values, the low nibbles indexing values 0..15 and
+ * the high ones 16..31. A 64-byte load holds 4 sub-blocks, one per 128-bit lane; their low and high
+ * nibbles interleaved by lane (one vpermt2q for each half) are 128 indices in x's order: sub-block j's
+ * first 16 are lane j of lo (64-bit lanes 2 j, 2 j + 1), its last 16 the same lanes of hi (8 + ...). */
+static const int64_t hyla_iq4_lanes[2][8] = {{0, 1, 8, 9, 2, 3, 10, 11}, {4, 5, 12, 13, 6, 7, 14, 15}};
+typedef struct {
+    __m512i low4, lanes[2];
+} hyla_iq4_consts;
+
+VNNI_INLINE void hyla_iq4_consts_load(hyla_iq4_consts *c)
+{
+    c->low4 = _mm512_set1_epi8(0x0F);
+    c->lanes[0] = _mm512_loadu_si512((const void *)hyla_iq4_lanes[0]);
+    c->lanes[1] = _mm512_loadu_si512((const void *)hyla_iq4_lanes[1]);
+}
+
+/* n[k] = the indices of values 64 k .. 64 k + 63 of the 128 bytes at qs (a 256-value IQ4_XS block). */
+VNNI_INLINE void hyla_iq4_indices(__m512i n[4], const unsigned char *qs, const hyla_iq4_consts *c)
+{
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i Q = _mm512_loadu_si512((const void *)(qs + 64 * h));
+        __m512i lo = _mm512_and_si512(Q, c->low4), hi = _mm512_and_si512(_mm512_srli_epi16(Q, 4), c->low4);
+        n[2 * h] = _mm512_permutex2var_epi64(lo, c->lanes[0], hi);
+        n[2 * h + 1] = _mm512_permutex2var_epi64(lo, c->lanes[1], hi);
     }
 }
 

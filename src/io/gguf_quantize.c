@@ -247,8 +247,9 @@ static void k4_from_f32(unsigned char *dst, const float *x, size_t n, int nmax)
             float av_x = sqrtf(sum_x2 / 32);
             for (int l = 0; l < 32; l++)
                 w[l] = av_x + fabsf(x[32 * j + l]);
-            scales[j] = nmax == 15 ? grid_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20, 0)
-                                   : grid_scale_min(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 0);
+            scales[j] = nmax == 15
+                            ? grid_scale_min(32, 15, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -1.0f, 0.1f, 20, 0)
+                            : grid_scale_min(32, 31, x + 32 * j, w, L + 32 * j, &mins[j], Laux, -0.5f, 0.1f, 15, 0);
             max_scale = scales[j] > max_scale ? scales[j] : max_scale;
             max_min = mins[j] > max_min ? mins[j] : max_min;
         }
@@ -301,6 +302,15 @@ static void k4_from_f32(unsigned char *dst, const float *x, size_t n, int nmax)
     }
 }
 
+/* Q2_K / Q3_K: 256 levels 0..3 into 64 bytes (value 128 h + 32 s + l at bits 2 s of qs[32 h + l]). */
+static void pack_2bit(unsigned char *qs, const unsigned char *L)
+{
+    for (int j = 0; j < HYLA_QK_K; j += 128)
+        for (int l = 0; l < 32; l++)
+            qs[j / 4 + l] =
+                (unsigned char)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+}
+
 /* Q3_K (110-byte blocks: hmask[32], qs[64], scales[12], d): ggml's quantize_row_q3_K_ref. */
 static void q3_k_from_f32(unsigned char *dst, const float *x, size_t n)
 {
@@ -336,9 +346,7 @@ static void q3_k_from_f32(unsigned char *dst, const float *x, size_t n)
         for (int j = 0; j < HYLA_QK_K; j++) /* the third bit of value j: bit j / 32 of hmask[j % 32] */
             if (L[j] > 3)
                 hm[j % 32] |= (unsigned char)(1 << (j / 32)), L[j] -= 4;
-        for (int j = 0; j < HYLA_QK_K; j += 128)
-            for (int l = 0; l < 32; l++)
-                qs[j / 4 + l] = (unsigned char)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+        pack_2bit(qs, (const unsigned char *)L);
     }
 }
 
@@ -377,9 +385,7 @@ static void q2_k_from_f32(unsigned char *dst, const float *x, size_t n)
             for (int i = 0; i < 16; i++)
                 L[16 * j + i] = (unsigned char)clamp(nearest((x[16 * j + i] + dm) / dj), 0, 3);
         }
-        for (int j = 0; j < HYLA_QK_K; j += 128)
-            for (int l = 0; l < 32; l++)
-                qs[j / 4 + l] = (unsigned char)(L[j + l] | (L[j + l + 32] << 2) | (L[j + l + 64] << 4) | (L[j + l + 96] << 6));
+        pack_2bit(qs, (const unsigned char *)L);
     }
 }
 

@@ -175,8 +175,8 @@ static int parse_tensor_info(hyla_gguf_file *f, cursor *c, hyla_gguf_tensor *t)
     HYLA_TRY(get_u64(c, &t->offset, t->name));
     if (!hyla_ggml_type_supported(type))
         return hyla_error_set(HYLA_ERR_FORMAT, "%s: tensor %s has ggml type %u, which hyla does not read (F32, F16, "
-                              "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)", f->path, t->name,
-                              type);
+                              "BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, IQ4_XS, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K)",
+                              f->path, t->name, type);
     t->type = (hyla_ggml_type)type;
     int64_t bv = hyla_ggml_block_values(t->type);
     if (t->ne[0] % bv)

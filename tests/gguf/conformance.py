@@ -1,7 +1,7 @@
 # GGUF conformance: hyla convert --to gguf, read back by the official `gguf` package and run by
 # llama.cpp itself (llama-cpp-python), for the three architectures llama.cpp knows (qwen3next,
 # qwen35, qwen35moe) and the tensor types F32, F16, BF16, Q8_0; and the same files (plus files
-# llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, Q3_K_M, Q2_K, on a model
+# llama.cpp's own quantizer made from hyla's F32 export: Q4_K_M, Q5_K_M, Q6_K, Q4_0, Q3_K_M, Q2_K, IQ4_XS, on a model
 # whose rows are whole 256-value blocks) run by hyla as models, read in place; and hyla's Q8_0 /
 # Q6_K / Q5_K_M / Q4_K_M / Q3_K_M / Q2_K export byte-identical to llama.cpp's quantizer (types and blocks), from the
 # model directory and from the F32 / F16 GGUF file itself (hyla convert IN.gguf OUT.gguf --to gguf).
@@ -41,10 +41,10 @@
 #      kernels, and their int8 activations, are checked by tests/test_gguf.c.)
 #   4. (F32 / F16 / BF16 files) llama.cpp on the same file against hyla on it: the bounds of 2.
 #   5. Quantized files, same file, tight (check_same_file): a calm model (initializer_range 0.02),
-#      hyla against llama.cpp token by token on Q8_0 / Q4_K_M / Q5_K_M / Q6_K / Q3_K_M / Q2_K files; both round the
-#      activations the same way, so the bound is the fp32 summation term plus the model's response
-#      to the activation rounding itself (derivation there); two damaged copies (a doubled block
-#      scale, swapped nibbles) must fail it.
+#      hyla against llama.cpp token by token on Q8_0 / Q4_K_M / Q5_K_M / Q6_K / Q3_K_M / Q2_K / IQ4_XS
+#      files; both round the activations the same way, so the bound is the fp32 summation term plus the
+#      model's response to the activation rounding itself (derivation there); three damaged copies (a
+#      doubled block scale, swapped nibbles, Q3_K's third bits swapped between halves) must fail it.
 #   6. The mean KL of each quantized file's next-token distribution from the F32 model's over 2048
 #      positions, hyla against llama.cpp (check_quality); hyla's quantized export byte-identical to
 #      llama.cpp's quantizer (check_quantizer); a file holding a tensor the architecture's map does
@@ -100,7 +100,8 @@ MODELS["qwen35k"] = {"architectures": ["Qwen3_5ForConditionalGeneration"], "mode
 # scale, against 6% at 0.1), for the tight same-file check against llama.cpp (check_same_file)
 CALM = json.loads(json.dumps(MODELS["qwen35k"]))
 CALM["text_config"]["initializer_range"] = 0.02
-LLAMA_QUANTS = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q4_0": 2, "q3_k_m": 12, "q2_k": 10}  # llama_ftype
+LLAMA_QUANTS = {"q4_k_m": 15, "q5_k_m": 17, "q6_k": 18, "q4_0": 2, "q3_k_m": 12, "q2_k": 10,  # llama_ftype
+                "iq4_xs": 30}
 TYPES = {"f32": gguf.GGMLQuantizationType.F32, "f16": gguf.GGMLQuantizationType.F16,
          "bf16": gguf.GGMLQuantizationType.BF16, "q8_0": gguf.GGMLQuantizationType.Q8_0}
 
@@ -496,7 +497,7 @@ def check_same_file(hyla, work, errors, report):
     f32 = os.path.join(work, "calm-f32.gguf")
     subprocess.run([hyla, "convert", d, f32, "--to", "gguf", "--type", "f32"], check=True, stdout=subprocess.DEVNULL)
     files = {}
-    for qtype in ("q8_0", "q4_k_m", "q5_k_m", "q6_k", "q3_k_m", "q2_k"):
+    for qtype in ("q8_0", "q4_k_m", "q5_k_m", "q6_k", "q3_k_m", "q2_k", "iq4_xs"):
         path = files[qtype] = os.path.join(work, f"calm-{qtype}.gguf")
         if qtype == "q8_0":
             subprocess.run([hyla, "convert", d, path, "--to", "gguf", "--type", "q8_0"], check=True, stdout=subprocess.DEVNULL)

@@ -14,7 +14,7 @@ T = gguf.GGMLQuantizationType
 # (type, byte offsets of its f16 scales within a block)
 TYPES = [(T.Q8_0, [0]), (T.Q4_0, [0]), (T.Q4_1, [0, 2]), (T.Q5_0, [0]), (T.Q5_1, [0, 2]), (T.IQ4_NL, [0]),
          (T.Q4_K, [0, 2]), (T.Q5_K, [0, 2]), (T.Q6_K, [208]), (T.F16, []), (T.BF16, []),
-         (T.Q2_K, [80, 82]), (T.Q3_K, [108])]
+         (T.Q2_K, [80, 82]), (T.Q3_K, [108]), (T.IQ4_XS, [0])]
 rng = np.random.default_rng(20261203)
 out = open(sys.argv[1], "wb")
 for t, scales in TYPES:
