@@ -71,8 +71,8 @@ extern int hyla_quantize_x_scalar;
 /* y[i * ldy] = sum_k w_k (d q)[i][k] as ggml's vec_dot_q*_K_q8_K computes it: integer products and
  * scales (exact, in int32), d_w d_x and the mins / offsets in fp32 once per block. */
 typedef void (*hyla_qdot_i8_fn)(float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row);
-/* For Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (x: Q8_K) and Q8_0 (x: Q8_0 with its lanes, K a multiple of 64) with AVX-512
- * VNNI; NULL otherwise. */
+/* For Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (x: Q8_K) and Q8_0 (x: Q8_0 with its lanes, K a multiple of
+ * 64) with AVX-512 VNNI; NULL otherwise. */
 hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n);
 /* y[r] = the n = 1 kernel's value for rows[r], r < 4, bit for bit (the four rows' blocks
  * interleaved): for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS with AVX-512 VNNI; NULL otherwise. */
@@ -86,7 +86,7 @@ hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_k23(hyla_ggml_type t);
 hyla_qdot_i8_fn hyla_qdot_i8_iq4(hyla_ggml_type t, int64_t n);
 hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_iq4(hyla_ggml_type t);
 
-/* Prefill products with K-quant or Q8_0 weights (Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, Q8_0) on VNNI (core/quant_gemm.c):
+/* Prefill products with K-quant, IQ4_XS or Q8_0 weights (Q2_K .. Q6_K, IQ4_XS, Q8_0) on VNNI (core/quant_gemm.c):
  * a tile of up to HYLA_QGEMM_TILE weight rows repacked once into levels and scales, then every
  * activation row (rounded as Q8_K, or per 32 for Q8_0) against it, 16 weight rows per vpdpbusd;
  * y[i * ldy + r] for r < nrows. Per row the arithmetic of the decode kernels up to summation order:
