@@ -403,19 +403,10 @@ VNNI_INLINE void q6_consts_load(q6_consts *c)
 {
     c->low4 = _mm512_set1_epi8(0x0F), c->bits45 = _mm512_set1_epi8(0x30);
     c->sh_lo = _mm512_loadu_si512((const void *)q6_shift_lo), c->sh_hi = _mm512_loadu_si512((const void *)q6_shift_hi);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        c->sidx[k] = _mm512_loadu_si512((const void *)hyla_group16_scale_idx[k]);
+    hyla_group16_sidx_load(c->sidx);
 }
 
-/* One stored block: its levels w[4], lane scales s[4], the 16 scales as int16 and d. */
-typedef struct {
-    __m512i w[4], s[4];
-    __m256i sc16;
-    float d;
-} q6_unpacked;
-
-VNNI_INLINE void q6_block_unpack(q6_unpacked *B, const unsigned char *row, const q6_consts *c)
+VNNI_INLINE void q6_block_unpack(hyla_offset_block *B, const unsigned char *row, const q6_consts *c)
 {
     for (int l = 0; l < 210; l += 64)
         hyla_prefetch_stream(row + l);
@@ -430,61 +421,17 @@ VNNI_INLINE void q6_block_unpack(q6_unpacked *B, const unsigned char *row, const
         B->w[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(L, 4), c->low4),
                                           _mm512_and_si512(_mm512_srlv_epi16(H, c->sh_hi), c->bits45));
     }
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        B->s[k] = _mm512_permutexvar_epi16(c->sidx[k], _mm512_castsi256_si512(B->sc16));
+    hyla_group16_spread(B->s, B->sc16, c->sidx);
 }
 
 /* acc += d d_x (levels . x - 32 sum_j sc_j bsum_j) for block b of activation row i. */
-VNNI_INLINE void q6_block_accumulate(__m512 *acc, const q6_unpacked *B, const hyla_qx *x, int64_t i, int64_t b)
+VNNI_INLINE void q6_block_accumulate(__m512 *acc, const hyla_offset_block *B, const hyla_qx *x, int64_t i, int64_t b)
 {
-    int64_t K = x->K;
-    __m512i sumi = levels_dot(B->w, B->s, x->q + i * K + b * 256);
-    __m256i offs = _mm256_madd_epi16(B->sc16, _mm256_loadu_si256((const __m256i *)(x->bsums + i * (K / 16) + b * 16)));
-    sumi = _mm512_sub_epi32(sumi, _mm512_castsi256_si512(_mm256_slli_epi32(offs, 5)));
-    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(B->d * x->d[i * (K / 256) + b]), *acc);
+    hyla_offset_block_accumulate(acc, B, 5, x, i, b);
 }
 
-VNNI_INLINE void q6_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
-{
-    q6_consts c;
-    q6_consts_load(&c);
-    __m512 acc[HYLA_QUANT_SKINNY_M];
-    for (int i = 0; i < N; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < x->K / 256; b++, row += 210) {
-        q6_unpacked B;
-        q6_block_unpack(&B, row, &c);
-        for (int i = 0; i < N; i++)
-            q6_block_accumulate(&acc[i], &B, x, i, b);
-    }
-    for (int i = 0; i < N; i++)
-        y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
-}
-
-/* Four rows against one activation row (decode, batch 1), their blocks interleaved: the same
- * operations per row as q6_k_i8_n with N = 1 (so the same bits), the constants loaded and the call
- * made once for four rows (a Q4_K_M file's lm_head: 248,320 rows of four blocks each). */
-VNNI_INLINE void q6_k_rows4_i8(float *y, const hyla_qx *x, const unsigned char *const *rows)
-{
-    q6_consts c;
-    q6_consts_load(&c);
-    __m512 acc[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < x->K / 256; b++) {
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            q6_unpacked B;
-            q6_block_unpack(&B, rows[r] + b * 210, &c);
-            q6_block_accumulate(&acc[r], &B, x, 0, b);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        y[r] = _mm512_reduce_add_ps(acc[r]);
-}
+/* q6_k_i8_n, and q6_k_rows4 (a Q4_K_M file's lm_head: 248,320 rows of four blocks each) */
+HYLA_ONE_ACC_KERNELS(q6_k, 210, q6_consts, q6_consts_load, hyla_offset_block, q6_block_unpack, q6_block_accumulate)
 
 /* ---- Q8_0 against llama.cpp's Q8_0 activations (per 32, f16 scale) ----------------------------- */
 
@@ -561,13 +508,8 @@ INSTANCES(q6_k)
 INSTANCES_I8(q8_0)
 INSTANCES_I8(q4_k)
 INSTANCES_I8(q5_k)
-INSTANCES_I8(q6_k)
 VNNI_TARGET static void q4_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(0, y, x, rows); }
 VNNI_TARGET static void q5_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(1, y, x, rows); }
-VNNI_TARGET static void q6_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows)
-{
-    q6_k_rows4_i8(y, x, rows);
-}
 #endif
 
 /* The int8 rows start on a 64-byte boundary (one cache line a zmm load): at the offsets their layout

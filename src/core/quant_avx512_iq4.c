@@ -96,45 +96,7 @@ VNNI_INLINE void iq4_block_accumulate(__m512 *acc, const iq4_unpacked *B, const 
     *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(B->d * x->d[i * (K / 256) + b]), *acc);
 }
 
-VNNI_INLINE void iq4_xs_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
-{
-    iq4_consts c;
-    iq4_consts_load(&c);
-    __m512 acc[HYLA_QUANT_SKINNY_M];
-    for (int i = 0; i < N; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < x->K / 256; b++, row += 136) {
-        iq4_unpacked B;
-        iq4_block_unpack(&B, row, &c);
-        for (int i = 0; i < N; i++)
-            iq4_block_accumulate(&acc[i], &B, x, i, b);
-    }
-    for (int i = 0; i < N; i++)
-        y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
-}
-
-VNNI_TARGET static void iq4_xs_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows)
-{
-    iq4_consts c;
-    iq4_consts_load(&c);
-    __m512 acc[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < x->K / 256; b++) {
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            iq4_unpacked B;
-            iq4_block_unpack(&B, rows[r] + b * 136, &c);
-            iq4_block_accumulate(&acc[r], &B, x, 0, b);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        y[r] = _mm512_reduce_add_ps(acc[r]);
-}
-
-INSTANCES_I8(iq4_xs)
+HYLA_ONE_ACC_KERNELS(iq4_xs, 136, iq4_consts, iq4_consts_load, iq4_unpacked, iq4_block_unpack, iq4_block_accumulate)
 #endif
 
 hyla_qdot_i8_fn hyla_qdot_i8_iq4(hyla_ggml_type t, int64_t n)

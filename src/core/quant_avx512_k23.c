@@ -33,20 +33,12 @@ typedef struct {
 VNNI_INLINE void k23_consts_load(k23_consts *c)
 {
     hyla_k23_consts_load(&c->l);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        c->sidx[k] = _mm512_loadu_si512((const void *)hyla_group16_scale_idx[k]);
+    hyla_group16_sidx_load(c->sidx);
 }
 
 /* ---- Q3_K: hmask[32] at 0, qs[64] at 32, scales[12] at 96, f16 d at 108 (110 bytes) ------------- */
 
-typedef struct {
-    __m512i w[4], s[4];
-    __m256i sc16;
-    float d;
-} k3_unpacked;
-
-VNNI_INLINE void k3_block_unpack(k3_unpacked *B, const unsigned char *row, const k23_consts *c)
+VNNI_INLINE void k3_block_unpack(hyla_offset_block *B, const unsigned char *row, const k23_consts *c)
 {
     for (int l = 0; l < 110; l += 64)
         hyla_prefetch_stream(row + l);
@@ -63,59 +55,17 @@ VNNI_INLINE void k3_block_unpack(k3_unpacked *B, const unsigned char *row, const
     top = _mm_slli_epi32(_mm_and_si128(top, _mm_set1_epi32(0x03030303)), 4);
     __m128i sc8 = _mm_sub_epi8(_mm_or_si128(nib, top), _mm_set1_epi8(32));
     B->sc16 = _mm256_cvtepi8_epi16(sc8);
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        B->s[k] = _mm512_permutexvar_epi16(c->sidx[k], _mm512_castsi256_si512(B->sc16));
+    hyla_group16_spread(B->s, B->sc16, c->sidx);
     B->d = hyla_half_at(row + 108);
 }
 
 /* acc += d d_x (levels . x - 4 sum_j sc_j bsum_j) for block b of activation row i. */
-VNNI_INLINE void k3_block_accumulate(__m512 *acc, const k3_unpacked *B, const hyla_qx *x, int64_t i, int64_t b)
+VNNI_INLINE void k3_block_accumulate(__m512 *acc, const hyla_offset_block *B, const hyla_qx *x, int64_t i, int64_t b)
 {
-    int64_t K = x->K;
-    __m512i sumi = levels_dot(B->w, B->s, x->q + i * K + b * 256);
-    __m256i offs = _mm256_madd_epi16(B->sc16, _mm256_loadu_si256((const __m256i *)(x->bsums + i * (K / 16) + b * 16)));
-    sumi = _mm512_sub_epi32(sumi, _mm512_castsi256_si512(_mm256_slli_epi32(offs, 2)));
-    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(B->d * x->d[i * (K / 256) + b]), *acc);
+    hyla_offset_block_accumulate(acc, B, 2, x, i, b);
 }
 
-VNNI_INLINE void q3_k_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
-{
-    k23_consts c;
-    k23_consts_load(&c);
-    __m512 acc[HYLA_QUANT_SKINNY_M];
-    for (int i = 0; i < N; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < x->K / 256; b++, row += 110) {
-        k3_unpacked B;
-        k3_block_unpack(&B, row, &c);
-        for (int i = 0; i < N; i++)
-            k3_block_accumulate(&acc[i], &B, x, i, b);
-    }
-    for (int i = 0; i < N; i++)
-        y[i * ldy] = _mm512_reduce_add_ps(acc[i]);
-}
-
-VNNI_TARGET static void q3_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows)
-{
-    k23_consts c;
-    k23_consts_load(&c);
-    __m512 acc[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        acc[r] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < x->K / 256; b++) {
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; r++) {
-            k3_unpacked B;
-            k3_block_unpack(&B, rows[r] + b * 110, &c);
-            k3_block_accumulate(&acc[r], &B, x, 0, b);
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++)
-        y[r] = _mm512_reduce_add_ps(acc[r]);
-}
+HYLA_ONE_ACC_KERNELS(q3_k, 110, k23_consts, k23_consts_load, hyla_offset_block, k3_block_unpack, k3_block_accumulate)
 
 /* ---- Q2_K: scales[16] at 0 (scale | min << 4), qs[64] at 16, f16 d, dmin at 80 (84 bytes) -------- */
 
@@ -133,9 +83,7 @@ VNNI_INLINE void k2_block_unpack(k2_unpacked *B, const unsigned char *row, const
     __m128i sm = _mm_loadu_si128((const __m128i *)row), low4 = _mm_set1_epi8(0x0F);
     __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(sm, low4));
     B->m16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(sm, 4), low4));
-#pragma GCC unroll 4
-    for (int k = 0; k < 4; k++)
-        B->s[k] = _mm512_permutexvar_epi16(c->sidx[k], _mm512_castsi256_si512(sc16));
+    hyla_group16_spread(B->s, sc16, c->sidx);
     int dd;
     memcpy(&dd, row + 80, 4);
     B->dd = _mm_cvtph_ps(_mm_cvtsi32_si128(dd));
@@ -201,7 +149,6 @@ VNNI_TARGET static void q2_k_rows4(float *y, const hyla_qx *x, const unsigned ch
         y[r] = k2_finish(acc[r], accm[r]);
 }
 
-INSTANCES_I8(q3_k)
 INSTANCES_I8(q2_k)
 #endif
 

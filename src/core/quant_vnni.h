@@ -124,4 +124,79 @@ VNNI_INLINE void hyla_iq4_indices(__m512i n[4], const unsigned char *qs, const h
     static const hyla_qdot_i8_fn type##_i8_by_n[HYLA_QUANT_SKINNY_M + 1] = {                                          \
         NULL, type##_i8_1, type##_i8_2, type##_i8_3, type##_i8_4, type##_i8_5, type##_i8_6, type##_i8_7, type##_i8_8};
 
+VNNI_INLINE void hyla_group16_sidx_load(__m512i sidx[4])
+{
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        sidx[k] = _mm512_loadu_si512((const void *)hyla_group16_scale_idx[k]);
+}
+
+/* s[k] = the int16 scales sc16 spread over the lanes of zmm k (hyla_group16_sidx_load's sidx). */
+VNNI_INLINE void hyla_group16_spread(__m512i s[4], __m256i sc16, const __m512i sidx[4])
+{
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        s[k] = _mm512_permutexvar_epi16(sidx[k], _mm512_castsi256_si512(sc16));
+}
+
+/* A stored block of 16 groups of 16 whose unsigned levels carry an offset (Q3_K: 4, Q6_K: 32), in
+ * registers: levels w[4], lane scales s[4], the 16 scales as int16 and d. */
+typedef struct {
+    __m512i w[4], s[4];
+    __m256i sc16;
+    float d;
+} hyla_offset_block;
+
+/* acc += d d_x (levels . x - 2^shift sum_j sc_j bsum_j) for block b of activation row i (exact in
+ * int32 before the scaling). */
+VNNI_INLINE void hyla_offset_block_accumulate(__m512 *acc, const hyla_offset_block *B, const int shift,
+                                              const hyla_qx *x, int64_t i, int64_t b)
+{
+    int64_t K = x->K;
+    __m512i sumi = levels_dot(B->w, B->s, x->q + i * K + b * 256);
+    __m256i offs = _mm256_madd_epi16(B->sc16, _mm256_loadu_si256((const __m256i *)(x->bsums + i * (K / 16) + b * 16)));
+    sumi = _mm512_sub_epi32(sumi, _mm512_castsi256_si512(_mm256_slli_epi32(offs, shift)));
+    *acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sumi), _mm512_set1_ps(B->d * x->d[i * (K / 256) + b]), *acc);
+}
+
+/* The loops of a kernel with one fp32 accumulator per row (Q6_K, Q3_K, IQ4_XS): type##_i8_n (N rows) and
+ * the four-row form type##_rows4 (batch 1: four weight rows' blocks interleaved, the same operations per
+ * row as N = 1, so the same bits; the constants loaded and the call made once for four rows), from
+ * consts_t / consts_load (the kernel's constants), unpacked_t / unpack(&B, row, &c) (a stored block of
+ * `bytes` bytes in registers) and accumulate(&acc, &B, x, i, b) (block b against activation row i). */
+#define HYLA_ONE_ACC_KERNELS(type, bytes, consts_t, consts_load, unpacked_t, unpack, accumulate)                      \
+    VNNI_INLINE void type##_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)       \
+    {                                                                                                                  \
+        consts_t c;                                                                                                    \
+        consts_load(&c);                                                                                               \
+        __m512 acc[HYLA_QUANT_SKINNY_M];                                                                               \
+        for (int i = 0; i < N; i++)                                                                                    \
+            acc[i] = _mm512_setzero_ps();                                                                              \
+        for (int64_t b = 0; b < x->K / 256; b++, row += (bytes)) {                                                     \
+            unpacked_t B;                                                                                              \
+            unpack(&B, row, &c);                                                                                       \
+            for (int i = 0; i < N; i++)                                                                                \
+                accumulate(&acc[i], &B, x, i, b);                                                                      \
+        }                                                                                                              \
+        for (int i = 0; i < N; i++)                                                                                    \
+            y[i * ldy] = _mm512_reduce_add_ps(acc[i]);                                                                 \
+    }                                                                                                                  \
+    VNNI_TARGET static void type##_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows)                 \
+    {                                                                                                                  \
+        consts_t c;                                                                                                    \
+        consts_load(&c);                                                                                               \
+        __m512 acc[4];                                                                                                 \
+        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) acc[r] = _mm512_setzero_ps();                              \
+        for (int64_t b = 0; b < x->K / 256; b++) {                                                                     \
+            _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++)                                                        \
+            {                                                                                                          \
+                unpacked_t B;                                                                                          \
+                unpack(&B, rows[r] + b * (bytes), &c);                                                                 \
+                accumulate(&acc[r], &B, x, 0, b);                                                                      \
+            }                                                                                                          \
+        }                                                                                                              \
+        _Pragma("GCC unroll 4") for (int r = 0; r < 4; r++) y[r] = _mm512_reduce_add_ps(acc[r]);                       \
+    }                                                                                                                  \
+    INSTANCES_I8(type)
+
 #endif

@@ -39,26 +39,40 @@ static inline int nearest(float v) { return (int)nearbyintf(v); } /* ties to eve
 
 static inline int clamp(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
-/* The scale of n values on the levels -nmax .. nmax - 1 minimising sum x^2 (x - scale l)^2 over
- * the grids -(nmax + 0.1 k) / max, k = -9..9 (max: the value of largest magnitude); L = l + nmax. */
-static float grid_scale(int n, int nmax, const float *x, signed char *L)
+/* The first grid of a signed scale search, -nmax / max (max: the value of largest magnitude, in *max):
+ * L[i] = the level of x[i] on it (-nmax .. nmax - 1) plus `offset`, and the sums weighted by x^2 of x l
+ * (*sumlx) and l^2 (*suml2). 0 when every |x| < GROUP_MAX_EPS (L zeroed; no scale). */
+static int signed_grid_first(int n, int nmax, const float *x, signed char *L, int offset, float *max, float *sumlx,
+                             float *suml2)
 {
-    float max = 0, amax = 0;
+    float amax = 0;
+    *max = 0;
     for (int i = 0; i < n; i++)
         if (fabsf(x[i]) > amax)
-            amax = fabsf(x[i]), max = x[i];
+            amax = fabsf(x[i]), *max = x[i];
     if (amax < GROUP_MAX_EPS) {
         memset(L, 0, (size_t)n);
         return 0;
     }
-    float iscale = -nmax / max, sumlx = 0, suml2 = 0;
+    float iscale = -nmax / *max;
+    *sumlx = *suml2 = 0;
     for (int i = 0; i < n; i++) {
         int l = clamp(nearest(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (signed char)(l + nmax);
+        L[i] = (signed char)(l + offset);
         float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
+        *sumlx += w * x[i] * l;
+        *suml2 += w * l * l;
     }
+    return 1;
+}
+
+/* The scale of n values on the levels -nmax .. nmax - 1 minimising sum x^2 (x - scale l)^2 over
+ * the grids -(nmax + 0.1 k) / max, k = -9..9 (max: the value of largest magnitude); L = l + nmax. */
+static float grid_scale(int n, int nmax, const float *x, signed char *L)
+{
+    float max, sumlx, suml2, iscale;
+    if (!signed_grid_first(n, nmax, x, L, nmax, &max, &sumlx, &suml2))
+        return 0;
     float scale = suml2 ? sumlx / suml2 : 0.0f, best = scale * sumlx;
     for (int k = -9; k <= 9; k++) {
         if (k == 0)
@@ -86,22 +100,9 @@ static float grid_scale(int n, int nmax, const float *x, signed char *L)
  * leave-one-out least-squares scale gives it when that raises sumlx^2 / suml2 (weights x^2). */
 static float q3_scale(int n, int nmax, const float *x, signed char *L)
 {
-    float max = 0, amax = 0;
-    for (int i = 0; i < n; i++)
-        if (fabsf(x[i]) > amax)
-            amax = fabsf(x[i]), max = x[i];
-    if (amax < GROUP_MAX_EPS) {
-        memset(L, 0, (size_t)n);
+    float max, sumlx, suml2;
+    if (!signed_grid_first(n, nmax, x, L, 0, &max, &sumlx, &suml2))
         return 0;
-    }
-    float iscale = -nmax / max, sumlx = 0, suml2 = 0;
-    for (int i = 0; i < n; i++) {
-        int l = clamp(nearest(iscale * x[i]), -nmax, nmax - 1);
-        L[i] = (signed char)l;
-        float w = x[i] * x[i];
-        sumlx += w * x[i] * l;
-        suml2 += w * l * l;
-    }
     for (int sweep = 0; sweep < 5; sweep++) {
         int changed = 0;
         for (int i = 0; i < n; i++) {
