@@ -120,7 +120,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "quant_bench: REPS must be 1..100000, got '%s'\n", argv[1]);
         return 1;
     }
-    const hyla_ggml_type types[] = {HYLA_GGML_Q8_0, HYLA_GGML_Q4_K, HYLA_GGML_Q5_K, HYLA_GGML_Q6_K};
+    const hyla_ggml_type types[] = {HYLA_GGML_Q8_0, HYLA_GGML_Q4_K, HYLA_GGML_Q5_K, HYLA_GGML_Q6_K, HYLA_GGML_Q3_K,
+                                    HYLA_GGML_Q2_K};
     double decode_mib = argc > 3 ? atof(argv[3]) : 1024;
     if (!(decode_mib >= 0.0625 && decode_mib <= 4096)) {
         fprintf(stderr, "quant_bench: DECODE_MIB must be 0.0625..4096, got '%s'\n", argv[3]);
