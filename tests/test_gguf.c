@@ -114,7 +114,9 @@ static int is_kquant(hyla_ggml_type t)
            t == HYLA_GGML_Q6_K;
 }
 
-/* Types whose products take Q8_K activations: the K-quants and IQ4_XS. */
+/* Types whose int8 products take activations rounded per 32 (llama.cpp's Q8_0), and those that take them per
+ * 256 (Q8_K): the K-quants and IQ4_XS. */
+static int q8_0_acts(hyla_ggml_type t) { return t == HYLA_GGML_Q8_0 || t == HYLA_GGML_Q4_0 || t == HYLA_GGML_IQ4_NL; }
 static int q8_k_decode(hyla_ggml_type t) { return is_kquant(t) || t == HYLA_GGML_IQ4_XS; }
 
 static int all_q8_k_rows(const hyla_qmat *W)
@@ -135,12 +137,12 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
                                                              * (Q3_K, Q6_K, IQ4_XS) and the mins count */
     int64_t row0 = rows > 4 ? 2 : 0, out = rows - row0;
     hyla_linear_q(y, x, W, row0, n, K, out, scratch);
-    /* the K-quants' and Q8_0's products (decode kernels and the prefill GEMM) round x to int8 first,
-     * as llama.cpp: per 256 (Q8_K), per 32 for Q8_0 weights (quant.h) */
-    int q8_0_decode = !W->row_type && W->type == HYLA_GGML_Q8_0 && n <= HYLA_QUANT_SKINNY_M;
+    /* the K-quants' and Q8_0's / Q4_0's / IQ4_NL's products (decode kernels and the prefill GEMM) round x
+     * to int8 first, as llama.cpp: per 256 (Q8_K), per 32 for the 32-value block types (quant.h) */
+    int q8_0_decode = !W->row_type && q8_0_acts(W->type) && n <= HYLA_QUANT_SKINNY_M;
     int int8 = hyla_quant_int8_activations && K % (q8_0_decode ? 64 : 256) == 0 &&
                (W->row_type ? n <= HYLA_QUANT_SKINNY_M && all_q8_k_rows(W) /* mixed: the decode kernels per row */
-                            : q8_k_decode(W->type) || W->type == HYLA_GGML_Q8_0);
+                            : q8_k_decode(W->type) || q8_0_acts(W->type));
     double worst = 0;
     for (int64_t i = 0; i < n; i++)
         for (int64_t o = 0; o < out; o++) {
@@ -153,7 +155,7 @@ static void check_product(const hyla_qmat *W, const float *dense, int64_t n, int
             /* |x - d q| <= d / 2, d = max |x| / 127 per block of 256 (Q8_K, d in fp32); the Q8_0 GEMM's
              * blocks of 32 keep d as f16 (llama.cpp's): |x - d' q| <= d / 2 + 127 |d - d'| <=
              * d (1/2 + 127 * 2^-11) */
-            int64_t xb = W->type == HYLA_GGML_Q8_0 && !W->row_type ? 32 : 256;
+            int64_t xb = q8_0_acts(W->type) && !W->row_type ? 32 : 256;
             double per = xb == 32 ? 0.5 + 127.0 * 0x1p-11 : 0.5;
             for (int64_t b = 0; int8 && b < K / xb; b++) {
                 double amax = 0, wsum = 0;
@@ -230,13 +232,14 @@ static void check_items(const hyla_qmat *W, int64_t K, int64_t rows)
 
 static void test_products(const golden *g, int ng)
 {
-    /* Q8_0 twice: 256 (its prefill GEMM's int8 path) and 320, an odd count of pairs of blocks (its
-     * decode kernel's two accumulators take the last pair alone; the GEMM falls back to the sgemm) */
+    /* Q8_0 / Q4_0 / IQ4_NL twice: 256 (their prefill GEMM's int8 path) and 320, an odd count of pairs of
+     * blocks (their decode kernels' two accumulators take the last pair alone; the GEMM falls back to the
+     * sgemm) */
     for (int i = 0, again = 0; i < ng; i += !again) {
         int64_t bv = hyla_ggml_block_values(g[i].type);
         int64_t K = bv == 1 ? 64 : bv == 32 ? 256 : 512; /* whole 256-blocks (the int8 paths), two per K-quant row */
-        again = !again && g[i].type == HYLA_GGML_Q8_0;
-        K = g[i].type == HYLA_GGML_Q8_0 && !again ? 320 : K;
+        again = !again && q8_0_acts(g[i].type);
+        K = q8_0_acts(g[i].type) && !again ? 320 : K;
         int64_t rows = 24;
         float *dense = malloc((size_t)(rows * K) * sizeof *dense);
         for (int permute = 0; permute < 2; permute++) {

@@ -1,14 +1,18 @@
-/* ggml block formats: dequantization and products with weights read in place (quant.h).
+/* Products with weights in ggml block formats read in place (quant.h; the formats and their
+ * dequantization: core/quant_blocks.c).
  *
- * Products keep the activations in fp32 (llama.cpp rounds them to 8 bits per block first, Q8_0
- * for Q8_0 / Q4_0 weights, Q8_K for the K-quants); a weight block is dequantized exactly as
- * ggml's dequantize_row_* does and multiplied in fp32.
- *   n <= HYLA_QUANT_SKINNY_M (decode): the output rows are split over the threads; each stored
- *     row is read once and dotted with the n activation rows: Q8_0 and the K-quants by the AVX-512
- *     kernels of core/quant_avx512.c (blocks widened in registers), the other types by pieces of
- *     up to 256 values dequantized on the stack.
- *   larger n (prefill): blocks of QROWS weight rows are dequantized into scratch (split over the
- *     threads) and multiplied by the sgemm, so the cost over the sgemm is one pass over W. */
+ * With hyla_quant_int8_activations (the default) and AVX-512 VNNI, the activations are rounded to 8
+ * bits per block first, as llama.cpp rounds them: per 32 (its Q8_0) for Q8_0 / Q4_0 / IQ4_NL weights,
+ * per 256 (Q8_K) for the K-quants and IQ4_XS; integer products, the scales in fp32 once per block.
+ * Otherwise (other types, no VNNI, or hyla_quant_int8_activations = 0) the activations stay fp32 and a
+ * weight block is dequantized exactly as ggml's dequantize_row_* does.
+ *   n <= HYLA_QUANT_SKINNY_M (decode): every product's stored bytes are shared among the threads
+ *     (skinny_run), each row read once and dotted with the n activation rows by the AVX-512 kernels of
+ *     core/quant_avx512*.c (blocks widened in registers), the other types by pieces of up to 256
+ *     values dequantized on the stack.
+ *   larger n (prefill): the int8 GEMM (core/quant_gemm.c) where it applies, else blocks of QROWS
+ *     weight rows dequantized into scratch (split over the threads) and multiplied by the sgemm, so
+ *     the cost over the sgemm is one pass over W. */
 #include "core/quant.h"
 
 #include <immintrin.h>
@@ -138,11 +142,11 @@ typedef struct {
 
 static int skinny_int8(const skinny_x *p) { return p->kind != X_FP32; }
 
-/* Q8_0 rows: activations per 32 as llama.cpp's (the prefill GEMM's); other K-quant rows (and those
- * of a matrix of mixed types, where Q8_0 rows keep fp32 activations): Q8_K per 256. */
+/* Q8_0 / Q4_0 / IQ4_NL rows: activations per 32 as llama.cpp's (the prefill GEMM's); other K-quant rows
+ * (and those of a matrix of mixed types, where such rows keep fp32 activations): Q8_K per 256. */
 static int skinny_kind(const hyla_qmat *W, int64_t n, int64_t in)
 {
-    int q8_0 = !W->row_type && W->type == HYLA_GGML_Q8_0;
+    int q8_0 = !W->row_type && hyla_q8_0_activations(W->type);
     if (!hyla_quant_int8_activations || in % (q8_0 ? 64 : 256) != 0 ||
         !(W->row_type || hyla_qdot_i8_avx512(W->type, n)))
         return X_FP32;
@@ -212,7 +216,7 @@ static void skinny_row(const skinny_job *j, int64_t r, float *y, int64_t ldy, in
     const unsigned char *row = W->row[r];
     hyla_ggml_type t = row_type(W, r);
     hyla_qdot_i8_fn dot_i8 = !W->row_type                     ? j->one_i8
-                             : skinny_int8(p) && t != HYLA_GGML_Q8_0 ? hyla_qdot_i8_avx512(t, p->n)
+                             : skinny_int8(p) && !hyla_q8_0_activations(t) ? hyla_qdot_i8_avx512(t, p->n)
                                                               : NULL;
     hyla_qdot_fn dot = !W->row_type ? j->one : dot_i8 ? NULL : hyla_qdot_avx512(t, p->n);
     if (dot_i8)
@@ -464,7 +468,7 @@ void hyla_linear_q(float *y, const float *x, const hyla_qmat *W, int64_t row0, i
     if (hyla_quant_int8_activations && !W->row_type && in % 256 == 0 && hyla_qgemm_supported(W->type)) {
         /* K-quants: the int8 GEMM (activations as Q8_K, the decode path's rounding) */
         hyla_qx xq; /* Q8_0 weights: activations per 32 as llama.cpp's (per 256 measured a 2.3x larger KL) */
-        if (W->type == HYLA_GGML_Q8_0)
+        if (hyla_q8_0_activations(W->type))
             hyla_quantize_x_q8_0(&xq, x, n, in, tile);
         else
             hyla_quantize_x(&xq, x, n, in, tile);

@@ -451,41 +451,24 @@ HYLA_ONE_ACC_KERNELS(q6_k, 210, q6_consts, q6_consts_load, hyla_offset_block, q6
 #define REP8(v) v, v, v, v, v, v, v, v
 static const int16_t q8_0_dw_idx[32] = {REP8(0), REP8(17), REP8(0), REP8(17)};
 #undef REP8
+typedef struct {
+    __m512i didx;
+} q8_0_consts;
+VNNI_INLINE void q8_0_consts_load(q8_0_consts *c) { c->didx = _mm512_loadu_si512((const void *)q8_0_dw_idx); }
+
 /* acc[i] += the pair of blocks at blk (values 64 p .. 64 p + 63) against activation row i */
 VNNI_INLINE void q8_0_pair(const int N, __m512 *acc, const hyla_qx *x, const unsigned char *blk, int64_t p,
-                           __m512i didx)
+                           const q8_0_consts *c)
 {
     hyla_prefetch_stream(blk);
     __m512i raw = _mm512_loadu_si512((const void *)blk);
-    __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(didx, raw)));
+    __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(c->didx, raw)));
     __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2))),
                                    _mm256_loadu_si256((const __m256i *)(blk + 36)), 1);
-    __m512i wu = _mm512_xor_si512(w, _mm512_set1_epi8(-128)); /* q_w + 128, as u8 */
-    int64_t K = x->K;
-    for (int i = 0; i < N; i++) {
-        __m512i xq = _mm512_loadu_si512((const void *)(x->q + i * K + 64 * p));
-        __m512i off = _mm512_load_si512((const void *)(x->offs_lanes + i * (K / 4) + 16 * p)); /* -128 sum q_x */
-        __m512i s = _mm512_dpbusd_epi32(off, wu, xq);
-        __m512 d = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d_lanes + i * (K / 4) + 16 * p));
-        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[i]);
-    }
+    hyla_pair32_accumulate(N, acc, x, _mm512_xor_si512(w, _mm512_set1_epi8(-128)) /* q_w + 128, as u8 */, dw, p);
 }
-VNNI_INLINE void q8_0_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)
-{
-    const __m512i didx = _mm512_loadu_si512((const void *)q8_0_dw_idx);
-    __m512 acc0[HYLA_QUANT_SKINNY_M], acc1[HYLA_QUANT_SKINNY_M];
-    for (int i = 0; i < N; i++)
-        acc0[i] = acc1[i] = _mm512_setzero_ps();
-    int64_t np = x->K / 64, p = 0;
-    for (; p + 1 < np; p += 2) {
-        q8_0_pair(N, acc0, x, row + 68 * p, p, didx);
-        q8_0_pair(N, acc1, x, row + 68 * (p + 1), p + 1, didx);
-    }
-    if (p < np)
-        q8_0_pair(N, acc0, x, row + 68 * p, p, didx);
-    for (int i = 0; i < N; i++)
-        y[i * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
-}
+
+HYLA_PAIR32_KERNELS(q8_0, 68, q8_0_consts, q8_0_consts_load, q8_0_pair)
 
 /* ---- instances and dispatch -------------------------------------------------------------------- */
 
@@ -505,7 +488,6 @@ INSTANCES(q4_k)
 INSTANCES(q5_k)
 INSTANCES(q6_k)
 
-INSTANCES_I8(q8_0)
 INSTANCES_I8(q4_k)
 INSTANCES_I8(q5_k)
 VNNI_TARGET static void q4_k_rows4(float *y, const hyla_qx *x, const unsigned char *const *rows) { k4_rows4_i8(0, y, x, rows); }
@@ -782,6 +764,7 @@ hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n)
     case HYLA_GGML_Q6_K: return q6_k_i8_by_n[n];
     case HYLA_GGML_Q2_K: case HYLA_GGML_Q3_K: return hyla_qdot_i8_k23(t, n);
     case HYLA_GGML_IQ4_XS: return hyla_qdot_i8_iq4(t, n);
+    case HYLA_GGML_Q4_0: case HYLA_GGML_IQ4_NL: return hyla_qdot_i8_b32(t, n);
     default: return NULL;
     }
 #else

@@ -20,7 +20,8 @@
  * 6 activation rows: 12 independent accumulator chains, each broadcast of activations feeding two weight
  * vectors.
  *
- * Q8_0 against Q8_0 activations (one scale per 32 on both sides): per unit, y += (d_w d_x) (L .
+ * Q8_0 (and Q4_0, IQ4_NL: their levels q - 8, table[q]) against Q8_0 activations (one scale per 32 on
+ * both sides): per unit, y += (d_w d_x) (L .
  * q_x - 128 bsum), the integer sum exact (levels stored as q + 128, unsigned for vpdpbusd): the
  * per-block value of ggml's vec_dot_q8_0_q8_0. 16 rows x 4 activation rows per pass. */
 #include <string.h>
@@ -322,10 +323,11 @@ VNNI_TARGET static void kq_rows(float *y, int64_t ldy, const hyla_qx *x, int64_t
 
 /* ---- Q8_0 ---------------------------------------------------------------------------------------- */
 
-/* Q8_0 tile: levels q + 128 (unsigned for vpdpbusd), with each unit of 16 rows its scale d in
- * floats (after the levels). Rows [rows, 16 * groups) are zero. */
-static void pack_q8_0(const unsigned char *const *rowp, int64_t rows, int64_t K, float *scratch)
+/* Q8_0 / Q4_0 / IQ4_NL tile: levels + 128 (unsigned for vpdpbusd; Q4_0's q - 8, IQ4_NL's table[q]), with
+ * each unit of 16 rows its scale d in floats (after the levels). Rows [rows, 16 * groups) are zero. */
+static void pack_q8_0(hyla_ggml_type t, const unsigned char *const *rowp, int64_t rows, int64_t K, float *scratch)
 {
+    int64_t bb = hyla_ggml_block_bytes(t);
     int64_t units = K / 32, groups = (rows + 15) / 16;
     uint8_t *U = (uint8_t *)scratch;
     float *SC = scratch + LEVELS_FLOATS(K);
@@ -339,10 +341,17 @@ static void pack_q8_0(const unsigned char *const *rowp, int64_t rows, int64_t K,
                 for (int64_t u = 0; u < len / 32; u++) {
                     float d = 0;
                     if (gr < rows) {
-                        const unsigned char *blk = rowp[gr] + (k0 / 32 + u) * 34;
+                        const unsigned char *blk = rowp[gr] + (k0 / 32 + u) * bb;
                         d = hyla_half_at(blk);
-                        for (int i = 0; i < 32; i++)
-                            L[r][32 * u + i] = (uint8_t)((signed char)blk[2 + i] + 128);
+                        if (t == HYLA_GGML_Q8_0)
+                            for (int i = 0; i < 32; i++)
+                                L[r][32 * u + i] = (uint8_t)((signed char)blk[2 + i] + 128);
+                        else /* the low nibbles values 0..15, the high ones 16..31 */
+                            for (int i = 0; i < 16; i++) {
+                                int a = blk[2 + i] & 0xF, b = blk[2 + i] >> 4;
+                                L[r][32 * u + i] = (uint8_t)(t == HYLA_GGML_Q4_0 ? a + 120 : hyla_iq4_values[a] + 128);
+                                L[r][32 * u + 16 + i] = (uint8_t)(t == HYLA_GGML_Q4_0 ? b + 120 : hyla_iq4_values[b] + 128);
+                            }
                     } else {
                         memset(L[r] + 32 * u, 0, 32);
                     }
@@ -413,7 +422,7 @@ int hyla_qgemm_supported(hyla_ggml_type t)
 #ifdef HAVE_KERNELS
     int kq = t == HYLA_GGML_Q2_K || t == HYLA_GGML_Q3_K || t == HYLA_GGML_Q4_K || t == HYLA_GGML_Q5_K ||
              t == HYLA_GGML_Q6_K || t == HYLA_GGML_IQ4_XS;
-    return (kq || t == HYLA_GGML_Q8_0) && hyla_qdot_i8_avx512(HYLA_GGML_Q4_K, 1) != NULL; /* (VNNI) */
+    return (kq || hyla_q8_0_activations(t)) && hyla_qdot_i8_avx512(HYLA_GGML_Q4_K, 1) != NULL; /* (VNNI) */
 #else
     (void)t;
     return 0;
@@ -424,10 +433,10 @@ void hyla_qgemm_tile(float *y, int64_t ldy, const hyla_qx *x, int64_t n, hyla_gg
                      const unsigned char *const *rows, int64_t nrows, float *scratch)
 {
 #ifdef HAVE_KERNELS
-    int64_t K = x->K, q8 = t == HYLA_GGML_Q8_0, span = q8 ? 16 : 32; /* weight rows per pass */
+    int64_t K = x->K, q8 = hyla_q8_0_activations(t), span = q8 ? 16 : 32; /* weight rows per pass */
     int64_t passes = (nrows + span - 1) / span, per = q8 ? QG_ROWS : KQ_ROWS;
     if (q8)
-        pack_q8_0(rows, nrows, K, scratch);
+        pack_q8_0(t, rows, nrows, K, scratch);
     else
         pack_kq(t, rows, nrows, K, scratch);
     float tail[KQ_ROWS * 32]; /* >= QG_ROWS * 16 */

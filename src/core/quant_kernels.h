@@ -71,8 +71,14 @@ extern int hyla_quantize_x_scalar;
 /* y[i * ldy] = sum_k w_k (d q)[i][k] as ggml's vec_dot_q*_K_q8_K computes it: integer products and
  * scales (exact, in int32), d_w d_x and the mins / offsets in fp32 once per block. */
 typedef void (*hyla_qdot_i8_fn)(float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row);
-/* For Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (x: Q8_K) and Q8_0 (x: Q8_0 with its lanes, K a multiple of
- * 64) with AVX-512 VNNI; NULL otherwise. */
+/* 1 for the types whose int8 products take activations rounded per 32 (llama.cpp's Q8_0: Q8_0, Q4_0,
+ * IQ4_NL), 0 for those that take them per 256 (Q8_K). */
+static inline int hyla_q8_0_activations(hyla_ggml_type t)
+{
+    return t == HYLA_GGML_Q8_0 || t == HYLA_GGML_Q4_0 || t == HYLA_GGML_IQ4_NL;
+}
+/* For Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS (x: Q8_K) and Q8_0, Q4_0, IQ4_NL (x: Q8_0 with its lanes, K a
+ * multiple of 64: hyla_q8_0_activations) with AVX-512 VNNI; NULL otherwise. */
 hyla_qdot_i8_fn hyla_qdot_i8_avx512(hyla_ggml_type t, int64_t n);
 /* y[r] = the n = 1 kernel's value for rows[r], r < 4, bit for bit (the four rows' blocks
  * interleaved): for Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and IQ4_XS with AVX-512 VNNI; NULL otherwise. */
@@ -82,7 +88,9 @@ hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_avx512(hyla_ggml_type t);
  * above hand out for those types: call only where the CPU has AVX-512 VNNI. NULL for other types. */
 hyla_qdot_i8_fn hyla_qdot_i8_k23(hyla_ggml_type t, int64_t n);
 hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_k23(hyla_ggml_type t);
-/* The same for IQ4_XS (core/quant_avx512_iq4.c; x: Q8_K). */
+/* The same for IQ4_XS (core/quant_avx512_iq4.c; x: Q8_K), and the one-row / N-row kernels of Q4_0 and
+ * IQ4_NL (core/quant_avx512_q4_0.c; x: Q8_0 with its lanes, K a multiple of 64). */
+hyla_qdot_i8_fn hyla_qdot_i8_b32(hyla_ggml_type t, int64_t n);
 hyla_qdot_i8_fn hyla_qdot_i8_iq4(hyla_ggml_type t, int64_t n);
 hyla_qdot_i8_rows4_fn hyla_qdot_i8_rows4_iq4(hyla_ggml_type t);
 

@@ -199,4 +199,44 @@ VNNI_INLINE void hyla_offset_block_accumulate(__m512 *acc, const hyla_offset_blo
     }                                                                                                                  \
     INSTANCES_I8(type)
 
+/* acc[i] += d_w d_x (levels . x) over values 64 p .. 64 p + 63 of N activation rows rounded per 32
+ * (llama.cpp's Q8_0 activations, with hyla_qx_q8_0_lanes' per-lane scales and offsets): wu holds the
+ * 64 levels + 128 as u8 (the offset taken back by each lane's -128 sum of its activations), dw each
+ * int32 lane's weight scale (lanes 0-7 the pair's first block of 32, 8-15 its second). */
+VNNI_INLINE void hyla_pair32_accumulate(const int N, __m512 *acc, const hyla_qx *x, __m512i wu, __m512 dw, int64_t p)
+{
+    int64_t K = x->K;
+    for (int i = 0; i < N; i++) {
+        __m512i xq = _mm512_loadu_si512((const void *)(x->q + i * K + 64 * p));
+        __m512i off = _mm512_load_si512((const void *)(x->offs_lanes + i * (K / 4) + 16 * p)); /* -128 sum q_x */
+        __m512i s = _mm512_dpbusd_epi32(off, wu, xq);
+        __m512 d = _mm512_mul_ps(dw, _mm512_loadu_ps(x->d_lanes + i * (K / 4) + 16 * p));
+        acc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), d, acc[i]);
+    }
+}
+
+/* type##_i8_n for weights in blocks of 32 against Q8_0 activations (K a multiple of 64), a pair of
+ * blocks (pair_bytes) a step, the pairs alternating between two accumulators per row (written out:
+ * indexed by p & 1 they lived on the stack), pair(N, acc, x, blk, p, &c) adding the pair at blk
+ * (values 64 p ..) with the kernel's constants c (consts_t, consts_load). */
+#define HYLA_PAIR32_KERNELS(type, pair_bytes, consts_t, consts_load, pair)                                             \
+    VNNI_INLINE void type##_i8_n(const int N, float *y, int64_t ldy, const hyla_qx *x, const unsigned char *row)       \
+    {                                                                                                                  \
+        consts_t c;                                                                                                    \
+        consts_load(&c);                                                                                               \
+        __m512 acc0[HYLA_QUANT_SKINNY_M], acc1[HYLA_QUANT_SKINNY_M];                                                   \
+        for (int i = 0; i < N; i++)                                                                                    \
+            acc0[i] = acc1[i] = _mm512_setzero_ps();                                                                   \
+        int64_t np = x->K / 64, p = 0;                                                                                 \
+        for (; p + 1 < np; p += 2) {                                                                                   \
+            pair(N, acc0, x, row + (pair_bytes) * p, p, &c);                                                           \
+            pair(N, acc1, x, row + (pair_bytes) * (p + 1), p + 1, &c);                                                 \
+        }                                                                                                              \
+        if (p < np)                                                                                                    \
+            pair(N, acc0, x, row + (pair_bytes) * p, p, &c);                                                           \
+        for (int i = 0; i < N; i++)                                                                                    \
+            y[i * ldy] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));                                       \
+    }                                                                                                                  \
+    INSTANCES_I8(type)
+
 #endif
