@@ -5,7 +5,7 @@
 #   (bench/configs/qwen3-next-0.6b-moe.json), random weights from hyla init (seed 1),
 #   as Q8_0 (hyla's export, the same blocks llama.cpp's converter writes) and Q4_K_M (llama.cpp's
 #   own quantizer, llama_model_quantize, on hyla's F32 export); TYPES (environment, default
-#   "q8_0 q4_k_m") picks others of llama.cpp's presets too: q5_k_m, q6_k, q3_k_m, q2_k, iq4_xs.
+#   "q8_0 q4_k_m") picks others of llama.cpp's presets too: q5_k_m, q6_k, q3_k_m, q2_k, iq4_xs, q4_0, iq4_nl.
 # hyla runs each file in place (bench/infer_bench.c: weight bytes read per token, % of the DRAM
 # bandwidth measured in the same run, beside each timed decode and between the 8-token windows of one
 # more); llama.cpp through llama-cpp-python (bench/llama_infer.py;
@@ -16,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-2} SEQ=${2:-512} NEW=${3:-32} ROUNDS=${ROUNDS:-4} TYPES=${TYPES:-q8_0 q4_k_m}
-declare -A FTYPE=([q4_k_m]=15 [q5_k_m]=17 [q6_k]=18 [q3_k_m]=12 [q2_k]=10 [iq4_xs]=30) # llama.cpp's llama_ftype
+declare -A FTYPE=([q4_k_m]=15 [q5_k_m]=17 [q6_k]=18 [q3_k_m]=12 [q2_k]=10 [iq4_xs]=30 [q4_0]=2 [iq4_nl]=25) # llama_ftype
 for type in $TYPES; do
     [[ $type == q8_0 || -n ${FTYPE[$type]:-} ]] ||
         { echo "gguf_infer.sh: TYPES: unknown type '$type' (q8_0 ${!FTYPE[*]})" >&2; exit 2; }
