@@ -16,7 +16,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 THREADS=${1:-2} SEQ=${2:-512} NEW=${3:-32} ROUNDS=${ROUNDS:-4} TYPES=${TYPES:-q8_0 q4_k_m}
-declare -A FTYPE=([q4_k_m]=15 [q5_k_m]=17 [q6_k]=18 [q3_k_m]=12 [q2_k]=10 [iq4_xs]=30 [q4_0]=2 [iq4_nl]=25) # llama_ftype
+# llama.cpp's presets by their llama_ftype
+declare -A FTYPE=([q4_k_m]=15 [q5_k_m]=17 [q6_k]=18 [q3_k_m]=12 [q2_k]=10 [iq4_xs]=30 [q4_0]=2 [iq4_nl]=25)
 for type in $TYPES; do
     [[ $type == q8_0 || -n ${FTYPE[$type]:-} ]] ||
         { echo "gguf_infer.sh: TYPES: unknown type '$type' (q8_0 ${!FTYPE[*]})" >&2; exit 2; }

@@ -42,7 +42,8 @@ VNNI_INLINE void b32_pair(const int N, const int iq4, __m512 *acc, const hyla_qx
 {
     hyla_prefetch_stream(blk);
     __m256i head = _mm256_loadu_si256((const __m256i *)blk); /* (32 of the pair's 36 bytes) */
-    __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(_mm512_permutexvar_epi16(c->didx, _mm512_castsi256_si512(head))));
+    __m512i dwords = _mm512_permutexvar_epi16(c->didx, _mm512_castsi256_si512(head));
+    __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(dwords));
     __m256i q = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(blk + 2))),
                                         _mm_loadu_si128((const __m128i *)(blk + 20)), 1);
     __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));

@@ -15,8 +15,9 @@
  * every type (Q6_K: 16 x 63 x 128 x 128 = 16.5M; IQ4_XS: 32 x 241 x 127 x 16 = 15.7M, hence its units
  * of 16), so each product is exact and A is the integer sum while its partial sums stay below 2^24 (a
  * unit's is ~1e4-1e5 for typical activations, IQ4_XS's ~1e5-1e6 with the +128; past 2^24 a sum rounds
- * by < 2^-24 of itself; the GEMM outputs of test harnesses came out byte-identical). The integer form, vpmulld (two uops, 10 cycles) + vpaddd, had been a uop more per unit than vcvtdq2ps +
- * vfmadd (prefill 512 of the 0.8B Q4_K_M file +3-6%, stop 45). A pass covers 2 groups (32 weight rows) x
+ * by < 2^-24 of itself; the GEMM outputs of test harnesses came out byte-identical). The integer form,
+ * vpmulld (two uops, 10 cycles) + vpaddd, had been a uop more per unit than vcvtdq2ps + vfmadd (prefill
+ * 512 of the 0.8B Q4_K_M file +3-6%, stop 45). A pass covers 2 groups (32 weight rows) x
  * 6 activation rows: 12 independent accumulator chains, each broadcast of activations feeding two weight
  * vectors.
  *
@@ -348,9 +349,9 @@ static void pack_q8_0(hyla_ggml_type t, const unsigned char *const *rowp, int64_
                                 L[r][32 * u + i] = (uint8_t)((signed char)blk[2 + i] + 128);
                         else /* the low nibbles values 0..15, the high ones 16..31 */
                             for (int i = 0; i < 16; i++) {
-                                int a = blk[2 + i] & 0xF, b = blk[2 + i] >> 4;
-                                L[r][32 * u + i] = (uint8_t)(t == HYLA_GGML_Q4_0 ? a + 120 : hyla_iq4_values[a] + 128);
-                                L[r][32 * u + 16 + i] = (uint8_t)(t == HYLA_GGML_Q4_0 ? b + 120 : hyla_iq4_values[b] + 128);
+                                int a = blk[2 + i] & 0xF, b = blk[2 + i] >> 4, q4 = t == HYLA_GGML_Q4_0;
+                                L[r][32 * u + i] = (uint8_t)(q4 ? a + 120 : hyla_iq4_values[a] + 128);
+                                L[r][32 * u + 16 + i] = (uint8_t)(q4 ? b + 120 : hyla_iq4_values[b] + 128);
                             }
                     } else {
                         memset(L[r] + 32 * u, 0, 32);
