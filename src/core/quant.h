@@ -64,6 +64,13 @@ int hyla_ggml_type_supported(uint32_t t);
 const char *hyla_ggml_type_name(hyla_ggml_type t);
 /* ggml's kvalues_iq4nl: the 16 levels of IQ4_NL / IQ4_XS. */
 extern const int8_t hyla_iq4_values[16];
+/* Sub-block j's scale of an IQ4_XS block b, minus 32: nibble j % 2 of scales_l[j / 2] (byte 4 + j / 2) |
+ * bits 2 j, 2 j + 1 of scales_h (bytes 2-3, little endian) << 4. */
+static inline int hyla_iq4_xs_scale(const unsigned char *b, int j)
+{
+    unsigned sh = (unsigned)b[2] | (unsigned)b[3] << 8;
+    return (((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((sh >> (2 * j)) & 3) << 4)) - 32;
+}
 /* The 16 scales of a Q3_K block's 12 packed scale bytes, minus 32 (ggml's kmask unpacking). */
 void hyla_k3_scales(const unsigned char *packed, int8_t sc[16]);
 /* Values per block and bytes per block (1 and 4/2 for F32/F16/BF16); 0 for an unknown type. */

@@ -163,11 +163,9 @@ static void iq4_nl_block(float *y, const unsigned char *b)
 static void iq4_xs_block(float *y, const unsigned char *b)
 {
     float d = hyla_half_at(b);
-    unsigned sh = (unsigned)b[2] | (unsigned)b[3] << 8;
     const unsigned char *qs = b + 8;
     for (int j = 0; j < 8; j++, y += 32, qs += 16) {
-        int ls = ((b[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((sh >> (2 * j)) & 3) << 4);
-        float dl = d * (ls - 32);
+        float dl = d * hyla_iq4_xs_scale(b, j);
         for (int i = 0; i < 16; i++) {
             y[i] = dl * hyla_iq4_values[qs[i] & 0xF];
             y[i + 16] = dl * hyla_iq4_values[qs[i] >> 4];

@@ -101,12 +101,11 @@ static void kq_row(hyla_ggml_type t, const unsigned char *row, int64_t K, uint8_
                                        * of 16 (each sub-block's scale twice): |sc L . q_x| <= 32 x 241 x 127 x 16
                                        * < 2^24 */
             const unsigned char *blk = row + b * 136, *qs = blk + 8;
-            unsigned sh = (unsigned)blk[2] | (unsigned)blk[3] << 8;
             iq4_levels(l, qs);
             for (int j = 0; j < 8; j++) {
-                int ls = ((blk[4 + j / 2] >> (4 * (j % 2))) & 0xF) | (((sh >> (2 * j)) & 3) << 4);
-                sc[b * 16 + 2 * j] = sc[b * 16 + 2 * j + 1] = (float)(ls - 32);
-                c[b * 16 + 2 * j] = c[b * 16 + 2 * j + 1] = (int16_t)(ls - 32);
+                int s = hyla_iq4_xs_scale(blk, j);
+                sc[b * 16 + 2 * j] = sc[b * 16 + 2 * j + 1] = (float)s;
+                c[b * 16 + 2 * j] = c[b * 16 + 2 * j + 1] = (int16_t)s;
             }
             dv[b] = hyla_half_at(blk);
             dm[b] = 128.0f * dv[b]; /* exact */
