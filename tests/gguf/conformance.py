@@ -502,10 +502,13 @@ def check_same_file(hyla, work, errors, report):
     f32 = os.path.join(work, "calm-f32.gguf")
     subprocess.run([hyla, "convert", d, f32, "--to", "gguf", "--type", "f32"], check=True, stdout=subprocess.DEVNULL)
     files = {}
-    # Q4_0 and IQ4_NL --pure (their preset's tied embedding is Q6_K): with that Q6_K matrix beside the
-    # Q4_0 ones llama.cpp's logits move 0.013-0.033 from hyla's already at the first token, where the
-    # pure files agree to 1e-7 and hyla's own decode and prefill agree to 2e-7 on the preset's file; the
-    # Q6_K preset's file shows the like (0.021, within its bound); cause not found (stop 46's note)
+    # Q4_0 and IQ4_NL --pure (their preset's tied embedding is Q6_K): on the preset's file llama.cpp's
+    # logits move 0.013-0.033 from hyla's already at the first token -- one boundary event (b) there,
+    # not a reading error: the embedding's values, not its type, do it (the same values stored as F32
+    # read the same), and the events come from last-bit differences outside the products, e.g. the
+    # RMSNorm factor, which hyla rounds once from double and llama.cpp forms as 1.0f / sqrtf(mean + eps)
+    # (7 of 10 rows here differ in the last bit; with llama.cpp's formula one file's event at token 5
+    # goes away). The pure files meet no event in their first 18 tokens (stop 47's note).
     for qtype in ("q8_0", "q4_k_m", "q5_k_m", "q6_k", "q3_k_m", "q2_k", "iq4_xs", "q4_0", "iq4_nl"):
         path = files[qtype] = os.path.join(work, f"calm-{qtype}.gguf")
         if qtype == "q8_0":
