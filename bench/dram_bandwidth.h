@@ -94,6 +94,6 @@ static double dram_read_gbs_passes(int passes, size_t mib)
     return best;
 }
 
-static double dram_read_gbs(void) { return dram_read_gbs_passes(6, 1024); }
+static inline double dram_read_gbs(void) { return dram_read_gbs_passes(6, 1024); }
 
 #endif
