@@ -8,7 +8,7 @@
 # the core, not the memory (bench/threads_under_load.sh measures that).
 # What it reproduces and what not: the neighbour evicts the L3 and adds a core's traffic; it does not
 # starve the memory. On the Intel Xeon VM one core's reads are bound by its own misses in flight
-# (16-17 GB/s alone, and beside a neighbour reading 16, writing 25 or copying 21 GB/s), so a phase where
+# (17 GB/s alone, 16 beside a neighbour reading 17, writing 25 or copying 21 GB/s), so a phase where
 # the host's other tenants lower the 2-thread read from ~36 to ~25 GB/s cannot be made from inside the
 # VM. Files: the four (0.8B and MoE, Q8_0 and Q4_K_M), made by bench/gguf_infer.sh.
 # One JSON on stdout, a line per file and mode on stderr.
