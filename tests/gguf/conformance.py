@@ -503,7 +503,7 @@ def check_same_file(hyla, work, errors, report):
     subprocess.run([hyla, "convert", d, f32, "--to", "gguf", "--type", "f32"], check=True, stdout=subprocess.DEVNULL)
     files = {}
     # Q4_0 and IQ4_NL --pure (their preset's tied embedding is Q6_K): on the preset's file llama.cpp's
-    # logits move 0.013-0.033 from hyla's already at the first token -- one boundary event (b) there,
+    # logits move 0.013-0.033 from hyla's already at the first token -- boundary events (b) there,
     # not a reading error: the embedding's values, not its type, do it (the same values stored as F32
     # read the same), and the events come from last-bit differences outside the products, e.g. the
     # RMSNorm factor, which hyla rounds once from double and llama.cpp forms as 1.0f / sqrtf(mean + eps)
