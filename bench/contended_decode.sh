@@ -31,30 +31,30 @@ for f in $FILES; do
 done
 make -j"$(nproc)" build/bench/infer_bench build/bench/memory_neighbour >/dev/null
 export OMP_NUM_THREADS=1
-NB=$(mktemp)
-trap 'rm -f "$NB"' EXIT
-decode() { # FILE MODE: one infer_bench JSON with "mode" and, contended, the neighbour's rate
-    local out
-    if [ "$2" = quiet ]; then
-        out=$(taskset -c 0 ./build/bench/infer_bench "$D/$1.gguf" "$SEQ" "$NEW")
-        echo "{\"mode\": \"quiet\", \"neighbour_gbs\": 0, \"hyla\": $out}"
-    else
+NB=$(mktemp) NPID=
+trap '[ -z "$NPID" ] || kill -TERM "$NPID" 2>/dev/null; rm -f "$NB"' EXIT # (no neighbour left if a run fails)
+decode() { # FILE MODE: one infer_bench JSON with "mode" and, contended, the neighbour's rate, in ROUND
+    local out gbs=0
+    if [ "$2" = contended ]; then
         taskset -c 1 ./build/bench/memory_neighbour 3600 > "$NB" &
-        local pid=$!
+        NPID=$!
         sleep 1
-        out=$(taskset -c 0 ./build/bench/infer_bench "$D/$1.gguf" "$SEQ" "$NEW")
-        kill -TERM "$pid"
-        wait "$pid"
-        local gbs
-        gbs=$(sed -n 's/.*"neighbour_gbs": \([0-9.]*\).*/\1/p' "$NB")
-        echo "{\"mode\": \"contended\", \"neighbour_gbs\": ${gbs:-0}, \"hyla\": $out}"
     fi
+    out=$(taskset -c 0 ./build/bench/infer_bench "$D/$1.gguf" "$SEQ" "$NEW")
+    if [ "$2" = contended ]; then
+        kill -TERM "$NPID"
+        wait "$NPID"
+        NPID=
+        gbs=$(sed -n 's/.*"neighbour_gbs": \([0-9.]*\).*/\1/p' "$NB")
+    fi
+    ROUND="{\"file\": \"$1\", \"mode\": \"$2\", \"neighbour_gbs\": ${gbs:-0}, \"hyla\": $out}"
 }
 rounds=()
 for f in $FILES; do
     for ((i = 0; i < ROUNDS; i++)); do
         for mode in quiet contended; do
-            rounds+=("{\"file\": \"$f\", \"round\": $i, $(decode "$f" "$mode" | cut -c2-)")
+            decode "$f" "$mode"
+            rounds+=("$ROUND")
         done
     done
 done
