@@ -331,6 +331,9 @@ static void pack_q8_0(hyla_ggml_type t, const unsigned char *const *rowp, int64_
     int64_t units = K / 32, groups = (rows + 15) / 16;
     uint8_t *U = (uint8_t *)scratch;
     float *SC = scratch + LEVELS_FLOATS(K);
+    uint8_t level[16]; /* a 4-bit index's level + 128: Q4_0's q - 8, IQ4_NL's table[q] */
+    for (int q = 0; q < 16; q++)
+        level[q] = (uint8_t)(t == HYLA_GGML_Q4_0 ? q + 120 : hyla_iq4_values[q] + 128);
 #pragma omp parallel for schedule(static) HYLA_PAR_IF(groups * 16 * K)
     for (int64_t g = 0; g < groups; g++) {
         uint8_t L[16][PACK_PIECE];
@@ -348,9 +351,8 @@ static void pack_q8_0(hyla_ggml_type t, const unsigned char *const *rowp, int64_
                                 L[r][32 * u + i] = (uint8_t)((signed char)blk[2 + i] + 128);
                         else /* the low nibbles values 0..15, the high ones 16..31 */
                             for (int i = 0; i < 16; i++) {
-                                int a = blk[2 + i] & 0xF, b = blk[2 + i] >> 4, q4 = t == HYLA_GGML_Q4_0;
-                                L[r][32 * u + i] = (uint8_t)(q4 ? a + 120 : hyla_iq4_values[a] + 128);
-                                L[r][32 * u + 16 + i] = (uint8_t)(q4 ? b + 120 : hyla_iq4_values[b] + 128);
+                                L[r][32 * u + i] = level[blk[2 + i] & 0xF];
+                                L[r][32 * u + 16 + i] = level[blk[2 + i] >> 4];
                             }
                     } else {
                         memset(L[r] + 32 * u, 0, 32);
